@@ -1,0 +1,70 @@
+/**
+ * The error hierarchy of slotgate. Every error has a stable string `code`; the gateway maps codes to HTTP statuses in
+ * exactly one table (src/gateway/http-errors.ts). Messages never carry secrets.
+ */
+
+export type CapacityReason = 'full' | 'queue_full' | 'wait_timeout' | 'aborted';
+
+export class SlotgateError extends Error {
+  readonly code: string;
+  constructor(code: string, message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = new.target.name;
+    this.code = code;
+  }
+}
+
+/** Every candidate is full (and waiting was off, the queue was full, the wait timed out or was aborted). */
+export class CapacityError extends SlotgateError {
+  readonly reason: CapacityReason;
+  /** A hint for Retry-After: how long until a slot is likely to free up. */
+  readonly retryAfterMs: number;
+  /** The bounded channels that were found saturated in this pass. */
+  readonly channels: readonly string[];
+  constructor(
+    reason: CapacityReason,
+    message: string,
+    opts: { retryAfterMs: number; channels: readonly string[] },
+  ) {
+    super('channel_capacity_exhausted', message);
+    this.reason = reason;
+    this.retryAfterMs = opts.retryAfterMs;
+    this.channels = opts.channels;
+  }
+}
+
+/** The admission store (Redis) failed or timed out; bounded channels fail closed. */
+export class StoreUnavailableError extends SlotgateError {
+  /** What the store was doing when it failed (acquire, release, wait, load_read, ...). */
+  readonly operation: string;
+  constructor(operation: string, message: string, options?: { cause?: unknown }) {
+    super('admission_store_unavailable', message, options);
+    this.operation = operation;
+  }
+}
+
+/** No enabled channel is left in the candidate set. */
+export class NoChannelError extends SlotgateError {
+  constructor(message = 'no channel is available for this request') {
+    super('no_channel', message);
+  }
+}
+
+/** Invalid settings or configuration: names each bad key, its valid range and the value received. */
+export class SettingsError extends SlotgateError {
+  readonly issues: readonly string[];
+  constructor(issues: readonly string[]) {
+    super('invalid_settings', `invalid settings: ${issues.join('; ')}`);
+    this.issues = issues;
+  }
+}
+
+/** Every error code the library can raise, with what it means; docs/errors.md is kept in step by a test. */
+export const ERROR_CODES = {
+  channel_capacity_exhausted:
+    'every candidate channel is at its max concurrency (reason: full, queue_full, wait_timeout, aborted)',
+  admission_store_unavailable:
+    'the admission store (Redis) failed or timed out; bounded channels fail closed',
+  no_channel: 'no enabled channel is left in the candidate set',
+  invalid_settings: 'a settings update was rejected whole; nothing changed',
+} as const;

@@ -1,0 +1,75 @@
+/**
+ * The only place Redis key names are built. Layout (docs/redis.md):
+ *
+ *   <prefix>:v1:{<channel>}:slots     sorted set  member = lease token,  score = lease expiry (ms, Redis clock)
+ *   <prefix>:v1:{<channel>}:waiters   sorted set  member = waiter token, score = registration expiry
+ *   <prefix>:v1:{<channel>}:cooldown  string      value = reason, PX = cooldown length
+ *   <prefix>:v1:settings              hash        channel_concurrency_setting
+ *   <prefix>:v1:settings:changed      pub/sub     announces settings changes
+ *
+ * The `{<channel>}` hash tag puts all keys of one channel in the same Redis Cluster slot, so every per-channel script
+ * is cluster-legal. Channel ids are percent-encoded where they hold `{`, `}` or `%`, so no id can break out of its tag.
+ */
+
+export const SCHEMA_VERSION = 'v1';
+
+export function encodeChannelId(id: string): string {
+  return id.replace(/[{}%]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase()}`);
+}
+
+export function decodeChannelId(encoded: string): string {
+  return encoded.replace(/%(7B|7D|25)/g, (_, hex: string) => String.fromCharCode(parseInt(hex, 16)));
+}
+
+export class KeyBuilder {
+  readonly base: string;
+
+  constructor(prefix = 'slotgate') {
+    if (!prefix || /[{}\s]/.test(prefix)) {
+      throw new TypeError(
+        `Expected \`prefix\` to be a non-empty string without braces or spaces, got ${JSON.stringify(prefix)}`,
+      );
+    }
+    this.base = `${prefix}:${SCHEMA_VERSION}`;
+  }
+
+  private channel(id: string): string {
+    return `${this.base}:{${encodeChannelId(id)}}`;
+  }
+
+  slots(id: string): string {
+    return `${this.channel(id)}:slots`;
+  }
+
+  waiters(id: string): string {
+    return `${this.channel(id)}:waiters`;
+  }
+
+  cooldown(id: string): string {
+    return `${this.channel(id)}:cooldown`;
+  }
+
+  settings(): string {
+    return `${this.base}:settings`;
+  }
+
+  settingsChannel(): string {
+    return `${this.base}:settings:changed`;
+  }
+
+  /** A SCAN pattern matching every key this builder makes. */
+  pattern(): string {
+    return `${this.base}:*`;
+  }
+
+  /** Splits a key made by this builder into its channel and kind; null for a key of another shape. */
+  parse(
+    key: string,
+  ): { channelId: string; kind: 'slots' | 'waiters' | 'cooldown' } | { kind: 'settings' } | null {
+    if (key === this.settings()) return { kind: 'settings' };
+    if (!key.startsWith(`${this.base}:{`)) return null;
+    const m = /^\{([^{}]*)\}:(slots|waiters|cooldown)$/.exec(key.slice(this.base.length + 1));
+    if (!m) return null;
+    return { channelId: decodeChannelId(m[1]!), kind: m[2] as 'slots' | 'waiters' | 'cooldown' };
+  }
+}

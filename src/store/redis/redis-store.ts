@@ -1,0 +1,261 @@
+/**
+ * RedisStore: slots, waiters and cooldowns in Redis, shared by every instance. One atomic script per acquire, one
+ * command per release, batched renewal and batched read-only load reads. Every failure or time-out surfaces as a
+ * StoreUnavailableError (the admission pass fails closed); nothing ever hangs past `timeoutMs`.
+ */
+import { Redis } from 'ioredis';
+import type { Cluster, RedisOptions } from 'ioredis';
+import { StoreUnavailableError } from '../../core/errors.js';
+import {
+  BATCH_SIZE,
+  chunk,
+  emptyCounts,
+  type AcquireOptions,
+  type AcquireReply,
+  type AcquireTarget,
+  type ChannelLoad,
+  type CooldownInfo,
+  type LeaseRef,
+  type Purpose,
+  type SlotStore,
+} from '../store.js';
+import { KeyBuilder } from './keys.js';
+import { SCRIPTS, defineScripts, parseAcquireReply, type ScriptClient } from './scripts.js';
+
+export interface RedisStoreOptions {
+  /** A redis:// URL; the store creates (and closes) its own client. */
+  url?: string;
+  /** Or a client you own (ioredis Redis or Cluster); the store never closes it. */
+  client?: Redis | Cluster;
+  /** Key prefix, default `slotgate`. Keys are `<prefix>:v1:...`. */
+  prefix?: string;
+  /** Longest time any store operation may take before it fails with StoreUnavailableError. @default 1000 */
+  timeoutMs?: number;
+  /** Extra ioredis options for a client created from `url`. */
+  redisOptions?: RedisOptions;
+}
+
+/** ioredis options that make a Redis outage fail fast instead of queueing commands forever. */
+export function defaultRedisOptions(): RedisOptions {
+  return {
+    enableAutoPipelining: true,
+    maxRetriesPerRequest: 1,
+    retryStrategy: (times) => Math.min(50 * 2 ** Math.min(times, 6), 2000),
+    connectTimeout: 2000,
+  };
+}
+
+export class RedisStore implements SlotStore {
+  readonly kind = 'redis' as const;
+  readonly maxChannelsPerAcquire: number;
+  readonly keys: KeyBuilder;
+  readonly client: Redis | Cluster;
+  private readonly scripts: ScriptClient;
+  private readonly owned: boolean;
+  private readonly timeoutMs: number;
+  private readonly counts = emptyCounts();
+
+  constructor(options: RedisStoreOptions) {
+    if (!options.client && !options.url) throw new TypeError('RedisStore needs `url` or `client`');
+    this.owned = !options.client;
+    this.client =
+      options.client ?? new Redis(options.url!, { ...defaultRedisOptions(), ...options.redisOptions });
+    this.keys = new KeyBuilder(options.prefix);
+    this.timeoutMs = options.timeoutMs ?? 1000;
+    this.scripts = defineScripts(this.client);
+    this.maxChannelsPerAcquire = this.isCluster ? 1 : BATCH_SIZE;
+    if (this.owned) this.client.on('error', () => {}); // surfaced per operation as StoreUnavailableError
+  }
+
+  get isCluster(): boolean {
+    return (this.client as { isCluster?: boolean }).isCluster === true;
+  }
+
+  get commands(): Readonly<Record<Purpose, number>> {
+    return this.counts;
+  }
+
+  /** Runs one store operation under the time bound, counting `n` commands, mapping every failure to the typed error. */
+  private async run<T>(purpose: Purpose, operation: string, n: number, work: () => Promise<T>): Promise<T> {
+    this.counts[purpose] += n;
+    let timer: NodeJS.Timeout | undefined;
+    const pending = work();
+    pending.catch(() => {}); // a late rejection after the time-out is expected, not unhandled
+    try {
+      return await Promise.race([
+        pending,
+        new Promise<never>((_, reject) => {
+          timer = setTimeout(
+            () =>
+              reject(
+                new StoreUnavailableError(
+                  operation,
+                  `redis ${operation} timed out after ${this.timeoutMs} ms`,
+                ),
+              ),
+            this.timeoutMs,
+          );
+        }),
+      ]);
+    } catch (err) {
+      if (err instanceof StoreUnavailableError) throw err;
+      const message = err instanceof Error ? err.message : String(err);
+      throw new StoreUnavailableError(operation, `redis ${operation} failed: ${message}`, { cause: err });
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  async acquireFirst(targets: readonly AcquireTarget[], opts: AcquireOptions): Promise<AcquireReply[]> {
+    if (targets.length === 0) return [];
+    if (targets.length > this.maxChannelsPerAcquire) {
+      throw new RangeError(
+        `acquireFirst takes at most ${this.maxChannelsPerAcquire} channels per call on this store`,
+      );
+    }
+    const keys: string[] = [];
+    for (const t of targets) keys.push(this.keys.slots(t.channelId), this.keys.cooldown(t.channelId));
+    const args = [opts.token, opts.leaseTtlMs, opts.checkCooldown ? 1 : 0, ...targets.map((t) => t.max)];
+    const reply = await this.run('acquire', 'acquire', 1, () =>
+      this.scripts[SCRIPTS.acquire.name](keys.length, ...keys, ...args),
+    );
+    return parseAcquireReply(reply);
+  }
+
+  async release(lease: LeaseRef): Promise<boolean> {
+    const removed = await this.run('release', 'release', 1, () =>
+      this.client.zrem(this.keys.slots(lease.channelId), lease.token),
+    );
+    return removed === 1;
+  }
+
+  async renew(leases: readonly LeaseRef[], leaseTtlMs: number): Promise<LeaseRef[]> {
+    if (leases.length === 0) return [];
+    const batches = this.isCluster
+      ? groupByChannel(leases).flatMap((g) => chunk(g, BATCH_SIZE))
+      : chunk(leases, BATCH_SIZE);
+    const lost = await this.run('renew', 'renew', batches.length, () =>
+      Promise.all(batches.map((batch) => this.renewBatch(batch, leaseTtlMs))),
+    );
+    return lost.flat();
+  }
+
+  private async renewBatch(batch: readonly LeaseRef[], leaseTtlMs: number): Promise<LeaseRef[]> {
+    const keyIndex = new Map<string, number>();
+    const args: (string | number)[] = [leaseTtlMs];
+    for (const lease of batch) {
+      const key = this.keys.slots(lease.channelId);
+      let index = keyIndex.get(key);
+      if (index === undefined) keyIndex.set(key, (index = keyIndex.size + 1));
+      args.push(index, lease.token);
+    }
+    const reply = (await this.scripts[SCRIPTS.renew.name](
+      keyIndex.size,
+      ...keyIndex.keys(),
+      ...args,
+    )) as number[];
+    return reply.map((k) => batch[Number(k) - 1]!);
+  }
+
+  async registerWaiter(
+    channelId: string,
+    token: string,
+    maxWaiting: number,
+    ttlMs: number,
+  ): Promise<boolean> {
+    const reply = await this.run('wait', 'wait_register', 1, () =>
+      this.scripts[SCRIPTS.registerWaiter.name](this.keys.waiters(channelId), token, maxWaiting, ttlMs),
+    );
+    return Number(reply) === 1;
+  }
+
+  async unregisterWaiter(channelId: string, token: string): Promise<void> {
+    await this.run('wait', 'wait_unregister', 1, () => this.client.zrem(this.keys.waiters(channelId), token));
+  }
+
+  async readLoads(channelIds: readonly string[]): Promise<Map<string, ChannelLoad>> {
+    const loads = new Map<string, ChannelLoad>();
+    if (channelIds.length === 0) return loads;
+    const ids = [...new Set(channelIds)];
+    const now = await this.run('load_read', 'load_read', 1, () => this.client.time());
+    const min = `(${Number(now[0]) * 1000 + Math.floor(Number(now[1]) / 1000)}`;
+    const batches = chunk(ids, BATCH_SIZE);
+    const replies = await this.run('load_read', 'load_read', ids.length * 3, () =>
+      Promise.all(batches.map((batch) => this.readBatch(batch, min))),
+    );
+    replies.flat().forEach((load, i) => loads.set(ids[i]!, load));
+    return loads;
+  }
+
+  private async readBatch(batch: readonly string[], min: string): Promise<ChannelLoad[]> {
+    if (this.isCluster) {
+      // Cross-slot pipelines are not allowed on Cluster; auto-pipelining groups these per node instead.
+      return Promise.all(
+        batch.map(async (id) => {
+          const [active, waiting, pttl] = await Promise.all([
+            this.client.zcount(this.keys.slots(id), min, '+inf'),
+            this.client.zcount(this.keys.waiters(id), min, '+inf'),
+            this.client.pttl(this.keys.cooldown(id)),
+          ]);
+          return toLoad(active, waiting, pttl);
+        }),
+      );
+    }
+    const pipeline = this.client.pipeline();
+    for (const id of batch) {
+      pipeline.zcount(this.keys.slots(id), min, '+inf');
+      pipeline.zcount(this.keys.waiters(id), min, '+inf');
+      pipeline.pttl(this.keys.cooldown(id));
+    }
+    const results = (await pipeline.exec()) ?? [];
+    const values = results.map(([err, value]) => {
+      if (err) throw err;
+      return Number(value);
+    });
+    return batch.map((_, i) => toLoad(values[3 * i]!, values[3 * i + 1]!, values[3 * i + 2]!));
+  }
+
+  async setCooldown(channelId: string, ms: number, reason: string): Promise<void> {
+    const px = Math.max(1, Math.round(ms));
+    await this.run('cooldown', 'cooldown', 1, () =>
+      this.client.set(this.keys.cooldown(channelId), reason, 'PX', px),
+    );
+  }
+
+  async clearCooldown(channelId: string): Promise<void> {
+    await this.run('cooldown', 'cooldown', 1, () => this.client.del(this.keys.cooldown(channelId)));
+  }
+
+  async readCooldown(channelId: string): Promise<CooldownInfo | null> {
+    const key = this.keys.cooldown(channelId);
+    const [reason, pttl] = await this.run('cooldown', 'cooldown', 2, () =>
+      Promise.all([this.client.get(key), this.client.pttl(key)]),
+    );
+    if (reason === null || pttl === -2) return null;
+    return { reason, remainingMs: pttl };
+  }
+
+  async close(): Promise<void> {
+    if (!this.owned) return;
+    try {
+      await this.client.quit();
+    } catch {
+      this.client.disconnect();
+    }
+  }
+}
+
+function toLoad(active: number, waiting: number, pttl: number): ChannelLoad {
+  const coolingDown = pttl !== -2;
+  return { active, waiting, coolingDown, cooldownRemainingMs: coolingDown ? pttl : 0 };
+}
+
+function groupByChannel(leases: readonly LeaseRef[]): LeaseRef[][] {
+  const groups = new Map<string, LeaseRef[]>();
+  for (const lease of leases) {
+    const group = groups.get(lease.channelId);
+    if (group) group.push(lease);
+    else groups.set(lease.channelId, [lease]);
+  }
+  return [...groups.values()];
+}

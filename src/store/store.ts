@@ -1,0 +1,107 @@
+/**
+ * The slot store: the only place where slot ownership is decided. Two implementations pass one contract suite
+ * (test/contract): RedisStore (shared by every instance) and MemoryStore (one process, the embedded default).
+ */
+
+/** What a store command was issued for; stats and metrics count commands by purpose (spec §8). */
+export type Purpose = 'load_read' | 'acquire' | 'release' | 'renew' | 'wait' | 'cooldown' | 'settings';
+export const PURPOSES: readonly Purpose[] = [
+  'load_read',
+  'acquire',
+  'release',
+  'renew',
+  'wait',
+  'cooldown',
+  'settings',
+];
+
+export type AcquireReply = 'acquired' | 'full' | 'cooling';
+
+export interface AcquireTarget {
+  channelId: string;
+  /** The channel's max concurrency, > 0. */
+  max: number;
+}
+
+export interface AcquireOptions {
+  /** The lease token `<instanceId>:<seq>` that becomes the slot's member when a channel admits it. */
+  token: string;
+  leaseTtlMs: number;
+  /** false when cooldowns are disabled: the script skips the cooldown check. */
+  checkCooldown: boolean;
+}
+
+export interface LeaseRef {
+  channelId: string;
+  token: string;
+}
+
+export interface ChannelLoad {
+  /** Live leases (expiry in the future). */
+  active: number;
+  /** Live waiter registrations. */
+  waiting: number;
+  coolingDown: boolean;
+  /** Remaining cooldown in ms, 0 when not cooling; -1 when the cooldown has no expiry. */
+  cooldownRemainingMs: number;
+}
+
+export interface CooldownInfo {
+  reason: string;
+  /** -1 when the key has no expiry. */
+  remainingMs: number;
+}
+
+export interface SlotStore {
+  readonly kind: 'memory' | 'redis';
+  /**
+   * How many channels `acquireFirst` may try in one call: > 1 on a single Redis node or in memory, 1 on Redis
+   * Cluster (one script call per channel keeps every script within one hash slot).
+   */
+  readonly maxChannelsPerAcquire: number;
+
+  /**
+   * Tries the targets in order in one atomic call and stops at the first that admits the token.
+   * Returns one reply per target tried (the last is 'acquired' when one admitted it).
+   */
+  acquireFirst(targets: readonly AcquireTarget[], opts: AcquireOptions): Promise<AcquireReply[]>;
+
+  /** Removes the lease; true when it was there. Idempotent: a second release is a no-op returning false. */
+  release(lease: LeaseRef): Promise<boolean>;
+
+  /** Extends every lease to now + leaseTtlMs; returns the leases that were missing (lost). Batches of ≤ 50. */
+  renew(leases: readonly LeaseRef[], leaseTtlMs: number): Promise<LeaseRef[]>;
+
+  /**
+   * Registers a waiter unless the channel already has `maxWaiting` live waiters. The registration expires by itself
+   * after `ttlMs`. Returns false when the queue is full.
+   */
+  registerWaiter(channelId: string, token: string, maxWaiting: number, ttlMs: number): Promise<boolean>;
+  unregisterWaiter(channelId: string, token: string): Promise<void>;
+
+  /** Live loads of the channels: one clock read, ≤ 50 channels per batch, read-only. */
+  readLoads(channelIds: readonly string[]): Promise<Map<string, ChannelLoad>>;
+
+  setCooldown(channelId: string, ms: number, reason: string): Promise<void>;
+  clearCooldown(channelId: string): Promise<void>;
+  readCooldown(channelId: string): Promise<CooldownInfo | null>;
+
+  /** Commands issued so far, by purpose (a script call counts as one). */
+  readonly commands: Readonly<Record<Purpose, number>>;
+
+  close(): Promise<void>;
+}
+
+export function emptyCounts(): Record<Purpose, number> {
+  return { load_read: 0, acquire: 0, release: 0, renew: 0, wait: 0, cooldown: 0, settings: 0 };
+}
+
+/** Batches of at most `size`, in order. */
+export function chunk<T>(items: readonly T[], size: number): T[][] {
+  const out: T[][] = [];
+  for (let i = 0; i < items.length; i += size) out.push(items.slice(i, i + size));
+  return out;
+}
+
+/** Channels read or renewed per pipeline / script call (spec §4.3, §3.2). */
+export const BATCH_SIZE = 50;

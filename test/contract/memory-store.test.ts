@@ -1,0 +1,9 @@
+import { ManualClock } from '../../src/core/clock.js';
+import { MemoryStore } from '../../src/store/memory/memory-store.js';
+import { runStoreContract } from './store-contract.js';
+
+runStoreContract('MemoryStore', async () => {
+  const clock = new ManualClock();
+  const store = new MemoryStore({ clock });
+  return { store, sleep: (ms) => clock.advance(ms), close: () => store.close() };
+});

@@ -1,0 +1,20 @@
+import { Redis } from 'ioredis';
+import { RedisStore } from '../../src/store/redis/redis-store.js';
+import { redisUrl, sleep, uniquePrefix } from '../helpers/redis.js';
+import { runStoreContract } from './store-contract.js';
+
+runStoreContract('RedisStore', async () => {
+  const store = new RedisStore({ url: redisUrl(), prefix: uniquePrefix('contract') });
+  return {
+    store,
+    sleep,
+    async close() {
+      // leave nothing behind on the shared server
+      const admin = new Redis(redisUrl());
+      const keys = await admin.keys(store.keys.pattern());
+      if (keys.length) await admin.del(...keys);
+      admin.disconnect();
+      await store.close();
+    },
+  };
+});

@@ -1,0 +1,12 @@
+import { defineConfig } from 'vitest/config';
+
+export default defineConfig({
+  test: {
+    include: ['test/**/*.test.ts'],
+    globalSetup: ['test/helpers/global-setup.ts'],
+    testTimeout: 20_000,
+    hookTimeout: 20_000,
+    pool: 'forks',
+    reporters: ['default'],
+  },
+});
