@@ -38,8 +38,9 @@ async function waitForPing(url: string, timeoutMs = 5000): Promise<void> {
       await client.ping();
       return;
     } catch (err) {
-      if (Date.now() > deadline)
-        throw new Error(`redis-server at ${url} did not answer: ${(err as Error).message}`);
+      if (Date.now() > deadline) {
+        throw new Error(`redis-server at ${url} did not answer: ${(err as Error).message}`, { cause: err });
+      }
       await new Promise((r) => setTimeout(r, 25));
     } finally {
       client.disconnect();
