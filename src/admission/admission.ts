@@ -1,0 +1,497 @@
+/**
+ * The admission engine (spec §2, §5): picks the best channel of a candidate set, takes a slot with one atomic store
+ * call, waits briefly in a bounded queue when everything is full, and fails with a typed error it cannot serve.
+ */
+import { systemClock, type Clock } from '../core/clock.js';
+import { isBounded, type Candidate } from '../core/channel.js';
+import { CapacityError, NoChannelError, SlotgateError, StoreUnavailableError } from '../core/errors.js';
+import { jitter, nextInterval } from '../core/backoff.js';
+import { orderByLoad, tiers, weightedPick, type Random } from '../core/order.js';
+import { DEFAULT_SETTINGS, mergeSettings, type Settings, type SettingsUpdate } from '../core/settings.js';
+import { LeaseManager, type Lease, type LeaseEvent } from '../store/leases.js';
+import type { AcquireTarget, ChannelLoad, SlotStore } from '../store/store.js';
+import { LoadView, abortable } from './load-view.js';
+import { StatsRecorder, type AdmissionStats, type ChannelStats } from './stats.js';
+import { LocalWaiters, type Waker } from './waiters.js';
+
+export interface AdmissionOptions {
+  store: SlotStore;
+  /** Initial settings (validated; unknown keys or out-of-range values throw). */
+  settings?: SettingsUpdate;
+  clock?: Clock;
+  random?: Random;
+  instanceId?: string;
+  /** Load fetch time-out, including the wait for a fetch slot. @default 3000 */
+  loadFetchTimeoutMs?: number;
+  /** Load fetch rounds at once. @default 2 */
+  maxConcurrentFetches?: number;
+  onEvent?: (event: AdmissionEvent) => void;
+}
+
+export type AdmissionEvent = LeaseEvent | { type: 'settings_changed'; settings: Settings };
+
+export interface AcquireRequest<C extends Candidate> {
+  candidates: readonly C[];
+  /** Abort while waiting → CapacityError reason 'aborted'. */
+  signal?: AbortSignal;
+  /** Channel ids to skip in this pass (already tried by the caller's retry chain). */
+  exclude?: ReadonlySet<string>;
+}
+
+export interface Ticket<C extends Candidate> {
+  channel: C;
+  /** The lease token for a bounded channel; undefined for an unlimited one. */
+  token: string | undefined;
+  /** Time spent in the wait queue (0 when admitted at once). */
+  waitedMs: number;
+  /** Gives the slot back exactly once (idempotent), detached from any request cancellation. */
+  release(): Promise<void>;
+}
+
+const WAITER_TTL_MARGIN_MS = 2000;
+const DEFAULT_RETRY_AFTER_MS = 1000;
+
+export interface Admission {
+  acquire<C extends Candidate>(request: AcquireRequest<C>): Promise<Ticket<C>>;
+  /** Starts a cooldown: in the store for a bounded (or unknown) channel, in process memory for an unlimited one. */
+  cooldown(channel: string | Candidate, opts?: { ms?: number; reason?: string }): Promise<void>;
+  clearCooldown(channel: string | Candidate): Promise<void>;
+  /** Validates the whole update (throws SettingsError and changes nothing on bad input) and applies it. */
+  updateSettings(update: unknown): Settings;
+  readonly settings: Settings;
+  readonly instanceId: string;
+  /** Live loads straight from the store (admin views); unlimited channels from this process. */
+  readLoads(channels: readonly Candidate[]): Promise<Map<string, ChannelLoad>>;
+  stats(): AdmissionStats;
+  close(): Promise<void>;
+}
+
+export function createAdmission(options: AdmissionOptions): Admission {
+  return new AdmissionEngine(options);
+}
+
+export class AdmissionEngine implements Admission {
+  readonly instanceId: string;
+  private current: Settings;
+  private readonly store: SlotStore;
+  private readonly clock: Clock;
+  private readonly random: Random;
+  private readonly leases: LeaseManager;
+  private readonly view: LoadView;
+  private readonly waiters = new LocalWaiters();
+  private readonly recorder = new StatsRecorder();
+  private readonly emit: (event: AdmissionEvent) => void;
+  /** Cooldowns this instance knows of: the only record for unlimited channels, a hint for bounded ones. */
+  private readonly localCooldowns = new Map<string, number>();
+  /** Whether each channel id seen so far is bounded (for cooldown(id) given only an id). */
+  private readonly known = new Map<string, boolean>();
+  private readonly unlimitedActive = new Map<string, number>();
+  private closed = false;
+
+  constructor(options: AdmissionOptions) {
+    this.current = mergeSettings(DEFAULT_SETTINGS, options.settings ?? {});
+    this.store = options.store;
+    this.clock = options.clock ?? systemClock;
+    this.random = options.random ?? Math.random;
+    this.emit = options.onEvent ?? (() => {});
+    this.leases = new LeaseManager({
+      store: this.store,
+      clock: this.clock,
+      leaseTtlMs: () => this.current.lease_ttl_ms,
+      onEvent: (event) => {
+        if (event.type === 'lease_lost') {
+          this.recorder.leasesLost++;
+          this.view.noteRelease(event.channelId);
+        }
+        this.emit(event);
+      },
+      ...(options.instanceId ? { instanceId: options.instanceId } : {}),
+    });
+    this.instanceId = this.leases.instanceId;
+    this.view = new LoadView({
+      store: this.store,
+      clock: this.clock,
+      settings: () => this.current,
+      local: {
+        active: (id) => this.leases.localCount(id),
+        waiting: (id) => this.waiters.count(id),
+        coolingMs: (id) => this.localCoolingMs(id),
+      },
+      ...(options.loadFetchTimeoutMs !== undefined ? { fetchTimeoutMs: options.loadFetchTimeoutMs } : {}),
+      ...(options.maxConcurrentFetches !== undefined
+        ? { maxConcurrentFetches: options.maxConcurrentFetches }
+        : {}),
+    });
+  }
+
+  get settings(): Settings {
+    return this.current;
+  }
+
+  /** The load view, for tests and the admin API. */
+  get loadView(): LoadView {
+    return this.view;
+  }
+
+  updateSettings(update: unknown): Settings {
+    const next = mergeSettings(this.current, update);
+    this.current = next;
+    this.emit({ type: 'settings_changed', settings: next });
+    return next;
+  }
+
+  async acquire<C extends Candidate>(request: AcquireRequest<C>): Promise<Ticket<C>> {
+    const started = this.clock.now();
+    try {
+      const ticket = await this.pass(request, started);
+      this.recorder.outcomes.acquired++;
+      return ticket;
+    } catch (err) {
+      if (err instanceof CapacityError) this.recorder.outcomes[`capacity_${err.reason}`]++;
+      else if (err instanceof StoreUnavailableError) this.recorder.outcomes.store_unavailable++;
+      else if (err instanceof NoChannelError) this.recorder.outcomes.no_channel++;
+      throw err;
+    } finally {
+      this.recorder.admissionLatency.observe(this.clock.now() - started);
+    }
+  }
+
+  private async pass<C extends Candidate>(request: AcquireRequest<C>, started: number): Promise<Ticket<C>> {
+    if (this.closed) throw new StoreUnavailableError('acquire', 'the admission engine is closed');
+    const { signal, exclude } = request;
+    const candidates = request.candidates.filter((c) => c.enabled !== false && !exclude?.has(c.id));
+    if (candidates.length === 0) throw new NoChannelError();
+    for (const c of candidates) this.known.set(c.id, isBounded(c));
+    const settings = this.current;
+    const byTier = tiers(candidates);
+
+    // No bounded channel: weighted random in the highest tier with a channel not cooling, zero store commands.
+    const bounded = candidates.filter(isBounded);
+    if (bounded.length === 0) {
+      for (const tier of byTier) {
+        const pick = weightedPick(
+          tier.filter((c) => this.localCoolingMs(c.id) === 0),
+          this.random,
+        );
+        if (pick) return this.unlimitedTicket(pick);
+      }
+      throw this.capacityError('full', candidates, [], settings);
+    }
+
+    const loads = await this.withAbort(this.view.read(bounded.map((c) => c.id)), signal);
+    let budget = settings.max_acquire_attempts;
+    let waitCandidate: C | undefined;
+    const saturated: C[] = [];
+
+    for (const tier of byTier) {
+      let ordered = this.orderTier(tier, loads);
+      if (ordered.length === 0) {
+        const tierBounded = tier.filter(isBounded);
+        if (tierBounded.some((c) => loads.get(c.id)?.coolingDown)) {
+          const fresh = await this.withAbort(this.view.readFresh(tierBounded.map((c) => c.id)), signal);
+          if (fresh) {
+            for (const [id, load] of fresh) loads.set(id, load);
+            ordered = this.orderTier(tier, loads);
+          }
+        }
+      }
+
+      for (let i = 0; i < ordered.length;) {
+        const c = ordered[i]!;
+        if (!isBounded(c)) return this.unlimitedTicket(c);
+        if (budget <= 0) {
+          waitCandidate ??= c;
+          i++;
+          continue;
+        }
+        // A run of bounded channels tried in one store call, as far as the budget and the store allow.
+        const batch: C[] = [];
+        const room = Math.min(budget, this.store.maxChannelsPerAcquire);
+        while (i < ordered.length && batch.length < room && isBounded(ordered[i]!)) batch.push(ordered[i++]!);
+        const outcome = await this.tryAcquire(batch, settings);
+        budget -= outcome.replies.length;
+        outcome.replies.forEach((reply, k) => {
+          const channel = batch[k]!;
+          if (reply === 'full') {
+            saturated.push(channel);
+            waitCandidate ??= channel;
+          } else if (reply === 'cooling') {
+            this.view.noteCooling(channel.id, settings.load_cache_ttl_ms);
+          }
+        });
+        if (outcome.lease)
+          return this.boundedTicket(batch[outcome.replies.length - 1]!, outcome.lease, 0, signal);
+      }
+    }
+
+    if (waitCandidate && settings.wait_enabled && settings.wait_timeout_ms > 0) {
+      return this.wait(waitCandidate, candidates, saturated, started, settings, signal);
+    }
+    throw this.capacityError('full', candidates, saturated, settings);
+  }
+
+  /** Drops cooling channels; orders the rest by load rate with a weighted shuffle among equal loads. */
+  private orderTier<C extends Candidate>(tier: readonly C[], loads: Map<string, ChannelLoad>): C[] {
+    const usable = tier.filter((c) =>
+      isBounded(c) ? !loads.get(c.id)?.coolingDown : this.localCoolingMs(c.id) === 0,
+    );
+    return orderByLoad(
+      usable,
+      (c) => {
+        if (!isBounded(c)) return 0;
+        const load = loads.get(c.id);
+        return load ? (load.active + load.waiting) / c.maxConcurrency! : 0;
+      },
+      this.random,
+    );
+  }
+
+  private async tryAcquire<C extends Candidate>(batch: readonly C[], settings: Settings) {
+    const targets: AcquireTarget[] = batch.map((c) => ({ channelId: c.id, max: c.maxConcurrency! }));
+    this.recorder.acquireCalls++;
+    const outcome = await this.leases.acquireFirst(targets, settings.cooldown_enabled);
+    this.recorder.acquireAttempts += outcome.replies.length;
+    return outcome;
+  }
+
+  private async wait<C extends Candidate>(
+    channel: C,
+    candidates: readonly C[],
+    saturated: readonly C[],
+    started: number,
+    settings: Settings,
+    signal?: AbortSignal,
+  ): Promise<Ticket<C>> {
+    const maxWaiting =
+      channel.maxWaiting ??
+      (settings.max_waiting_per_channel > 0 ? settings.max_waiting_per_channel : channel.maxConcurrency!);
+    const token = this.leases.nextToken();
+    const registered = await this.store.registerWaiter(
+      channel.id,
+      token,
+      maxWaiting,
+      settings.wait_timeout_ms + WAITER_TTL_MARGIN_MS,
+    );
+    if (!registered) throw this.capacityError('queue_full', candidates, saturated, settings, channel);
+
+    const waitStart = this.clock.now();
+    const deadline = waitStart + settings.wait_timeout_ms;
+    let napping: AbortController | undefined;
+    const waker: Waker = {
+      wake: () => {
+        if (!napping) return false;
+        napping.abort();
+        return true;
+      },
+    };
+    this.waiters.add(channel.id, waker);
+    try {
+      let interval = settings.wait_interval_ms;
+      for (;;) {
+        const remaining = deadline - this.clock.now();
+        if (remaining > 0) {
+          napping = new AbortController();
+          const nap = napping;
+          const onAbort = () => nap.abort();
+          signal?.addEventListener('abort', onAbort, { once: true });
+          try {
+            await this.clock.sleep(Math.min(jitter(interval, this.random), remaining), nap.signal);
+          } catch {
+            // woken by a local release or by the caller's abort
+          } finally {
+            signal?.removeEventListener('abort', onAbort);
+            napping = undefined;
+          }
+        }
+        if (signal?.aborted) throw this.capacityError('aborted', candidates, saturated, settings, channel);
+        const outcome = await this.tryAcquire([channel], settings);
+        if (outcome.lease) {
+          const waited = this.clock.now() - waitStart;
+          this.recorder.waitTime.observe(waited);
+          return this.boundedTicket(channel, outcome.lease, waited, signal);
+        }
+        if (this.clock.now() >= deadline) {
+          throw this.capacityError('wait_timeout', candidates, saturated, settings, channel);
+        }
+        interval = nextInterval(interval, settings.wait_interval_ms);
+      }
+    } catch (err) {
+      if (!(err instanceof SlotgateError)) throw err;
+      if (err instanceof CapacityError) this.recorder.waitTime.observe(this.clock.now() - waitStart);
+      throw err;
+    } finally {
+      this.waiters.remove(channel.id, waker);
+      void this.store.unregisterWaiter(channel.id, token).catch(() => {
+        // the registration expires by its score; nothing drifts
+      });
+    }
+  }
+
+  private boundedTicket<C extends Candidate>(
+    channel: C,
+    lease: Lease,
+    waitedMs: number,
+    signal?: AbortSignal,
+  ): Ticket<C> {
+    this.view.noteAcquire(channel.id);
+    let released: Promise<void> | undefined;
+    const ticket: Ticket<C> = {
+      channel,
+      token: lease.token,
+      waitedMs,
+      release: () => {
+        released ??= (async () => {
+          await this.leases.release(lease);
+          this.view.noteRelease(channel.id);
+          this.waiters.wakeOne(channel.id);
+        })();
+        return released;
+      },
+    };
+    if (signal?.aborted) {
+      // The caller gave up while the store admitted it: hand the slot straight back.
+      void ticket.release();
+      throw this.capacityError('aborted', [channel], [], this.current, channel);
+    }
+    return ticket;
+  }
+
+  private unlimitedTicket<C extends Candidate>(channel: C): Ticket<C> {
+    this.unlimitedActive.set(channel.id, (this.unlimitedActive.get(channel.id) ?? 0) + 1);
+    let released = false;
+    return {
+      channel,
+      token: undefined,
+      waitedMs: 0,
+      release: async () => {
+        if (released) return;
+        released = true;
+        const n = (this.unlimitedActive.get(channel.id) ?? 1) - 1;
+        if (n > 0) this.unlimitedActive.set(channel.id, n);
+        else this.unlimitedActive.delete(channel.id);
+      },
+    };
+  }
+
+  private async withAbort<T>(work: Promise<T>, signal?: AbortSignal): Promise<T> {
+    try {
+      return await abortable(work, signal);
+    } catch (err) {
+      if (signal?.aborted) throw this.capacityError('aborted', [], [], this.current);
+      throw err;
+    }
+  }
+
+  private capacityError(
+    reason: 'full' | 'queue_full' | 'wait_timeout' | 'aborted',
+    candidates: readonly Candidate[],
+    saturated: readonly Candidate[],
+    settings: Settings,
+    waitedOn?: Candidate,
+  ): CapacityError {
+    const ids = saturated.map((c) => c.id);
+    const cooling = candidates.filter((c) => !saturated.includes(c)).map((c) => c.id);
+    const full = ids.length ? `channels at max concurrency: ${ids.join(', ')}` : '';
+    const rest = cooling.length ? `cooling down or skipped: ${cooling.join(', ')}` : '';
+    const detail = [full, rest].filter(Boolean).join('; ');
+    let message: string;
+    switch (reason) {
+      case 'queue_full':
+        message = `wait queue of channel ${waitedOn!.id} is full`;
+        break;
+      case 'wait_timeout':
+        message = `no slot came free on channel ${waitedOn!.id} within ${settings.wait_timeout_ms} ms`;
+        break;
+      case 'aborted':
+        message = 'the request was aborted while waiting for a channel slot';
+        break;
+      default:
+        message = 'every candidate channel is at capacity';
+    }
+    const retryAfterMs = saturated.length
+      ? DEFAULT_RETRY_AFTER_MS
+      : Math.max(
+          DEFAULT_RETRY_AFTER_MS,
+          ...candidates.map((c) => this.localCoolingMs(c.id)).filter((ms) => ms > 0),
+        );
+    return new CapacityError(reason, detail ? `${message} (${detail})` : message, {
+      retryAfterMs,
+      channels: ids,
+    });
+  }
+
+  private localCoolingMs(id: string): number {
+    const until = this.localCooldowns.get(id);
+    if (until === undefined) return 0;
+    const remaining = until - this.clock.now();
+    if (remaining > 0) return remaining;
+    this.localCooldowns.delete(id);
+    return 0;
+  }
+
+  private isBoundedId(channel: string | Candidate): { id: string; bounded: boolean } {
+    if (typeof channel !== 'string') return { id: channel.id, bounded: isBounded(channel) };
+    return { id: channel, bounded: this.known.get(channel) ?? true };
+  }
+
+  async cooldown(channel: string | Candidate, opts: { ms?: number; reason?: string } = {}): Promise<void> {
+    if (!this.current.cooldown_enabled) return;
+    const { id, bounded } = this.isBoundedId(channel);
+    const ms = Math.max(1, Math.round(opts.ms ?? this.current.cooldown_seconds * 1000));
+    this.localCooldowns.set(id, this.clock.now() + ms);
+    this.view.noteCooling(id, ms);
+    if (bounded) await this.store.setCooldown(id, ms, opts.reason ?? 'cooldown');
+  }
+
+  async clearCooldown(channel: string | Candidate): Promise<void> {
+    const { id, bounded } = this.isBoundedId(channel);
+    this.localCooldowns.delete(id);
+    this.view.noteCooldownCleared(id);
+    if (bounded) await this.store.clearCooldown(id);
+  }
+
+  async readLoads(channels: readonly Candidate[]): Promise<Map<string, ChannelLoad>> {
+    const bounded = channels.filter(isBounded).map((c) => c.id);
+    const loads = bounded.length ? await this.store.readLoads(bounded) : new Map<string, ChannelLoad>();
+    for (const c of channels) {
+      if (isBounded(c)) continue;
+      const cooling = this.localCoolingMs(c.id);
+      loads.set(c.id, {
+        active: this.unlimitedActive.get(c.id) ?? 0,
+        waiting: 0,
+        coolingDown: cooling > 0,
+        cooldownRemainingMs: cooling,
+      });
+    }
+    return loads;
+  }
+
+  stats(): AdmissionStats {
+    const channels: Record<string, ChannelStats> = {};
+    const touch = (id: string) => (channels[id] ??= { active: 0, waiting: 0 });
+    for (const lease of this.leases.leases()) touch(lease.channelId).active++;
+    for (const [id, n] of this.unlimitedActive) touch(id).active += n;
+    for (const id of this.waiters.channels()) touch(id).waiting = this.waiters.count(id);
+    const r = this.recorder;
+    return {
+      instanceId: this.instanceId,
+      store: this.store.kind,
+      commands: { ...this.store.commands },
+      outcomes: { ...r.outcomes },
+      acquireAttempts: r.acquireAttempts,
+      acquireCalls: r.acquireCalls,
+      admissionLatencyMs: r.admissionLatency.snapshot(),
+      waitTimeMs: r.waitTime.snapshot(),
+      loadView: { ...this.view.counters },
+      leasesLost: r.leasesLost,
+      liveLeases: this.leases.size,
+      channels,
+    };
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    await this.leases.close();
+  }
+}

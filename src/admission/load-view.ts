@@ -1,0 +1,286 @@
+/**
+ * The load view (spec §4): "how loaded is each candidate?", for ordering only. Ownership is always decided live by
+ * the acquire script, so nothing here can cause overselling.
+ *
+ * - a per-channel snapshot cache with a short TTL: a channel is fetched at most once per TTL per instance, however
+ *   many candidate sets contain it; reading cached channels issues zero store commands;
+ * - coalescing: a read that finds a channel's fetch in flight joins it instead of starting another;
+ * - detached fetch rounds with a time-out, at most `maxConcurrentFetches` at once; a caller that cannot get a fetch
+ *   slot in time, or whose fetch fails, gets an in-memory fallback (this instance's own counts), never an error;
+ * - local correction: this instance's own acquires and releases adjust the cached counts between fetches;
+ * - fresh reads bypassing the cache, coalesced per channel set, stored back into the cache;
+ * - `load_cache_enabled = false`: every read goes straight to the store (the rollback switch).
+ */
+import type { Clock } from '../core/clock.js';
+import type { Settings } from '../core/settings.js';
+import type { ChannelLoad, SlotStore } from '../store/store.js';
+import { Semaphore } from './semaphore.js';
+
+export interface LocalState {
+  active(channelId: string): number;
+  waiting(channelId: string): number;
+  /** Remaining cooldown this instance knows of, 0 when none. */
+  coolingMs(channelId: string): number;
+}
+
+export interface LoadViewOptions {
+  store: SlotStore;
+  clock: Clock;
+  settings: () => Settings;
+  local: LocalState;
+  /** Time-out of a fetch round, including the wait for a fetch slot. @default 3000 */
+  fetchTimeoutMs?: number;
+  /** Fetch rounds running at once per instance. @default 2 */
+  maxConcurrentFetches?: number;
+}
+
+export interface LoadViewCounters {
+  /** Reads served entirely from the cache (zero store commands). */
+  hits: number;
+  /** Reads that started a fetch round. */
+  misses: number;
+  /** Reads that only joined fetches already in flight. */
+  coalesced: number;
+  /** Fresh-read rounds started (a cached snapshot had filtered a whole tier as cooling). */
+  freshReads: number;
+  /** Reads answered (in part) with the in-memory fallback. */
+  fallbacks: number;
+  /** Store reads made: fetch rounds, fresh reads and direct reads with the cache off. */
+  fetches: number;
+  /** Reads straight from the store with load_cache_enabled = false. */
+  directReads: number;
+}
+
+interface Entry {
+  load: ChannelLoad;
+  fetchedAt: number;
+  /** This instance's acquires minus releases since the fetch. */
+  delta: number;
+}
+
+type Round = Promise<Map<string, ChannelLoad> | null>;
+
+export class LoadView {
+  readonly counters: LoadViewCounters = {
+    hits: 0,
+    misses: 0,
+    coalesced: 0,
+    freshReads: 0,
+    fallbacks: 0,
+    fetches: 0,
+    directReads: 0,
+  };
+  private readonly cache = new Map<string, Entry>();
+  private readonly inflight = new Map<string, Round>();
+  private readonly freshInflight = new Map<string, Round>();
+  private readonly fetchSlots: Semaphore;
+  private readonly fetchTimeoutMs: number;
+
+  constructor(private readonly opts: LoadViewOptions) {
+    this.fetchTimeoutMs = opts.fetchTimeoutMs ?? 3000;
+    this.fetchSlots = new Semaphore(opts.maxConcurrentFetches ?? 2);
+  }
+
+  /** Loads of the given (bounded) channels. Never throws for store trouble; rejects only when `signal` aborts. */
+  async read(ids: readonly string[], signal?: AbortSignal): Promise<Map<string, ChannelLoad>> {
+    const result = new Map<string, ChannelLoad>();
+    if (ids.length === 0) return result;
+    const settings = this.opts.settings();
+    if (!settings.load_cache_enabled) return this.readDirect(ids, signal);
+
+    const now = this.opts.clock.now();
+    const missing: string[] = [];
+    const waits = new Map<Round, string[]>();
+    for (const id of ids) {
+      const entry = this.cache.get(id);
+      if (entry && now - entry.fetchedAt < settings.load_cache_ttl_ms) {
+        result.set(id, corrected(entry));
+        continue;
+      }
+      const round = this.inflight.get(id);
+      if (round) pushTo(waits, round, id);
+      else missing.push(id);
+    }
+    if (missing.length === 0 && waits.size === 0) {
+      this.counters.hits++;
+      return result;
+    }
+    if (missing.length > 0) {
+      this.counters.misses++;
+      pushTo(waits, this.startRound(missing, false), ...missing);
+    } else {
+      this.counters.coalesced++;
+    }
+    let fellBack = false;
+    await abortable(
+      Promise.all(
+        [...waits].map(async ([round, roundIds]) => {
+          const loads = await round;
+          for (const id of roundIds) {
+            const entry = loads && this.cache.get(id);
+            if (entry) result.set(id, corrected(entry));
+            else {
+              result.set(id, this.fallback(id));
+              fellBack = true;
+            }
+          }
+        }),
+      ),
+      signal,
+    );
+    if (fellBack) this.counters.fallbacks++;
+    return result;
+  }
+
+  /**
+   * Re-reads the channels bypassing the cache (coalesced per channel set) and stores the result in the cache.
+   * Returns null when the read failed: the caller keeps what it had.
+   */
+  async readFresh(ids: readonly string[], signal?: AbortSignal): Promise<Map<string, ChannelLoad> | null> {
+    if (ids.length === 0) return new Map();
+    const key = [...ids].sort().join('\u0000');
+    let round = this.freshInflight.get(key);
+    if (!round) {
+      round = this.startRound([...ids], true);
+      this.freshInflight.set(key, round);
+      const started = round;
+      void started.finally(() => {
+        if (this.freshInflight.get(key) === started) this.freshInflight.delete(key);
+      });
+    }
+    const loads = await abortable(round, signal);
+    if (!loads) return null;
+    const result = new Map<string, ChannelLoad>();
+    for (const id of ids) {
+      const entry = this.cache.get(id);
+      result.set(id, entry ? corrected(entry) : loads.get(id)!);
+    }
+    return result;
+  }
+
+  /** A detached fetch round: waits for a fetch slot, reads the store, fills the cache; null on any failure. */
+  private startRound(ids: string[], fresh: boolean): Round {
+    if (fresh) this.counters.freshReads++;
+    const deadline = this.opts.clock.now() + this.fetchTimeoutMs;
+    const round: Round = (async () => {
+      if (!(await this.fetchSlots.acquire(this.fetchTimeoutMs))) return null;
+      this.counters.fetches++;
+      const read = this.opts.store.readLoads(ids);
+      // The slot is held until the store call itself settles, so slow reads never pile up past the bound.
+      void read.then(
+        () => this.fetchSlots.release(),
+        () => this.fetchSlots.release(),
+      );
+      const loads = await withTimeout(read, Math.max(1, deadline - this.opts.clock.now()));
+      if (!loads) return null;
+      const fetchedAt = this.opts.clock.now();
+      for (const [id, load] of loads) this.cache.set(id, { load, fetchedAt, delta: 0 });
+      return loads;
+    })().catch(() => null);
+    if (!fresh) {
+      for (const id of ids) this.inflight.set(id, round);
+      void round.finally(() => {
+        for (const id of ids) if (this.inflight.get(id) === round) this.inflight.delete(id);
+      });
+    }
+    return round;
+  }
+
+  private async readDirect(ids: readonly string[], signal?: AbortSignal): Promise<Map<string, ChannelLoad>> {
+    this.counters.directReads++;
+    this.counters.fetches++;
+    const read = this.opts.store.readLoads(ids).catch(() => null);
+    const loads = await abortable(withTimeout(read, this.fetchTimeoutMs), signal);
+    if (loads) return loads;
+    this.counters.fallbacks++;
+    return new Map(ids.map((id) => [id, this.fallback(id)]));
+  }
+
+  /** This instance's own knowledge: its leases, its waiters, the cooldowns it set. Unknown = 0. */
+  fallback(id: string): ChannelLoad {
+    const cooling = this.opts.local.coolingMs(id);
+    return {
+      active: this.opts.local.active(id),
+      waiting: this.opts.local.waiting(id),
+      coolingDown: cooling > 0,
+      cooldownRemainingMs: cooling,
+    };
+  }
+
+  /** Local correction: this instance took a slot on the channel. */
+  noteAcquire(id: string): void {
+    const entry = this.cache.get(id);
+    if (entry) entry.delta++;
+  }
+
+  /** Local correction: this instance gave a slot back. */
+  noteRelease(id: string): void {
+    const entry = this.cache.get(id);
+    if (entry) entry.delta--;
+  }
+
+  /** The acquire script (or this instance) found the channel cooling: later passes skip it until the next fetch. */
+  noteCooling(id: string, remainingMs: number): void {
+    const entry = this.cache.get(id);
+    if (entry) entry.load = { ...entry.load, coolingDown: true, cooldownRemainingMs: remainingMs };
+  }
+
+  noteCooldownCleared(id: string): void {
+    const entry = this.cache.get(id);
+    if (entry) entry.load = { ...entry.load, coolingDown: false, cooldownRemainingMs: 0 };
+  }
+
+  /** Forget every snapshot (settings changes that alter what a load means, tests). */
+  clear(): void {
+    this.cache.clear();
+  }
+}
+
+function corrected(entry: Entry): ChannelLoad {
+  return entry.delta === 0
+    ? entry.load
+    : { ...entry.load, active: Math.max(0, entry.load.active + entry.delta) };
+}
+
+function pushTo<K, V>(map: Map<K, V[]>, key: K, ...values: V[]): void {
+  const list = map.get(key);
+  if (list) list.push(...values);
+  else map.set(key, values);
+}
+
+/** Resolves with the value, or null when `ms` passes first (the work goes on, detached). */
+function withTimeout<T>(work: Promise<T>, ms: number): Promise<T | null> {
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => resolve(null), ms);
+    work.then(
+      (value) => {
+        clearTimeout(timer);
+        resolve(value);
+      },
+      (err: unknown) => {
+        clearTimeout(timer);
+        reject(err instanceof Error ? err : new Error(String(err)));
+      },
+    );
+  });
+}
+
+/** The caller's view of shared work: rejects with the abort reason when the caller gives up; the work goes on. */
+export function abortable<T>(work: Promise<T>, signal?: AbortSignal): Promise<T> {
+  if (!signal) return work;
+  if (signal.aborted) return Promise.reject(signal.reason ?? new Error('aborted'));
+  return new Promise((resolve, reject) => {
+    const onAbort = () => reject(signal.reason ?? new Error('aborted'));
+    signal.addEventListener('abort', onAbort, { once: true });
+    work.then(
+      (value) => {
+        signal.removeEventListener('abort', onAbort);
+        resolve(value);
+      },
+      (err: unknown) => {
+        signal.removeEventListener('abort', onAbort);
+        reject(err instanceof Error ? err : new Error(String(err)));
+      },
+    );
+  });
+}

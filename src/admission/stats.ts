@@ -1,0 +1,52 @@
+/** The counters of spec §8 that the admission engine keeps; the gateway exports them to Prometheus. */
+import type { CapacityReason } from '../core/errors.js';
+import { Histogram, type HistogramSnapshot } from '../core/histogram.js';
+import type { Purpose } from '../store/store.js';
+import type { LoadViewCounters } from './load-view.js';
+
+export type Outcome = 'acquired' | `capacity_${CapacityReason}` | 'store_unavailable' | 'no_channel';
+
+export interface ChannelStats {
+  /** This instance's live leases (bounded) or in-flight tickets (unlimited). */
+  active: number;
+  /** This instance's live waiters. */
+  waiting: number;
+}
+
+export interface AdmissionStats {
+  instanceId: string;
+  store: 'memory' | 'redis';
+  /** Store commands issued, by purpose (a script call counts as one). */
+  commands: Record<Purpose, number>;
+  outcomes: Record<Outcome, number>;
+  /** Bounded channels tried with the acquire script, and how many script calls carried them. */
+  acquireAttempts: number;
+  acquireCalls: number;
+  admissionLatencyMs: HistogramSnapshot;
+  waitTimeMs: HistogramSnapshot;
+  loadView: LoadViewCounters;
+  leasesLost: number;
+  liveLeases: number;
+  channels: Record<string, ChannelStats>;
+}
+
+export function emptyOutcomes(): Record<Outcome, number> {
+  return {
+    acquired: 0,
+    capacity_full: 0,
+    capacity_queue_full: 0,
+    capacity_wait_timeout: 0,
+    capacity_aborted: 0,
+    store_unavailable: 0,
+    no_channel: 0,
+  };
+}
+
+export class StatsRecorder {
+  readonly outcomes = emptyOutcomes();
+  readonly admissionLatency = new Histogram();
+  readonly waitTime = new Histogram();
+  acquireAttempts = 0;
+  acquireCalls = 0;
+  leasesLost = 0;
+}

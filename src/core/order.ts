@@ -1,0 +1,66 @@
+/**
+ * Pure ordering logic of the admission pass: tiers by priority, weighted random picks and shuffles, and ordering a
+ * tier by load rate. No I/O; randomness is injected.
+ */
+import { priorityOf, weightOf, type Candidate } from './channel.js';
+
+export type Random = () => number;
+
+/** Groups candidates into tiers of equal priority, highest first; order inside a tier is kept. */
+export function tiers<C extends Candidate>(candidates: readonly C[]): C[][] {
+  const byPriority = new Map<number, C[]>();
+  for (const c of candidates) {
+    const p = priorityOf(c);
+    const tier = byPriority.get(p);
+    if (tier) tier.push(c);
+    else byPriority.set(p, [c]);
+  }
+  return [...byPriority.entries()].sort((a, b) => b[0] - a[0]).map(([, tier]) => tier);
+}
+
+/** One channel drawn with probability proportional to its weight; all-zero weights draw uniformly. */
+export function weightedPick<C extends Candidate>(items: readonly C[], random: Random): C | undefined {
+  if (items.length <= 1) return items[0];
+  const total = items.reduce((sum, c) => sum + weightOf(c), 0);
+  if (total <= 0) return items[Math.floor(random() * items.length)];
+  let r = random() * total;
+  for (const c of items) {
+    r -= weightOf(c);
+    if (r < 0) return c;
+  }
+  return items.findLast((c) => weightOf(c) > 0);
+}
+
+/**
+ * Weighted random order without replacement (Efraimidis–Spirakis: sort by u^(1/w) descending), weight-0 channels
+ * last in random order.
+ */
+export function weightedShuffle<C extends Candidate>(items: readonly C[], random: Random): C[] {
+  if (items.length <= 1) return [...items];
+  return items
+    .map((c) => {
+      const w = weightOf(c);
+      const u = random();
+      return { c, key: w > 0 ? Math.log(Math.max(u, Number.MIN_VALUE)) / w : -Infinity, tie: u };
+    })
+    .sort((a, b) => b.key - a.key || b.tie - a.tie)
+    .map((x) => x.c);
+}
+
+/** Sorts by load rate ascending, with a weighted shuffle among channels of equal load. */
+export function orderByLoad<C extends Candidate>(
+  items: readonly C[],
+  loadRate: (c: C) => number,
+  random: Random,
+): C[] {
+  const groups = new Map<number, C[]>();
+  for (const c of items) {
+    const rate = loadRate(c);
+    const group = groups.get(rate);
+    if (group) group.push(c);
+    else groups.set(rate, [c]);
+  }
+  return [...groups.entries()]
+    .sort((a, b) => a[0] - b[0])
+    .flatMap(([, group]) => weightedShuffle(group, random));
+}
