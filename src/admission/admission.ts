@@ -284,7 +284,8 @@ export class AdmissionEngine implements Admission {
         return true;
       },
     };
-    this.waiters.add(channel.id, waker);
+    const listensTo = candidates.filter(isBounded).map((c) => c.id);
+    this.waiters.add(channel.id, listensTo, waker);
     try {
       let interval = settings.wait_interval_ms;
       for (;;) {
@@ -304,11 +305,14 @@ export class AdmissionEngine implements Admission {
           }
         }
         if (signal?.aborted) throw this.capacityError('aborted', candidates, saturated, settings, channel);
-        const outcome = await this.tryAcquire([channel], settings);
+        const unlimited = this.firstUsableUnlimited(candidates);
+        if (unlimited) return this.unlimitedTicket(unlimited);
+        const targets = await this.pollTargets(candidates, channel);
+        const outcome = await this.tryAcquire(targets, settings);
         if (outcome.lease) {
           const waited = this.clock.now() - waitStart;
           this.recorder.waitTime.observe(waited);
-          return this.boundedTicket(channel, outcome.lease, waited, signal);
+          return this.boundedTicket(targets[outcome.replies.length - 1]!, outcome.lease, waited, signal);
         }
         if (this.clock.now() >= deadline) {
           throw this.capacityError('wait_timeout', candidates, saturated, settings, channel);
@@ -320,11 +324,36 @@ export class AdmissionEngine implements Admission {
       if (err instanceof CapacityError) this.recorder.waitTime.observe(this.clock.now() - waitStart);
       throw err;
     } finally {
-      this.waiters.remove(channel.id, waker);
+      this.waiters.remove(channel.id, listensTo, waker);
       void this.store.unregisterWaiter(channel.id, token).catch(() => {
         // the registration expires by its score; nothing drifts
       });
     }
+  }
+
+  /**
+   * What one poll tries, in one store call: the channel the load view ranks best if it shows room there (a slot may
+   * have come free on another candidate), then the channel the waiter is registered with. Reading the view is free
+   * while its snapshot is cached, so a poll stays one script call.
+   */
+  private async pollTargets<C extends Candidate>(candidates: readonly C[], registeredOn: C): Promise<C[]> {
+    const bounded = candidates.filter(isBounded);
+    if (bounded.length === 1) return [registeredOn];
+    const loads = await this.view.read(bounded.map((c) => c.id));
+    for (const tier of tiers(bounded)) {
+      for (const c of this.orderTier(tier, loads)) {
+        if (c === registeredOn) return [registeredOn];
+        const load = loads.get(c.id);
+        if (load && load.active < c.maxConcurrency!) {
+          return this.store.maxChannelsPerAcquire > 1 ? [c, registeredOn] : [c];
+        }
+      }
+    }
+    return [registeredOn];
+  }
+
+  private firstUsableUnlimited<C extends Candidate>(candidates: readonly C[]): C | undefined {
+    return candidates.find((c) => !isBounded(c) && this.localCoolingMs(c.id) === 0);
   }
 
   private boundedTicket<C extends Candidate>(

@@ -1,4 +1,8 @@
-/** This instance's waiters per channel, so a local release can wake one at once (spec §5.3). */
+/**
+ * This instance's waiters, so a local release can wake one at once (spec §5.3). A waiter listens on every bounded
+ * channel of its candidate set (a slot freed on any of them can serve it) and is counted on the channel it is
+ * registered with.
+ */
 
 export interface Waker {
   /** Cuts the waiter's current sleep short; false when it was not sleeping (busy with an attempt). */
@@ -6,35 +10,45 @@ export interface Waker {
 }
 
 export class LocalWaiters {
-  private readonly byChannel = new Map<string, Waker[]>();
+  private readonly listeners = new Map<string, Waker[]>();
+  private readonly registered = new Map<string, number>();
 
-  add(channelId: string, waker: Waker): void {
-    const list = this.byChannel.get(channelId);
-    if (list) list.push(waker);
-    else this.byChannel.set(channelId, [waker]);
+  add(registeredOn: string, listensTo: readonly string[], waker: Waker): void {
+    this.registered.set(registeredOn, (this.registered.get(registeredOn) ?? 0) + 1);
+    for (const id of listensTo) {
+      const list = this.listeners.get(id);
+      if (list) list.push(waker);
+      else this.listeners.set(id, [waker]);
+    }
   }
 
-  remove(channelId: string, waker: Waker): void {
-    const list = this.byChannel.get(channelId);
-    if (!list) return;
-    const i = list.indexOf(waker);
-    if (i >= 0) list.splice(i, 1);
-    if (list.length === 0) this.byChannel.delete(channelId);
+  remove(registeredOn: string, listensTo: readonly string[], waker: Waker): void {
+    const n = (this.registered.get(registeredOn) ?? 1) - 1;
+    if (n > 0) this.registered.set(registeredOn, n);
+    else this.registered.delete(registeredOn);
+    for (const id of listensTo) {
+      const list = this.listeners.get(id);
+      if (!list) continue;
+      const i = list.indexOf(waker);
+      if (i >= 0) list.splice(i, 1);
+      if (list.length === 0) this.listeners.delete(id);
+    }
   }
 
   /**
-   * Wakes the longest-waiting sleeping waiter of the channel: one slot came free, so one waiter retries at once;
-   * waking all would spend one acquire call per waiter for a single slot.
+   * Wakes the longest-waiting sleeping waiter that can use the channel: one slot came free, so one waiter retries at
+   * once; waking all would spend one acquire call per waiter for a single slot.
    */
   wakeOne(channelId: string): void {
-    for (const waker of this.byChannel.get(channelId) ?? []) if (waker.wake()) return;
+    for (const waker of this.listeners.get(channelId) ?? []) if (waker.wake()) return;
   }
 
+  /** Waiters of this instance registered on the channel. */
   count(channelId: string): number {
-    return this.byChannel.get(channelId)?.length ?? 0;
+    return this.registered.get(channelId) ?? 0;
   }
 
   channels(): IterableIterator<string> {
-    return this.byChannel.keys();
+    return this.registered.keys();
   }
 }

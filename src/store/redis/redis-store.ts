@@ -163,10 +163,18 @@ export class RedisStore implements SlotStore {
     maxWaiting: number,
     ttlMs: number,
   ): Promise<boolean> {
-    const reply = await this.run('wait', 'wait_register', 1, () =>
-      this.scripts[SCRIPTS.registerWaiter.name](this.keys.waiters(channelId), token, maxWaiting, ttlMs),
-    );
-    return Number(reply) === 1;
+    try {
+      const reply = await this.run('wait', 'wait_register', 1, () =>
+        this.scripts[SCRIPTS.registerWaiter.name](this.keys.waiters(channelId), token, maxWaiting, ttlMs),
+      );
+      return Number(reply) === 1;
+    } catch (err) {
+      // Uncertain, like an acquire: the script may still run after the time-out (it was on the wire, or in the
+      // client's offline queue), and the caller, told it failed, will never unregister. One detached removal, sent
+      // behind it on the same connection, undoes it; the registration's TTL is the backstop.
+      this.unregisterWaiter(channelId, token).catch(() => {});
+      throw err;
+    }
   }
 
   async unregisterWaiter(channelId: string, token: string): Promise<void> {

@@ -11,7 +11,8 @@
   Returns an array with one code per channel tried, stopping at the first admission:
     1 = acquired, 0 = full, 2 = cooling
   With one channel (the common case) it costs: EXISTS (when checking), TIME, ZCARD, ZADD, PTTL, PEXPIRE.
-  A cooling channel costs EXISTS only. Expired members are dropped when the set looks full.
+  A cooling channel costs EXISTS only; a full one EXISTS, TIME, ZCARD, ZREMRANGEBYSCORE. Expired members are
+  dropped when the set looks full.
   The slots key's expiry is only ever extended, to at least the newest lease expiry, so a crashed holder's
   channel leaves no key behind and a shorter lease_ttl_ms can never expire a key that still holds longer leases.
 ]]
@@ -32,8 +33,7 @@ for i = 1, #KEYS / 2 do
     local max = tonumber(ARGV[3 + i])
     local n = redis.call('ZCARD', slots)
     if n >= max then
-      redis.call('ZREMRANGEBYSCORE', slots, '-inf', now)
-      n = redis.call('ZCARD', slots)
+      n = n - redis.call('ZREMRANGEBYSCORE', slots, '-inf', now)
     end
     if n < max then
       redis.call('ZADD', slots, now + ttl, token)

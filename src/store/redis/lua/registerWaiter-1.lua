@@ -8,7 +8,7 @@
   ARGV[3]  registration TTL in ms (the wait deadline plus a margin)
 
   Returns 1 = registered, 0 = queue full.
-  Cost: TIME, ZCARD (+ ZREMRANGEBYSCORE and ZCARD when it looks full), ZADD, PTTL (+ PEXPIRE when it extends).
+  Cost: TIME, ZCARD (+ ZREMRANGEBYSCORE when it looks full), ZADD, PTTL (+ PEXPIRE when it extends).
 ]]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -16,8 +16,7 @@ local max = tonumber(ARGV[2])
 local ttl = tonumber(ARGV[3])
 local n = redis.call('ZCARD', KEYS[1])
 if n >= max then
-  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-  n = redis.call('ZCARD', KEYS[1])
+  n = n - redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
   if n >= max then
     return 0
   end

@@ -1,0 +1,329 @@
+/**
+ * The admission engine on a real Redis, with every command counted by a wrapper around the client (spec §10).
+ */
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { Redis } from 'ioredis';
+import { createAdmission, type AdmissionEngine } from '../../src/admission/admission.js';
+import { LoadView } from '../../src/admission/load-view.js';
+import { systemClock } from '../../src/core/clock.js';
+import { CapacityError, StoreUnavailableError } from '../../src/core/errors.js';
+import { DEFAULT_SETTINGS, mergeSettings } from '../../src/core/settings.js';
+import type { Candidate } from '../../src/core/channel.js';
+import { RedisStore } from '../../src/store/redis/redis-store.js';
+import type { ChannelLoad, SlotStore } from '../../src/store/store.js';
+import { countingClient, redisUrl, sleep, uniquePrefix, type CountingClient } from '../helpers/redis.js';
+import { RedisServer } from '../helpers/redis-server.js';
+
+const LOAD_READ_COMMANDS = ['time', 'zcount', 'pttl'];
+const bounded = (n: number, max: number, prefix = 'ch'): Candidate[] =>
+  Array.from({ length: n }, (_, i) => ({ id: `${prefix}${i}`, maxConcurrency: max }));
+
+describe('admission on Redis', () => {
+  let counter: CountingClient;
+  let store: RedisStore;
+  let admission: AdmissionEngine;
+  const loadReads = () => LOAD_READ_COMMANDS.reduce((n, c) => n + counter.count(c), 0);
+
+  async function setup(settings: Record<string, unknown> = {}, extra: Record<string, unknown> = {}) {
+    counter = await countingClient();
+    store = new RedisStore({ client: counter.client, prefix: uniquePrefix('adm') });
+    admission = createAdmission({ store, settings, ...extra }) as AdmissionEngine;
+    counter.reset();
+  }
+
+  afterEach(async () => {
+    await admission?.close();
+    const keys = await counter.client.keys(store.keys.pattern());
+    if (keys.length) await counter.client.del(...keys);
+    await counter.close();
+  });
+
+  it('a cached snapshot serves later passes with zero load-read commands (item 1)', async () => {
+    await setup({ load_cache_ttl_ms: 5000 });
+    const candidates = bounded(3, 4);
+    const first = await admission.acquire({ candidates });
+    await first.release();
+    expect(counter.count('time')).toBe(1);
+    const afterFirst = loadReads();
+    for (let i = 0; i < 5; i++) await (await admission.acquire({ candidates })).release();
+    expect(loadReads() - afterFirst).toBe(0);
+    expect(admission.stats().loadView.hits).toBe(5);
+    // each pass still decides ownership live: one acquire script and one release per pass
+    expect(counter.count('evalsha') + counter.count('eval')).toBe(6);
+    expect(counter.count('zrem')).toBe(6);
+  });
+
+  it('reading a channel set whose channels are cached costs nothing, whatever set they come in (item 1)', async () => {
+    await setup({ load_cache_ttl_ms: 5000 });
+    const view = admission.loadView;
+    await view.read(['a', 'b', 'c', 'd']);
+    counter.reset();
+    for (const ids of [['a'], ['b', 'c'], ['d', 'a'], ['c', 'b', 'a'], ['a', 'b', 'c', 'd']])
+      await view.read(ids);
+    expect(counter.sent).toEqual([]);
+    await view.read(['a', 'e']); // only the new channel is fetched
+    expect(counter.count('zcount')).toBe(2);
+    expect(counter.pipelines.filter((n) => n > 1)).toEqual([3]);
+  });
+
+  it('load_cache_enabled = false reads Redis on every selection (item 2)', async () => {
+    await setup({ load_cache_enabled: false });
+    const candidates = bounded(2, 4);
+    for (let i = 0; i < 5; i++) await (await admission.acquire({ candidates })).release();
+    expect(counter.count('time')).toBe(5);
+    expect(counter.count('zcount')).toBe(5 * 2 * 2);
+    expect(admission.stats().loadView.directReads).toBe(5);
+    // switching back on at run time uses the cache again
+    admission.updateSettings({ load_cache_enabled: true, load_cache_ttl_ms: 5000 });
+    for (let i = 0; i < 3; i++) await (await admission.acquire({ candidates })).release();
+    expect(counter.count('time')).toBe(6);
+  });
+
+  it('16 concurrent misses for one candidate set coalesce into one fetch (item 3)', async () => {
+    await setup({ load_cache_ttl_ms: 5000 });
+    const ids = bounded(10, 4).map((c) => c.id);
+    const results = await Promise.all(Array.from({ length: 16 }, () => admission.loadView.read(ids)));
+    expect(counter.count('time')).toBe(1);
+    expect(counter.count('zcount')).toBe(20);
+    expect(results.every((r) => r.size === 10)).toBe(true);
+    const lv = admission.stats().loadView;
+    expect(lv.misses).toBe(1);
+    expect(lv.coalesced).toBe(15);
+  });
+
+  it('125 bounded channels are read in batches of at most 50 and all take part in selection (item 4, I3)', async () => {
+    await setup({ load_cache_ttl_ms: 5000 });
+    const candidates = bounded(125, 1);
+    // fill all but the last channel
+    for (const c of candidates.slice(0, 124)) {
+      expect(
+        await store.acquireFirst([{ channelId: c.id, max: 1 }], {
+          token: `pre:${c.id}`,
+          leaseTtlMs: 60_000,
+          checkCooldown: true,
+        }),
+      ).toEqual(['acquired']);
+    }
+    counter.reset();
+    const ticket = await admission.acquire({ candidates });
+    expect(ticket.channel.id).toBe('ch124');
+    // explicit load pipelines (auto-pipelining shows up as pipelines of single commands)
+    expect(counter.pipelines.filter((n) => n > 1)).toEqual([150, 150, 75]);
+    expect(counter.count('time')).toBe(1);
+    // the free channel sorted first by load: one acquire call, one channel tried
+    expect(admission.stats().acquireAttempts).toBe(1);
+    await ticket.release();
+  });
+
+  it("a cooling channel's acquire is rejected in one script call, no separate EXISTS (item 5)", async () => {
+    await setup({ load_cache_ttl_ms: 5000 });
+    const candidates = bounded(1, 2);
+    await (await admission.acquire({ candidates })).release(); // warm cache: not cooling
+    const other = new RedisStore({ url: redisUrl(), prefix: store.keys.base.split(':')[0]! });
+    await other.setCooldown('ch0', 30_000, 'another instance saw a 429');
+    await other.close();
+    counter.reset();
+    const err = await admission.acquire({ candidates }).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(CapacityError);
+    expect(counter.count('evalsha')).toBe(1);
+    expect(counter.count('exists')).toBe(0);
+    // the fresh re-read after the cached view turned the tier to all-cooling is the only other traffic
+    expect(counter.sent.filter((c) => c !== 'evalsha' && !LOAD_READ_COMMANDS.includes(c))).toEqual([]);
+  });
+
+  it('20 concurrent waiters with max waiting 3: exactly 3 wait, 17 get queue_full at once (item 6, I6)', async () => {
+    await setup({ max_waiting_per_channel: 3, wait_timeout_ms: 2000, wait_interval_ms: 50 });
+    const candidates = bounded(1, 1);
+    const holder = await admission.acquire({ candidates });
+    const attempts = Array.from({ length: 20 }, () =>
+      admission.acquire({ candidates }).then(
+        (t) => t,
+        (e: unknown) => e,
+      ),
+    );
+    await sleep(150);
+    const load = (await store.readLoads(['ch0'])).get('ch0')!;
+    expect(load.waiting).toBe(3);
+    await holder.release();
+    const results = await Promise.all(attempts);
+    const reasons = results.map((r) => (r instanceof CapacityError ? r.reason : 'ticket'));
+    expect(reasons.filter((r) => r === 'queue_full')).toHaveLength(17);
+    expect(reasons.filter((r) => r === 'ticket').length).toBeGreaterThanOrEqual(1);
+    for (const r of results)
+      if (!(r instanceof CapacityError)) await (r as { release(): Promise<void> }).release();
+    await sleep(50);
+    expect((await store.readLoads(['ch0'])).get('ch0')).toMatchObject({ active: 0, waiting: 0 });
+  });
+
+  it('budget exhaustion recovers through waiting (item 7)', async () => {
+    await setup({ max_acquire_attempts: 2, wait_interval_ms: 20, wait_timeout_ms: 3000 });
+    const candidates = bounded(4, 1);
+    const holders = await Promise.all(candidates.map(() => admission.acquire({ candidates })));
+    expect(new Set(holders.map((t) => t.channel.id)).size).toBe(4);
+    const before = admission.stats().acquireAttempts;
+    setTimeout(() => void Promise.all(holders.map((t) => t.release())), 50);
+    const ticket = await admission.acquire({ candidates });
+    expect(ticket.waitedMs).toBeGreaterThan(0);
+    // the pass tried only its budget (2 channels) before it waited
+    expect(admission.stats().acquireAttempts - before).toBeGreaterThanOrEqual(3);
+    expect(admission.stats().outcomes.acquired).toBe(5);
+    await ticket.release();
+  });
+
+  it('a pass whose cached snapshot shows the whole tier cooling re-reads it fresh (item 9)', async () => {
+    await setup({ load_cache_ttl_ms: 5000, wait_enabled: false });
+    const candidates = bounded(2, 2);
+    await admission.cooldown(candidates[0]!, { ms: 30_000 });
+    await admission.cooldown(candidates[1]!, { ms: 30_000 });
+    await expect(admission.acquire({ candidates })).rejects.toBeInstanceOf(CapacityError);
+    // another instance clears the cooldown; this instance's snapshot still says cooling
+    const other = new RedisStore({ url: redisUrl(), prefix: store.keys.base.split(':')[0]! });
+    await other.clearCooldown('ch0');
+    await other.close();
+    const fresh = admission.stats().loadView.freshReads;
+    const ticket = await admission.acquire({ candidates });
+    expect(ticket.channel.id).toBe('ch0');
+    expect(admission.stats().loadView.freshReads).toBe(fresh + 1);
+    await ticket.release();
+  });
+
+  it('16 concurrent fresh reads of one set make at most 3 fetches (item 11)', async () => {
+    await setup();
+    const ids = bounded(5, 2).map((c) => c.id);
+    const results = await Promise.all(Array.from({ length: 16 }, () => admission.loadView.readFresh(ids)));
+    expect(counter.count('time')).toBeLessThanOrEqual(3);
+    expect(counter.count('time')).toBeGreaterThanOrEqual(1);
+    expect(results.every((r) => r?.size === 5)).toBe(true);
+    // stored back: a cached read now costs nothing
+    counter.reset();
+    await admission.loadView.read(ids);
+    expect(counter.sent).toEqual([]);
+  });
+
+  it('unlimited channels cost zero Redis commands for acquire and for loads (item 12, I2)', async () => {
+    await setup();
+    const unlimited: Candidate[] = [
+      { id: 'u1', maxConcurrency: 0, weight: 2 },
+      { id: 'u2', weight: 1 },
+      { id: 'low', maxConcurrency: 0, priority: -1 },
+    ];
+    for (let i = 0; i < 1000; i++) await (await admission.acquire({ candidates: unlimited })).release();
+    expect(counter.sent).toEqual([]);
+    // in a mixed set only the bounded channel is read and acquired
+    const mixed: Candidate[] = [...unlimited, { id: 'b', maxConcurrency: 1, priority: 5 }];
+    await (await admission.acquire({ candidates: mixed })).release();
+    expect(counter.count('zcount')).toBe(2);
+    expect(counter.count('pttl')).toBe(1);
+  });
+
+  it('abort while waiting removes the waiter registration and never leaves a lease', async () => {
+    await setup({ wait_timeout_ms: 5000, wait_interval_ms: 50 });
+    const candidates = bounded(1, 1);
+    const holder = await admission.acquire({ candidates });
+    const ac = new AbortController();
+    const waiting = admission.acquire({ candidates, signal: ac.signal }).catch((e: unknown) => e);
+    await sleep(120);
+    expect((await store.readLoads(['ch0'])).get('ch0')!.waiting).toBe(1);
+    ac.abort();
+    const err = await waiting;
+    expect(err).toBeInstanceOf(CapacityError);
+    expect((err as CapacityError).reason).toBe('aborted');
+    await sleep(30);
+    expect((await store.readLoads(['ch0'])).get('ch0')).toMatchObject({ active: 1, waiting: 0 });
+    await holder.release();
+    expect((await store.readLoads(['ch0'])).get('ch0')).toMatchObject({ active: 0, waiting: 0 });
+  });
+
+  it('stats count the same commands the client sent', async () => {
+    await setup({ wait_interval_ms: 10, wait_timeout_ms: 200 });
+    const candidates = bounded(3, 1);
+    const tickets = [];
+    for (let i = 0; i < 3; i++) tickets.push(await admission.acquire({ candidates }));
+    await admission.acquire({ candidates }).catch(() => {});
+    await admission.cooldown(candidates[0]!, { ms: 1000 });
+    for (const t of tickets) await t.release();
+    await sleep(20);
+    const c = admission.stats().commands;
+    const total = Object.values(c).reduce((a, b) => a + b, 0);
+    expect(total).toBe(counter.sent.length);
+    expect(c.load_read).toBe(counter.count('time') + counter.count('zcount') + counter.count('pttl'));
+    expect(c.cooldown).toBe(counter.count('set'));
+    expect(c.acquire + c.wait + c.release).toBe(
+      counter.count('evalsha') + counter.count('eval') + counter.count('zrem'),
+    );
+    expect(c.acquire).toBeGreaterThanOrEqual(4);
+  });
+});
+
+describe('load view fetch bound', () => {
+  it('with both fetch slots busy and a 50 ms fetch time-out, a read returns the in-memory fallback (item 10)', async () => {
+    const real = new RedisStore({ url: redisUrl(), prefix: uniquePrefix('slots') });
+    let open!: () => void;
+    const gate = new Promise<void>((r) => (open = r));
+    let calls = 0;
+    const store: SlotStore = Object.create(real, {
+      readLoads: {
+        value: async (ids: readonly string[]): Promise<Map<string, ChannelLoad>> => {
+          calls++;
+          await gate;
+          return real.readLoads(ids);
+        },
+      },
+    });
+    const view = new LoadView({
+      store,
+      clock: systemClock,
+      settings: () => mergeSettings(DEFAULT_SETTINGS, {}),
+      local: { active: (id) => (id === 'x' ? 3 : 0), waiting: () => 1, coolingMs: () => 0 },
+      fetchTimeoutMs: 50,
+    });
+    const busy = [view.read(['a']), view.read(['b'])];
+    const loads = await view.read(['x', 'y']);
+    expect(calls).toBe(2); // the third read never reached the store
+    expect(loads.get('x')).toEqual({ active: 3, waiting: 1, coolingDown: false, cooldownRemainingMs: 0 });
+    expect(loads.get('y')).toEqual({ active: 0, waiting: 1, coolingDown: false, cooldownRemainingMs: 0 });
+    expect(view.counters.fallbacks).toBeGreaterThanOrEqual(1);
+    open();
+    await Promise.all(busy);
+    await real.close();
+  });
+});
+
+describe('admission with Redis down', () => {
+  let server: RedisServer;
+  beforeEach(async () => {
+    server = await RedisServer.start();
+  });
+  afterEach(async () => {
+    await server.stop();
+  });
+
+  it('fails closed for bounded channels, keeps serving unlimited ones, and recovers without a restart (I4)', async () => {
+    const store = new RedisStore({ url: server.url, timeoutMs: 300 });
+    const admission = createAdmission({ store, settings: { load_cache_ttl_ms: 1 }, loadFetchTimeoutMs: 300 });
+    const candidates = bounded(2, 2);
+    await (await admission.acquire({ candidates })).release();
+    await server.stop();
+    const err = await admission.acquire({ candidates }).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(StoreUnavailableError);
+    expect(admission.stats().outcomes.store_unavailable).toBe(1);
+    // the load read degraded to the fallback; only the acquire failed
+    expect(admission.stats().loadView.fallbacks).toBeGreaterThanOrEqual(1);
+    const unlimited = await admission.acquire({ candidates: [{ id: 'free' }] });
+    expect(unlimited.channel.id).toBe('free');
+    await unlimited.release();
+    await server.start();
+    let ticket;
+    for (let i = 0; i < 100 && !ticket; i++) {
+      ticket = await admission.acquire({ candidates }).catch(() => undefined);
+      if (!ticket) await sleep(50);
+    }
+    expect(ticket?.channel.id).toMatch(/^ch[01]$/);
+    await ticket!.release();
+    await admission.close();
+    await store.close();
+    const check = new Redis(server.url);
+    expect(await check.keys('*')).toEqual([]);
+    check.disconnect();
+  });
+});
