@@ -1,0 +1,238 @@
+/**
+ * Redis outages against a real redis-server that each test owns (paused with SIGSTOP, killed, started again on the
+ * same port): the store fails closed with StoreUnavailableError and never hangs, an acquire whose outcome is unknown
+ * is cleaned up, and the same store instance recovers by itself when Redis is back (scripts reloaded transparently).
+ */
+import { afterEach, describe, expect, it } from 'vitest';
+import { Redis } from 'ioredis';
+import { StoreUnavailableError } from '../../src/core/errors.js';
+import { LeaseManager, type LeaseEvent } from '../../src/store/leases.js';
+import { RedisStore } from '../../src/store/redis/redis-store.js';
+import { RedisServer } from '../helpers/redis-server.js';
+import { countingClient, sleep, uniquePrefix, type CountingClient } from '../helpers/redis.js';
+
+const cleanups: (() => Promise<void> | void)[] = [];
+afterEach(async () => {
+  for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
+});
+
+async function privateServer(): Promise<RedisServer> {
+  const server = await RedisServer.start();
+  cleanups.push(() => server.stop()); // stop() resumes a paused server before killing it
+  return server;
+}
+
+async function adminClient(server: RedisServer): Promise<Redis> {
+  const admin = new Redis(server.url, { maxRetriesPerRequest: 1 });
+  admin.on('error', () => {});
+  cleanups.push(() => admin.disconnect());
+  return admin;
+}
+
+async function counting(server: RedisServer): Promise<CountingClient> {
+  const cc = await countingClient(server.url);
+  cleanups.push(() => cc.close());
+  return cc;
+}
+
+/** Polls `check` until it returns true or `ms` passes; returns whether it did. */
+async function eventually(check: () => Promise<boolean>, ms: number): Promise<boolean> {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    if (await check()) return true;
+    if (Date.now() > deadline) return false;
+    await sleep(25);
+  }
+}
+
+/** INFO commandstats with failed calls too: { command: { calls, failed } }. */
+async function stats(admin: Redis): Promise<Record<string, { calls: number; failed: number }>> {
+  const out: Record<string, { calls: number; failed: number }> = {};
+  for (const line of (await admin.info('commandstats')).split('\n')) {
+    const m = /^cmdstat_([^:]+):calls=(\d+).*?(?:failed_calls=(\d+))?\s*$/.exec(line.trim());
+    if (m) out[m[1]!] = { calls: Number(m[2]), failed: Number(m[3] ?? 0) };
+  }
+  return out;
+}
+
+const opts = (token: string) => ({ token, leaseTtlMs: 60_000, checkCooldown: true });
+
+describe('Redis outages', () => {
+  it('an acquire that timed out against a frozen Redis is cleaned up once Redis answers again', async () => {
+    const server = await privateServer();
+    const admin = await adminClient(server);
+    const prefix = uniquePrefix('outage');
+    const store = new RedisStore({ url: server.url, prefix, timeoutMs: 200 });
+    cleanups.push(() => store.close());
+    const events: LeaseEvent[] = [];
+    const leases = new LeaseManager({
+      store,
+      instanceId: 'frozen',
+      leaseTtlMs: () => 60_000, // far longer than the test: only the cleanup can remove the slot
+      onEvent: (e) => events.push(e),
+    });
+    cleanups.push(() => leases.close());
+    // load the script on the store's connection first, so the timed-out call below is an EVALSHA
+    await store.acquireFirst([{ channelId: 'warm', max: 1 }], opts('warm:1'));
+    await admin.config('SET', 'slowlog-log-slower-than', '0');
+    await admin.config('SET', 'slowlog-max-len', '1000');
+    await admin.slowlog('RESET');
+    const before = await stats(admin);
+
+    server.pause();
+    let resumed = false;
+    cleanups.push(() => {
+      if (!resumed) server.resume();
+    });
+    const started = Date.now();
+    const error = await leases.acquireFirst([{ channelId: 'u', max: 1 }], true).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(StoreUnavailableError);
+    expect((error as StoreUnavailableError).operation).toBe('acquire');
+    expect(Date.now() - started).toBeLessThan(5_000); // did not hang
+    expect(leases.size).toBe(0);
+    expect(leases.localCount('u')).toBe(0);
+    // the one cleanup removal was fired and gave up client-side (Redis is still frozen)
+    expect(await eventually(async () => events.some((e) => e.type === 'acquire_uncertain'), 3_000)).toBe(
+      true,
+    );
+    const uncertain = events.find((e) => e.type === 'acquire_uncertain')!;
+    expect(uncertain).toMatchObject({ channelIds: ['u'], token: 'frozen:1', cleaned: false });
+
+    server.resume();
+    resumed = true;
+    const slots = store.keys.slots('u');
+    // Redis now runs what was already on the wire: the acquire (which admits the token), then the removal
+    expect(
+      await eventually(async () => {
+        const s = await stats(admin);
+        return (s.zrem?.calls ?? 0) > (before.zrem?.calls ?? 0);
+      }, 5_000),
+    ).toBe(true);
+    const after = await stats(admin);
+    expect((after.evalsha?.calls ?? 0) - (before.evalsha?.calls ?? 0)).toBe(1);
+    expect((after.zadd?.calls ?? 0) - (before.zadd?.calls ?? 0)).toBe(1); // the script did admit the token
+    expect((after.zrem?.calls ?? 0) - (before.zrem?.calls ?? 0)).toBe(1);
+    expect(await admin.zcard(slots)).toBe(0);
+    // and in that order: the slow log (threshold 0) records every command with an increasing id
+    const log = (await admin.slowlog('GET', 1000)) as [number, number, number, string[]][];
+    const idOf = (name: string) =>
+      log.find(([, , , args]) => args[0]?.toLowerCase() === name && args.includes('frozen:1'))?.[0];
+    const evalId = idOf('evalsha');
+    const zremId = idOf('zrem');
+    expect(evalId).toBeDefined();
+    expect(zremId).toBeDefined();
+    expect(zremId!).toBeGreaterThan(evalId!);
+  });
+
+  it('a waiter registration that timed out against a frozen Redis does not stay registered', async () => {
+    const server = await privateServer();
+    const admin = await adminClient(server);
+    const store = new RedisStore({ url: server.url, prefix: uniquePrefix('outage'), timeoutMs: 200 });
+    cleanups.push(() => store.close());
+    await store.registerWaiter('warm', 'warm:w', 1, 60_000); // load the script on the store's connection
+    const before = await stats(admin);
+
+    server.pause();
+    let resumed = false;
+    cleanups.push(() => {
+      if (!resumed) server.resume();
+    });
+    const error = await store.registerWaiter('q', 'frozen:w', 3, 60_000).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(StoreUnavailableError);
+    await sleep(100);
+    server.resume();
+    resumed = true;
+
+    // the registration was on the wire and runs now; the caller was told it failed, so nobody will unregister it
+    expect(
+      await eventually(async () => {
+        const s = await stats(admin);
+        return (s.zadd?.calls ?? 0) > (before.zadd?.calls ?? 0);
+      }, 5_000),
+    ).toBe(true);
+    expect(
+      await eventually(async () => (await admin.zscore(store.keys.waiters('q'), 'frozen:w')) === null, 2_000),
+    ).toBe(true);
+    expect((await store.readLoads(['q'])).get('q')!.waiting).toBe(0);
+  });
+
+  it('with Redis stopped every operation fails fast; the same store works again once Redis is back', async () => {
+    const server = await privateServer();
+    const cc = await counting(server);
+    const store = new RedisStore({ client: cc.client, prefix: uniquePrefix('outage'), timeoutMs: 500 });
+    expect(await store.acquireFirst([{ channelId: 'a', max: 2 }], opts('before:1'))).toEqual(['acquired']);
+
+    await server.stop();
+    // Channel `down` only: a command that timed out client-side may still sit in ioredis's offline queue and run
+    // once the connection is back (docs/redis.md, failure behaviour), so it must not touch what is checked below.
+    const attempts: [string, () => Promise<unknown>][] = [
+      ['acquire', () => store.acquireFirst([{ channelId: 'down', max: 2 }], opts('down:1'))],
+      ['load_read', () => store.readLoads(['down', 'b'])],
+      ['wait_register', () => store.registerWaiter('down', 'w:1', 2, 10_000)],
+      ['release', () => store.release({ channelId: 'down', token: 'before:1' })],
+      ['renew', () => store.renew([{ channelId: 'down', token: 'before:1' }], 60_000)],
+      ['cooldown', () => store.setCooldown('down', 1_000, 'x')],
+    ];
+    for (const [operation, attempt] of attempts) {
+      const started = Date.now();
+      const error = await attempt().catch((e: unknown) => e);
+      expect(error, operation).toBeInstanceOf(StoreUnavailableError);
+      expect((error as StoreUnavailableError).operation).toBe(operation);
+      expect((error as StoreUnavailableError).code).toBe('admission_store_unavailable');
+      expect(Date.now() - started, operation).toBeLessThan(5_000); // did not hang
+    }
+
+    await server.start(); // same port, empty data set, no scripts loaded
+    const admin = await adminClient(server);
+    cc.reset();
+    let reply: unknown;
+    const recovered = await eventually(async () => {
+      try {
+        reply = await store.acquireFirst([{ channelId: 'a', max: 2 }], opts('after:1'));
+        return true;
+      } catch (err) {
+        expect(err).toBeInstanceOf(StoreUnavailableError);
+        return false;
+      }
+    }, 15_000);
+    expect(recovered).toBe(true);
+    expect(reply).toEqual(['acquired']);
+    expect(cc.count('evalsha')).toBeGreaterThanOrEqual(1);
+    // the restarted server never had the script: the store's client sent its body (EVAL) without being told to
+    const s = await stats(admin);
+    expect(s.eval?.calls).toBeGreaterThanOrEqual(1);
+    expect(await admin.zrange(store.keys.slots('a'), 0, -1)).toContain('after:1');
+    // the other operations work again too
+    expect(await store.registerWaiter('a', 'w:2', 2, 10_000)).toBe(true);
+    const load = (await store.readLoads(['a'])).get('a')!;
+    expect(load.waiting).toBe(1);
+    expect(load.active).toBeGreaterThanOrEqual(1);
+    expect(await store.release({ channelId: 'a', token: 'after:1' })).toBe(true);
+    // whether the failed registration on `down` was dropped with ioredis's offline queue or ran after the reconnect,
+    // its cleanup removal went the same way behind it: no waiter is left
+    expect(await eventually(async () => (await admin.zcard(store.keys.waiters('down'))) === 0, 3_000)).toBe(
+      true,
+    );
+  });
+
+  it('a script cache flushed under a live connection (NOSCRIPT) is reloaded transparently', async () => {
+    const server = await privateServer();
+    const cc = await counting(server);
+    const admin = await adminClient(server);
+    const store = new RedisStore({ client: cc.client, prefix: uniquePrefix('outage'), timeoutMs: 1_000 });
+    expect(await store.acquireFirst([{ channelId: 'n', max: 5 }], opts('n:1'))).toEqual(['acquired']);
+    expect(await store.acquireFirst([{ channelId: 'n', max: 5 }], opts('n:2'))).toEqual(['acquired']);
+    await admin.script('FLUSH');
+    const before = await stats(admin);
+    cc.reset();
+    expect(await store.acquireFirst([{ channelId: 'n', max: 5 }], opts('n:3'))).toEqual(['acquired']);
+    const after = await stats(admin);
+    // EVALSHA failed with NOSCRIPT, ioredis resent the call with the body, which ran once
+    expect(cc.sent).toEqual(['evalsha', 'evalsha']);
+    expect(after.evalsha!.failed - (before.evalsha?.failed ?? 0)).toBe(1);
+    expect(after.eval!.calls - (before.eval?.calls ?? 0)).toBe(1);
+    expect(after.zadd!.calls - (before.zadd?.calls ?? 0)).toBe(1);
+    expect(await admin.zcard(store.keys.slots('n'))).toBe(3);
+    expect(store.commands.acquire).toBe(3);
+  });
+});

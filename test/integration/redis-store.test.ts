@@ -1,0 +1,350 @@
+/**
+ * RedisStore's Redis cost, measured twice: on the client (a counting ioredis client passed as `client:`) and on the
+ * server (INFO commandstats of a private redis-server that only this file uses, so every call in it is ours).
+ * The per-operation numbers asserted here are the ones docs/redis.md lists.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { RedisStore } from '../../src/store/redis/redis-store.js';
+import { PURPOSES, emptyCounts, type LeaseRef, type Purpose } from '../../src/store/store.js';
+import { RedisServer } from '../helpers/redis-server.js';
+import { countingClient, uniquePrefix, type CountingClient } from '../helpers/redis.js';
+
+/** Connection housekeeping (handshakes, the INFO that reads the stats): not store work. */
+const HOUSEKEEPING = new Set(['info', 'client', 'ping', 'hello', 'select', 'command', 'config', 'quit']);
+const WRITES = [
+  'zadd',
+  'zrem',
+  'zremrangebyscore',
+  'pexpire',
+  'expire',
+  'del',
+  'set',
+  'unlink',
+  'eval',
+  'evalsha',
+];
+
+const opts = (token: string, leaseTtlMs = 60_000, checkCooldown = true) => ({
+  token,
+  leaseTtlMs,
+  checkCooldown,
+});
+
+let server: RedisServer;
+let cc: CountingClient;
+let store: RedisStore;
+const prefix = uniquePrefix('store');
+
+beforeAll(async () => {
+  server = await RedisServer.start();
+  // Default client options (auto-pipelining on), as a store created from a URL would use.
+  cc = await countingClient(server.url);
+  store = new RedisStore({ client: cc.client, prefix });
+  // The first call of each script on a connection is sent as EVAL with the body (ioredis); warm all three up so
+  // the measurements below show the steady state (EVALSHA).
+  await store.acquireFirst([{ channelId: 'warm', max: 1 }], opts('warm:1'));
+  await store.renew([{ channelId: 'warm', token: 'warm:1' }], 60_000);
+  await store.registerWaiter('warm', 'warm:w', 1, 60_000);
+});
+
+afterAll(async () => {
+  await store?.close();
+  await cc?.close();
+  await server?.stop();
+});
+
+interface Measured {
+  /** Command names the client sent (evalsha for script calls). */
+  sent: string[];
+  /** Sizes of pipelines the client executed. */
+  pipelines: number[];
+  /** Server-side calls by command, including those run inside scripts (housekeeping removed). */
+  server: Record<string, number>;
+  /** The store's own `commands` counters, delta by purpose (non-zero only). */
+  counted: Partial<Record<Purpose, number>>;
+}
+
+function diff(before: Record<string, number>, after: Record<string, number>): Record<string, number> {
+  const out: Record<string, number> = {};
+  for (const [name, calls] of Object.entries(after)) {
+    const d = calls - (before[name] ?? 0);
+    if (d > 0 && !HOUSEKEEPING.has(name)) out[name] = d;
+  }
+  return out;
+}
+
+async function measure(
+  op: () => Promise<unknown>,
+  target: { cc: CountingClient; store: RedisStore } = { cc, store },
+): Promise<Measured> {
+  const before = await server.commandstats();
+  const countedBefore = { ...target.store.commands };
+  target.cc.reset();
+  await op();
+  const sent = [...target.cc.sent];
+  const pipelines = [...target.cc.pipelines];
+  const after = await server.commandstats();
+  const counted: Partial<Record<Purpose, number>> = {};
+  for (const p of PURPOSES) {
+    const d = target.store.commands[p] - countedBefore[p];
+    if (d) counted[p] = d;
+  }
+  return { sent, pipelines, server: diff(before, after), counted };
+}
+
+describe('RedisStore command cost (client and server side)', () => {
+  it('a cooling channel costs exactly one EVALSHA, which runs EXISTS only', async () => {
+    await store.setCooldown('cool', 30_000, 'upstream 429');
+    const m = await measure(async () => {
+      expect(await store.acquireFirst([{ channelId: 'cool', max: 3 }], opts('c:1'))).toEqual(['cooling']);
+    });
+    expect(m.sent).toEqual(['evalsha']);
+    expect(m.server).toEqual({ evalsha: 1, exists: 1 });
+    for (const name of ['zcard', 'time', 'zadd', 'zremrangebyscore', 'pexpire']) {
+      expect(m.server[name]).toBeUndefined();
+    }
+    expect(m.counted).toEqual({ acquire: 1 });
+  });
+
+  it('readLoads of 125 channels: 125 loads, one TIME, pipelines of 50+50+25 channels, no write at all', async () => {
+    // A client without auto-pipelining, so every pipeline the counter records is one the store built itself
+    // (with auto-pipelining ioredis also routes single commands such as TIME through client.pipeline()).
+    const explicit = await countingClient(server.url, { enableAutoPipelining: false });
+    const reader = new RedisStore({ client: explicit.client, prefix });
+    try {
+      const ids = Array.from({ length: 125 }, (_, i) => `load-${i}`);
+      await store.acquireFirst([{ channelId: 'load-7', max: 4 }], opts('l:1'));
+      await store.acquireFirst([{ channelId: 'load-7', max: 4 }], opts('l:2'));
+      await store.registerWaiter('load-60', 'w:1', 3, 60_000);
+      await store.setCooldown('load-124', 30_000, 'x');
+      let loads = new Map();
+      const m = await measure(
+        async () => {
+          loads = await reader.readLoads(ids);
+        },
+        { cc: explicit, store: reader },
+      );
+      expect(loads.size).toBe(125);
+      expect(loads.get('load-7')).toMatchObject({ active: 2, waiting: 0, coolingDown: false });
+      expect(loads.get('load-60')).toMatchObject({ active: 0, waiting: 1, coolingDown: false });
+      expect(loads.get('load-124')).toMatchObject({ active: 0, waiting: 0, coolingDown: true });
+      expect(loads.get('load-0')).toEqual({
+        active: 0,
+        waiting: 0,
+        coolingDown: false,
+        cooldownRemainingMs: 0,
+      });
+
+      expect(m.pipelines).toEqual([150, 150, 75]);
+      expect(explicit.count('time')).toBe(1);
+      expect(explicit.count('zcount')).toBe(250);
+      expect(explicit.count('pttl')).toBe(125);
+      expect(m.sent).toHaveLength(1 + 375);
+      expect(m.server).toEqual({ time: 1, zcount: 250, pttl: 125 });
+      for (const name of WRITES) expect(m.server[name]).toBeUndefined();
+      expect(m.counted).toEqual({ load_read: 376 });
+    } finally {
+      await explicit.close();
+    }
+  });
+
+  it('the store counters agree with the counting client over a mixed, concurrent workload', async () => {
+    const before = { ...store.commands };
+    cc.reset();
+    await Promise.all([
+      store.acquireFirst([{ channelId: 'mix', max: 3 }], opts('m:1')),
+      store.acquireFirst([{ channelId: 'mix', max: 3 }], opts('m:2')),
+      store.registerWaiter('mix', 'w:1', 2, 60_000),
+      store.readLoads(['mix', 'other', 'third']),
+      store.setCooldown('mix-c', 1_000, 'r'),
+      store.readCooldown('mix-c'),
+      store.release({ channelId: 'mix', token: 'nope' }),
+      store.renew(
+        Array.from({ length: 60 }, (_, i) => ({ channelId: 'mix', token: `ghost:${i}` })),
+        60_000,
+      ),
+    ]);
+    await store.unregisterWaiter('mix', 'w:1');
+    await store.clearCooldown('mix-c');
+    const delta = emptyCounts();
+    for (const p of PURPOSES) delta[p] = store.commands[p] - before[p];
+    expect(delta).toEqual({
+      load_read: 1 + 3 * 3,
+      acquire: 2,
+      release: 1,
+      renew: 2,
+      wait: 2,
+      cooldown: 1 + 2 + 1,
+      settings: 0,
+    });
+    expect(cc.sent).toHaveLength(Object.values(delta).reduce((a, b) => a + b, 0));
+    expect(cc.count('evalsha')).toBe(2 + 2 + 1);
+    expect(cc.count('zrem')).toBe(2);
+  });
+
+  describe('per operation (the table in docs/redis.md)', () => {
+    it('acquire that admits (new channel)', async () => {
+      const m = await measure(() => store.acquireFirst([{ channelId: 'ok', max: 2 }], opts('a:1')));
+      expect(m.sent).toEqual(['evalsha']);
+      expect(m.server).toEqual({ evalsha: 1, exists: 1, time: 1, zcard: 1, zadd: 1, pttl: 1, pexpire: 1 });
+      expect(m.counted).toEqual({ acquire: 1 });
+    });
+
+    it('acquire that admits, cooldown check off', async () => {
+      const m = await measure(() =>
+        store.acquireFirst([{ channelId: 'ok-nc', max: 2 }], opts('a:1', 60_000, false)),
+      );
+      expect(m.sent).toEqual(['evalsha']);
+      expect(m.server).toEqual({ evalsha: 1, time: 1, zcard: 1, zadd: 1, pttl: 1, pexpire: 1 });
+    });
+
+    it('acquire that finds the channel full', async () => {
+      await store.acquireFirst([{ channelId: 'busy', max: 1 }], opts('b:1'));
+      const m = await measure(async () => {
+        expect(await store.acquireFirst([{ channelId: 'busy', max: 1 }], opts('b:2'))).toEqual(['full']);
+      });
+      expect(m.sent).toEqual(['evalsha']);
+      expect(m.server).toEqual({ evalsha: 1, exists: 1, time: 1, zcard: 1, zremrangebyscore: 1 });
+      expect(m.counted).toEqual({ acquire: 1 });
+    });
+
+    it('one acquire call over three channels (full, cooling, free)', async () => {
+      await store.acquireFirst([{ channelId: 'm-full', max: 1 }], opts('p:1'));
+      await store.setCooldown('m-cool', 30_000, 'x');
+      const targets = [
+        { channelId: 'm-full', max: 1 },
+        { channelId: 'm-cool', max: 1 },
+        { channelId: 'm-free', max: 1 },
+      ];
+      const m = await measure(async () => {
+        expect(await store.acquireFirst(targets, opts('p:2'))).toEqual(['full', 'cooling', 'acquired']);
+      });
+      expect(m.sent).toEqual(['evalsha']);
+      expect(m.server).toEqual({
+        evalsha: 1,
+        exists: 3,
+        time: 1,
+        zcard: 2,
+        zremrangebyscore: 1,
+        zadd: 1,
+        pttl: 1,
+        pexpire: 1,
+      });
+    });
+
+    it('release (and a second release of the same lease)', async () => {
+      await store.acquireFirst([{ channelId: 'rel', max: 1 }], opts('r:1'));
+      const m = await measure(async () => {
+        expect(await store.release({ channelId: 'rel', token: 'r:1' })).toBe(true);
+      });
+      expect(m.sent).toEqual(['zrem']);
+      expect(m.server).toEqual({ zrem: 1 });
+      expect(m.counted).toEqual({ release: 1 });
+      const again = await measure(async () => {
+        expect(await store.release({ channelId: 'rel', token: 'r:1' })).toBe(false);
+      });
+      expect(again.server).toEqual({ zrem: 1 });
+    });
+
+    it('renew of 120 leases over 3 channels: 3 script calls', async () => {
+      const leases: LeaseRef[] = [];
+      for (let i = 0; i < 120; i++) {
+        const lease = { channelId: `ren-${i % 3}`, token: `n:${i}` };
+        await store.acquireFirst([{ channelId: lease.channelId, max: 100 }], opts(lease.token));
+        leases.push(lease);
+      }
+      // a longer TTL than the acquire's, so every key's expiry is extended (as in steady state, where a third of the
+      // TTL has passed since the last renewal)
+      const m = await measure(async () => {
+        expect(await store.renew(leases, 120_000)).toEqual([]);
+      });
+      expect(m.sent).toEqual(['evalsha', 'evalsha', 'evalsha']);
+      // per batch of 50: TIME once, ZADD XX CH per lease, PTTL per distinct key in the batch, PEXPIRE when that
+      // extends the key: the first batch to touch a key always does; a later batch in the same millisecond finds the
+      // key already at the full TTL and skips it
+      const { pexpire, ...rest } = m.server;
+      expect(rest).toEqual({ evalsha: 3, time: 3, zadd: 120, pttl: 9 });
+      expect(pexpire).toBeGreaterThanOrEqual(3);
+      expect(pexpire).toBeLessThanOrEqual(9);
+      expect(m.counted).toEqual({ renew: 3 });
+    });
+
+    it('renew of one lost lease', async () => {
+      const m = await measure(async () => {
+        expect(await store.renew([{ channelId: 'ren-0', token: 'ghost:1' }], 60_000)).toHaveLength(1);
+      });
+      expect(m.sent).toEqual(['evalsha']);
+      expect(m.server).toEqual({ evalsha: 1, time: 1, zadd: 1, zscore: 1 });
+    });
+
+    it('register waiter (admitted, then queue full) and unregister', async () => {
+      const ok = await measure(async () => {
+        expect(await store.registerWaiter('wq', 'w:1', 1, 60_000)).toBe(true);
+      });
+      expect(ok.sent).toEqual(['evalsha']);
+      expect(ok.server).toEqual({ evalsha: 1, time: 1, zcard: 1, zadd: 1, pttl: 1, pexpire: 1 });
+      expect(ok.counted).toEqual({ wait: 1 });
+      const full = await measure(async () => {
+        expect(await store.registerWaiter('wq', 'w:2', 1, 60_000)).toBe(false);
+      });
+      expect(full.sent).toEqual(['evalsha']);
+      expect(full.server).toEqual({ evalsha: 1, time: 1, zcard: 1, zremrangebyscore: 1 });
+      const un = await measure(() => store.unregisterWaiter('wq', 'w:1'));
+      expect(un.sent).toEqual(['zrem']);
+      expect(un.server).toEqual({ zrem: 1 });
+      expect(un.counted).toEqual({ wait: 1 });
+    });
+
+    it('readLoads of 1 and of 50 channels', async () => {
+      const one = await measure(() => store.readLoads(['x']));
+      expect(one.sent).toEqual(['time', 'zcount', 'zcount', 'pttl']);
+      expect(one.server).toEqual({ time: 1, zcount: 2, pttl: 1 });
+      expect(one.counted).toEqual({ load_read: 4 });
+      const fifty = await measure(() => store.readLoads(Array.from({ length: 50 }, (_, i) => `f-${i}`)));
+      expect(fifty.sent).toHaveLength(151);
+      expect(fifty.server).toEqual({ time: 1, zcount: 100, pttl: 50 });
+      expect(fifty.counted).toEqual({ load_read: 151 });
+    });
+
+    it('cooldown set, read, clear', async () => {
+      const set = await measure(() => store.setCooldown('cd', 5_000, 'upstream 429'));
+      expect(set.sent).toEqual(['set']);
+      expect(set.server).toEqual({ set: 1 });
+      expect(set.counted).toEqual({ cooldown: 1 });
+      const read = await measure(async () => {
+        expect((await store.readCooldown('cd'))?.reason).toBe('upstream 429');
+      });
+      expect(read.sent).toEqual(['get', 'pttl']);
+      expect(read.server).toEqual({ get: 1, pttl: 1 });
+      expect(read.counted).toEqual({ cooldown: 2 });
+      const clear = await measure(() => store.clearCooldown('cd'));
+      expect(clear.sent).toEqual(['del']);
+      expect(clear.server).toEqual({ del: 1 });
+      expect(clear.counted).toEqual({ cooldown: 1 });
+    });
+  });
+
+  it('the first script call on a new connection is sent as EVAL with the body, later ones as EVALSHA', async () => {
+    const fresh = await countingClient(server.url);
+    const s = new RedisStore({ client: fresh.client, prefix });
+    try {
+      const first = await measure(() => s.acquireFirst([{ channelId: 'ev', max: 5 }], opts('e:1')), {
+        cc: fresh,
+        store: s,
+      });
+      // the counting wrapper sees the command before ioredis rewrites it to EVAL for a connection that has not
+      // loaded the script yet; the server shows what really ran
+      expect(first.sent).toEqual(['evalsha']);
+      expect(first.server.eval).toBe(1);
+      expect(first.server.evalsha).toBeUndefined();
+      const second = await measure(() => s.acquireFirst([{ channelId: 'ev', max: 5 }], opts('e:2')), {
+        cc: fresh,
+        store: s,
+      });
+      expect(second.server.evalsha).toBe(1);
+      expect(second.server.eval).toBeUndefined();
+    } finally {
+      await fresh.close();
+    }
+  });
+});

@@ -1,0 +1,461 @@
+/**
+ * LeaseManager on MemoryStore with a ManualClock (lease expiry and release backoff), and on small hand-written
+ * failing stores. The renewal timer and the uncertain-acquire cleanup cap are real timers; these tests fake them
+ * with vitest's timers so nothing depends on wall time.
+ */
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { ManualClock } from '../../src/core/clock.js';
+import { StoreUnavailableError } from '../../src/core/errors.js';
+import {
+  LeaseManager,
+  type Lease,
+  type LeaseEvent,
+  type LeaseManagerOptions,
+} from '../../src/store/leases.js';
+import { MemoryStore } from '../../src/store/memory/memory-store.js';
+import type { AcquireTarget, LeaseRef, SlotStore } from '../../src/store/store.js';
+
+let clock: ManualClock;
+let inner: MemoryStore;
+let events: LeaseEvent[];
+const managers: LeaseManager[] = [];
+
+beforeEach(() => {
+  vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout'] });
+  clock = new ManualClock();
+  inner = new MemoryStore({ clock });
+  events = [];
+});
+
+afterEach(async () => {
+  for (const m of managers.splice(0)) await m.close().catch(() => {});
+  vi.useRealTimers();
+});
+
+/** Lets pending promise continuations run (setImmediate is not faked). */
+const flush = () => new Promise<void>((resolve) => setImmediate(resolve));
+
+function manager(options: Partial<LeaseManagerOptions> = {}): LeaseManager {
+  const m = new LeaseManager({
+    store: inner,
+    clock,
+    instanceId: 'inst',
+    leaseTtlMs: () => 60_000,
+    onEvent: (e) => events.push(e),
+    ...options,
+  });
+  managers.push(m);
+  return m;
+}
+
+type Overrides = Partial<Pick<SlotStore, 'acquireFirst' | 'release' | 'renew'>>;
+
+/** A store that behaves like `inner` except for the overridden operations. */
+function stub(overrides: Overrides): SlotStore {
+  return {
+    kind: 'memory',
+    maxChannelsPerAcquire: 50,
+    get commands() {
+      return inner.commands;
+    },
+    acquireFirst: overrides.acquireFirst ?? ((t, o) => inner.acquireFirst(t, o)),
+    release: overrides.release ?? ((l) => inner.release(l)),
+    renew: overrides.renew ?? ((l, ttl) => inner.renew(l, ttl)),
+    registerWaiter: (...a) => inner.registerWaiter(...a),
+    unregisterWaiter: (...a) => inner.unregisterWaiter(...a),
+    readLoads: (ids) => inner.readLoads(ids),
+    setCooldown: (...a) => inner.setCooldown(...a),
+    clearCooldown: (id) => inner.clearCooldown(id),
+    readCooldown: (id) => inner.readCooldown(id),
+    close: () => inner.close(),
+  };
+}
+
+const one = (channelId: string, max = 10): AcquireTarget[] => [{ channelId, max }];
+
+async function take(m: LeaseManager, channelId: string, max = 10): Promise<Lease> {
+  const outcome = await m.acquireFirst(one(channelId, max), true);
+  expect(outcome.lease).toBeDefined();
+  return outcome.lease!;
+}
+
+async function activeIn(channelId: string): Promise<number> {
+  return (await inner.readLoads([channelId])).get(channelId)!.active;
+}
+
+describe('tokens and local counts', () => {
+  it('tokens are <instanceId>:<seq>, one sequence number per acquire attempt', async () => {
+    const m = manager();
+    expect((await take(m, 'a')).token).toBe('inst:1');
+    expect((await take(m, 'a')).token).toBe('inst:2');
+    expect(m.nextToken()).toBe('inst:3');
+    expect((await take(m, 'b')).token).toBe('inst:4');
+  });
+
+  it('a random instance id is url-safe and differs per manager', async () => {
+    const a = manager({ instanceId: undefined });
+    const b = manager({ instanceId: undefined });
+    expect(a.instanceId).toMatch(/^[A-Za-z0-9_-]{12}$/);
+    expect(a.instanceId).not.toBe(b.instanceId);
+    expect((await take(a, 'x')).token).toBe(`${a.instanceId}:1`);
+  });
+
+  it('localCount tracks this instance’s live leases per channel', async () => {
+    const m = manager();
+    const a1 = await take(m, 'a', 2);
+    await take(m, 'a', 2);
+    await take(m, 'b', 2);
+    expect([m.localCount('a'), m.localCount('b'), m.localCount('c'), m.size]).toEqual([2, 1, 0, 3]);
+    // a full reply changes nothing
+    expect(await m.acquireFirst(one('a', 2), true)).toEqual({ replies: ['full'] });
+    expect(m.localCount('a')).toBe(2);
+    await m.release(a1);
+    expect([m.localCount('a'), m.localCount('b'), m.size]).toEqual([1, 1, 2]);
+    expect(await activeIn('a')).toBe(1);
+  });
+
+  it('a multi-target acquire tracks the lease on the channel that admitted it', async () => {
+    const m = manager();
+    await take(m, 'full', 1);
+    const outcome = await m.acquireFirst(
+      [
+        { channelId: 'full', max: 1 },
+        { channelId: 'free', max: 1 },
+      ],
+      true,
+    );
+    expect(outcome.replies).toEqual(['full', 'acquired']);
+    expect(outcome.lease).toMatchObject({ channelId: 'free', token: 'inst:2' });
+    expect(outcome.lease!.expiresAt).toBe(clock.now() + 60_000);
+    expect([m.localCount('full'), m.localCount('free')]).toEqual([1, 1]);
+  });
+});
+
+describe('release', () => {
+  it('releases exactly once: a second call is a no-op', async () => {
+    const m = manager();
+    const lease = await take(m, 'a');
+    const before = inner.commands.release;
+    await m.release(lease);
+    await m.release(lease);
+    await m.release({ channelId: 'a', token: 'never:1' });
+    expect(inner.commands.release - before).toBe(1);
+    expect(m.localCount('a')).toBe(0);
+    expect(await activeIn('a')).toBe(0);
+  });
+
+  it('concurrent calls share one promise and one store call', async () => {
+    const m = manager();
+    const lease = await take(m, 'a');
+    await take(m, 'a');
+    const before = inner.commands.release;
+    const p1 = m.release(lease);
+    const p2 = m.release({ channelId: lease.channelId, token: lease.token });
+    expect(p2).toBe(p1);
+    await Promise.all([p1, p2]);
+    expect(inner.commands.release - before).toBe(1);
+    expect(m.localCount('a')).toBe(1);
+  });
+
+  it('a failing release is retried with doubling backoff until it succeeds', async () => {
+    let calls = 0;
+    const store = stub({
+      release: async (l) => {
+        calls++;
+        if (calls <= 3) throw new Error(`boom ${calls}`);
+        return inner.release(l);
+      },
+    });
+    const m = manager({ store });
+    const lease = await take(m, 'a');
+    let settled = false;
+    const done = m.release(lease).then(() => (settled = true));
+    await flush();
+    // it stopped renewing at once: the lease is no longer this instance's
+    expect([m.size, m.localCount('a')]).toEqual([0, 0]);
+    expect(calls).toBe(1);
+    await clock.advance(49);
+    await flush();
+    expect(calls).toBe(1);
+    await clock.advance(1); // +50
+    await flush();
+    expect(calls).toBe(2);
+    await clock.advance(99);
+    await flush();
+    expect(calls).toBe(2);
+    await clock.advance(1); // +100
+    await flush();
+    expect(calls).toBe(3);
+    await clock.advance(200); // +200
+    await flush();
+    await done;
+    expect(settled).toBe(true);
+    expect(calls).toBe(4);
+    expect(await activeIn('a')).toBe(0);
+    expect(events.map((e) => e.type)).toEqual(['release_retry', 'release_retry', 'release_retry']);
+    expect(events.map((e) => (e.type === 'release_retry' ? e.attempt : 0))).toEqual([1, 2, 3]);
+  });
+
+  it('gives up once the lease would have expired anyway (release_abandoned) and resolves', async () => {
+    let calls = 0;
+    const store = stub({
+      release: async () => {
+        calls++;
+        throw new Error('redis down');
+      },
+    });
+    const m = manager({ store, leaseTtlMs: () => 1_000 });
+    const lease = await take(m, 'a');
+    const done = m.release(lease);
+    // attempts at +0, +50, +150, +350, +750; the next wait (800 ms) would end past the expiry at +1000
+    for (const step of [50, 100, 200, 400]) {
+      await flush();
+      expect(events.some((e) => e.type === 'release_abandoned')).toBe(false);
+      await clock.advance(step);
+    }
+    await flush();
+    await done;
+    expect(calls).toBe(5);
+    expect(clock.now() - lease.acquiredAt).toBe(750);
+    expect(events.map((e) => e.type)).toEqual([...Array(4).fill('release_retry'), 'release_abandoned']);
+    expect(events.at(-1)).toMatchObject({ channelId: 'a', token: lease.token });
+    await clock.advance(10_000);
+    await flush();
+    expect(calls).toBe(5);
+  });
+});
+
+describe('uncertain acquire', () => {
+  it('fires exactly one cleanup release per target and emits acquire_uncertain', async () => {
+    const released: LeaseRef[] = [];
+    const cause = new Error('socket closed after write');
+    const store = stub({
+      acquireFirst: async () => {
+        throw cause;
+      },
+      release: async (l) => {
+        released.push(l);
+        return false;
+      },
+    });
+    const m = manager({ store });
+    const targets = [
+      { channelId: 'a', max: 1 },
+      { channelId: 'b', max: 1 },
+      { channelId: 'c', max: 1 },
+    ];
+    const error = await m.acquireFirst(targets, true).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(StoreUnavailableError);
+    expect((error as StoreUnavailableError).operation).toBe('acquire');
+    expect((error as StoreUnavailableError).cause).toBe(cause);
+    await flush();
+    expect(released).toEqual([
+      { channelId: 'a', token: 'inst:1' },
+      { channelId: 'b', token: 'inst:1' },
+      { channelId: 'c', token: 'inst:1' },
+    ]);
+    expect(events).toEqual([
+      { type: 'acquire_uncertain', channelIds: ['a', 'b', 'c'], token: 'inst:1', cleaned: true },
+    ]);
+    expect([m.size, m.localCount('a')]).toEqual([0, 0]);
+  });
+
+  it('a StoreUnavailableError from the store passes through unchanged', async () => {
+    const original = new StoreUnavailableError('acquire', 'redis acquire timed out after 1000 ms');
+    const store = stub({
+      acquireFirst: async () => {
+        throw original;
+      },
+    });
+    const m = manager({ store });
+    await expect(m.acquireFirst(one('a'), true)).rejects.toBe(original);
+  });
+
+  it('the cleanup is never retried: a failing removal is tried once and reported not cleaned', async () => {
+    let calls = 0;
+    const store = stub({
+      acquireFirst: async () => {
+        throw new Error('timeout');
+      },
+      release: async () => {
+        calls++;
+        throw new Error('still down');
+      },
+    });
+    const m = manager({ store });
+    await expect(m.acquireFirst(one('a'), true)).rejects.toBeInstanceOf(StoreUnavailableError);
+    await flush();
+    await clock.advance(60_000);
+    await vi.advanceTimersByTimeAsync(5_000);
+    expect(calls).toBe(1);
+    expect(events).toEqual([
+      { type: 'acquire_uncertain', channelIds: ['a'], token: 'inst:1', cleaned: false },
+    ]);
+  });
+
+  it('a cleanup that does not answer is abandoned after the cap', async () => {
+    let calls = 0;
+    const store = stub({
+      acquireFirst: async () => {
+        throw new Error('timeout');
+      },
+      release: () => {
+        calls++;
+        return new Promise<boolean>(() => {}); // never settles
+      },
+    });
+    const m = manager({ store, cleanupTimeoutMs: 500 });
+    await expect(m.acquireFirst(one('a'), true)).rejects.toBeInstanceOf(StoreUnavailableError);
+    await vi.advanceTimersByTimeAsync(499);
+    expect(events).toEqual([]);
+    await vi.advanceTimersByTimeAsync(1);
+    expect(events).toEqual([
+      { type: 'acquire_uncertain', channelIds: ['a'], token: 'inst:1', cleaned: false },
+    ]);
+    expect(calls).toBe(1);
+  });
+});
+
+describe('renewal', () => {
+  it('renewAll extends every live lease in one batched store call', async () => {
+    const m = manager();
+    const leases = [await take(m, 'a'), await take(m, 'a'), await take(m, 'b')];
+    await clock.advance(20_000);
+    const before = inner.commands.renew;
+    await m.renewAll();
+    expect(inner.commands.renew - before).toBe(1);
+    for (const lease of leases) expect(lease.expiresAt).toBe(clock.now() + 60_000);
+    // past the original expiry, the leases still hold in the store
+    await clock.advance(50_000);
+    expect(await activeIn('a')).toBe(2);
+    expect(events).toEqual([]);
+  });
+
+  it('reports lost leases via lease_lost and drops them', async () => {
+    const m = manager();
+    const kept = await take(m, 'a');
+    const removed = await take(m, 'a');
+    const other = await take(m, 'b');
+    await inner.release(removed); // gone behind the manager's back
+    await m.renewAll();
+    expect(events).toEqual([{ type: 'lease_lost', channelId: 'a', token: removed.token }]);
+    expect([...m.leases()].map((l) => l.token).sort()).toEqual([kept.token, other.token].sort());
+    expect([m.localCount('a'), m.localCount('b'), m.size]).toEqual([1, 1, 2]);
+    // a dropped lease is not released again
+    const before = inner.commands.release;
+    await m.release(removed);
+    expect(inner.commands.release).toBe(before);
+  });
+
+  it('a lease that expired in the store before it was renewed is lost', async () => {
+    const m = manager({ leaseTtlMs: () => 1_000 });
+    const lease = await take(m, 'a', 1);
+    await clock.advance(1_001);
+    // another instance took the free place, which drops the expired member
+    expect(
+      await inner.acquireFirst(one('a', 1), { token: 'other:1', leaseTtlMs: 1_000, checkCooldown: true }),
+    ).toEqual(['acquired']);
+    await m.renewAll();
+    expect(events).toEqual([{ type: 'lease_lost', channelId: 'a', token: lease.token }]);
+    expect(m.size).toBe(0);
+  });
+
+  it('a failed renewal emits renew_failed and keeps the leases and their expiry', async () => {
+    const store = stub({
+      renew: async () => {
+        throw new Error('redis down');
+      },
+    });
+    const m = manager({ store });
+    const lease = await take(m, 'a');
+    await take(m, 'b');
+    const expiresAt = lease.expiresAt;
+    await clock.advance(20_000);
+    await m.renewAll();
+    expect(events).toHaveLength(1);
+    expect(events[0]).toMatchObject({ type: 'renew_failed', leases: 2 });
+    expect(m.size).toBe(2);
+    expect(lease.expiresAt).toBe(expiresAt);
+  });
+
+  it('concurrent renewAll calls share one store call', async () => {
+    let calls = 0;
+    let finish: () => void = () => {};
+    const store = stub({
+      renew: async (l, ttl) => {
+        calls++;
+        await new Promise<void>((r) => (finish = r));
+        return inner.renew(l, ttl);
+      },
+    });
+    const m = manager({ store });
+    await take(m, 'a');
+    const p1 = m.renewAll();
+    const p2 = m.renewAll();
+    finish();
+    await Promise.all([p1, p2]);
+    expect(calls).toBe(1);
+  });
+
+  it('the timer renews every TTL / 3 while leases live, reading the TTL at every tick', async () => {
+    let ttl = 300;
+    const m = manager({ leaseTtlMs: () => ttl });
+    const before = inner.commands.renew;
+    const lease = await take(m, 'a');
+    await vi.advanceTimersByTimeAsync(99);
+    expect(inner.commands.renew - before).toBe(0);
+    await vi.advanceTimersByTimeAsync(1);
+    expect(inner.commands.renew - before).toBe(1);
+    ttl = 600; // a settings change: the next tick comes after 200 ms and renews for 600
+    await vi.advanceTimersByTimeAsync(100);
+    expect(inner.commands.renew - before).toBe(2);
+    expect(lease.expiresAt).toBe(clock.now() + 600);
+    await vi.advanceTimersByTimeAsync(199);
+    expect(inner.commands.renew - before).toBe(2);
+    await vi.advanceTimersByTimeAsync(1);
+    expect(inner.commands.renew - before).toBe(3);
+    // no live lease, no timer
+    await m.release(lease);
+    await vi.advanceTimersByTimeAsync(10_000);
+    expect(inner.commands.renew - before).toBe(3);
+    expect(vi.getTimerCount()).toBe(0);
+  });
+});
+
+describe('close', () => {
+  it('releases every live lease, stops the timer and refuses new acquires', async () => {
+    const m = manager();
+    await take(m, 'a');
+    await take(m, 'a');
+    await take(m, 'b');
+    const before = inner.commands.release;
+    await m.close();
+    expect(inner.commands.release - before).toBe(3);
+    expect(await activeIn('a')).toBe(0);
+    expect(await activeIn('b')).toBe(0);
+    expect([m.size, m.localCount('a'), m.localCount('b')]).toEqual([0, 0, 0]);
+    expect(vi.getTimerCount()).toBe(0);
+    await expect(m.acquireFirst(one('a'), true)).rejects.toBeInstanceOf(StoreUnavailableError);
+  });
+
+  it('waits for releases already in flight', async () => {
+    let finish: () => void = () => {};
+    const store = stub({
+      release: async (l) => {
+        await new Promise<void>((r) => (finish = r));
+        return inner.release(l);
+      },
+    });
+    const m = manager({ store });
+    const lease = await take(m, 'a');
+    void m.release(lease);
+    let closed = false;
+    const closing = m.close().then(() => (closed = true));
+    await flush();
+    expect(closed).toBe(false);
+    finish();
+    await closing;
+    expect(closed).toBe(true);
+    expect(await activeIn('a')).toBe(0);
+  });
+});
