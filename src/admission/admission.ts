@@ -3,7 +3,7 @@
  * call, waits briefly in a bounded queue when everything is full, and fails with a typed error it cannot serve.
  */
 import { systemClock, type Clock } from '../core/clock.js';
-import { isBounded, type Candidate } from '../core/channel.js';
+import { isBounded, priorityOf, type Candidate } from '../core/channel.js';
 import { CapacityError, NoChannelError, SlotgateError, StoreUnavailableError } from '../core/errors.js';
 import { jitter, nextInterval } from '../core/backoff.js';
 import { orderByLoad, tiers, weightedPick, type Random } from '../core/order.js';
@@ -49,6 +49,14 @@ export interface Ticket<C extends Candidate> {
 }
 
 const WAITER_TTL_MARGIN_MS = 2000;
+/** The abort reason of a waiter's nap cut short by a local release (a constant: no DOMException per wake-up). */
+const WOKEN = Object.freeze({ woken: true });
+
+/** Whether the load view shows a free slot on a bounded channel. */
+function hasRoom(c: Candidate, loads: ReadonlyMap<string, ChannelLoad>): boolean {
+  const load = loads.get(c.id);
+  return !load || load.active < c.maxConcurrency!;
+}
 const DEFAULT_RETRY_AFTER_MS = 1000;
 
 export interface Admission {
@@ -101,7 +109,7 @@ export class AdmissionEngine implements Admission {
       onEvent: (event) => {
         if (event.type === 'lease_lost') {
           this.recorder.leasesLost++;
-          this.view.noteRelease(event.channelId);
+          this.view.noteActive(event.channelId, -1);
         }
         this.emit(event);
       },
@@ -205,10 +213,25 @@ export class AdmissionEngine implements Admission {
           continue;
         }
         // A run of bounded channels tried in one store call, as far as the budget and the store allow.
+        // It stops after the second channel the load view shows room on (one spare for a stale view); with every
+        // channel full by the view it carries the whole remaining budget, saving round trips.
         const batch: C[] = [];
         const room = Math.min(budget, this.store.maxChannelsPerAcquire);
-        while (i < ordered.length && batch.length < room && isBounded(ordered[i]!)) batch.push(ordered[i++]!);
-        const outcome = await this.tryAcquire(batch, settings);
+        let roomy = 0;
+        while (i < ordered.length && batch.length < room && roomy < 2 && isBounded(ordered[i]!)) {
+          const next = ordered[i++]!;
+          batch.push(next);
+          if (hasRoom(next, loads)) roomy++;
+        }
+        // Concurrent passes of this instance see the slot this pass expects to take, so they spread out.
+        const expected = batch.find((c) => hasRoom(c, loads));
+        if (expected) this.view.noteActive(expected.id, 1);
+        let outcome;
+        try {
+          outcome = await this.tryAcquire(batch, settings);
+        } finally {
+          if (expected) this.view.noteActive(expected.id, -1);
+        }
         budget -= outcome.replies.length;
         outcome.replies.forEach((reply, k) => {
           const channel = batch[k]!;
@@ -273,6 +296,7 @@ export class AdmissionEngine implements Admission {
       settings.wait_timeout_ms + WAITER_TTL_MARGIN_MS,
     );
     if (!registered) throw this.capacityError('queue_full', candidates, saturated, settings, channel);
+    this.view.noteWaiter(channel.id, 1);
 
     const waitStart = this.clock.now();
     const deadline = waitStart + settings.wait_timeout_ms;
@@ -280,7 +304,7 @@ export class AdmissionEngine implements Admission {
     const waker: Waker = {
       wake: () => {
         if (!napping) return false;
-        napping.abort();
+        napping.abort(WOKEN);
         return true;
       },
     };
@@ -293,7 +317,7 @@ export class AdmissionEngine implements Admission {
         if (remaining > 0) {
           napping = new AbortController();
           const nap = napping;
-          const onAbort = () => nap.abort();
+          const onAbort = () => nap.abort(signal?.reason);
           signal?.addEventListener('abort', onAbort, { once: true });
           try {
             await this.clock.sleep(Math.min(jitter(interval, this.random), remaining), nap.signal);
@@ -325,6 +349,7 @@ export class AdmissionEngine implements Admission {
       throw err;
     } finally {
       this.waiters.remove(channel.id, listensTo, waker);
+      this.view.noteWaiter(channel.id, -1);
       void this.store.unregisterWaiter(channel.id, token).catch(() => {
         // the registration expires by its score; nothing drifts
       });
@@ -332,24 +357,31 @@ export class AdmissionEngine implements Admission {
   }
 
   /**
-   * What one poll tries, in one store call: the channel the load view ranks best if it shows room there (a slot may
-   * have come free on another candidate), then the channel the waiter is registered with. Reading the view is free
-   * while its snapshot is cached, so a poll stays one script call.
+   * What one poll tries, in one store call: the channel the waiter is registered with (its place in that queue), then
+   * the channel the load view ranks best if it shows room there (a slot may have come free on another candidate).
+   * Reading the view is free while its snapshot is cached, so a poll stays one script call.
    */
   private async pollTargets<C extends Candidate>(candidates: readonly C[], registeredOn: C): Promise<C[]> {
     const bounded = candidates.filter(isBounded);
-    if (bounded.length === 1) return [registeredOn];
+    if (bounded.length === 1 || this.store.maxChannelsPerAcquire < 2) return [registeredOn];
     const loads = await this.view.read(bounded.map((c) => c.id));
-    for (const tier of tiers(bounded)) {
-      for (const c of this.orderTier(tier, loads)) {
-        if (c === registeredOn) return [registeredOn];
-        const load = loads.get(c.id);
-        if (load && load.active < c.maxConcurrency!) {
-          return this.store.maxChannelsPerAcquire > 1 ? [c, registeredOn] : [c];
-        }
+    let best: C | undefined;
+    let bestRate = Infinity;
+    for (const c of bounded) {
+      const load = loads.get(c.id);
+      if (c === registeredOn || !load || load.coolingDown || !hasRoom(c, loads)) continue;
+      const rate = (load.active + load.waiting) / c.maxConcurrency!;
+      // higher priority first, then lower load
+      if (
+        !best ||
+        priorityOf(c) > priorityOf(best) ||
+        (priorityOf(c) === priorityOf(best) && rate < bestRate)
+      ) {
+        best = c;
+        bestRate = rate;
       }
     }
-    return [registeredOn];
+    return best ? [registeredOn, best] : [registeredOn];
   }
 
   private firstUsableUnlimited<C extends Candidate>(candidates: readonly C[]): C | undefined {
@@ -362,7 +394,7 @@ export class AdmissionEngine implements Admission {
     waitedMs: number,
     signal?: AbortSignal,
   ): Ticket<C> {
-    this.view.noteAcquire(channel.id);
+    this.view.noteActive(channel.id, 1);
     let released: Promise<void> | undefined;
     const ticket: Ticket<C> = {
       channel,
@@ -371,7 +403,7 @@ export class AdmissionEngine implements Admission {
       release: () => {
         released ??= (async () => {
           await this.leases.release(lease);
-          this.view.noteRelease(channel.id);
+          this.view.noteActive(channel.id, -1);
           this.waiters.wakeOne(channel.id);
         })();
         return released;

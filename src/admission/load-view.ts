@@ -54,9 +54,17 @@ export interface LoadViewCounters {
 interface Entry {
   load: ChannelLoad;
   fetchedAt: number;
-  /** This instance's acquires minus releases since the fetch. */
-  delta: number;
+  /** This instance's running counters when the fetch was sent: what changed since is added to the fetched load. */
+  base: LocalNet;
 }
+
+/** This instance's acquires minus releases, and waiter registrations minus removals, since it started. */
+interface LocalNet {
+  active: number;
+  waiting: number;
+}
+
+const ZERO: LocalNet = Object.freeze({ active: 0, waiting: 0 });
 
 type Round = Promise<Map<string, ChannelLoad> | null>;
 
@@ -71,6 +79,7 @@ export class LoadView {
     directReads: 0,
   };
   private readonly cache = new Map<string, Entry>();
+  private readonly net = new Map<string, LocalNet>();
   private readonly inflight = new Map<string, Round>();
   private readonly freshInflight = new Map<string, Round>();
   private readonly fetchSlots: Semaphore;
@@ -94,7 +103,7 @@ export class LoadView {
     for (const id of ids) {
       const entry = this.cache.get(id);
       if (entry && now - entry.fetchedAt < settings.load_cache_ttl_ms) {
-        result.set(id, corrected(entry));
+        result.set(id, this.corrected(id, entry));
         continue;
       }
       const round = this.inflight.get(id);
@@ -118,7 +127,7 @@ export class LoadView {
           const loads = await round;
           for (const id of roundIds) {
             const entry = loads && this.cache.get(id);
-            if (entry) result.set(id, corrected(entry));
+            if (entry) result.set(id, this.corrected(id, entry));
             else {
               result.set(id, this.fallback(id));
               fellBack = true;
@@ -153,7 +162,7 @@ export class LoadView {
     const result = new Map<string, ChannelLoad>();
     for (const id of ids) {
       const entry = this.cache.get(id);
-      result.set(id, entry ? corrected(entry) : loads.get(id)!);
+      result.set(id, entry ? this.corrected(id, entry) : loads.get(id)!);
     }
     return result;
   }
@@ -165,6 +174,8 @@ export class LoadView {
     const round: Round = (async () => {
       if (!(await this.fetchSlots.acquire(this.fetchTimeoutMs))) return null;
       this.counters.fetches++;
+      // What this instance does while the read is under way is not in its result: remember where we stood.
+      const bases = ids.map((id) => ({ ...(this.net.get(id) ?? ZERO) }));
       const read = this.opts.store.readLoads(ids);
       // The slot is held until the store call itself settles, so slow reads never pile up past the bound.
       void read.then(
@@ -174,7 +185,10 @@ export class LoadView {
       const loads = await withTimeout(read, Math.max(1, deadline - this.opts.clock.now()));
       if (!loads) return null;
       const fetchedAt = this.opts.clock.now();
-      for (const [id, load] of loads) this.cache.set(id, { load, fetchedAt, delta: 0 });
+      ids.forEach((id, i) => {
+        const load = loads.get(id);
+        if (load) this.cache.set(id, { load, fetchedAt, base: bases[i]! });
+      });
       return loads;
     })().catch(() => null);
     if (!fresh) {
@@ -207,16 +221,33 @@ export class LoadView {
     };
   }
 
-  /** Local correction: this instance took a slot on the channel. */
-  noteAcquire(id: string): void {
-    const entry = this.cache.get(id);
-    if (entry) entry.delta++;
+  /** Local correction: this instance took (+1) or gave back (-1) a slot on the channel. */
+  noteActive(id: string, change: 1 | -1): void {
+    this.localNet(id).active += change;
   }
 
-  /** Local correction: this instance gave a slot back. */
-  noteRelease(id: string): void {
-    const entry = this.cache.get(id);
-    if (entry) entry.delta--;
+  /** Local correction: this instance registered (+1) or removed (-1) a waiter on the channel. */
+  noteWaiter(id: string, change: 1 | -1): void {
+    this.localNet(id).waiting += change;
+  }
+
+  private localNet(id: string): LocalNet {
+    let n = this.net.get(id);
+    if (!n) this.net.set(id, (n = { active: 0, waiting: 0 }));
+    return n;
+  }
+
+  /** The cached load plus what this instance changed since the fetch was sent. */
+  private corrected(id: string, entry: Entry): ChannelLoad {
+    const now = this.net.get(id) ?? ZERO;
+    const da = now.active - entry.base.active;
+    const dw = now.waiting - entry.base.waiting;
+    if (da === 0 && dw === 0) return entry.load;
+    return {
+      ...entry.load,
+      active: Math.max(0, entry.load.active + da),
+      waiting: Math.max(0, entry.load.waiting + dw),
+    };
   }
 
   /** The acquire script (or this instance) found the channel cooling: later passes skip it until the next fetch. */
@@ -234,12 +265,6 @@ export class LoadView {
   clear(): void {
     this.cache.clear();
   }
-}
-
-function corrected(entry: Entry): ChannelLoad {
-  return entry.delta === 0
-    ? entry.load
-    : { ...entry.load, active: Math.max(0, entry.load.active + entry.delta) };
 }
 
 function pushTo<K, V>(map: Map<K, V[]>, key: K, ...values: V[]): void {

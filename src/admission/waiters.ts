@@ -11,10 +11,10 @@ export interface Waker {
 
 export class LocalWaiters {
   private readonly listeners = new Map<string, Waker[]>();
-  private readonly registered = new Map<string, number>();
+  private readonly registered = new Map<string, Waker[]>();
 
   add(registeredOn: string, listensTo: readonly string[], waker: Waker): void {
-    this.registered.set(registeredOn, (this.registered.get(registeredOn) ?? 0) + 1);
+    pushTo(this.registered, registeredOn, waker);
     for (const id of listensTo) {
       const list = this.listeners.get(id);
       if (list) list.push(waker);
@@ -23,32 +23,39 @@ export class LocalWaiters {
   }
 
   remove(registeredOn: string, listensTo: readonly string[], waker: Waker): void {
-    const n = (this.registered.get(registeredOn) ?? 1) - 1;
-    if (n > 0) this.registered.set(registeredOn, n);
-    else this.registered.delete(registeredOn);
-    for (const id of listensTo) {
-      const list = this.listeners.get(id);
-      if (!list) continue;
-      const i = list.indexOf(waker);
-      if (i >= 0) list.splice(i, 1);
-      if (list.length === 0) this.listeners.delete(id);
-    }
+    removeFrom(this.registered, registeredOn, waker);
+    for (const id of listensTo) removeFrom(this.listeners, id, waker);
   }
 
   /**
-   * Wakes the longest-waiting sleeping waiter that can use the channel: one slot came free, so one waiter retries at
-   * once; waking all would spend one acquire call per waiter for a single slot.
+   * Wakes one sleeping waiter that can use the channel, the longest-waiting of those registered on it first: one slot
+   * came free, so one waiter retries at once; waking all would spend one acquire call per waiter for a single slot.
    */
   wakeOne(channelId: string): void {
+    for (const waker of this.registered.get(channelId) ?? []) if (waker.wake()) return;
     for (const waker of this.listeners.get(channelId) ?? []) if (waker.wake()) return;
   }
 
   /** Waiters of this instance registered on the channel. */
   count(channelId: string): number {
-    return this.registered.get(channelId) ?? 0;
+    return this.registered.get(channelId)?.length ?? 0;
   }
 
   channels(): IterableIterator<string> {
     return this.registered.keys();
   }
+}
+
+function pushTo<V>(map: Map<string, V[]>, key: string, value: V): void {
+  const list = map.get(key);
+  if (list) list.push(value);
+  else map.set(key, [value]);
+}
+
+function removeFrom<V>(map: Map<string, V[]>, key: string, value: V): void {
+  const list = map.get(key);
+  if (!list) return;
+  const i = list.indexOf(value);
+  if (i >= 0) list.splice(i, 1);
+  if (list.length === 0) map.delete(key);
 }

@@ -31,36 +31,47 @@ export function weightedPick<C extends Candidate>(items: readonly C[], random: R
   return items.findLast((c) => weightOf(c) > 0);
 }
 
-/**
- * Weighted random order without replacement (Efraimidis–Spirakis: sort by u^(1/w) descending), weight-0 channels
- * last in random order.
- */
+/** Efraimidis–Spirakis key: sorting by it descending is a weighted random order without replacement. */
+function shuffleKey(weight: number, u: number): number {
+  return weight > 0 ? Math.log(Math.max(u, Number.MIN_VALUE)) / weight : -Infinity;
+}
+
+interface Keyed<C> {
+  c: C;
+  rate: number;
+  key: number;
+  tie: number;
+}
+
+function byRateThenKey<C>(a: Keyed<C>, b: Keyed<C>): number {
+  if (a.rate !== b.rate) return a.rate - b.rate;
+  if (a.key !== b.key) return b.key > a.key ? 1 : -1;
+  return b.tie - a.tie;
+}
+
+function keyed<C extends Candidate>(items: readonly C[], rate: (c: C) => number, random: Random): Keyed<C>[] {
+  return items.map((c) => {
+    const u = random();
+    return { c, rate: rate(c), key: shuffleKey(weightOf(c), u), tie: u };
+  });
+}
+
+/** Weighted random order without replacement; weight-0 channels last, in random order. */
 export function weightedShuffle<C extends Candidate>(items: readonly C[], random: Random): C[] {
   if (items.length <= 1) return [...items];
-  return items
-    .map((c) => {
-      const w = weightOf(c);
-      const u = random();
-      return { c, key: w > 0 ? Math.log(Math.max(u, Number.MIN_VALUE)) / w : -Infinity, tie: u };
-    })
-    .sort((a, b) => b.key - a.key || b.tie - a.tie)
+  return keyed(items, () => 0, random)
+    .sort(byRateThenKey)
     .map((x) => x.c);
 }
 
-/** Sorts by load rate ascending, with a weighted shuffle among channels of equal load. */
+/** Sorts by load rate ascending, with a weighted shuffle among channels of equal load. One sort, no grouping. */
 export function orderByLoad<C extends Candidate>(
   items: readonly C[],
   loadRate: (c: C) => number,
   random: Random,
 ): C[] {
-  const groups = new Map<number, C[]>();
-  for (const c of items) {
-    const rate = loadRate(c);
-    const group = groups.get(rate);
-    if (group) group.push(c);
-    else groups.set(rate, [c]);
-  }
-  return [...groups.entries()]
-    .sort((a, b) => a[0] - b[0])
-    .flatMap(([, group]) => weightedShuffle(group, random));
+  if (items.length <= 1) return [...items];
+  return keyed(items, loadRate, random)
+    .sort(byRateThenKey)
+    .map((x) => x.c);
 }

@@ -21,8 +21,18 @@ export function decodeChannelId(encoded: string): string {
   return encoded.replace(/%(7B|7D|25)/g, (_, hex: string) => String.fromCharCode(parseInt(hex, 16)));
 }
 
+interface ChannelKeys {
+  slots: string;
+  waiters: string;
+  cooldown: string;
+}
+
+/** Channel key strings are built once per channel id (the acquire path asks for them on every call). */
+const CACHE_LIMIT = 10_000;
+
 export class KeyBuilder {
   readonly base: string;
+  private readonly cache = new Map<string, ChannelKeys>();
 
   constructor(prefix = 'slotgate') {
     if (!prefix || /[{}\s]/.test(prefix)) {
@@ -33,20 +43,27 @@ export class KeyBuilder {
     this.base = `${prefix}:${SCHEMA_VERSION}`;
   }
 
-  private channel(id: string): string {
-    return `${this.base}:{${encodeChannelId(id)}}`;
+  private channel(id: string): ChannelKeys {
+    let keys = this.cache.get(id);
+    if (!keys) {
+      const tag = `${this.base}:{${encodeChannelId(id)}}`;
+      keys = { slots: `${tag}:slots`, waiters: `${tag}:waiters`, cooldown: `${tag}:cooldown` };
+      if (this.cache.size >= CACHE_LIMIT) this.cache.clear();
+      this.cache.set(id, keys);
+    }
+    return keys;
   }
 
   slots(id: string): string {
-    return `${this.channel(id)}:slots`;
+    return this.channel(id).slots;
   }
 
   waiters(id: string): string {
-    return `${this.channel(id)}:waiters`;
+    return this.channel(id).waiters;
   }
 
   cooldown(id: string): string {
-    return `${this.channel(id)}:cooldown`;
+    return this.channel(id).cooldown;
   }
 
   settings(): string {

@@ -54,6 +54,8 @@ export class RedisStore implements SlotStore {
   private readonly owned: boolean;
   private readonly timeoutMs: number;
   private readonly counts = emptyCounts();
+  /** Redis clock minus local clock, from the last TIME read by readLoads. */
+  private redisClockOffset: number | undefined;
 
   constructor(options: RedisStoreOptions) {
     if (!options.client && !options.url) throw new TypeError('RedisStore needs `url` or `client`');
@@ -181,24 +183,35 @@ export class RedisStore implements SlotStore {
     await this.run('wait', 'wait_unregister', 1, () => this.client.zrem(this.keys.waiters(channelId), token));
   }
 
+  /**
+   * One round trip: the live-member cut-off `now` comes from the Redis clock as last read (its offset to the local
+   * clock), and the same round trip reads TIME again to refresh that offset — one clock read per fetch. Only the
+   * very first read of a store spends an extra round trip on TIME.
+   */
   async readLoads(channelIds: readonly string[]): Promise<Map<string, ChannelLoad>> {
     const loads = new Map<string, ChannelLoad>();
     if (channelIds.length === 0) return loads;
     const ids = [...new Set(channelIds)];
-    const now = await this.run('load_read', 'load_read', 1, () => this.client.time());
-    const min = `(${Number(now[0]) * 1000 + Math.floor(Number(now[1]) / 1000)}`;
+    let seeded = false;
+    if (this.redisClockOffset === undefined) {
+      const t = await this.run('load_read', 'load_read', 1, () => this.client.time());
+      this.redisClockOffset = redisMs(t) - Date.now();
+      seeded = true;
+    }
+    const min = `(${Date.now() + this.redisClockOffset}`;
     const batches = chunk(ids, BATCH_SIZE);
-    const replies = await this.run('load_read', 'load_read', ids.length * 3, () =>
-      Promise.all(batches.map((batch) => this.readBatch(batch, min))),
+    const replies = await this.run('load_read', 'load_read', ids.length * 3 + (seeded ? 0 : 1), () =>
+      Promise.all(batches.map((batch, i) => this.readBatch(batch, min, i === 0 && !seeded))),
     );
     replies.flat().forEach((load, i) => loads.set(ids[i]!, load));
     return loads;
   }
 
-  private async readBatch(batch: readonly string[], min: string): Promise<ChannelLoad[]> {
+  private async readBatch(batch: readonly string[], min: string, withTime: boolean): Promise<ChannelLoad[]> {
     if (this.isCluster) {
       // Cross-slot pipelines are not allowed on Cluster; auto-pipelining groups these per node instead.
-      return Promise.all(
+      const time = withTime ? this.client.time() : undefined;
+      const loads = await Promise.all(
         batch.map(async (id) => {
           const [active, waiting, pttl] = await Promise.all([
             this.client.zcount(this.keys.slots(id), min, '+inf'),
@@ -208,18 +221,20 @@ export class RedisStore implements SlotStore {
           return toLoad(active, waiting, pttl);
         }),
       );
+      if (time) this.redisClockOffset = redisMs(await time) - Date.now();
+      return loads;
     }
     const pipeline = this.client.pipeline();
+    if (withTime) pipeline.time();
     for (const id of batch) {
       pipeline.zcount(this.keys.slots(id), min, '+inf');
       pipeline.zcount(this.keys.waiters(id), min, '+inf');
       pipeline.pttl(this.keys.cooldown(id));
     }
     const results = (await pipeline.exec()) ?? [];
-    const values = results.map(([err, value]) => {
-      if (err) throw err;
-      return Number(value);
-    });
+    for (const [err] of results) if (err) throw err;
+    if (withTime) this.redisClockOffset = redisMs(results.shift()![1] as string[]) - Date.now();
+    const values = results.map(([, value]) => Number(value));
     return batch.map((_, i) => toLoad(values[3 * i]!, values[3 * i + 1]!, values[3 * i + 2]!));
   }
 
@@ -251,6 +266,10 @@ export class RedisStore implements SlotStore {
       this.client.disconnect();
     }
   }
+}
+
+function redisMs(time: readonly (string | number)[]): number {
+  return Number(time[0]) * 1000 + Math.floor(Number(time[1]) / 1000);
 }
 
 function toLoad(active: number, waiting: number, pttl: number): ChannelLoad {
