@@ -1,0 +1,128 @@
+/**
+ * One "gateway instance" for the multi-process test (test/integration/multi-process.test.ts), run as a child:
+ *
+ *   node --import tsx test/helpers/acquirer.ts '<json AcquirerOptions>'
+ *
+ * It connects a RedisStore, prints `{"ready":true}`, waits for a `go` line on stdin (so every child starts its burst
+ * at the same moment), then runs `acquirers` concurrent loops. Each loop takes a ticket on one of the channels, calls
+ * the test's upstream with the channel id while holding it, releases it, and repeats until it has `admissions`
+ * admissions (or the deadline passes). Finally it prints one summary line `{"summary":{...}}` and exits.
+ * It exits at once when its stdin closes, so a parent that dies never leaves it behind.
+ */
+import { createInterface } from 'node:readline';
+import { createAdmission } from '../../src/admission/admission.js';
+import { CapacityError } from '../../src/core/errors.js';
+import type { SettingsUpdate } from '../../src/core/settings.js';
+import { RedisStore } from '../../src/store/redis/redis-store.js';
+
+export interface AcquirerOptions {
+  redisUrl: string;
+  prefix: string;
+  /** Port of the upstream on 127.0.0.1; the channel id travels as `?channel=`. */
+  upstreamPort: number;
+  acquirers: number;
+  admissions: number;
+  channels: number;
+  maxConcurrency: number;
+  settings: SettingsUpdate;
+  /** Loops stop trying after this long (ms from `go`), so a stuck run ends with a partial summary. */
+  deadlineMs: number;
+}
+
+export interface AcquirerSummary {
+  instanceId: string;
+  /** Tickets obtained (each was followed by exactly one upstream call). */
+  admitted: number;
+  /** Admissions that had to wait in the queue first. */
+  waited: number;
+  capacityErrors: Record<string, number>;
+  /** Other admission errors, by code or message. */
+  otherErrors: Record<string, number>;
+  /** Upstream calls that failed or did not answer 200. */
+  upstreamErrors: number;
+  /** Loops that stopped at the deadline before their admissions were done. */
+  unfinished: number;
+}
+
+const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+const bump = (record: Record<string, number>, key: string) => (record[key] = (record[key] ?? 0) + 1);
+
+async function main(): Promise<void> {
+  const opts = JSON.parse(process.argv[2] ?? '') as AcquirerOptions;
+  const store = new RedisStore({ url: opts.redisUrl, prefix: opts.prefix });
+  const admission = createAdmission({ store, settings: opts.settings });
+  const candidates = Array.from({ length: opts.channels }, (_, i) => ({
+    id: `ch${i}`,
+    maxConcurrency: opts.maxConcurrency,
+  }));
+
+  const lines = createInterface({ input: process.stdin });
+  let started = false;
+  const go = new Promise<void>((resolve) =>
+    lines.on('line', (line) => {
+      if (line.trim() === 'go') resolve();
+    }),
+  );
+  // The parent went away: never outlive it.
+  lines.on('close', () => process.exit(started ? 3 : 2));
+
+  await store.readLoads(candidates.map((c) => c.id)); // connect (and fail early) before the burst
+  process.stdout.write(`${JSON.stringify({ ready: true })}\n`);
+  await go;
+  started = true;
+
+  const summary: AcquirerSummary = {
+    instanceId: admission.instanceId,
+    admitted: 0,
+    waited: 0,
+    capacityErrors: {},
+    otherErrors: {},
+    upstreamErrors: 0,
+    unfinished: 0,
+  };
+  const deadline = Date.now() + opts.deadlineMs;
+
+  async function loop(): Promise<void> {
+    let done = 0;
+    while (done < opts.admissions) {
+      if (Date.now() > deadline) {
+        summary.unfinished++;
+        return;
+      }
+      let ticket;
+      try {
+        ticket = await admission.acquire({ candidates });
+      } catch (err) {
+        if (err instanceof CapacityError) bump(summary.capacityErrors, err.reason);
+        else bump(summary.otherErrors, (err as { code?: string }).code ?? String(err));
+        await sleep(5 + Math.random() * 20);
+        continue;
+      }
+      summary.admitted++;
+      if (ticket.waitedMs > 0) summary.waited++;
+      done++;
+      try {
+        const res = await fetch(`http://127.0.0.1:${opts.upstreamPort}/hold?channel=${ticket.channel.id}`);
+        await res.text();
+        if (res.status !== 200) summary.upstreamErrors++;
+      } catch {
+        summary.upstreamErrors++;
+      } finally {
+        await ticket.release();
+      }
+    }
+  }
+
+  await Promise.all(Array.from({ length: opts.acquirers }, () => loop()));
+  await admission.close();
+  await store.close();
+  process.stdout.write(`${JSON.stringify({ summary })}\n`);
+  process.exit(0);
+}
+
+main().catch((err: unknown) => {
+  process.stderr.write(
+    `acquirer failed: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`,
+  );
+  process.exit(1);
+});

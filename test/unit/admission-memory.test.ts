@@ -1,0 +1,510 @@
+/**
+ * The admission engine (spec §2, §5, §7.4 cooldowns) on MemoryStore. A second engine on the same store plays
+ * "another instance": it holds slots this engine's load view does not know about and releases them without waking
+ * this engine's waiters. Real time is used only where the engine sleeps (waiting), with small intervals and
+ * generous bounds; everything else runs on a ManualClock or needs no clock at all.
+ */
+import { afterEach, describe, expect, it } from 'vitest';
+import {
+  createAdmission,
+  type Admission,
+  type AdmissionOptions,
+  type Ticket,
+} from '../../src/admission/admission.js';
+import type { Candidate } from '../../src/core/channel.js';
+import { ManualClock } from '../../src/core/clock.js';
+import { CapacityError, NoChannelError } from '../../src/core/errors.js';
+import type { Random } from '../../src/core/order.js';
+import type { SettingsUpdate } from '../../src/core/settings.js';
+import { MemoryStore } from '../../src/store/memory/memory-store.js';
+import { PURPOSES } from '../../src/store/store.js';
+
+function mulberry32(seed: number): Random {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+
+const opened: Admission[] = [];
+afterEach(async () => {
+  await Promise.all(opened.splice(0).map((a) => a.close()));
+});
+
+function engine(store: MemoryStore, settings: SettingsUpdate = {}, extra: Partial<AdmissionOptions> = {}) {
+  const admission = createAdmission({ store, settings, ...extra });
+  opened.push(admission);
+  return admission;
+}
+
+/** A store plus this engine and "another instance" on it. */
+function setup(settings: SettingsUpdate = {}, extra: Partial<AdmissionOptions> = {}) {
+  const store = new MemoryStore(extra.clock ? { clock: extra.clock } : {});
+  return { store, admission: engine(store, settings, extra), other: engine(store, settings, extra) };
+}
+
+const totalCommands = (store: MemoryStore) => PURPOSES.reduce((n, p) => n + store.commands[p], 0);
+
+async function capacityError(p: Promise<unknown>): Promise<CapacityError> {
+  const err = await p.then(
+    () => new Error('expected a CapacityError, the acquire succeeded'),
+    (e: unknown) => e,
+  );
+  expect(err).toBeInstanceOf(CapacityError);
+  return err as CapacityError;
+}
+
+async function load(store: MemoryStore, id: string) {
+  return (await store.readLoads([id])).get(id)!;
+}
+
+/** Takes `n` slots of `channel` through `admission` (for another instance: slots this engine never saw taken). */
+async function hold(admission: Admission, channel: Candidate, n = 1): Promise<Ticket<Candidate>[]> {
+  const tickets = [];
+  for (let i = 0; i < n; i++) tickets.push(await admission.acquire({ candidates: [channel] }));
+  return tickets;
+}
+
+describe('unlimited channels', () => {
+  it('1,000 acquires and releases on an unlimited-only set issue zero store commands and pick only the highest tier, by weight', async () => {
+    const store = new MemoryStore();
+    const admission = engine(store, {}, { random: mulberry32(1) });
+    const candidates: Candidate[] = [
+      { id: 'top-3', priority: 10, weight: 3 },
+      { id: 'top-1', priority: 10, weight: 1, maxConcurrency: 0 },
+      { id: 'mid', priority: 5, weight: 1000 },
+      { id: 'low' },
+    ];
+    const picks: Record<string, number> = {};
+    for (let i = 0; i < 1000; i++) {
+      const ticket = await admission.acquire({ candidates });
+      expect(ticket.token).toBeUndefined();
+      picks[ticket.channel.id] = (picks[ticket.channel.id] ?? 0) + 1;
+      await ticket.release();
+    }
+    expect(Object.keys(picks).sort()).toEqual(['top-1', 'top-3']);
+    expect(picks['top-3']! / 1000).toBeGreaterThan(0.7);
+    expect(picks['top-3']! / 1000).toBeLessThan(0.8);
+    expect(totalCommands(store)).toBe(0);
+    const stats = admission.stats();
+    expect(Object.values(stats.commands).every((n) => n === 0)).toBe(true);
+    expect(stats.outcomes.acquired).toBe(1000);
+    expect(stats.acquireCalls).toBe(0);
+    expect(stats.loadView.misses + stats.loadView.hits + stats.loadView.fetches).toBe(0);
+  });
+
+  it('an unlimited channel in a set with bounded ones is admitted at once when it comes first', async () => {
+    const { store, admission } = setup();
+    const candidates: Candidate[] = [
+      { id: 'free', priority: 1 },
+      { id: 'bounded', priority: 0, maxConcurrency: 1 },
+    ];
+    const ticket = await admission.acquire({ candidates });
+    expect(ticket.channel.id).toBe('free');
+    expect(store.commands.acquire).toBe(0);
+    await ticket.release();
+    expect(store.commands.release).toBe(0);
+  });
+});
+
+describe('candidate filtering', () => {
+  it('respects exclude and enabled:false for unlimited and bounded channels', async () => {
+    const { store, admission } = setup({}, { random: mulberry32(2) });
+    const unlimited: Candidate[] = [
+      { id: 'u-off', enabled: false, weight: 1000 },
+      { id: 'u-tried', weight: 1000 },
+      { id: 'u-ok', weight: 1 },
+    ];
+    for (let i = 0; i < 200; i++) {
+      const t = await admission.acquire({ candidates: unlimited, exclude: new Set(['u-tried']) });
+      expect(t.channel.id).toBe('u-ok');
+      await t.release();
+    }
+
+    const bounded: Candidate[] = [
+      { id: 'b-off', maxConcurrency: 5, enabled: false, priority: 9 },
+      { id: 'b-tried', maxConcurrency: 5, priority: 9 },
+      { id: 'b-ok', maxConcurrency: 5, priority: 0 },
+    ];
+    const held = [];
+    for (let i = 0; i < 5; i++) {
+      const t = await admission.acquire({ candidates: bounded, exclude: new Set(['b-tried']) });
+      expect(t.channel.id).toBe('b-ok');
+      held.push(t);
+    }
+    expect((await load(store, 'b-off')).active).toBe(0);
+    expect((await load(store, 'b-tried')).active).toBe(0);
+    expect((await load(store, 'b-ok')).active).toBe(5);
+    for (const t of held) await t.release();
+  });
+
+  it('throws NoChannelError when nothing is left, with zero store commands', async () => {
+    const { store, admission } = setup();
+    const cases: Array<[Candidate[], Set<string> | undefined]> = [
+      [[], undefined],
+      [
+        [
+          { id: 'a', enabled: false },
+          { id: 'b', maxConcurrency: 2, enabled: false },
+        ],
+        undefined,
+      ],
+      [[{ id: 'a' }, { id: 'b', maxConcurrency: 2 }], new Set(['a', 'b'])],
+      [
+        [
+          { id: 'a', enabled: false },
+          { id: 'b', maxConcurrency: 2 },
+        ],
+        new Set(['b']),
+      ],
+    ];
+    for (const [candidates, exclude] of cases) {
+      const err = await admission
+        .acquire({ candidates, ...(exclude ? { exclude } : {}) })
+        .catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(NoChannelError);
+      expect((err as NoChannelError).code).toBe('no_channel');
+    }
+    expect(admission.stats().outcomes.no_channel).toBe(4);
+    expect(totalCommands(store)).toBe(0);
+  });
+});
+
+describe('tiers and the acquire budget', () => {
+  it('a full high tier falls through to a lower tier in the same pass, without waiting', async () => {
+    const { store, admission, other } = setup();
+    const a = { id: 'hi-a', maxConcurrency: 1, priority: 10 };
+    const b = { id: 'hi-b', maxConcurrency: 1, priority: 10 };
+    const c = { id: 'lo-c', maxConcurrency: 1, priority: 0 };
+    const held = [...(await hold(other, a)), ...(await hold(other, b))];
+
+    const ticket = await admission.acquire({ candidates: [c, a, b] });
+    expect(ticket.channel.id).toBe('lo-c');
+    expect(ticket.waitedMs).toBe(0);
+    const stats = admission.stats();
+    expect(stats.acquireAttempts).toBe(3); // hi-a, hi-b (full), then lo-c
+    expect(stats.outcomes.acquired).toBe(1);
+    expect(store.commands.wait).toBe(0);
+
+    // and an unlimited channel in a lower tier is taken the same way
+    const u = { id: 'lo-u', priority: -1 };
+    const second = await admission.acquire({ candidates: [a, b, c, u] });
+    expect(second.channel.id).toBe('lo-u');
+    expect(admission.stats().acquireAttempts).toBe(3 + 3);
+
+    await ticket.release();
+    await second.release();
+    for (const t of held) await t.release();
+  });
+
+  it('max_acquire_attempts is one budget shared by all tiers of a pass', async () => {
+    const { store, admission, other } = setup({ wait_enabled: false, max_acquire_attempts: 2 });
+    const t3 = { id: 'p3', maxConcurrency: 1, priority: 3 };
+    const t2 = { id: 'p2', maxConcurrency: 1, priority: 2 };
+    const t1 = { id: 'p1-free', maxConcurrency: 1, priority: 1 };
+    const held = [...(await hold(other, t3)), ...(await hold(other, t2))];
+    const candidates = [t1, t2, t3];
+
+    // Budget 2: the two full tiers use it up; the free lowest tier is skipped in this pass.
+    const err = await capacityError(admission.acquire({ candidates }));
+    expect(err.reason).toBe('full');
+    expect(admission.stats().acquireAttempts).toBe(2);
+    expect((await load(store, 'p1-free')).active).toBe(0);
+
+    // Budget 3 reaches it.
+    admission.updateSettings({ max_acquire_attempts: 3 });
+    const ticket = await admission.acquire({ candidates });
+    expect(ticket.channel.id).toBe('p1-free');
+    expect(admission.stats().acquireAttempts).toBe(2 + 3);
+
+    await ticket.release();
+    for (const t of held) await t.release();
+  });
+
+  it('budget exhaustion recovers through waiting: 4 full channels of max 1, budget 2, releases after 50 ms', async () => {
+    const { admission, other } = setup({
+      max_acquire_attempts: 2,
+      wait_interval_ms: 10,
+      wait_timeout_ms: 3000,
+    });
+    const channels = ['w1', 'w2', 'w3', 'w4'].map((id) => ({ id, maxConcurrency: 1 }));
+    const held = [];
+    for (const c of channels) held.push(...(await hold(other, c)));
+
+    const pending = admission.acquire({ candidates: channels });
+    await sleep(50);
+    for (const t of held) await t.release();
+    const ticket = await pending;
+    expect(channels.map((c) => c.id)).toContain(ticket.channel.id);
+    expect(ticket.waitedMs).toBeGreaterThan(0);
+    await ticket.release();
+  });
+});
+
+describe('waiting', () => {
+  /**
+   * Holds every slot of `channel` on another instance, fills its queue with `foreign` waiters of other instances,
+   * then lets this engine try: it either waits (and times out) or finds the queue full.
+   */
+  async function probeQueue(channel: Candidate, settings: SettingsUpdate, foreign: number) {
+    const { store, admission, other } = setup({ wait_timeout_ms: 40, wait_interval_ms: 10, ...settings });
+    const held = await hold(other, channel, channel.maxConcurrency);
+    for (let i = 0; i < foreign; i++) {
+      expect(await store.registerWaiter(channel.id, `foreign:${i}`, 10_000, 60_000)).toBe(true);
+    }
+    const err = await capacityError(admission.acquire({ candidates: [channel] }));
+    // Nothing leaked: only the foreign waiters and the held slots remain.
+    await expect.poll(async () => (await load(store, channel.id)).waiting, { timeout: 500 }).toBe(foreign);
+    expect((await load(store, channel.id)).active).toBe(channel.maxConcurrency);
+    for (const t of held) await t.release();
+    return err.reason;
+  }
+
+  it('queue_full at the channel max_waiting, which wins over the setting and max_concurrency', async () => {
+    const channel = { id: 'q', maxConcurrency: 1, maxWaiting: 2 };
+    const settings = { max_waiting_per_channel: 5 };
+    expect(await probeQueue(channel, settings, 1)).toBe('wait_timeout');
+    expect(await probeQueue(channel, settings, 2)).toBe('queue_full');
+  });
+
+  it('queue_full at max_waiting_per_channel when the channel sets none (and the setting is > 0)', async () => {
+    const channel = { id: 'q', maxConcurrency: 1 };
+    const settings = { max_waiting_per_channel: 3 };
+    expect(await probeQueue(channel, settings, 2)).toBe('wait_timeout');
+    expect(await probeQueue(channel, settings, 3)).toBe('queue_full');
+  });
+
+  it('queue_full at max_concurrency when neither the channel nor the setting bounds the queue', async () => {
+    const channel = { id: 'q', maxConcurrency: 2 };
+    const settings = { max_waiting_per_channel: 0 };
+    expect(await probeQueue(channel, settings, 1)).toBe('wait_timeout');
+    expect(await probeQueue(channel, settings, 2)).toBe('queue_full');
+  });
+
+  it('queue_full is counted and names the channel', async () => {
+    const { store, admission, other } = setup();
+    const channel = { id: 'qq', maxConcurrency: 1 };
+    const held = await hold(other, channel);
+    await store.registerWaiter('qq', 'foreign:1', 10, 60_000);
+    const err = await capacityError(admission.acquire({ candidates: [channel] }));
+    expect(err.reason).toBe('queue_full');
+    expect(err.code).toBe('channel_capacity_exhausted');
+    expect(err.message).toContain('qq');
+    expect(admission.stats().outcomes.capacity_queue_full).toBe(1);
+    for (const t of held) await t.release();
+  });
+
+  it('wait_timeout after wait_timeout_ms, with the registration removed and the held slot untouched', async () => {
+    const { store, admission, other } = setup({ wait_timeout_ms: 120, wait_interval_ms: 10 });
+    const channel = { id: 'slow', maxConcurrency: 1 };
+    const held = await hold(other, channel);
+    const started = Date.now();
+    const pending = admission.acquire({ candidates: [channel] });
+    await sleep(30);
+    expect((await load(store, 'slow')).waiting).toBe(1); // it really registered
+    expect(admission.stats().channels.slow?.waiting).toBe(1);
+    const err = await capacityError(pending);
+    expect(err.reason).toBe('wait_timeout');
+    expect(err.channels).toEqual(['slow']);
+    expect(Date.now() - started).toBeGreaterThanOrEqual(110);
+    expect(Date.now() - started).toBeLessThan(3000);
+    await expect.poll(async () => (await load(store, 'slow')).waiting, { timeout: 500 }).toBe(0);
+    expect((await load(store, 'slow')).active).toBe(1);
+    expect(admission.stats().outcomes.capacity_wait_timeout).toBe(1);
+    expect(admission.stats().liveLeases).toBe(0);
+    for (const t of held) await t.release();
+  });
+
+  it('aborted when the caller aborts during the wait, at once, with nothing leaked', async () => {
+    const { store, admission, other } = setup({ wait_timeout_ms: 10_000, wait_interval_ms: 1000 });
+    const channel = { id: 'ab', maxConcurrency: 1 };
+    const held = await hold(other, channel);
+    const controller = new AbortController();
+    const pending = admission.acquire({ candidates: [channel], signal: controller.signal });
+    await sleep(30);
+    expect((await load(store, 'ab')).waiting).toBe(1);
+    const started = Date.now();
+    controller.abort();
+    const err = await capacityError(pending);
+    expect(err.reason).toBe('aborted');
+    expect(Date.now() - started).toBeLessThan(400); // not after the ≥ 500 ms poll, nor the 10 s deadline
+    await expect.poll(async () => (await load(store, 'ab')).waiting, { timeout: 500 }).toBe(0);
+    expect((await load(store, 'ab')).active).toBe(1);
+    expect(admission.stats().outcomes.capacity_aborted).toBe(1);
+    expect(admission.stats().liveLeases).toBe(0);
+    for (const t of held) await t.release();
+  });
+
+  it('aborted when the signal is already aborted, without registering a waiter', async () => {
+    const { store, admission, other } = setup();
+    const channel = { id: 'pre', maxConcurrency: 1 };
+    const held = await hold(other, channel);
+    const err = await capacityError(
+      admission.acquire({ candidates: [channel], signal: AbortSignal.abort() }),
+    );
+    expect(err.reason).toBe('aborted');
+    expect(store.commands.wait).toBe(0);
+    expect((await load(store, 'pre')).active).toBe(1);
+    for (const t of held) await t.release();
+  });
+
+  it('a release on this instance wakes its waiter at once (wait_interval_ms 1000: first poll ≥ 500 ms)', async () => {
+    const { store, admission } = setup({ wait_interval_ms: 1000, wait_timeout_ms: 5000 });
+    const channel = { id: 'wake', maxConcurrency: 1 };
+    const [holder] = await hold(admission, channel);
+    const pending = admission.acquire({ candidates: [channel] });
+    await sleep(40);
+    expect((await load(store, 'wake')).waiting).toBe(1);
+    const released = Date.now();
+    await holder!.release();
+    const ticket = await pending;
+    expect(ticket.channel.id).toBe('wake');
+    expect(Date.now() - released).toBeLessThan(400);
+    expect(ticket.waitedMs).toBeLessThan(450);
+    await ticket.release();
+  });
+
+  it('a release on another instance is only seen at the next poll (the contrast to the local wake-up)', async () => {
+    const { store, admission, other } = setup({ wait_interval_ms: 1000, wait_timeout_ms: 5000 });
+    const channel = { id: 'remote', maxConcurrency: 1 };
+    const [holder] = await hold(other, channel);
+    const pending = admission.acquire({ candidates: [channel] });
+    await sleep(40);
+    expect((await load(store, 'remote')).waiting).toBe(1);
+    await holder!.release();
+    const ticket = await pending;
+    expect(ticket.waitedMs).toBeGreaterThanOrEqual(450);
+    await ticket.release();
+  });
+});
+
+describe('tickets', () => {
+  it('release() twice on a bounded ticket removes the lease once and never touches a later holder', async () => {
+    const { store, admission, other } = setup();
+    const channel = { id: 'twice', maxConcurrency: 1 };
+    const ticket = await admission.acquire({ candidates: [channel] });
+    expect(ticket.token).toMatch(new RegExp(`^${admission.instanceId}:\\d+$`));
+    await Promise.all([ticket.release(), ticket.release()]);
+    expect(store.commands.release).toBe(1);
+    expect((await load(store, 'twice')).active).toBe(0);
+    expect(admission.stats().liveLeases).toBe(0);
+
+    const next = await other.acquire({ candidates: [channel] });
+    await ticket.release();
+    expect(store.commands.release).toBe(1);
+    expect((await load(store, 'twice')).active).toBe(1);
+    await next.release();
+  });
+
+  it('release() twice on an unlimited ticket counts it down once', async () => {
+    const { store, admission } = setup();
+    const u = { id: 'u' };
+    const first = await admission.acquire({ candidates: [u] });
+    const second = await admission.acquire({ candidates: [u] });
+    expect(admission.stats().channels.u?.active).toBe(2);
+    await first.release();
+    await first.release();
+    expect(admission.stats().channels.u?.active).toBe(1);
+    expect((await admission.readLoads([u])).get('u')?.active).toBe(1);
+    await second.release();
+    expect(admission.stats().channels.u).toBeUndefined();
+    expect(totalCommands(store)).toBe(0);
+  });
+});
+
+describe('cooldowns', () => {
+  it('cooldown() of an unlimited channel keeps it out of selection with zero store commands, until it ends', async () => {
+    const clock = new ManualClock();
+    const store = new MemoryStore({ clock });
+    const admission = engine(store, {}, { clock, random: mulberry32(4) });
+    const hot = { id: 'hot', weight: 1000 };
+    const cold = { id: 'cold', weight: 1 };
+    const candidates = [hot, cold];
+
+    await admission.cooldown(hot, { ms: 1000, reason: 'upstream 429' });
+    for (let i = 0; i < 500; i++) {
+      const t = await admission.acquire({ candidates });
+      expect(t.channel.id).toBe('cold');
+      await t.release();
+    }
+    // By id, once the engine has seen the channel as unlimited: still no store command.
+    await admission.cooldown('cold', { ms: 5000 });
+    const err = await capacityError(admission.acquire({ candidates }));
+    expect(err.reason).toBe('full');
+    expect(err.retryAfterMs).toBeGreaterThanOrEqual(1000);
+
+    await clock.advance(1001); // hot's cooldown is over, cold's is not
+    let hotPicks = 0;
+    for (let i = 0; i < 100; i++) {
+      const t = await admission.acquire({ candidates });
+      if (t.channel.id === 'hot') hotPicks++;
+      await t.release();
+    }
+    expect(hotPicks).toBe(100);
+
+    await admission.clearCooldown(cold);
+    const picks = new Set<string>();
+    for (let i = 0; i < 5000; i++) {
+      const t = await admission.acquire({ candidates });
+      picks.add(t.channel.id);
+      await t.release();
+    }
+    expect(picks).toEqual(new Set(['hot', 'cold']));
+    expect(totalCommands(store)).toBe(0);
+  });
+
+  it('cooldown() of a bounded channel makes the acquire skip it, in this engine and in another one', async () => {
+    const { store, admission, other } = setup({ load_cache_ttl_ms: 5000 }, { random: mulberry32(5) });
+    const a = { id: 'a', maxConcurrency: 4, weight: 1000 };
+    const b = { id: 'b', maxConcurrency: 4, weight: 1 };
+    // Both engines have a cached snapshot of a as idle.
+    for (const e of [admission, other]) await (await e.acquire({ candidates: [a] })).release();
+
+    await admission.cooldown(a, { ms: 60_000, reason: 'upstream 429' });
+    expect(store.commands.cooldown).toBe(1);
+    expect(await store.readCooldown('a')).toMatchObject({ reason: 'upstream 429' });
+    for (const e of [admission, other]) {
+      const before = e.stats().acquireAttempts;
+      for (let i = 0; i < 20; i++) {
+        const t = await e.acquire({ candidates: [a, b] });
+        expect(t.channel.id).toBe('b');
+        await t.release();
+      }
+      // This engine knows of the cooldown and never tries a; the other one learns it from at most one
+      // "cooling" reply of the acquire script and skips a from then on.
+      expect(e.stats().acquireAttempts - before).toBeLessThanOrEqual(e === admission ? 20 : 21);
+    }
+    expect((await load(store, 'a')).active).toBe(0);
+
+    // A cooling channel is never a wait candidate: alone, it fails at once with reason full, without an acquire.
+    const acquires = store.commands.acquire;
+    const err = await capacityError(admission.acquire({ candidates: [a] }));
+    expect(err.reason).toBe('full');
+    expect(store.commands.wait).toBe(0);
+    expect(store.commands.acquire).toBe(acquires);
+  });
+
+  it('cooldown_enabled = false makes cooldown() a no-op for bounded and unlimited channels', async () => {
+    const { store, admission } = setup({ cooldown_enabled: false }, { random: mulberry32(6) });
+    const bounded = { id: 'bd', maxConcurrency: 2 };
+    const unlimited = { id: 'ul' };
+    await admission.cooldown(bounded, { ms: 60_000 });
+    await admission.cooldown(unlimited, { ms: 60_000 });
+    await admission.cooldown('never-seen', { ms: 60_000 });
+    expect(store.commands.cooldown).toBe(0);
+    expect(await store.readCooldown('bd')).toBeNull();
+    const t1 = await admission.acquire({ candidates: [bounded] });
+    expect(t1.channel.id).toBe('bd');
+    const t2 = await admission.acquire({ candidates: [unlimited] });
+    expect(t2.channel.id).toBe('ul');
+    expect((await admission.readLoads([unlimited])).get('ul')?.coolingDown).toBe(false);
+    await t1.release();
+    await t2.release();
+  });
+});
