@@ -178,7 +178,7 @@ export class AdmissionEngine implements Admission {
     if (bounded.length === 0) {
       for (const tier of byTier) {
         const pick = weightedPick(
-          tier.filter((c) => this.localCoolingMs(c.id) === 0),
+          tier.filter((c) => !this.isCooling(c)),
           this.random,
         );
         if (pick) return this.unlimitedTicket(pick);
@@ -195,7 +195,7 @@ export class AdmissionEngine implements Admission {
       let ordered = this.orderTier(tier, loads);
       if (ordered.length === 0) {
         const tierBounded = tier.filter(isBounded);
-        if (tierBounded.some((c) => loads.get(c.id)?.coolingDown)) {
+        if (tierBounded.some((c) => this.isCooling(c, loads))) {
           const fresh = await this.withAbort(this.view.readFresh(tierBounded.map((c) => c.id)), signal);
           if (fresh) {
             for (const [id, load] of fresh) loads.set(id, load);
@@ -255,9 +255,7 @@ export class AdmissionEngine implements Admission {
 
   /** Drops cooling channels; orders the rest by load rate with a weighted shuffle among equal loads. */
   private orderTier<C extends Candidate>(tier: readonly C[], loads: Map<string, ChannelLoad>): C[] {
-    const usable = tier.filter((c) =>
-      isBounded(c) ? !loads.get(c.id)?.coolingDown : this.localCoolingMs(c.id) === 0,
-    );
+    const usable = tier.filter((c) => !this.isCooling(c, loads));
     return orderByLoad(
       usable,
       (c) => {
@@ -369,7 +367,7 @@ export class AdmissionEngine implements Admission {
     let bestRate = Infinity;
     for (const c of bounded) {
       const load = loads.get(c.id);
-      if (c === registeredOn || !load || load.coolingDown || !hasRoom(c, loads)) continue;
+      if (c === registeredOn || !load || this.isCooling(c, loads) || !hasRoom(c, loads)) continue;
       const rate = (load.active + load.waiting) / c.maxConcurrency!;
       // higher priority first, then lower load
       if (
@@ -385,7 +383,7 @@ export class AdmissionEngine implements Admission {
   }
 
   private firstUsableUnlimited<C extends Candidate>(candidates: readonly C[]): C | undefined {
-    return candidates.find((c) => !isBounded(c) && this.localCoolingMs(c.id) === 0);
+    return candidates.find((c) => !isBounded(c) && !this.isCooling(c));
   }
 
   private boundedTicket<C extends Candidate>(
@@ -479,6 +477,15 @@ export class AdmissionEngine implements Admission {
       retryAfterMs,
       channels: ids,
     });
+  }
+
+  /**
+   * Whether selection skips the channel: a bounded channel by the load snapshot, an unlimited one by this process's
+   * memory. With cooldown_enabled = false nothing cools (the master switch).
+   */
+  private isCooling(c: Candidate, loads?: ReadonlyMap<string, ChannelLoad>): boolean {
+    if (!this.current.cooldown_enabled) return false;
+    return isBounded(c) ? loads?.get(c.id)?.coolingDown === true : this.localCoolingMs(c.id) > 0;
   }
 
   private localCoolingMs(id: string): number {

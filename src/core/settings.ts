@@ -76,6 +76,8 @@ export function describeRange(key: SettingKey): string {
 function show(value: unknown): string {
   if (typeof value === 'string') return JSON.stringify(value.length > 40 ? `${value.slice(0, 40)}…` : value);
   if (value === undefined) return 'undefined';
+  if (typeof value === 'bigint') return `${value}n`;
+  if (typeof value === 'number' && !Number.isFinite(value)) return String(value);
   try {
     return JSON.stringify(value) ?? String(value);
   } catch {
@@ -91,6 +93,8 @@ export function parseSettingsUpdate(input: unknown): SettingsUpdate {
   if (typeof input !== 'object' || input === null || Array.isArray(input)) {
     throw new SettingsError([`Expected settings to be an object of keys, got ${show(input)}`]);
   }
+  // A key given as `undefined` means "not given": it must not overwrite the value it would replace.
+  input = Object.fromEntries(Object.entries(input).filter(([, v]) => v !== undefined));
   const result = updateSchema.safeParse(input);
   if (result.success) return result.data as SettingsUpdate;
   const record = input as Record<string, unknown>;

@@ -507,4 +507,20 @@ describe('cooldowns', () => {
     await t1.release();
     await t2.release();
   });
+
+  it('turning cooldown_enabled off frees channels that are already cooling (the master switch)', async () => {
+    const { admission } = setup({}, { random: mulberry32(7) });
+    const bounded = { id: 'bc', maxConcurrency: 2 };
+    const unlimited = { id: 'uc' };
+    await admission.cooldown(bounded, { ms: 60_000 });
+    await admission.cooldown(unlimited, { ms: 60_000 });
+    expect((await capacityError(admission.acquire({ candidates: [bounded] }))).reason).toBe('full');
+    expect((await capacityError(admission.acquire({ candidates: [unlimited] }))).reason).toBe('full');
+    admission.updateSettings({ cooldown_enabled: false });
+    const t1 = await admission.acquire({ candidates: [bounded] });
+    const t2 = await admission.acquire({ candidates: [unlimited] });
+    expect([t1.channel.id, t2.channel.id]).toEqual(['bc', 'uc']);
+    await t1.release();
+    await t2.release();
+  });
 });
