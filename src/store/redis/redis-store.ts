@@ -77,6 +77,11 @@ export class RedisStore implements SlotStore {
     return this.counts;
   }
 
+  /** Counts commands sent on this store's client by its companions (settings sync). */
+  countCommands(purpose: Purpose, n: number): void {
+    this.counts[purpose] += n;
+  }
+
   /** Runs one store operation under the time bound, counting `n` commands, mapping every failure to the typed error. */
   private async run<T>(purpose: Purpose, operation: string, n: number, work: () => Promise<T>): Promise<T> {
     this.counts[purpose] += n;

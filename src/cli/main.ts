@@ -1,0 +1,22 @@
+#!/usr/bin/env node
+/** The `slotgate` command line (spec §13). */
+import { Command } from 'commander';
+import { serve } from './serve.js';
+
+const program = new Command();
+program
+  .name('slotgate')
+  .description('Bounded per-channel concurrency for LLM API gateways, shared through Redis');
+
+program
+  .command('serve')
+  .description(
+    'run the gateway (without --config: the bundled demo with mock channels and the embedded store)',
+  )
+  .option('-c, --config <file>', 'YAML or JSON configuration file (env SLOTGATE_CONFIG)')
+  .option('-p, --port <n>', 'port to listen on')
+  .option('--host <host>', 'address to listen on')
+  .option('--redis <url>', 'Redis URL (env REDIS_URL); absent = embedded in-process store')
+  .action(serve);
+
+await program.parseAsync(process.argv);

@@ -1,0 +1,318 @@
+/**
+ * The gateway (spec §7): a Fastify app that admits every request through slotgate. It owns the store, the admission
+ * engine, settings propagation, config reloads and graceful shutdown.
+ */
+import { randomUUID, createHash } from 'node:crypto';
+import { watch, type FSWatcher } from 'node:fs';
+import { readFile } from 'node:fs/promises';
+import { basename, dirname } from 'node:path';
+import Fastify, { type FastifyInstance, type FastifyError } from 'fastify';
+import { createAdmission, type Admission, type AdmissionEvent } from '../admission/admission.js';
+import { DEFAULT_SETTINGS, type Settings, type SettingsUpdate } from '../core/settings.js';
+import { MemoryStore } from '../store/memory/memory-store.js';
+import { RedisStore } from '../store/redis/redis-store.js';
+import { RedisSettingsSync } from '../store/redis/settings-sync.js';
+import type { SlotStore } from '../store/store.js';
+import { registerAdminRoutes } from './admin.js';
+import { ChannelRegistry } from './channels.js';
+import { ConfigError, loadConfigFile, type GatewayConfig } from './config.js';
+import { HttpError, errorBody, toHttpError } from './http-errors.js';
+import { proxyRequest, bearerToken, shapeOf, type ProxyResult } from './proxy.js';
+import { UpstreamClient } from './upstream.js';
+
+export const CLIENT_ROUTES = [
+  '/v1/chat/completions',
+  '/v1/completions',
+  '/v1/embeddings',
+  '/v1/images/generations',
+  '/v1/responses',
+  '/v1/messages',
+] as const;
+
+export interface GatewayOptions {
+  config: GatewayConfig;
+  /** When set, the file is watched and the channel list reloads when it changes. */
+  configPath?: string;
+  /** pino logger options, or false for none. @default from config.server.log_level */
+  logger?: boolean | Record<string, unknown>;
+  /** Use this store instead of the one the config describes (tests, embedding). */
+  store?: SlotStore;
+  onResult?: (result: ProxyResult) => void;
+}
+
+export interface Gateway {
+  app: FastifyInstance;
+  admission: Admission;
+  store: SlotStore;
+  readonly config: GatewayConfig;
+  /** Re-reads the config file; on error keeps the old configuration and returns the error. */
+  reload(): Promise<ConfigError | undefined>;
+  listen(): Promise<string>;
+  /** Graceful: stop accepting, let in-flight requests finish up to shutdown_timeout_ms, release every lease. */
+  close(): Promise<void>;
+}
+
+const REDACT = [
+  'req.headers.authorization',
+  'req.headers["x-api-key"]',
+  'headers.authorization',
+  'headers["x-api-key"]',
+];
+
+export async function createGateway(options: GatewayOptions): Promise<Gateway> {
+  let config = options.config;
+  let registry = new ChannelRegistry(config.channels, config.tokens);
+  let configVersion = 1;
+  let configHash = hashConfig(config);
+  let configLoadedAt = new Date().toISOString();
+  let lastConfigError: string | null = null;
+  const startedAt = Date.now();
+
+  const app = Fastify({
+    logger:
+      options.logger === false
+        ? false
+        : {
+            level: config.server.log_level,
+            redact: { paths: REDACT, censor: '[redacted]' },
+            ...(typeof options.logger === 'object' ? options.logger : {}),
+          },
+    bodyLimit: config.server.body_limit_bytes,
+    requestIdHeader: 'x-request-id',
+    genReqId: () => randomUUID(),
+    forceCloseConnections: 'idle',
+  });
+
+  const store: SlotStore =
+    options.store ??
+    (config.redis
+      ? new RedisStore({
+          url: config.redis.url,
+          prefix: config.redis.prefix,
+          timeoutMs: config.redis.timeout_ms,
+        })
+      : new MemoryStore());
+
+  const onEvent = (event: AdmissionEvent) => {
+    if (event.type === 'settings_changed') return;
+    const level = event.type === 'lease_lost' || event.type === 'release_abandoned' ? 'error' : 'warn';
+    const { type, ...rest } = event;
+    app.log[level](
+      { event: type, ...('error' in rest ? { ...rest, error: rest.error.message } : rest) },
+      `admission: ${type}`,
+    );
+  };
+  const admission = createAdmission({ store, settings: config.settings, onEvent });
+
+  // Settings: defaults < config file < overrides (admin PUT; shared through Redis when there is one).
+  let overrides: SettingsUpdate = {};
+  const applySettings = (): Settings => {
+    const next = admission.updateSettings({ ...DEFAULT_SETTINGS, ...config.settings, ...overrides });
+    return next;
+  };
+  let sync: RedisSettingsSync | undefined;
+  if (store instanceof RedisStore) {
+    sync = new RedisSettingsSync({
+      store,
+      onOverrides: (o) => {
+        overrides = o;
+        applySettings();
+        app.log.info({ overrides: o }, 'settings applied');
+      },
+      onError: (err) => app.log.error({ err: err.message }, 'settings sync'),
+    });
+    try {
+      await sync.start();
+    } catch (err) {
+      app.log.error(
+        { err: (err as Error).message },
+        'settings sync could not start; using the configured settings',
+      );
+    }
+  }
+  const putSettings = async (update: SettingsUpdate): Promise<Settings> => {
+    // Validate against what is in force first: a bad combination changes nothing anywhere.
+    const merged = { ...overrides, ...update };
+    if (sync) await sync.write(update);
+    overrides = merged;
+    return applySettings();
+  };
+
+  const upstream = new UpstreamClient(config.timeouts);
+
+  // One parser for every body: the raw bytes, forwarded as-is; the handlers parse what they need.
+  app.removeAllContentTypeParsers();
+  app.addContentTypeParser('*', { parseAs: 'buffer' }, (_request, body, done) => done(null, body));
+
+  app.addHook('onSend', async (request, reply) => {
+    reply.header('x-request-id', request.id);
+  });
+
+  app.setErrorHandler((err: FastifyError, request, reply) => {
+    const shape = shapeOf(request.url);
+    let httpError: HttpError;
+    if (err.code === 'FST_ERR_CTP_BODY_TOO_LARGE') {
+      httpError = new HttpError(
+        'request_too_large',
+        `the request body is larger than ${config.server.body_limit_bytes} bytes`,
+      );
+    } else if (typeof err.code === 'string' && err.code.startsWith('FST_ERR_CTP')) {
+      httpError = new HttpError('invalid_request_error', err.message);
+    } else {
+      httpError = toHttpError(err);
+    }
+    if (httpError.code === 'internal_error') request.log.error({ err }, 'internal error');
+    if (reply.sent || reply.raw.headersSent) return;
+    void reply.code(httpError.status).headers(httpError.headers).send(errorBody(httpError, shape));
+  });
+
+  app.setNotFoundHandler((request, reply) => {
+    const err = new HttpError('not_found', `no route ${request.method} ${request.url.split('?')[0]}`);
+    void reply.code(404).send(errorBody(err, shapeOf(request.url)));
+  });
+
+  const ctx = {
+    admission,
+    registry: () => registry,
+    config: () => config,
+    upstream,
+    ...(options.onResult ? { onResult: options.onResult } : {}),
+  };
+  for (const path of CLIENT_ROUTES)
+    app.post(path, (request, reply) => proxyRequest(ctx, request, reply, path));
+
+  app.get('/v1/models', async (request) => {
+    const token = registry.authenticate(bearerToken(request, 'openai'));
+    if (!token) throw new HttpError('invalid_api_key', 'missing or invalid API key');
+    return {
+      object: 'list',
+      data: registry
+        .models(token.group)
+        .map((id) => ({ id, object: 'model', created: 0, owned_by: 'slotgate' })),
+    };
+  });
+
+  app.get('/healthz', async () => ({ ok: true }));
+
+  const redisHealth = async () => {
+    if (!(store instanceof RedisStore)) return null;
+    const t0 = performance.now();
+    try {
+      await Promise.race([
+        store.client.ping(),
+        new Promise((_, reject) => setTimeout(() => reject(new Error('ping timed out')), 1000).unref()),
+      ]);
+      return { healthy: true, latency_ms: Math.round((performance.now() - t0) * 100) / 100 };
+    } catch (err) {
+      return { healthy: false, error: (err as Error).message };
+    }
+  };
+
+  registerAdminRoutes(app, {
+    admission,
+    registry: () => registry,
+    config: () => config,
+    putSettings,
+    status: async () => ({
+      instance_id: admission.instanceId,
+      uptime_s: Math.round((Date.now() - startedAt) / 1000),
+      store: store.kind,
+      redis: await redisHealth(),
+      config: {
+        source: config.source,
+        version: configVersion,
+        hash: configHash,
+        loaded_at: configLoadedAt,
+        last_error: lastConfigError,
+      },
+      settings_overrides: overrides,
+      live_leases: admission.stats().liveLeases,
+    }),
+  });
+
+  const reload = async (): Promise<ConfigError | undefined> => {
+    if (!options.configPath) return undefined;
+    try {
+      const next = await loadConfigFile(options.configPath);
+      const hash = hashConfig(next);
+      if (hash === configHash) return undefined;
+      if (
+        JSON.stringify(next.redis) !== JSON.stringify(config.redis) ||
+        JSON.stringify(next.server) !== JSON.stringify(config.server)
+      ) {
+        app.log.warn('config reload: changes to `server` and `redis` take effect only after a restart');
+      }
+      config = next;
+      registry = new ChannelRegistry(config.channels, config.tokens);
+      configVersion++;
+      configHash = hash;
+      configLoadedAt = new Date().toISOString();
+      lastConfigError = null;
+      applySettings();
+      app.log.info({ version: configVersion, channels: registry.channels.length }, 'configuration reloaded');
+      return undefined;
+    } catch (err) {
+      const error =
+        err instanceof ConfigError ? err : new ConfigError(options.configPath, [(err as Error).message]);
+      lastConfigError = error.message;
+      app.log.error(
+        { err: error.message },
+        'configuration reload rejected; the previous configuration stays in force',
+      );
+      return error;
+    }
+  };
+
+  let watcher: FSWatcher | undefined;
+  if (options.configPath) {
+    const file = basename(options.configPath);
+    let timer: NodeJS.Timeout | undefined;
+    // Watch the directory: editors and deploy tools often replace the file rather than write into it.
+    watcher = watch(dirname(options.configPath), (_event, name) => {
+      if (name !== null && name !== file) return;
+      clearTimeout(timer);
+      timer = setTimeout(() => void reload(), 150);
+    });
+    watcher.unref();
+  }
+
+  let closing: Promise<void> | undefined;
+  const close = () =>
+    (closing ??= (async () => {
+      watcher?.close();
+      const force = setTimeout(() => app.server.closeAllConnections?.(), config.server.shutdown_timeout_ms);
+      force.unref();
+      try {
+        await app.close();
+      } finally {
+        clearTimeout(force);
+        await admission.close();
+        await sync?.close();
+        await upstream.close().catch(() => {});
+        if (!options.store) await store.close();
+      }
+    })());
+
+  return {
+    app,
+    admission,
+    store,
+    get config() {
+      return config;
+    },
+    reload,
+    listen: () => app.listen({ host: config.server.host, port: config.server.port }),
+    close,
+  };
+}
+
+function hashConfig(config: GatewayConfig): string {
+  return createHash('sha256')
+    .update(JSON.stringify({ ...config, source: undefined }))
+    .digest('hex')
+    .slice(0, 12);
+}
+
+export async function readDemoConfigText(): Promise<string> {
+  return readFile(new URL('./demo.yaml', import.meta.url), 'utf8');
+}
