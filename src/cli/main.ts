@@ -1,6 +1,7 @@
 #!/usr/bin/env node
 /** The `slotgate` command line (spec §13). */
 import { Command } from 'commander';
+import { doctor } from './doctor.js';
 import { serve } from './serve.js';
 
 const program = new Command();
@@ -18,5 +19,16 @@ program
   .option('--host <host>', 'address to listen on')
   .option('--redis <url>', 'Redis URL (env REDIS_URL); absent = embedded in-process store')
   .action(serve);
+
+program
+  .command('doctor')
+  .description('list slotgate keys left in Redis with no live owner; exit 1 when there are any')
+  .option('--redis <url>', 'Redis URL (env REDIS_URL)')
+  .option('--prefix <prefix>', 'key prefix', 'slotgate')
+  .option('--fix', 'remove exactly what was reported (expired members, keys without expiry, unknown keys)')
+  .option('--json', 'print the report as JSON')
+  .action(async (opts: { redis?: string; prefix: string; fix?: boolean; json?: boolean }) => {
+    process.exitCode = await doctor(opts);
+  });
 
 await program.parseAsync(process.argv);
