@@ -11,7 +11,7 @@ import { DEFAULT_SETTINGS, mergeSettings, type Settings, type SettingsUpdate } f
 import { LeaseManager, type Lease, type LeaseEvent } from '../store/leases.js';
 import type { AcquireTarget, ChannelLoad, SlotStore } from '../store/store.js';
 import { LoadView, abortable } from './load-view.js';
-import { StatsRecorder, type AdmissionStats, type ChannelStats } from './stats.js';
+import { StatsRecorder, type AdmissionStats, type ChannelStats, type Outcome } from './stats.js';
 import { LocalWaiters, type Waker } from './waiters.js';
 
 export interface AdmissionOptions {
@@ -26,6 +26,15 @@ export interface AdmissionOptions {
   /** Load fetch rounds at once. @default 2 */
   maxConcurrentFetches?: number;
   onEvent?: (event: AdmissionEvent) => void;
+  /** Called once per acquire with its outcome and latency (metrics exporters observe histograms here). */
+  onAdmission?: (admission: AdmissionRecord) => void;
+}
+
+export interface AdmissionRecord {
+  outcome: Outcome;
+  latencyMs: number;
+  /** Time in the wait queue, when the pass waited. */
+  waitedMs?: number;
 }
 
 export type AdmissionEvent = LeaseEvent | { type: 'settings_changed'; settings: Settings };
@@ -70,6 +79,11 @@ export interface Admission {
   readonly instanceId: string;
   /** Live loads straight from the store (admin views); unlimited channels from this process. */
   readLoads(channels: readonly Candidate[]): Promise<Map<string, ChannelLoad>>;
+  /**
+   * Loads through the load view: cached snapshots with this instance's corrections, fetched (coalesced) when stale,
+   * in-memory fallback on store trouble. Free while the cache is warm; for dashboards and metrics.
+   */
+  viewLoads(channels: readonly Candidate[]): Promise<Map<string, ChannelLoad>>;
   stats(): AdmissionStats;
   close(): Promise<void>;
 }
@@ -89,6 +103,7 @@ export class AdmissionEngine implements Admission {
   private readonly waiters = new LocalWaiters();
   private readonly recorder = new StatsRecorder();
   private readonly emit: (event: AdmissionEvent) => void;
+  private readonly onAdmission: ((record: AdmissionRecord) => void) | undefined;
   /** Cooldowns this instance knows of: the only record for unlimited channels, a hint for bounded ones. */
   private readonly localCooldowns = new Map<string, number>();
   /** Whether each channel id seen so far is bounded (for cooldown(id) given only an id). */
@@ -102,6 +117,7 @@ export class AdmissionEngine implements Admission {
     this.clock = options.clock ?? systemClock;
     this.random = options.random ?? Math.random;
     this.emit = options.onEvent ?? (() => {});
+    this.onAdmission = options.onAdmission;
     this.leases = new LeaseManager({
       store: this.store,
       clock: this.clock,
@@ -150,17 +166,25 @@ export class AdmissionEngine implements Admission {
 
   async acquire<C extends Candidate>(request: AcquireRequest<C>): Promise<Ticket<C>> {
     const started = this.clock.now();
+    let outcome: Outcome | undefined = 'acquired';
+    let waitedMs: number | undefined;
     try {
       const ticket = await this.pass(request, started);
-      this.recorder.outcomes.acquired++;
+      if (ticket.waitedMs > 0) waitedMs = ticket.waitedMs;
       return ticket;
     } catch (err) {
-      if (err instanceof CapacityError) this.recorder.outcomes[`capacity_${err.reason}`]++;
-      else if (err instanceof StoreUnavailableError) this.recorder.outcomes.store_unavailable++;
-      else if (err instanceof NoChannelError) this.recorder.outcomes.no_channel++;
+      if (err instanceof CapacityError) outcome = `capacity_${err.reason}`;
+      else if (err instanceof StoreUnavailableError) outcome = 'store_unavailable';
+      else if (err instanceof NoChannelError) outcome = 'no_channel';
+      else outcome = undefined; // not an admission outcome: a bug, surfaced as it is
       throw err;
     } finally {
-      this.recorder.admissionLatency.observe(this.clock.now() - started);
+      if (outcome !== undefined) {
+        const latencyMs = this.clock.now() - started;
+        this.recorder.outcomes[outcome]++;
+        this.recorder.admissionLatency.observe(latencyMs);
+        this.onAdmission?.({ outcome, latencyMs, ...(waitedMs !== undefined ? { waitedMs } : {}) });
+      }
     }
   }
 
@@ -521,6 +545,21 @@ export class AdmissionEngine implements Admission {
   async readLoads(channels: readonly Candidate[]): Promise<Map<string, ChannelLoad>> {
     const bounded = channels.filter(isBounded).map((c) => c.id);
     const loads = bounded.length ? await this.store.readLoads(bounded) : new Map<string, ChannelLoad>();
+    for (const c of channels) {
+      if (isBounded(c)) continue;
+      const cooling = this.localCoolingMs(c.id);
+      loads.set(c.id, {
+        active: this.unlimitedActive.get(c.id) ?? 0,
+        waiting: 0,
+        coolingDown: cooling > 0,
+        cooldownRemainingMs: cooling,
+      });
+    }
+    return loads;
+  }
+
+  async viewLoads(channels: readonly Candidate[]): Promise<Map<string, ChannelLoad>> {
+    const loads = await this.view.read(channels.filter(isBounded).map((c) => c.id));
     for (const c of channels) {
       if (isBounded(c)) continue;
       const cooling = this.localCoolingMs(c.id);

@@ -5,6 +5,7 @@
 import { randomUUID, createHash } from 'node:crypto';
 import { watch, type FSWatcher } from 'node:fs';
 import { readFile } from 'node:fs/promises';
+import { hostname } from 'node:os';
 import { basename, dirname } from 'node:path';
 import Fastify, { type FastifyInstance, type FastifyError } from 'fastify';
 import { createAdmission, type Admission, type AdmissionEvent } from '../admission/admission.js';
@@ -19,6 +20,8 @@ import { ConfigError, loadConfigFile, type GatewayConfig } from './config.js';
 import { HttpError, errorBody, toHttpError } from './http-errors.js';
 import { proxyRequest, bearerToken, shapeOf, type ProxyResult } from './proxy.js';
 import { UpstreamClient } from './upstream.js';
+import { GatewayMetrics } from './metrics.js';
+import { dashboardHtml } from './dashboard.js';
 
 export const CLIENT_ROUTES = [
   '/v1/chat/completions',
@@ -102,7 +105,20 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
       `admission: ${type}`,
     );
   };
-  const admission = createAdmission({ store, settings: config.settings, onEvent });
+  const metrics = new GatewayMetrics({
+    // read at scrape time, after the engine below exists
+    admission: () => admission,
+    channels: () => registry,
+    storeKind: store.kind,
+    storeUp: async () => (store instanceof RedisStore ? (await redisHealth())?.healthy === true : true),
+    configVersion: () => configVersion,
+  });
+  const admission = createAdmission({
+    store,
+    settings: config.settings,
+    onEvent,
+    onAdmission: metrics.observeAdmission,
+  });
 
   // Settings: defaults < config file < overrides (admin PUT; shared through Redis when there is one).
   let overrides: SettingsUpdate = {};
@@ -140,6 +156,39 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
 
   const upstream = new UpstreamClient(config.timeouts);
 
+  // With Redis, every instance announces itself every 5 s for the dashboard's instance list (one HSET + PEXPIRE).
+  const self = {
+    id: admission.instanceId,
+    host: hostname(),
+    pid: process.pid,
+    started_at: new Date(startedAt).toISOString(),
+  };
+  const heartbeat = async () => {
+    if (!(store instanceof RedisStore)) return;
+    const key = store.keys.instances();
+    store.countCommands('settings', 2);
+    await store.client
+      .multi()
+      .hset(key, self.id, JSON.stringify({ ...self, seen_at: new Date().toISOString() }))
+      .pexpire(key, 60_000)
+      .exec();
+  };
+  const listInstances = async () => {
+    if (!(store instanceof RedisStore)) return [{ ...self, seen_at: new Date().toISOString() }];
+    store.countCommands('settings', 1);
+    const all = await store.client.hgetall(store.keys.instances());
+    const fresh = Date.now() - 15_000;
+    return Object.values(all)
+      .map((v) => JSON.parse(v) as typeof self & { seen_at: string })
+      .filter((i) => Date.parse(i.seen_at) >= fresh)
+      .sort((a, b) => a.id.localeCompare(b.id));
+  };
+  const beat = () =>
+    void heartbeat().catch((err: Error) => app.log.warn({ err: err.message }, 'instance heartbeat failed'));
+  beat();
+  const heartbeatTimer = setInterval(beat, 5000);
+  heartbeatTimer.unref();
+
   // One parser for every body: the raw bytes, forwarded as-is; the handlers parse what they need.
   app.removeAllContentTypeParsers();
   app.addContentTypeParser('*', { parseAs: 'buffer' }, (_request, body, done) => done(null, body));
@@ -162,6 +211,7 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
       httpError = toHttpError(err);
     }
     if (httpError.code === 'internal_error') request.log.error({ err }, 'internal error');
+    if (request.url.startsWith('/v1/')) metrics.countResponse('gateway', httpError.status);
     if (reply.sent || reply.raw.headersSent) return;
     void reply.code(httpError.status).headers(httpError.headers).send(errorBody(httpError, shape));
   });
@@ -176,7 +226,10 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
     registry: () => registry,
     config: () => config,
     upstream,
-    ...(options.onResult ? { onResult: options.onResult } : {}),
+    onResult: (result: ProxyResult) => {
+      metrics.countResponse(result.source, result.status);
+      options.onResult?.(result);
+    },
   };
   for (const path of CLIENT_ROUTES)
     app.post(path, (request, reply) => proxyRequest(ctx, request, reply, path));
@@ -194,7 +247,17 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
 
   app.get('/healthz', async () => ({ ok: true }));
 
-  const redisHealth = async () => {
+  app.get('/metrics', async (_request, reply) => {
+    void reply.header('content-type', metrics.register.contentType);
+    return metrics.text();
+  });
+
+  app.get('/dashboard', async (_request, reply) => {
+    void reply.header('content-type', 'text/html; charset=utf-8').header('cache-control', 'no-store');
+    return dashboardHtml();
+  });
+
+  async function redisHealth() {
     if (!(store instanceof RedisStore)) return null;
     const t0 = performance.now();
     try {
@@ -206,7 +269,7 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
     } catch (err) {
       return { healthy: false, error: (err as Error).message };
     }
-  };
+  }
 
   registerAdminRoutes(app, {
     admission,
@@ -226,6 +289,7 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
         last_error: lastConfigError,
       },
       settings_overrides: overrides,
+      instances: await listInstances().catch(() => []),
       live_leases: admission.stats().liveLeases,
     }),
   });
@@ -255,6 +319,7 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
       const error =
         err instanceof ConfigError ? err : new ConfigError(options.configPath, [(err as Error).message]);
       lastConfigError = error.message;
+      metrics.configReloadErrors.inc();
       app.log.error(
         { err: error.message },
         'configuration reload rejected; the previous configuration stays in force',
@@ -280,6 +345,10 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
   const close = () =>
     (closing ??= (async () => {
       watcher?.close();
+      clearInterval(heartbeatTimer);
+      if (store instanceof RedisStore) {
+        await store.client.hdel(store.keys.instances(), self.id).catch(() => {});
+      }
       const force = setTimeout(() => app.server.closeAllConnections?.(), config.server.shutdown_timeout_ms);
       force.unref();
       try {

@@ -8,11 +8,7 @@ import type { Cluster, Redis } from 'ioredis';
 import { KeyBuilder, SCHEMA_VERSION } from './keys.js';
 
 export type FindingKind =
-  | 'expired_members'
-  | 'no_expiry'
-  | 'cooldown_without_ttl'
-  | 'wrong_type'
-  | 'unknown_key';
+  'expired_members' | 'no_expiry' | 'cooldown_without_ttl' | 'wrong_type' | 'unknown_key';
 
 export interface Finding {
   key: string;
@@ -31,10 +27,18 @@ export interface DoctorReport {
   fixed: number;
 }
 
-const EXPECTED_TYPE = { slots: 'zset', waiters: 'zset', cooldown: 'string', settings: 'hash' } as const;
+const EXPECTED_TYPE = {
+  slots: 'zset',
+  waiters: 'zset',
+  cooldown: 'string',
+  settings: 'hash',
+  instances: 'hash',
+} as const;
 
 async function scanAll(client: Redis | Cluster, pattern: string): Promise<string[]> {
-  const nodes = (client as { isCluster?: boolean }).isCluster ? (client as Cluster).nodes('master') : [client as Redis];
+  const nodes = (client as { isCluster?: boolean }).isCluster
+    ? (client as Cluster).nodes('master')
+    : [client as Redis];
   const keys = new Set<string>();
   for (const node of nodes) {
     let cursor = '0';
@@ -52,7 +56,11 @@ async function redisNow(client: Redis | Cluster): Promise<number> {
   return Number(s) * 1000 + Math.floor(Number(us) / 1000);
 }
 
-export async function checkLeftovers(client: Redis | Cluster, prefix = 'slotgate', fix = false): Promise<DoctorReport> {
+export async function checkLeftovers(
+  client: Redis | Cluster,
+  prefix = 'slotgate',
+  fix = false,
+): Promise<DoctorReport> {
   const keys = new KeyBuilder(prefix);
   const all = await scanAll(client, `${prefix}:*`);
   const now = await redisNow(client);
@@ -62,7 +70,8 @@ export async function checkLeftovers(client: Redis | Cluster, prefix = 'slotgate
 
   for (const key of all) {
     if (!key.startsWith(`${keys.base}:`)) {
-      if (/^v\d+:/.test(key.slice(prefix.length + 1)) && !key.startsWith(`${prefix}:${SCHEMA_VERSION}:`)) otherVersions.push(key);
+      if (/^v\d+:/.test(key.slice(prefix.length + 1)) && !key.startsWith(`${prefix}:${SCHEMA_VERSION}:`))
+        otherVersions.push(key);
       else findings.push({ key, kind: 'unknown_key', detail: 'not a key slotgate makes' });
       continue;
     }
@@ -74,13 +83,18 @@ export async function checkLeftovers(client: Redis | Cluster, prefix = 'slotgate
     const type = await client.type(key);
     if (type === 'none') continue; // expired or removed while scanning
     if (type !== EXPECTED_TYPE[shape.kind]) {
-      findings.push({ key, kind: 'wrong_type', detail: `expected a ${EXPECTED_TYPE[shape.kind]}, found a ${type}` });
+      findings.push({
+        key,
+        kind: 'wrong_type',
+        detail: `expected a ${EXPECTED_TYPE[shape.kind]}, found a ${type}`,
+      });
       continue;
     }
-    if (shape.kind === 'settings') continue;
+    if (shape.kind === 'settings' || shape.kind === 'instances') continue;
     const pttl = await client.pttl(key);
     if (shape.kind === 'cooldown') {
-      if (pttl === -1) findings.push({ key, kind: 'cooldown_without_ttl', detail: 'a cooldown that never ends' });
+      if (pttl === -1)
+        findings.push({ key, kind: 'cooldown_without_ttl', detail: 'a cooldown that never ends' });
       continue;
     }
     const expired = await client.zrangebyscore(key, '-inf', now);
@@ -93,7 +107,8 @@ export async function checkLeftovers(client: Redis | Cluster, prefix = 'slotgate
         members: expired,
       });
     }
-    if (pttl === -1) findings.push({ key, kind: 'no_expiry', detail: 'a slots/waiters key without an expiry' });
+    if (pttl === -1)
+      findings.push({ key, kind: 'no_expiry', detail: 'a slots/waiters key without an expiry' });
   }
 
   if (fix) {
@@ -114,7 +129,8 @@ export function formatReport(report: DoctorReport, fix: boolean): string {
   const lines = [`slotgate doctor: prefix "${report.prefix}", ${report.scanned} key(s) scanned`];
   if (report.findings.length === 0) lines.push('clean: no leftover keys');
   for (const f of report.findings) lines.push(`  LEFTOVER ${f.kind.padEnd(20)} ${f.key}  — ${f.detail}`);
-  for (const key of report.otherVersions) lines.push(`  note: ${key} belongs to another schema version; left alone`);
+  for (const key of report.otherVersions)
+    lines.push(`  note: ${key} belongs to another schema version; left alone`);
   if (report.findings.length) {
     lines.push(
       fix

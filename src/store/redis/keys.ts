@@ -6,6 +6,7 @@
  *   <prefix>:v1:{<channel>}:cooldown  string      value = reason, PX = cooldown length
  *   <prefix>:v1:settings              hash        channel_concurrency_setting
  *   <prefix>:v1:settings:changed      pub/sub     announces settings changes
+ *   <prefix>:v1:instances             hash        gateway instance id → JSON heartbeat (dashboard's instance list)
  *
  * The `{<channel>}` hash tag puts all keys of one channel in the same Redis Cluster slot, so every per-channel script
  * is cluster-legal. Channel ids are percent-encoded where they hold `{`, `}` or `%`, so no id can break out of its tag.
@@ -70,6 +71,10 @@ export class KeyBuilder {
     return `${this.base}:settings`;
   }
 
+  instances(): string {
+    return `${this.base}:instances`;
+  }
+
   settingsChannel(): string {
     return `${this.base}:settings:changed`;
   }
@@ -82,8 +87,12 @@ export class KeyBuilder {
   /** Splits a key made by this builder into its channel and kind; null for a key of another shape. */
   parse(
     key: string,
-  ): { channelId: string; kind: 'slots' | 'waiters' | 'cooldown' } | { kind: 'settings' } | null {
+  ):
+    | { channelId: string; kind: 'slots' | 'waiters' | 'cooldown' }
+    | { kind: 'settings' | 'instances' }
+    | null {
     if (key === this.settings()) return { kind: 'settings' };
+    if (key === this.instances()) return { kind: 'instances' };
     if (!key.startsWith(`${this.base}:{`)) return null;
     const m = /^\{([^{}]*)\}:(slots|waiters|cooldown)$/.exec(key.slice(this.base.length + 1));
     if (!m) return null;

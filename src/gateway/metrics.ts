@@ -1,0 +1,210 @@
+/**
+ * Prometheus metrics (spec §8): everything the admission engine counts, histograms of admission and wait latency,
+ * per-channel gauges (cluster-wide in flight, waiting, cooling; this instance's in flight), store health, and the
+ * responses the gateway gave by source and status. Labels are channel ids, purposes, outcomes and status codes —
+ * never tokens. Gauges and engine counters are read at scrape time; reading the per-channel loads goes through the
+ * load view, so a scrape costs no Redis command while its snapshot is fresh.
+ */
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import type { Admission, AdmissionRecord } from '../admission/admission.js';
+import { emptyOutcomes } from '../admission/stats.js';
+import { PURPOSES } from '../store/store.js';
+import type { ChannelRegistry } from './channels.js';
+
+export interface MetricsSources {
+  admission: () => Admission;
+  channels: () => ChannelRegistry;
+  storeUp: () => Promise<boolean>;
+  storeKind: string;
+  configVersion: () => number;
+}
+
+const SECONDS_BUCKETS = [
+  0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60,
+];
+
+export class GatewayMetrics {
+  readonly register = new Registry();
+  private readonly admissionSeconds: Histogram<'outcome'>;
+  private readonly waitSeconds: Histogram<string>;
+  private readonly responses: Counter<'source' | 'code'>;
+  readonly configReloadErrors: Counter<string>;
+
+  constructor(private readonly sources: MetricsSources) {
+    const register = this.register;
+    collectDefaultMetrics({ register, prefix: 'slotgate_process_' });
+    const admission = () => sources.admission();
+
+    this.admissionSeconds = new Histogram({
+      name: 'slotgate_admission_duration_seconds',
+      help: 'Time from the start of an admission pass to its ticket or error, waiting included',
+      labelNames: ['outcome'],
+      buckets: SECONDS_BUCKETS,
+      registers: [register],
+    });
+    this.waitSeconds = new Histogram({
+      name: 'slotgate_wait_duration_seconds',
+      help: 'Time admitted requests spent in a wait queue',
+      buckets: SECONDS_BUCKETS,
+      registers: [register],
+    });
+    this.responses = new Counter({
+      name: 'slotgate_responses_total',
+      help: "Client API responses by source (gateway = slotgate's own answer, upstream = passed on) and status code",
+      labelNames: ['source', 'code'],
+      registers: [register],
+    });
+    this.configReloadErrors = new Counter({
+      name: 'slotgate_config_reload_errors_total',
+      help: 'Config file reloads rejected (the previous configuration stayed in force)',
+      registers: [register],
+    });
+
+    // Engine-owned counters (monotonic in the engine), exported as counters set to the engine's value at scrape time.
+    const engineCounter = <L extends string>(
+      name: string,
+      help: string,
+      labelNames: readonly L[],
+      read: () => Array<[Record<L, string>, number]>,
+    ) =>
+      new Counter({
+        name,
+        help,
+        labelNames: labelNames as L[],
+        registers: [register],
+        collect() {
+          this.reset();
+          for (const [labels, value] of read()) this.inc(labels, value);
+        },
+      });
+
+    engineCounter(
+      'slotgate_redis_commands_total',
+      'Store commands issued by this instance, by purpose (a script call counts as one)',
+      ['purpose'],
+      () => {
+        const c = admission().stats().commands;
+        return PURPOSES.map((p) => [{ purpose: p }, c[p]]);
+      },
+    );
+    engineCounter('slotgate_admissions_total', 'Admission outcomes of this instance', ['outcome'], () => {
+      const o = admission().stats().outcomes;
+      return (Object.keys(emptyOutcomes()) as (keyof typeof o)[]).map((k) => [{ outcome: k }, o[k]]);
+    });
+    engineCounter(
+      'slotgate_load_view_events_total',
+      'Load view: cache hits, misses, coalesced joins, fresh reads, fallbacks, fetches, direct reads',
+      ['event'],
+      () => {
+        const lv = admission().stats().loadView;
+        return Object.entries(lv).map(([k, v]) => [{ event: k }, v]);
+      },
+    );
+    engineCounter(
+      'slotgate_acquire_attempts_total',
+      'Bounded channels tried by the acquire script',
+      [],
+      () => [[{}, admission().stats().acquireAttempts]],
+    );
+    engineCounter(
+      'slotgate_acquire_calls_total',
+      'Acquire script calls (one may try several channels)',
+      [],
+      () => [[{}, admission().stats().acquireCalls]],
+    );
+    engineCounter(
+      'slotgate_leases_lost_total',
+      'Leases found missing at renewal (their holder had lost the slot)',
+      [],
+      () => [[{}, admission().stats().leasesLost]],
+    );
+
+    new Gauge({
+      name: 'slotgate_live_leases',
+      help: 'Leases this instance holds',
+      registers: [register],
+      collect() {
+        this.set(admission().stats().liveLeases);
+      },
+    });
+    new Gauge({
+      name: 'slotgate_config_version',
+      help: 'Configuration version in force (increments on every accepted reload)',
+      registers: [register],
+      collect() {
+        this.set(sources.configVersion());
+      },
+    });
+    new Gauge({
+      name: 'slotgate_store_up',
+      help: 'Whether the admission store answers (1) or not (0)',
+      labelNames: ['store'],
+      registers: [register],
+      async collect() {
+        this.set({ store: sources.storeKind }, (await sources.storeUp()) ? 1 : 0);
+      },
+    });
+
+    const perChannel = (name: string, help: string) =>
+      new Gauge({ name, help, labelNames: ['channel'], registers: [register] });
+    const inFlight = perChannel(
+      'slotgate_channel_in_flight',
+      'Requests in flight on the channel across all instances (load view)',
+    );
+    const waiting = perChannel(
+      'slotgate_channel_waiting',
+      'Waiters queued on the channel across all instances (load view)',
+    );
+    const cooling = perChannel(
+      'slotgate_channel_cooling',
+      'Whether the channel is cooling down (1) or not (0)',
+    );
+    const cooldownSeconds = perChannel(
+      'slotgate_channel_cooldown_remaining_seconds',
+      'Cooldown left on the channel',
+    );
+    const maxConcurrency = perChannel(
+      'slotgate_channel_max_concurrency',
+      'Configured max concurrency (0 = unlimited)',
+    );
+    const local = perChannel(
+      'slotgate_channel_local_in_flight',
+      'Requests this instance has in flight on the channel',
+    );
+    new Gauge({
+      name: 'slotgate_channels',
+      help: 'Configured channels',
+      registers: [register],
+      async collect() {
+        const channels = sources.channels().channels;
+        this.set(channels.length);
+        const loads = await admission().viewLoads(channels);
+        const mine = admission().stats().channels;
+        for (const g of [inFlight, waiting, cooling, cooldownSeconds, maxConcurrency, local]) g.reset();
+        for (const c of channels) {
+          const load = loads.get(c.id);
+          const labels = { channel: c.id };
+          inFlight.set(labels, load?.active ?? 0);
+          waiting.set(labels, load?.waiting ?? 0);
+          cooling.set(labels, load?.coolingDown ? 1 : 0);
+          cooldownSeconds.set(labels, load?.coolingDown ? Math.max(0, load.cooldownRemainingMs) / 1000 : 0);
+          maxConcurrency.set(labels, c.maxConcurrency);
+          local.set(labels, mine[c.id]?.active ?? 0);
+        }
+      },
+    });
+  }
+
+  observeAdmission = (record: AdmissionRecord): void => {
+    this.admissionSeconds.observe({ outcome: record.outcome }, record.latencyMs / 1000);
+    if (record.waitedMs !== undefined) this.waitSeconds.observe(record.waitedMs / 1000);
+  };
+
+  countResponse(source: 'gateway' | 'upstream', status: number): void {
+    this.responses.inc({ source, code: String(status) });
+  }
+
+  async text(): Promise<string> {
+    return this.register.metrics();
+  }
+}
