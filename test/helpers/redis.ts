@@ -19,7 +19,7 @@ export interface CountingClient {
   client: Redis;
   /** Command names sent since the last reset, lower case, in order (EVALSHA/EVAL for scripts). */
   readonly sent: string[];
-  /** Sizes of the pipelines executed explicitly (client.pipeline().exec()). */
+  /** Sizes of every pipeline run through client.pipeline().exec(), ioredis auto-pipelines included. */
   readonly pipelines: number[];
   count(name?: string): number;
   reset(): void;
