@@ -214,10 +214,13 @@ export class AdmissionEngine implements Admission {
     let budget = settings.max_acquire_attempts;
     let waitCandidate: C | undefined;
     const saturated: C[] = [];
+    // A store failure fails bounded channels closed, but the walk goes on to admit an unlimited one (I4).
+    let storeDown: StoreUnavailableError | undefined;
 
     for (const tier of byTier) {
       let ordered = this.orderTier(tier, loads);
-      if (ordered.length === 0) {
+      // (With the cache off every read is already fresh: no second read.)
+      if (ordered.length === 0 && settings.load_cache_enabled && !storeDown) {
         const tierBounded = tier.filter(isBounded);
         if (tierBounded.some((c) => this.isCooling(c, loads))) {
           const fresh = await this.withAbort(this.view.readFresh(tierBounded.map((c) => c.id)), signal);
@@ -231,6 +234,10 @@ export class AdmissionEngine implements Admission {
       for (let i = 0; i < ordered.length;) {
         const c = ordered[i]!;
         if (!isBounded(c)) return this.unlimitedTicket(c);
+        if (storeDown) {
+          i++;
+          continue;
+        }
         if (budget <= 0) {
           waitCandidate ??= c;
           i++;
@@ -253,8 +260,16 @@ export class AdmissionEngine implements Admission {
         let outcome;
         try {
           outcome = await this.tryAcquire(batch, settings);
+        } catch (err) {
+          if (!(err instanceof StoreUnavailableError)) throw err;
+          storeDown = err;
+          continue;
         } finally {
           if (expected) this.view.noteActive(expected.id, -1);
+        }
+        if (signal?.aborted) {
+          if (outcome.lease) void this.leases.release(outcome.lease);
+          throw this.capacityError('aborted', candidates, saturated, settings);
         }
         budget -= outcome.replies.length;
         outcome.replies.forEach((reply, k) => {
@@ -271,6 +286,7 @@ export class AdmissionEngine implements Admission {
       }
     }
 
+    if (storeDown) throw storeDown;
     if (waitCandidate && settings.wait_enabled && settings.wait_timeout_ms > 0) {
       return this.wait(waitCandidate, candidates, saturated, started, settings, signal);
     }
@@ -310,6 +326,7 @@ export class AdmissionEngine implements Admission {
     const maxWaiting =
       channel.maxWaiting ??
       (settings.max_waiting_per_channel > 0 ? settings.max_waiting_per_channel : channel.maxConcurrency!);
+    if (signal?.aborted) throw this.capacityError('aborted', candidates, saturated, settings, channel);
     const token = this.leases.nextToken();
     const registered = await this.store.registerWaiter(
       channel.id,
@@ -336,6 +353,8 @@ export class AdmissionEngine implements Admission {
       let interval = settings.wait_interval_ms;
       for (;;) {
         const remaining = deadline - this.clock.now();
+        // An abort that came while the last attempt was in flight has already fired: no listener would see it.
+        if (signal?.aborted) throw this.capacityError('aborted', candidates, saturated, settings, channel);
         if (remaining > 0) {
           napping = new AbortController();
           const nap = napping;
@@ -385,7 +404,10 @@ export class AdmissionEngine implements Admission {
    */
   private async pollTargets<C extends Candidate>(candidates: readonly C[], registeredOn: C): Promise<C[]> {
     const bounded = candidates.filter(isBounded);
-    if (bounded.length === 1 || this.store.maxChannelsPerAcquire < 2) return [registeredOn];
+    // With the cache off (rollback mode) a view read is a full store read: polls try their own channel only.
+    if (bounded.length === 1 || this.store.maxChannelsPerAcquire < 2 || !this.current.load_cache_enabled) {
+      return [registeredOn];
+    }
     const loads = await this.view.read(bounded.map((c) => c.id));
     let best: C | undefined;
     let bestRate = Infinity;

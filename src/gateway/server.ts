@@ -166,7 +166,7 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
   const heartbeat = async () => {
     if (!(store instanceof RedisStore)) return;
     const key = store.keys.instances();
-    store.countCommands('settings', 2);
+    store.countCommands('settings', 4); // MULTI, HSET, PEXPIRE, EXEC
     await store.client
       .multi()
       .hset(key, self.id, JSON.stringify({ ...self, seen_at: new Date().toISOString() }))
@@ -195,6 +195,14 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
 
   app.addHook('onSend', async (request, reply) => {
     reply.header('x-request-id', request.id);
+  });
+
+  // On close, the HTTP server drops only the keep-alive connections idle at that moment; one whose response was still
+  // streaming would stay open until keepAliveTimeout (72 s) or the forced close and hold the shutdown with it. So while
+  // draining, each connection is dropped as soon as its last response has ended.
+  let draining = false;
+  app.addHook('onResponse', async () => {
+    if (draining) setImmediate(() => app.server.closeIdleConnections());
   });
 
   app.setErrorHandler((err: FastifyError, request, reply) => {
@@ -289,7 +297,7 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
         last_error: lastConfigError,
       },
       settings_overrides: overrides,
-      instances: await listInstances().catch(() => []),
+      instances: await settleWithin(listInstances(), 1000).catch(() => []),
       live_leases: admission.stats().liveLeases,
     }),
   });
@@ -299,6 +307,8 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
     try {
       const next = await loadConfigFile(options.configPath);
       const hash = hashConfig(next);
+      // The file is valid again, even when it is back to the configuration in force: the error is over.
+      lastConfigError = null;
       if (hash === configHash) return undefined;
       if (
         JSON.stringify(next.redis) !== JSON.stringify(config.redis) ||
@@ -347,8 +357,9 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
       watcher?.close();
       clearInterval(heartbeatTimer);
       if (store instanceof RedisStore) {
-        await store.client.hdel(store.keys.instances(), self.id).catch(() => {});
+        await settleWithin(store.client.hdel(store.keys.instances(), self.id), 1000).catch(() => {});
       }
+      draining = true;
       const force = setTimeout(() => app.server.closeAllConnections?.(), config.server.shutdown_timeout_ms);
       force.unref();
       try {
@@ -373,6 +384,20 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
     listen: () => app.listen({ host: config.server.host, port: config.server.port }),
     close,
   };
+}
+
+/**
+ * Rejects after `ms`. A raw client call on a Redis that is down can take seconds to fail (ioredis holds it for a
+ * reconnect); the admin status and shutdown must not wait on it.
+ */
+function settleWithin<T>(work: Promise<T>, ms: number): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  return Promise.race([
+    work,
+    new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new Error(`no answer within ${ms} ms`)), ms);
+    }),
+  ]).finally(() => clearTimeout(timer));
 }
 
 function hashConfig(config: GatewayConfig): string {

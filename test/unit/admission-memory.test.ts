@@ -524,3 +524,49 @@ describe('cooldowns', () => {
     await t2.release();
   });
 });
+
+describe('aborts that land while a store call is in flight', () => {
+  it('an abort during the last poll ends the wait at once, not after the next sleep', async () => {
+    const store = new MemoryStore();
+    const admission = engine(store, { wait_interval_ms: 1000, wait_timeout_ms: 10_000 });
+    const channel = { id: 'slow', maxConcurrency: 1 };
+    const holder = await admission.acquire({ candidates: [channel] });
+    const ac = new AbortController();
+    // Abort while the waiter's poll (an acquire call) is under way: the signal has fired before the next sleep.
+    const acquireFirst = store.acquireFirst.bind(store);
+    let polls = 0;
+    store.acquireFirst = async (targets, opts) => {
+      if (++polls === 2) ac.abort();
+      return acquireFirst(targets, opts);
+    };
+    const started = Date.now();
+    const err = await capacityError(admission.acquire({ candidates: [channel], signal: ac.signal }));
+    expect(err.reason).toBe('aborted');
+    expect(Date.now() - started).toBeLessThan(900); // the first sleep is ≥ 500 ms; a missed abort adds ≥ 1 s more
+    expect((await store.readLoads(['slow'])).get('slow')).toMatchObject({ active: 1, waiting: 0 });
+    await holder.release();
+  });
+});
+
+describe('store failures with unlimited channels in the candidate set (I4)', () => {
+  it('a failing bounded acquire in a higher tier still lets a lower-tier unlimited channel serve', async () => {
+    const store = new MemoryStore();
+    const admission = engine(store);
+    store.acquireFirst = async () => {
+      throw new (await import('../../src/core/errors.js')).StoreUnavailableError('acquire', 'down');
+    };
+    const ticket = await admission.acquire({
+      candidates: [
+        { id: 'bounded', maxConcurrency: 2, priority: 10 },
+        { id: 'free', priority: 0 },
+      ],
+    });
+    expect(ticket.channel.id).toBe('free');
+    await ticket.release();
+    await expect(
+      admission.acquire({ candidates: [{ id: 'bounded', maxConcurrency: 2 }] }),
+    ).rejects.toMatchObject({
+      code: 'admission_store_unavailable',
+    });
+  });
+});

@@ -48,7 +48,7 @@ export class RedisSettingsSync {
     const fields = Object.entries(valid).flatMap(([k, v]) => [k, JSON.stringify(v)]);
     if (fields.length === 0) return;
     const keys = this.opts.store.keys;
-    this.opts.store.countCommands('settings', 2);
+    this.opts.store.countCommands('settings', 4); // MULTI, HSET, PUBLISH, EXEC
     await this.client
       .multi()
       .hset(keys.settings(), ...fields)
@@ -59,7 +59,7 @@ export class RedisSettingsSync {
   /** Removes every override (back to the configured values) and announces it. */
   async reset(): Promise<void> {
     const keys = this.opts.store.keys;
-    this.opts.store.countCommands('settings', 2);
+    this.opts.store.countCommands('settings', 4); // MULTI, DEL, PUBLISH, EXEC
     await this.client.multi().del(keys.settings()).publish(keys.settingsChannel(), 'changed').exec();
   }
 
