@@ -2,7 +2,7 @@
 /** The `slotgate` command line (spec §13). */
 import { Command } from 'commander';
 import { doctor } from './doctor.js';
-import { serve } from './serve.js';
+import { serve, type ServeOptions } from './serve.js';
 
 const program = new Command();
 program
@@ -18,7 +18,9 @@ program
   .option('-p, --port <n>', 'port to listen on')
   .option('--host <host>', 'address to listen on')
   .option('--redis <url>', 'Redis URL (env REDIS_URL); absent = embedded in-process store')
-  .action(serve);
+  // Not `.action(serve)`: commander passes the Command as the second argument, where serve() expects the environment,
+  // so REDIS_URL, SLOTGATE_CONFIG and every `env:NAME` secret would be looked up on the Command object.
+  .action((opts: ServeOptions) => serve(opts));
 
 program
   .command('doctor')

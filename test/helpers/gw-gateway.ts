@@ -1,0 +1,167 @@
+/**
+ * Real `slotgate serve` child processes for test/integration/gateway-multiprocess.test.ts: write a config file, start
+ * the CLI (through tsx from src/, or the built dist/cli/main.js) on a port picked by freePort(), wait for its
+ * "slotgate listening" log line, and kill whatever is still running when a test ends — or when the test process
+ * itself exits, so a crashed run leaves no gateway behind.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { stringify as toYaml } from 'yaml';
+import { freePort } from './redis-server.js';
+
+export const ROOT = fileURLToPath(new URL('../..', import.meta.url));
+
+export interface GwProcess {
+  proc: ChildProcess;
+  port: number;
+  url: string;
+  /** Everything the process wrote so far (stdout and stderr, interleaved as received). */
+  output(): string;
+  /** Resolves when the process has exited (never rejects). */
+  exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+  /** Resolves on the "slotgate listening" log line; rejects if the process exits or hangs first. */
+  ready: Promise<void>;
+  /** SIGKILL if still running, then wait for the exit. */
+  kill(): Promise<void>;
+}
+
+export interface SpawnOptions {
+  /** Path of the config file; omitted = no --config (the bundled demo, unless SLOTGATE_CONFIG is set). */
+  configPath?: string;
+  /** `tsx` runs src/cli/main.ts; `dist` runs the built dist/cli/main.js. @default 'tsx' */
+  cli?: 'tsx' | 'dist';
+  /** @default freePort() */
+  port?: number;
+  /** Extra arguments after `serve`. */
+  args?: string[];
+  /** The child's environment. @default process.env without REDIS_URL and SLOTGATE_CONFIG */
+  env?: NodeJS.ProcessEnv;
+  /** How long to wait for the listening line. @default 15000 */
+  readyTimeoutMs?: number;
+}
+
+const running = new Set<ChildProcess>();
+
+function killNow(proc: ChildProcess): void {
+  if (proc.exitCode === null && proc.signalCode === null) proc.kill('SIGKILL');
+}
+
+process.once('exit', () => {
+  for (const proc of running) killNow(proc);
+});
+
+/** The test process's environment minus what `slotgate serve` would pick up on its own. */
+export function cleanEnv(extra: NodeJS.ProcessEnv = {}): NodeJS.ProcessEnv {
+  const env = { ...process.env, ...extra };
+  if (!('REDIS_URL' in extra)) delete env.REDIS_URL;
+  if (!('SLOTGATE_CONFIG' in extra)) delete env.SLOTGATE_CONFIG;
+  return env;
+}
+
+export async function spawnGateway(opts: SpawnOptions = {}): Promise<GwProcess> {
+  const port = opts.port ?? (await freePort());
+  const entry = opts.cli === 'dist' ? ['dist/cli/main.js'] : ['--import', 'tsx', 'src/cli/main.ts'];
+  const args = [
+    ...entry,
+    'serve',
+    ...(opts.configPath ? ['--config', opts.configPath] : []),
+    '--port',
+    String(port),
+    ...(opts.args ?? []),
+  ];
+  const proc = spawn(process.execPath, args, {
+    cwd: ROOT,
+    env: opts.env ?? cleanEnv(),
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  running.add(proc);
+  let output = '';
+  const onData = (d: string) => (output += d);
+  proc.stdout!.setEncoding('utf8').on('data', onData);
+  proc.stderr!.setEncoding('utf8').on('data', onData);
+
+  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => {
+    proc.once('exit', (code, signal) => {
+      running.delete(proc);
+      resolve({ code, signal });
+    });
+  });
+
+  const ready = new Promise<void>((resolve, reject) => {
+    const timeoutMs = opts.readyTimeoutMs ?? 15_000;
+    const timer = setTimeout(() => {
+      reject(new Error(`gateway on port ${port} did not start within ${timeoutMs} ms; output:\n${output}`));
+    }, timeoutMs);
+    const check = () => {
+      if (/"msg":"slotgate listening on /.test(output)) {
+        clearTimeout(timer);
+        proc.stdout!.off('data', check);
+        resolve();
+      }
+    };
+    proc.stdout!.on('data', check);
+    void exited.then(({ code, signal }) => {
+      clearTimeout(timer);
+      reject(
+        new Error(`gateway exited (code ${code}, signal ${signal}) before listening; output:\n${output}`),
+      );
+    });
+  });
+  ready.catch(() => {}); // callers that only want the exit need not handle it
+
+  return {
+    proc,
+    port,
+    url: `http://127.0.0.1:${port}`,
+    output: () => output,
+    exited,
+    ready,
+    async kill() {
+      killNow(proc);
+      await exited;
+    },
+  };
+}
+
+/** SIGKILLs every gateway still running and waits for them to exit. */
+export async function killAllGateways(): Promise<void> {
+  const exits = [...running].map(
+    (proc) =>
+      new Promise<void>((resolve) => {
+        if (proc.exitCode !== null || proc.signalCode !== null) return resolve();
+        proc.once('exit', () => resolve());
+        killNow(proc);
+      }),
+  );
+  await Promise.all(exits);
+}
+
+/** A temporary directory for config files; remove() deletes it. */
+export async function tempDir(): Promise<{ dir: string; remove(): Promise<void> }> {
+  const dir = await mkdtemp(join(tmpdir(), 'slotgate-gw-'));
+  return { dir, remove: () => rm(dir, { recursive: true, force: true }) };
+}
+
+/** Writes `config` as YAML to dir/name and returns the path. */
+export async function writeConfig(dir: string, name: string, config: unknown): Promise<string> {
+  const path = join(dir, name);
+  await writeFile(path, typeof config === 'string' ? config : toYaml(config), 'utf8');
+  return path;
+}
+
+/** Parsed pino log lines of a process's output (non-JSON lines skipped). */
+export function logLines(output: string): Array<Record<string, unknown>> {
+  const lines: Array<Record<string, unknown>> = [];
+  for (const line of output.split('\n')) {
+    if (!line.startsWith('{')) continue;
+    try {
+      lines.push(JSON.parse(line) as Record<string, unknown>);
+    } catch {
+      // a partial line or a non-log line
+    }
+  }
+  return lines;
+}
