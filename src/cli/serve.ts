@@ -46,7 +46,12 @@ export async function serve(opts: ServeOptions, env: NodeJS.ProcessEnv = process
     }
     throw err;
   }
-  const gateway = await createGateway({ config, ...(path ? { configPath: path } : {}) });
+  const gateway = await createGateway({
+    config,
+    ...(path
+      ? { configPath: path, transformConfig: (next: GatewayConfig) => withOverrides(next, opts, env) }
+      : {}),
+  });
   const address = await gateway.listen();
   gateway.app.log.info(
     { address, store: gateway.store.kind, channels: config.channels.length, config: config.source },

@@ -38,6 +38,8 @@ export interface GatewayOptions {
   configPath?: string;
   /** pino logger options, or false for none. @default from config.server.log_level */
   logger?: boolean | Record<string, unknown>;
+  /** Applied to every configuration loaded on reload (the command line's --port/--host/--redis overrides). */
+  transformConfig?: (config: GatewayConfig) => GatewayConfig;
   /** Use this store instead of the one the config describes (tests, embedding). */
   store?: SlotStore;
   onResult?: (result: ProxyResult) => void;
@@ -71,6 +73,8 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
   let lastConfigError: string | null = null;
   const startedAt = Date.now();
 
+  // Fixed at start (like the rest of `server`): a reload does not change the limit Fastify enforces.
+  const bodyLimit = config.server.body_limit_bytes;
   const app = Fastify({
     logger:
       options.logger === false
@@ -80,7 +84,7 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
             redact: { paths: REDACT, censor: '[redacted]' },
             ...(typeof options.logger === 'object' ? options.logger : {}),
           },
-    bodyLimit: config.server.body_limit_bytes,
+    bodyLimit,
     requestIdHeader: 'x-request-id',
     genReqId: () => randomUUID(),
     forceCloseConnections: 'idle',
@@ -209,10 +213,7 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
     const shape = shapeOf(request.url);
     let httpError: HttpError;
     if (err.code === 'FST_ERR_CTP_BODY_TOO_LARGE') {
-      httpError = new HttpError(
-        'request_too_large',
-        `the request body is larger than ${config.server.body_limit_bytes} bytes`,
-      );
+      httpError = new HttpError('request_too_large', `the request body is larger than ${bodyLimit} bytes`);
     } else if (typeof err.code === 'string' && err.code.startsWith('FST_ERR_CTP')) {
       httpError = new HttpError('invalid_request_error', err.message);
     } else {
@@ -305,7 +306,8 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
   const reload = async (): Promise<ConfigError | undefined> => {
     if (!options.configPath) return undefined;
     try {
-      const next = await loadConfigFile(options.configPath);
+      const loaded = await loadConfigFile(options.configPath);
+      const next = options.transformConfig ? options.transformConfig(loaded) : loaded;
       const hash = hashConfig(next);
       // The file is valid again, even when it is back to the configuration in force: the error is over.
       lastConfigError = null;

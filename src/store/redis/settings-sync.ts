@@ -63,6 +63,10 @@ export class RedisSettingsSync {
     await this.client.multi().del(keys.settings()).publish(keys.settingsChannel(), 'changed').exec();
   }
 
+  /**
+   * Reads the overrides once, then listens. Never waits on Redis beyond the first read's own time-out: with Redis
+   * down at start the instance runs on its configured settings and picks the overrides up when Redis answers.
+   */
   async start(): Promise<void> {
     await this.refresh();
     const subscriber = this.client.duplicate({ enableOfflineQueue: true, maxRetriesPerRequest: null });
@@ -70,7 +74,9 @@ export class RedisSettingsSync {
     subscriber.on('message', () => void this.refresh());
     // After a reconnect, messages sent meanwhile are lost: re-read at once.
     subscriber.on('ready', () => void this.refresh());
-    await subscriber.subscribe(this.opts.store.keys.settingsChannel());
+    subscriber
+      .subscribe(this.opts.store.keys.settingsChannel())
+      .catch((err: Error) => this.opts.onError?.(err));
     this.subscriber = subscriber;
     this.timer = setInterval(() => void this.refresh(), this.opts.rereadMs ?? 5000);
     this.timer.unref();
