@@ -177,8 +177,12 @@ export class ConfigError extends Error {
   }
 }
 
-/** Paths whose values are secrets: never echoed in error messages. */
-const SECRET_PATH = /(^|\.)(key|token|url|headers\.[^.]+)$/;
+/**
+ * Paths whose values are secrets, or may hold secrets inside (a `channels` list written as a mapping, a token given as
+ * a bare string, the whole document): never echoed in error messages, which reach logs and /admin/status.
+ */
+const SECRET_PATH =
+  /(^|\.)(key|token|url|headers\.[^.]+)$|^(\(root\)|redis|admin|tokens(\[\d+\])?|channels(\[\d+\])?(\.headers)?)$/;
 
 function pathOf(path: readonly PropertyKey[]): string {
   return (
@@ -275,6 +279,10 @@ export function parseConfigText(text: string, source: string, env?: NodeJS.Proce
     doc = parseYaml(text);
   } catch (err) {
     throw new ConfigError(source, [`not valid YAML/JSON: ${(err as Error).message.split('\n')[0]}`]);
+  }
+  // An empty (or half-written) file is not "every default": that would drop every channel and token on a reload.
+  if (doc === null || doc === undefined) {
+    throw new ConfigError(source, ['the file is empty; expected a YAML/JSON mapping']);
   }
   return parseConfig(doc, source, env);
 }

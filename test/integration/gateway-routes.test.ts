@@ -1,0 +1,253 @@
+/**
+ * The client API (spec §7.2) against a fake upstream and mock channels, on real sockets and a real Redis: every OpenAI
+ * route and /v1/messages reach the channel's own path with the channel's own credentials and never the client's token;
+ * the body arrives byte for byte as sent; GET /v1/models lists what the caller's group may use.
+ */
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { FakeUpstream, sseData } from '../helpers/fake-upstream.js';
+import {
+  CLIENT,
+  LOG_LINES,
+  SECRETS,
+  call,
+  chat,
+  configDoc,
+  eventually,
+  secretsIn,
+  startGateway,
+  type TestGateway,
+} from '../helpers/gateway.js';
+
+const cleanups: (() => Promise<unknown> | unknown)[] = [];
+afterEach(() => {
+  up.reset();
+});
+afterAll(async () => {
+  for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
+  expect(LOG_LINES.length).toBeGreaterThan(0);
+  expect(LOG_LINES.flatMap(secretsIn)).toEqual([]);
+});
+
+let up: FakeUpstream;
+let gw: TestGateway;
+const OPENAI_ROUTES = [
+  '/v1/chat/completions',
+  '/v1/completions',
+  '/v1/embeddings',
+  '/v1/images/generations',
+  '/v1/responses',
+];
+
+beforeAll(async () => {
+  up = await FakeUpstream.start();
+  cleanups.push(() => up.close());
+  gw = await startGateway(
+    configDoc({
+      channels: [
+        {
+          id: 'oa',
+          type: 'openai',
+          base_url: `${up.url('oa')}/v1`, // a base URL ending in /v1 is not doubled
+          key: SECRETS.channelKey,
+          headers: { 'OpenAI-Organization': SECRETS.headerValue },
+          models: ['gpt-x', 'emb-x', 'img-x'],
+          max_concurrency: 3,
+        },
+        {
+          id: 'an',
+          type: 'anthropic',
+          base_url: up.url('an'),
+          key: SECRETS.anthropicKey,
+          models: ['claude-x'],
+          max_concurrency: 3,
+        },
+        {
+          id: 'mk',
+          type: 'mock',
+          models: ['mock-x'],
+          max_concurrency: 2,
+          mock: { latency_ms: 0, chunks: 3, chunk_delay_ms: 0, reply: 'one two three' },
+        },
+        { id: 'vip-any', type: 'mock', groups: ['vip'], models: ['*'], mock: { latency_ms: 0 } },
+        { id: 'vip-named', type: 'mock', groups: ['vip'], models: ['vip-x'], mock: { latency_ms: 0 } },
+        { id: 'off', type: 'mock', models: ['off-x'], enabled: false },
+      ],
+    }),
+  );
+  cleanups.push(() => gw.close());
+});
+
+/** No header the upstream received carries a client-side secret. */
+function expectNoClientSecrets(): void {
+  for (const req of up.all()) {
+    const headers = JSON.stringify(req.headers);
+    for (const secret of [SECRETS.clientToken, SECRETS.vipToken, SECRETS.adminToken]) {
+      expect(headers).not.toContain(secret);
+    }
+  }
+}
+
+describe('client routes', () => {
+  it('every OpenAI route reaches the channel path with the channel key, the body byte for byte', async () => {
+    for (const [i, route] of OPENAI_ROUTES.entries()) {
+      up.on('oa', { json: { route, ok: true }, headers: { 'x-upstream': 'yes' } }, route);
+      // unusual spacing, key order, escapes and non-ASCII text: a re-serialised body would differ
+      const raw = `{ "input" : "h\\u00e9llo é ☃ ${i}",\n  "model":"gpt-x", "n": 1.50, "z": [ ] ,"e":1e3}`;
+      const res = await call(`${gw.url}${route}`, { headers: CLIENT, body: raw });
+      expect(res.status).toBe(200);
+      expect(res.json()).toEqual({ route, ok: true });
+      expect(res.headers['x-upstream']).toBe('yes');
+      expect(res.headers['x-slotgate-channel']).toBe('oa');
+      const [received] = up.requests('oa').filter((r) => r.path === route);
+      expect(received).toBeDefined();
+      expect(received!.method).toBe('POST');
+      expect(received!.body.equals(Buffer.from(raw))).toBe(true);
+      expect(received!.headers.authorization).toBe(`Bearer ${SECRETS.channelKey}`);
+      expect(received!.headers['openai-organization']).toBe(SECRETS.headerValue);
+      expect(received!.headers['content-type']).toBe('application/json');
+      expect(received!.headers['x-api-key']).toBeUndefined();
+    }
+    expect(up.requests('oa')).toHaveLength(OPENAI_ROUTES.length);
+    expectNoClientSecrets();
+  });
+
+  it('a client sending x-api-key to an OpenAI route is authenticated, and the key is not forwarded', async () => {
+    up.on('oa', { json: { ok: true } });
+    const res = await call(`${gw.url}/v1/chat/completions`, {
+      headers: { 'x-api-key': SECRETS.clientToken, 'user-agent': 'test-agent/1' },
+      body: chat('gpt-x'),
+    });
+    expect(res.status).toBe(200);
+    const [received] = up.requests('oa');
+    expect(received!.headers.authorization).toBe(`Bearer ${SECRETS.channelKey}`);
+    expect(received!.headers['x-api-key']).toBeUndefined();
+    expect(received!.headers['user-agent']).toBe('test-agent/1');
+    expectNoClientSecrets();
+  });
+
+  it('/v1/messages reaches an anthropic channel with x-api-key and anthropic-version, never the client token', async () => {
+    up.on('an', { json: { type: 'message', content: [] } });
+    const body = '{"model":"claude-x","max_tokens":5,  "messages":[{"role":"user","content":"hé"}]}';
+    const res = await call(`${gw.url}/v1/messages`, { headers: { 'x-api-key': SECRETS.clientToken }, body });
+    expect(res.status).toBe(200);
+    expect(res.json()).toEqual({ type: 'message', content: [] });
+    const [first] = up.requests('an');
+    expect(first!.path).toBe('/v1/messages');
+    expect(first!.body.toString()).toBe(body);
+    expect(first!.headers['x-api-key']).toBe(SECRETS.anthropicKey);
+    expect(first!.headers['anthropic-version']).toBe('2023-06-01');
+    expect(first!.headers.authorization).toBeUndefined();
+
+    // a client's own anthropic-version and anthropic-beta travel on; a Bearer token works on /v1/messages too
+    const again = await call(`${gw.url}/v1/messages`, {
+      headers: { ...CLIENT, 'anthropic-version': '2024-10-22', 'anthropic-beta': 'tools-2024' },
+      body,
+    });
+    expect(again.status).toBe(200);
+    const second = up.requests('an')[1]!;
+    expect(second.headers['x-api-key']).toBe(SECRETS.anthropicKey);
+    expect(second.headers['anthropic-version']).toBe('2024-10-22');
+    expect(second.headers['anthropic-beta']).toBe('tools-2024');
+    expect(second.headers.authorization).toBeUndefined();
+    expectNoClientSecrets();
+  });
+
+  it('an anthropic SSE stream passes through whole', async () => {
+    const events = [
+      'event: message_start\ndata: {"type":"message_start"}\n\n',
+      'event: content_block_delta\ndata: {"type":"content_block_delta","delta":{"text":"hi"}}\n\n',
+      'event: message_stop\ndata: {"type":"message_stop"}\n\n',
+    ];
+    up.on('an', { sse: events, chunkDelayMs: 10 });
+    const res = await call(`${gw.url}/v1/messages`, {
+      headers: { 'x-api-key': SECRETS.clientToken },
+      body: chat('claude-x', { stream: true }),
+    });
+    expect(res.status).toBe(200);
+    expect(res.headers['content-type']).toMatch(/^text\/event-stream/);
+    expect(res.text).toBe(events.join(''));
+  });
+
+  it('mock channels answer every OpenAI route and /v1/messages in the right shape', async () => {
+    const ask = (route: string, body: Record<string, unknown>, headers: Record<string, string> = CLIENT) =>
+      call(`${gw.url}${route}`, { headers, body: { model: 'mock-x', ...body } });
+
+    const chatRes = await ask('/v1/chat/completions', { messages: [] });
+    expect(chatRes.json()).toMatchObject({
+      object: 'chat.completion',
+      model: 'mock-x',
+      choices: [{ message: { role: 'assistant', content: 'one two three' } }],
+    });
+    expect((await ask('/v1/completions', { prompt: 'x' })).json()).toMatchObject({
+      object: 'text_completion',
+      choices: [{ text: 'one two three' }],
+    });
+    const emb = (await ask('/v1/embeddings', { input: ['a', 'b'] })).json() as {
+      object: string;
+      data: { embedding: number[] }[];
+    };
+    expect(emb.object).toBe('list');
+    expect(emb.data).toHaveLength(2);
+    expect(emb.data[0]!.embedding.length).toBeGreaterThan(0);
+    const img = (await ask('/v1/images/generations', { prompt: 'a cat' })).json() as {
+      data: { url: string }[];
+    };
+    expect(img.data[0]!.url).toMatch(/^https:\/\//);
+    expect((await ask('/v1/responses', { input: 'x' })).json()).toMatchObject({
+      object: 'response',
+      status: 'completed',
+    });
+    expect(
+      (await ask('/v1/messages', { max_tokens: 5 }, { 'x-api-key': SECRETS.clientToken })).json(),
+    ).toMatchObject({ type: 'message', content: [{ type: 'text', text: 'one two three' }] });
+
+    const stream = await ask('/v1/completions', { prompt: 'x', stream: true });
+    expect(stream.headers['content-type']).toMatch(/^text\/event-stream/);
+    const data = stream.text.split('\n\n').filter(Boolean);
+    expect(data.at(-1)).toBe('data: [DONE]');
+    expect(data.length).toBe(4); // three chunks and [DONE]
+    // mock channels hold slots like real ones: all of them are back
+    expect(
+      await eventually(async () => (await gw.gateway.store.readLoads(['mk'])).get('mk')!.active === 0),
+    ).toBe(true);
+  });
+
+  it('GET /v1/models lists the models of the caller group, named models only, enabled channels only', async () => {
+    const res = await call(`${gw.url}/v1/models`, { headers: CLIENT });
+    expect(res.status).toBe(200);
+    const body = res.json() as { object: string; data: { id: string; object: string; owned_by: string }[] };
+    expect(body.object).toBe('list');
+    expect(body.data.map((m) => m.id)).toEqual(['claude-x', 'emb-x', 'gpt-x', 'img-x', 'mock-x']);
+    for (const m of body.data) expect(m).toMatchObject({ object: 'model', owned_by: 'slotgate' });
+
+    const vip = await call(`${gw.url}/v1/models`, {
+      headers: { authorization: `Bearer ${SECRETS.vipToken}` },
+    });
+    expect((vip.json() as { data: { id: string }[] }).data.map((m) => m.id)).toEqual(['vip-x']);
+    // the vip group's wildcard channel serves any model; the default group has none
+    const any = await call(`${gw.url}/v1/chat/completions`, {
+      headers: { authorization: `Bearer ${SECRETS.vipToken}` },
+      body: chat('whatever-model'),
+    });
+    expect(any.status).toBe(200);
+    expect(any.headers['x-slotgate-channel']).toBe('vip-any');
+    const none = await call(`${gw.url}/v1/chat/completions`, {
+      headers: CLIENT,
+      body: chat('whatever-model'),
+    });
+    expect(none.status).toBe(404);
+    // a disabled channel serves nothing
+    const off = await call(`${gw.url}/v1/chat/completions`, { headers: CLIENT, body: chat('off-x') });
+    expect(off.status).toBe(404);
+  });
+
+  it('an OpenAI SSE stream with many small chunks arrives whole and in order', async () => {
+    const parts = Array.from({ length: 200 }, (_, i) => sseData({ i }));
+    up.on('oa', { sse: [...parts, 'data: [DONE]\n\n'] });
+    const res = await call(`${gw.url}/v1/chat/completions`, {
+      headers: CLIENT,
+      body: chat('gpt-x', { stream: true }),
+    });
+    expect(res.text).toBe(parts.join('') + 'data: [DONE]\n\n');
+  });
+});

@@ -1,0 +1,302 @@
+/**
+ * Streaming through the gateway on real sockets, with a real Redis and a fake upstream that counts its own
+ * concurrency (spec §7.2, §9 I1/I5): the upstream never sees more than max_concurrency at once, whatever the burst and
+ * however many gateway instances share the Redis; every client gets its whole stream or a 429 it can act on; a client
+ * that goes away frees its slot (or its waiter place) and aborts the upstream request; SSE passes through as it comes.
+ */
+import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import type { RedisStore } from '../../src/store/redis/redis-store.js';
+import { FakeUpstream, gate, sseData } from '../helpers/fake-upstream.js';
+import {
+  CLIENT,
+  LOG_LINES,
+  SECRETS,
+  call,
+  chat,
+  configDoc,
+  eventually,
+  secretsIn,
+  startGateway,
+  streamingCall,
+  within,
+  type Answer,
+  type TestGateway,
+} from '../helpers/gateway.js';
+import { uniquePrefix } from '../helpers/redis.js';
+
+const cleanups: (() => Promise<unknown> | unknown)[] = [];
+afterEach(async () => {
+  for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
+});
+afterAll(() => {
+  expect(LOG_LINES.length).toBeGreaterThan(0);
+  expect(LOG_LINES.flatMap(secretsIn)).toEqual([]);
+});
+
+async function upstream(): Promise<FakeUpstream> {
+  const up = await FakeUpstream.start();
+  cleanups.push(() => up.close());
+  return up;
+}
+
+async function gateway(...args: Parameters<typeof startGateway>): Promise<TestGateway> {
+  const gw = await startGateway(...args);
+  cleanups.push(() => gw.close());
+  return gw;
+}
+
+const openai = (up: FakeUpstream, id: string, extra: Record<string, unknown> = {}) => ({
+  id,
+  type: 'openai',
+  base_url: up.url(id),
+  key: SECRETS.channelKey,
+  models: ['gpt-x'],
+  ...extra,
+});
+
+const chunks = (n: number) => [
+  ...Array.from({ length: n }, (_, i) =>
+    sseData({ object: 'chat.completion.chunk', choices: [{ index: 0, delta: { content: `w${i} ` } }] }),
+  ),
+  'data: [DONE]\n\n',
+];
+
+function expectCapacity429(answer: Answer): void {
+  expect(answer.status).toBe(429);
+  const body = answer.json() as { error: { code: string; type: string; message: string } };
+  expect(body.error.code).toBe('channel_capacity_exhausted');
+  expect(body.error.type).toBe('rate_limit_error');
+  expect(body.error.message).toMatch(/alpha/); // names the saturated channel
+  expect(String(answer.headers['retry-after'])).toMatch(/^[1-9]\d*$/);
+}
+
+/** Live leases and waiters of the channel, straight from Redis. */
+async function redisLoad(gw: TestGateway, id: string) {
+  const store = gw.gateway.store as RedisStore;
+  return (await store.readLoads([id])).get(id)!;
+}
+
+describe('gateway streams on Redis', () => {
+  it('3 × max concurrent streaming clients: the upstream never sees more than max, each client gets its whole stream or a 429', async () => {
+    const up = await upstream();
+    const parts = chunks(10);
+    up.on('alpha', { sse: parts, chunkDelayMs: 50 });
+    const gw = await gateway(
+      configDoc({
+        channels: [openai(up, 'alpha', { max_concurrency: 3 })],
+        settings: { wait_timeout_ms: 10_000 },
+      }),
+    );
+
+    const answers = await Promise.all(
+      Array.from({ length: 9 }, () =>
+        call(`${gw.url}/v1/chat/completions`, { headers: CLIENT, body: chat('gpt-x', { stream: true }) }),
+      ),
+    );
+
+    const served = answers.filter((a) => a.status === 200);
+    const limited = answers.filter((a) => a.status !== 200);
+    expect(up.record('alpha').max).toBe(3);
+    // three run, three wait in the queue (max_waiting defaults to max_concurrency), the rest are turned away
+    expect(served.length).toBeGreaterThanOrEqual(6);
+    expect(limited.length).toBeGreaterThanOrEqual(1);
+    for (const a of served) {
+      expect(a.text).toBe(parts.join(''));
+      expect(a.headers['content-type']).toMatch(/^text\/event-stream/);
+      expect(a.headers['x-slotgate-channel']).toBe('alpha');
+    }
+    for (const a of limited) expectCapacity429(a);
+    // every admitted request reached the upstream once and ran to the end; no rejected one reached it
+    expect(up.requests('alpha')).toHaveLength(served.length);
+    expect(up.requests('alpha').every((r) => r.finished)).toBe(true);
+    // nothing leaks: every lease and waiter registration is gone from Redis
+    expect(await eventually(async () => (await redisLoad(gw, 'alpha')).active === 0)).toBe(true);
+    expect(await redisLoad(gw, 'alpha')).toMatchObject({ active: 0, waiting: 0 });
+  });
+
+  it('with waiting off, a burst gets exactly the free slots and 429s with reason full', async () => {
+    const up = await upstream();
+    const parts = chunks(6);
+    up.on('alpha', { sse: parts, chunkDelayMs: 100 });
+    const gw = await gateway(
+      configDoc({
+        channels: [openai(up, 'alpha', { max_concurrency: 2 })],
+        settings: { wait_enabled: false },
+      }),
+    );
+
+    const answers = await Promise.all(
+      Array.from({ length: 6 }, () =>
+        call(`${gw.url}/v1/chat/completions`, { headers: CLIENT, body: chat('gpt-x', { stream: true }) }),
+      ),
+    );
+    const served = answers.filter((a) => a.status === 200);
+    const limited = answers.filter((a) => a.status !== 200);
+    expect(up.record('alpha').max).toBe(2);
+    expect(served.length).toBeGreaterThanOrEqual(2);
+    expect(limited.length).toBeGreaterThanOrEqual(1);
+    for (const a of served) expect(a.text).toBe(parts.join(''));
+    for (const a of limited) {
+      expectCapacity429(a);
+      expect((a.json() as { error: { message: string } }).error.message).toMatch(/reason: full/);
+    }
+    expect(up.requests('alpha')).toHaveLength(served.length);
+  });
+
+  it('two gateway instances on one Redis never exceed max_concurrency together', async () => {
+    const up = await upstream();
+    const parts = chunks(8);
+    up.on('alpha', { sse: parts, chunkDelayMs: 40 });
+    const prefix = uniquePrefix('gw2');
+    const doc = configDoc({
+      prefix,
+      channels: [openai(up, 'alpha', { max_concurrency: 3 })],
+      settings: { wait_timeout_ms: 10_000, max_waiting_per_channel: 6 },
+    });
+    const a = await gateway(doc);
+    const b = await gateway(doc);
+
+    const answers = await Promise.all(
+      Array.from({ length: 12 }, (_, i) =>
+        call(`${(i % 2 ? a : b).url}/v1/chat/completions`, {
+          headers: CLIENT,
+          body: chat('gpt-x', { stream: true }),
+        }),
+      ),
+    );
+    const served = answers.filter((x) => x.status === 200);
+    expect(up.record('alpha').max).toBeLessThanOrEqual(3);
+    expect(up.record('alpha').max).toBeGreaterThanOrEqual(2);
+    expect(served.length).toBeGreaterThanOrEqual(3);
+    for (const x of served) expect(x.text).toBe(parts.join(''));
+    for (const x of answers.filter((y) => y.status !== 200)) expectCapacity429(x);
+    expect(up.requests('alpha')).toHaveLength(served.length);
+    expect(await eventually(async () => (await redisLoad(a, 'alpha')).active === 0)).toBe(true);
+  });
+
+  it('a client that disconnects mid-stream frees its slot for the next request and aborts the upstream request', async () => {
+    const up = await upstream();
+    const hold = gate();
+    cleanups.push(() => hold.open());
+    up.on('alpha', (req) => {
+      const body = JSON.parse(req.body.toString()) as { stream?: boolean };
+      if (!body.stream) return { json: { id: 'second', choices: [] } };
+      return { sse: [sseData({ n: 1 }), () => hold.promise, sseData({ n: 2 }), 'data: [DONE]\n\n'] };
+    });
+    const gw = await gateway(
+      configDoc({
+        channels: [openai(up, 'alpha', { max_concurrency: 1 })],
+        settings: { wait_timeout_ms: 15_000 },
+      }),
+    );
+
+    const first = streamingCall(`${gw.url}/v1/chat/completions`, chat('gpt-x', { stream: true }));
+    expect(await within(first.status, 5000, 'first response')).toBe(200);
+    expect(await within(first.firstChunk, 5000, 'first chunk')).toBe(sseData({ n: 1 }));
+
+    // The second request has to wait: the only slot is held by the stream.
+    const second = call(`${gw.url}/v1/chat/completions`, { headers: CLIENT, body: chat('gpt-x') });
+    expect(await eventually(() => gw.gateway.admission.stats().channels.alpha?.waiting === 1)).toBe(true);
+    expect(up.requests('alpha')).toHaveLength(1);
+
+    first.destroy();
+    const answer = await within(second, 10_000, 'second request');
+    expect(answer.status).toBe(200);
+    expect(answer.json()).toEqual({ id: 'second', choices: [] });
+    expect(Number(answer.headers['x-slotgate-waited-ms'])).toBeGreaterThan(0);
+
+    const streamed = up.requests('alpha')[0]!;
+    await within(streamed.done, 5000, 'upstream request closed');
+    expect(streamed.aborted).toBe(true);
+    expect(streamed.finished).toBe(false);
+    await expect(first.body).rejects.toThrow();
+    expect(up.record('alpha').max).toBe(1);
+    expect(await eventually(async () => (await redisLoad(gw, 'alpha')).active === 0)).toBe(true);
+  });
+
+  it('a disconnect mid-stream on a bounded mock channel frees the slot too', async () => {
+    const gw = await gateway(
+      configDoc({
+        channels: [
+          {
+            id: 'mocky',
+            type: 'mock',
+            models: ['gpt-x'],
+            max_concurrency: 1,
+            mock: { latency_ms: 0, chunks: 50, chunk_delay_ms: 200 },
+          },
+        ],
+        settings: { wait_enabled: false },
+      }),
+    );
+    const first = streamingCall(`${gw.url}/v1/chat/completions`, chat('gpt-x', { stream: true }));
+    expect(await within(first.status, 5000, 'first response')).toBe(200);
+    await within(first.firstChunk, 5000, 'first chunk');
+    const busy = await call(`${gw.url}/v1/chat/completions`, { headers: CLIENT, body: chat('gpt-x') });
+    expect(busy.status).toBe(429);
+
+    first.destroy();
+    expect(await eventually(async () => (await redisLoad(gw, 'mocky')).active === 0)).toBe(true);
+    const next = await call(`${gw.url}/v1/chat/completions`, { headers: CLIENT, body: chat('gpt-x') });
+    expect(next.status).toBe(200);
+    expect(gw.gateway.admission.stats().liveLeases).toBe(0);
+  });
+
+  it('a client that disconnects while waiting leaves the queue and never reaches the upstream', async () => {
+    const up = await upstream();
+    const hold = gate();
+    cleanups.push(() => hold.open());
+    up.on('alpha', { sse: [sseData({ n: 1 }), () => hold.promise, 'data: [DONE]\n\n'] });
+    const gw = await gateway(
+      configDoc({
+        channels: [openai(up, 'alpha', { max_concurrency: 1 })],
+        settings: { wait_timeout_ms: 20_000 },
+      }),
+    );
+    const first = streamingCall(`${gw.url}/v1/chat/completions`, chat('gpt-x', { stream: true }));
+    await within(first.firstChunk, 5000, 'first chunk');
+    const waiter = streamingCall(`${gw.url}/v1/chat/completions`, chat('gpt-x', { stream: true }));
+    expect(await eventually(async () => (await redisLoad(gw, 'alpha')).waiting === 1)).toBe(true);
+
+    waiter.destroy();
+    expect(await eventually(async () => (await redisLoad(gw, 'alpha')).waiting === 0)).toBe(true);
+    expect(gw.gateway.admission.stats().channels.alpha?.waiting ?? 0).toBe(0);
+    hold.open();
+    expect(await within(first.body, 5000, 'first stream')).toBe(sseData({ n: 1 }) + 'data: [DONE]\n\n');
+    expect(up.requests('alpha')).toHaveLength(1);
+    expect(await eventually(async () => (await redisLoad(gw, 'alpha')).active === 0)).toBe(true);
+  });
+
+  it('an openai channel streams SSE through chunk by chunk: the client has the first chunk before the upstream sends the last', async () => {
+    const up = await upstream();
+    const hold = gate();
+    cleanups.push(() => hold.open());
+    let lastSent = false;
+    up.on('alpha', {
+      sse: [
+        sseData({ n: 1 }),
+        () => hold.promise,
+        sseData({ n: 2 }),
+        async () => {
+          lastSent = true;
+        },
+        'data: [DONE]\n\n',
+      ],
+    });
+    const gw = await gateway(configDoc({ channels: [openai(up, 'alpha', { max_concurrency: 2 })] }));
+
+    const stream = streamingCall(`${gw.url}/v1/chat/completions`, chat('gpt-x', { stream: true }));
+    // The upstream holds everything after its first chunk until the client has that chunk: a gateway that buffered
+    // the answer would never deliver it.
+    expect(await within(stream.firstChunk, 5000, 'first chunk')).toBe(sseData({ n: 1 }));
+    expect(lastSent).toBe(false);
+    expect((await stream.headers)['content-type']).toMatch(/^text\/event-stream/);
+    // the slot is held while the stream is open
+    expect((await redisLoad(gw, 'alpha')).active).toBe(1);
+    hold.open();
+    expect(await within(stream.body, 5000, 'whole stream')).toBe(
+      sseData({ n: 1 }) + sseData({ n: 2 }) + 'data: [DONE]\n\n',
+    );
+    expect(await eventually(async () => (await redisLoad(gw, 'alpha')).active === 0)).toBe(true);
+  });
+});
