@@ -38,6 +38,8 @@ export interface ProxyResult {
 
 /** An upstream error answer, read whole so it can be inspected and passed on after the retries. */
 interface BufferedAnswer {
+  /** The channel that gave it. */
+  channel: string;
   status: number;
   headers: UpstreamResponse['headers'];
   body: Buffer;
@@ -215,10 +217,13 @@ export async function proxyRequest(
       if (abort.signal.aborted) return; // the client is gone: nothing to answer
       if (err instanceof UpstreamTimeoutError) throw new HttpError('upstream_timeout', err.message);
       if (err instanceof UpstreamConnectError) {
-        lastUpstream = new HttpError('upstream_unreachable', `slotgate: ${err.message}`);
+        // A real upstream answer seen earlier in the chain beats slotgate's own 502 (its status is passed on).
+        if (!lastUpstream || lastUpstream instanceof HttpError) {
+          lastUpstream = new HttpError('upstream_unreachable', `slotgate: ${err.message}`);
+        }
         request.log.warn({ channel: channel.id, err: err.message }, 'upstream unreachable');
         if (attempts <= settings.retry_times) continue;
-        throw lastUpstream;
+        return sendLast(reply, lastUpstream, shape, ctx, tried, attempts, waitedMs);
       }
       throw err;
     }
@@ -227,6 +232,7 @@ export async function proxyRequest(
       let answer: BufferedAnswer;
       try {
         answer = {
+          channel: channel.id,
           status: res.status,
           headers: res.headers,
           body: await readCapped(res.body, ERROR_BODY_CAP),
@@ -332,7 +338,7 @@ function sendLast(
   attempts: number,
   waitedMs: number,
 ): FastifyReply {
-  const channel = [...tried].at(-1);
+  const channel = last instanceof HttpError ? [...tried].at(-1) : last.channel;
   if (last instanceof HttpError) {
     ctx.onResult?.({ channel, status: last.status, attempts, waitedMs, source: 'gateway' });
     return reply.code(last.status).headers(last.headers).send(errorBody(last, shape));

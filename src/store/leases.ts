@@ -212,11 +212,23 @@ export class LeaseManager {
   }
 
   /** Stops renewing and releases every live lease (graceful shutdown); waits for releases in flight. */
-  async close(): Promise<void> {
+  /**
+   * Stops renewing and releases every live lease (graceful shutdown). Waits for the releases up to `timeoutMs`; past
+   * that, releases still retrying (Redis down) are left to their lease TTL, the final backstop.
+   */
+  async close(timeoutMs = 5000): Promise<void> {
     this.closed = true;
     clearTimeout(this.timer);
     this.timer = undefined;
     const all = [...this.live.values()].map((lease) => this.release(lease));
-    await Promise.allSettled([...all, ...this.releasing.values()]);
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([
+      Promise.allSettled([...all, ...this.releasing.values()]),
+      new Promise<void>((resolve) => {
+        timer = setTimeout(resolve, timeoutMs);
+        timer.unref();
+      }),
+    ]);
+    clearTimeout(timer);
   }
 }

@@ -133,6 +133,24 @@ describe('gateway retries and cooldowns', () => {
     expect(res.headers['x-slotgate-channel']).toBe('first');
   });
 
+  it('a connection error after an upstream 429 passes the upstream 429 on, not a slotgate 502', async () => {
+    const deadPort = await freePort();
+    const gw = await gatewayWith(
+      [
+        channel('first', { priority: 10 }),
+        channel('dead', { base_url: `http://127.0.0.1:${deadPort}`, priority: 0 }),
+      ],
+      { retry_times: 1 },
+    );
+    const body = '{"error":{"message":"first is rate limited","type":"requests","code":"rl"}}';
+    up.on('first', { status: 429, headers: { 'retry-after': '9' }, body });
+    const res = await ask(gw);
+    expect(res.status).toBe(429);
+    expect(res.text).toBe(body);
+    expect(res.text).not.toContain('upstream_unreachable');
+    expect(res.headers['x-slotgate-channel']).toBe('first');
+  });
+
   it('an upstream 504 is not retried: the client gets its body as it is', async () => {
     const gw = await twoChannels();
     const body = '{"error":{"message":"upstream gateway timeout","type":"timeout","code":"t504"}}';

@@ -528,7 +528,8 @@ describe('cooldowns', () => {
 describe('aborts that land while a store call is in flight', () => {
   it('an abort during the last poll ends the wait at once, not after the next sleep', async () => {
     const store = new MemoryStore();
-    const admission = engine(store, { wait_interval_ms: 1000, wait_timeout_ms: 10_000 });
+    // random() = 0: every sleep is exactly interval / 2 = 500 ms, so a missed abort costs one more 500 ms sleep
+    const admission = engine(store, { wait_interval_ms: 1000, wait_timeout_ms: 10_000 }, { random: () => 0 });
     const channel = { id: 'slow', maxConcurrency: 1 };
     const holder = await admission.acquire({ candidates: [channel] });
     const ac = new AbortController();
@@ -542,7 +543,9 @@ describe('aborts that land while a store call is in flight', () => {
     const started = Date.now();
     const err = await capacityError(admission.acquire({ candidates: [channel], signal: ac.signal }));
     expect(err.reason).toBe('aborted');
-    expect(Date.now() - started).toBeLessThan(900); // the first sleep is ≥ 500 ms; a missed abort adds ≥ 1 s more
+    const elapsed = Date.now() - started;
+    expect(elapsed).toBeGreaterThanOrEqual(490); // it did sleep once
+    expect(elapsed).toBeLessThan(950); // one 500 ms sleep, not two
     expect((await store.readLoads(['slow'])).get('slow')).toMatchObject({ active: 1, waiting: 0 });
     await holder.release();
   });
