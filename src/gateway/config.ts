@@ -182,7 +182,7 @@ export class ConfigError extends Error {
  * a bare string, the whole document): never echoed in error messages, which reach logs and /admin/status.
  */
 const SECRET_PATH =
-  /(^|\.)(key|token|url|headers\.[^.]+)$|^(\(root\)|redis|admin|tokens(\[\d+\])?|channels(\[\d+\])?(\.headers)?)$/;
+  /(^|\.)(key|token|url|base_url|headers\.[^.]+)$|^(\(root\)|redis|admin|tokens(\[\d+\])?|channels(\[\d+\])?(\.headers)?)$/;
 
 function pathOf(path: readonly PropertyKey[]): string {
   return (
