@@ -1,6 +1,7 @@
 #!/usr/bin/env node
 /** The `slotgate` command line (spec §13). */
 import { Command } from 'commander';
+import { benchCommand } from '../bench/cli.js';
 import { doctor } from './doctor.js';
 import { serve, type ServeOptions } from './serve.js';
 
@@ -32,5 +33,7 @@ program
   .action(async (opts: { redis?: string; prefix: string; fix?: boolean; json?: boolean }) => {
     process.exitCode = await doctor(opts);
   });
+
+program.addCommand(benchCommand());
 
 await program.parseAsync(process.argv);

@@ -1,0 +1,179 @@
+/**
+ * The load: N concurrent acquirers, each in a loop — acquire on a candidate set, hold the slot `holdMs`, release;
+ * after a refusal, back off 5 ms and try again. Every contender runs through this same loop. The holders count how
+ * many of them hold each channel at once (oversell is a holder above the channel's max), and can record each hold
+ * as an interval on the machine-wide monotonic clock so a parent can find overlaps across processes.
+ */
+import { performance } from 'node:perf_hooks';
+import { Refused, type BenchChannel, type Session } from './types.js';
+
+export interface LoadOptions {
+  session: Session;
+  candidateSets: readonly (readonly BenchChannel[])[];
+  acquirers: number;
+  holdMs: number;
+  durationMs: number;
+  /** Sleep after a refusal or an error. @default 5 */
+  backoffMs?: number;
+  /** Record every hold as [start, end] µs on the monotonic clock, per channel (multi-process oversell check). */
+  recordIntervals?: boolean;
+  /** Called right before the first acquire and right when the window ends (snapshots). */
+  onWindowStart?: () => Promise<void> | void;
+  onWindowEnd?: () => Promise<void> | void;
+  /** Start the window at this performance.timeOrigin-based wall time (ms since epoch), for processes in step. */
+  startAt?: number;
+}
+
+export interface LoadResult {
+  /** Admissions inside the measurement window. */
+  admissions: number;
+  refusals: Record<string, number>;
+  /** Errors other than a refusal (store unavailable, …), by name. */
+  errors: Record<string, number>;
+  /** Time to admission, ms, of the passes admitted in the window (sorted). */
+  latencies: number[];
+  /** Time to a refusal, ms (sorted). */
+  refusalLatencies: number[];
+  /** Highest number of holders seen at once on each channel (this process). */
+  highest: Record<string, number>;
+  /** Holders that found the channel already at its max. */
+  oversold: number;
+  windowS: number;
+  /** channel → flat [start, end, start, end, …] in µs on the monotonic clock (recordIntervals). */
+  intervals?: Record<string, number[]>;
+}
+
+const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+const monotonicUs = () => Number(process.hrtime.bigint() / 1000n);
+
+export async function runLoad(opts: LoadOptions): Promise<LoadResult> {
+  const { session, candidateSets, holdMs } = opts;
+  const backoffMs = opts.backoffMs ?? 5;
+  const maxOf = new Map<string, number>();
+  for (const set of candidateSets) for (const c of set) maxOf.set(c.id, c.max);
+  const inFlight = new Map<string, number>();
+  const highest: Record<string, number> = {};
+  const refusals: Record<string, number> = {};
+  const errors: Record<string, number> = {};
+  const latencies: number[] = [];
+  const refusalLatencies: number[] = [];
+  const intervals: Record<string, number[]> | undefined = opts.recordIntervals ? {} : undefined;
+  let admissions = 0;
+  let oversold = 0;
+
+  if (opts.startAt !== undefined) {
+    const wait = opts.startAt - (performance.timeOrigin + performance.now());
+    if (wait > 0) await sleep(wait);
+  }
+  await opts.onWindowStart?.();
+  const started = performance.now();
+  const deadline = started + opts.durationMs;
+  let windowEnd: Promise<void> | undefined;
+  const endTimer = setTimeout(() => {
+    windowEnd = Promise.resolve(opts.onWindowEnd?.());
+  }, opts.durationMs);
+
+  async function acquirer(index: number) {
+    let k = index;
+    while (performance.now() < deadline) {
+      const set = candidateSets[k++ % candidateSets.length]!;
+      const t0 = performance.now();
+      let admitted;
+      try {
+        admitted = await session.acquire(set);
+      } catch (err) {
+        const t1 = performance.now();
+        if (t1 <= deadline) {
+          if (err instanceof Refused) {
+            refusals[err.reason] = (refusals[err.reason] ?? 0) + 1;
+            refusalLatencies.push(t1 - t0);
+          } else {
+            const name = err instanceof Error ? `${err.name}: ${err.message.slice(0, 80)}` : String(err);
+            errors[name] = (errors[name] ?? 0) + 1;
+          }
+        }
+        await sleep(backoffMs);
+        continue;
+      }
+      const t1 = performance.now();
+      const id = admitted.channel;
+      const n = (inFlight.get(id) ?? 0) + 1;
+      inFlight.set(id, n);
+      if (n > (highest[id] ?? 0)) highest[id] = n;
+      if (n > (maxOf.get(id) ?? Infinity)) oversold++;
+      const holdStart = intervals ? monotonicUs() : 0;
+      if (t1 <= deadline) {
+        admissions++;
+        latencies.push(t1 - t0);
+      }
+      if (holdMs > 0) await sleep(holdMs);
+      inFlight.set(id, inFlight.get(id)! - 1);
+      if (intervals) (intervals[id] ??= []).push(holdStart, monotonicUs());
+      try {
+        await admitted.release();
+      } catch (err) {
+        const name = `release: ${err instanceof Error ? err.message.slice(0, 80) : String(err)}`;
+        errors[name] = (errors[name] ?? 0) + 1;
+      }
+    }
+  }
+
+  await Promise.all(Array.from({ length: opts.acquirers }, (_, i) => acquirer(i)));
+  if (!windowEnd) {
+    clearTimeout(endTimer);
+    windowEnd = Promise.resolve(opts.onWindowEnd?.());
+  }
+  await windowEnd;
+  latencies.sort((a, b) => a - b);
+  refusalLatencies.sort((a, b) => a - b);
+  return {
+    admissions,
+    refusals,
+    errors,
+    latencies,
+    refusalLatencies,
+    highest,
+    oversold,
+    windowS: opts.durationMs / 1000,
+    ...(intervals ? { intervals } : {}),
+  };
+}
+
+/**
+ * Highest number of holds overlapping at one instant on each channel, from the intervals of several processes.
+ * A hold ends before its release is sent and the next holder's starts after its admission came back, so on one
+ * machine's monotonic clock a legitimate successor never overlaps its predecessor; at equal times an end counts
+ * first.
+ */
+export function highestOverlap(all: readonly Record<string, number[]>[]): Record<string, number> {
+  const byChannel = new Map<string, number[][]>();
+  for (const intervals of all) {
+    for (const [id, flat] of Object.entries(intervals)) {
+      const list = byChannel.get(id) ?? [];
+      list.push(flat);
+      byChannel.set(id, list);
+    }
+  }
+  const highest: Record<string, number> = {};
+  for (const [id, lists] of byChannel) {
+    const events: number[] = [];
+    // encode: time * 2 + (0 for an end, 1 for a start) keeps ends before starts at equal times after sorting
+    for (const flat of lists) {
+      for (let i = 0; i < flat.length; i += 2) events.push(flat[i]! * 2 + 1, flat[i + 1]! * 2);
+    }
+    events.sort((a, b) => a - b);
+    let current = 0;
+    let top = 0;
+    for (const e of events) {
+      current += e % 2 === 1 ? 1 : -1;
+      if (current > top) top = current;
+    }
+    highest[id] = top;
+  }
+  return highest;
+}
+
+export function percentile(sorted: readonly number[], q: number): number {
+  if (sorted.length === 0) return NaN;
+  return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil(q * sorted.length) - 1))]!;
+}

@@ -1,0 +1,456 @@
+/**
+ * What the benchmark prints and writes: markdown tables (parameters above each), a legend, the targets of the
+ * issue evaluated on this run's numbers, a README-ready table, and the JSON document.
+ */
+import type { RunRecord } from './run.js';
+import type { Scenario } from './scenarios.js';
+
+export interface Meta {
+  startedAt: string;
+  totalS: number;
+  node: string;
+  cpu: string;
+  os: string;
+  redis: string;
+  durations: { load: number; scale: number; http: number; warmupMs: number };
+  contenders: { id: string; label: string; behaviour: string }[];
+  notes: string[];
+}
+
+export interface Figures {
+  admPerS: number;
+  serverCmds: number;
+  cmdsPerAdm: number;
+  cmdsPerS: number;
+  cpuUsPerAdm: number;
+  cpuPct: number;
+  rtPerAdm: number;
+  writesPerAdm: number;
+  /** CPU of the process(es) running the contender, µs per admission. */
+  clientCpuUsPerAdm: number;
+  refusals: number;
+  refusalRatio: number;
+  highestMax: number;
+  /** slotgate: client-side load-read commands per second per instance. */
+  loadReadPerSPerInstance: number;
+}
+
+const sum = (values: Iterable<number>) => {
+  let s = 0;
+  for (const v of values) s += v;
+  return s;
+};
+
+export function figures(r: RunRecord): Figures {
+  const adm = Math.max(1, r.admissions);
+  const serverCmds = sum(Object.values(r.serverCommands));
+  const refusals = sum(Object.values(r.refusals));
+  return {
+    admPerS: r.admissions / r.windowS,
+    serverCmds,
+    cmdsPerAdm: serverCmds / adm,
+    cmdsPerS: serverCmds / r.windowS,
+    cpuUsPerAdm: (r.redisCpuMs * 1000) / adm,
+    cpuPct: (r.redisCpuMs / (r.windowS * 1000)) * 100,
+    rtPerAdm: r.roundTrips / adm,
+    writesPerAdm: r.socketWrites / adm,
+    clientCpuUsPerAdm: (r.clientCpuMs * 1000) / adm,
+    refusals,
+    refusalRatio: refusals / Math.max(1, refusals + r.admissions),
+    highestMax: Math.max(0, ...Object.values(r.highest)),
+    loadReadPerSPerInstance: r.purposes ? (r.purposes.load_read ?? 0) / r.windowS / r.params.instances : NaN,
+  };
+}
+
+export const fmt = (n: number, digits = 1): string =>
+  Number.isFinite(n)
+    ? n.toLocaleString('en-US', { maximumFractionDigits: digits, minimumFractionDigits: 0 })
+    : '–';
+
+export function table(headers: readonly string[], rows: readonly (readonly (string | number)[])[]): string {
+  const line = (cells: readonly (string | number)[]) => `| ${cells.join(' | ')} |`;
+  return [line(headers), line(headers.map(() => '---')), ...rows.map(line)].join('\n');
+}
+
+function refusalText(r: RunRecord, f: Figures): string {
+  if (f.refusals === 0) return '0%';
+  const reasons = Object.entries(r.refusals)
+    .filter(([, v]) => v > 0)
+    .map(([k, v]) => `${k} ${v}`)
+    .join(', ');
+  return `${fmt(100 * f.refusalRatio, 2)}% (${reasons})`;
+}
+
+function highestText(r: RunRecord, f: Figures): string {
+  return `${f.highestMax}/${r.params.max}${r.oversold.length ? ' **OVERSOLD**' : ''}`;
+}
+
+export function paramsLine(s: Scenario, r: RunRecord, meta: Meta): string {
+  const p = r.params;
+  const who =
+    s.kind === 'http'
+      ? `${p.acquirers} HTTP connections in total (split evenly over the instances)`
+      : s.kind === 'scale'
+        ? `${p.acquirers} concurrent acquirers in total (split evenly over the instances)`
+        : `${p.acquirers} concurrent acquirers`;
+  const where =
+    s.kind === 'load'
+      ? '1 instance (the benchmark process)'
+      : `${s.instances.join(' / ')} instances (one process each)`;
+  return (
+    `**${s.title}** — ${p.channels} bounded channels × max ${p.max} (${p.channels * p.max} slots), ` +
+    `${p.candidateSets}, ${who}, hold ${p.holdMs} ms, ${p.durationS} s measured per run after a ` +
+    `${s.kind === 'http' ? '1 s' : `${meta.durations.warmupMs / 1000} s`} warm-up, ${where}` +
+    (s.kind === 'http' ? '' : ', 5 ms back-off after a refusal') +
+    `. Redis: ${meta.redis}. Node ${meta.node}, ${meta.cpu}.`
+  );
+}
+
+export function loadTable(runs: readonly RunRecord[]): string {
+  return table(
+    [
+      'contender',
+      'admissions/s',
+      'Redis cmds/adm',
+      'Redis cmds/s',
+      'Redis CPU µs/adm',
+      'Redis CPU %',
+      'client CPU µs/adm',
+      'round trips/adm',
+      'socket writes/adm',
+      'p50 ms',
+      'p99 ms',
+      '429 ratio',
+      'highest/max',
+    ],
+    runs.map((r) => {
+      const f = figures(r);
+      return [
+        r.label,
+        fmt(f.admPerS, 0),
+        fmt(f.cmdsPerAdm, 2),
+        fmt(f.cmdsPerS, 0),
+        fmt(f.cpuUsPerAdm, 1),
+        fmt(f.cpuPct, 1),
+        fmt(f.clientCpuUsPerAdm, 0),
+        fmt(f.rtPerAdm, 2),
+        fmt(f.writesPerAdm, 3),
+        fmt(r.latency.p50, 2),
+        fmt(r.latency.p99, 2),
+        refusalText(r, f),
+        highestText(r, f),
+      ];
+    }),
+  );
+}
+
+const PURPOSES = ['load_read', 'acquire', 'release', 'wait', 'renew', 'settings', 'cooldown'];
+
+export function purposeTable(runs: readonly RunRecord[]): string | undefined {
+  const withPurposes = runs.filter((r) => r.purposes);
+  if (withPurposes.length === 0) return undefined;
+  return table(
+    [
+      'slotgate commands by purpose',
+      'load_read cmds/s per instance',
+      'load fetch rounds/s per instance',
+      ...PURPOSES.map((p) => `${p} /adm`),
+      ...PURPOSES.map((p) => `${p} /s`),
+    ],
+    withPurposes.map((r) => {
+      const f = figures(r);
+      return [
+        `${r.label}${r.params.instances > 1 ? ` ×${r.params.instances}` : ''}`,
+        fmt(f.loadReadPerSPerInstance, 0),
+        fmt((r.purposes!.fetch_rounds ?? NaN) / r.windowS / r.params.instances, 1),
+        ...PURPOSES.map((p) => fmt((r.purposes![p] ?? 0) / Math.max(1, r.admissions), 3)),
+        ...PURPOSES.map((p) => fmt((r.purposes![p] ?? 0) / r.windowS, 0)),
+      ];
+    }),
+  );
+}
+
+export function serverCommandTable(runs: readonly RunRecord[]): string {
+  const names = [...new Set(runs.flatMap((r) => Object.keys(r.serverCommands)))].sort();
+  return table(
+    ['server-side commands per admission', ...names],
+    runs.map((r) => [
+      `${r.label}${r.params.instances > 1 ? ` ×${r.params.instances}` : ''}`,
+      ...names.map((n) => fmt((r.serverCommands[n] ?? 0) / Math.max(1, r.admissions), 2)),
+    ]),
+  );
+}
+
+export function scaleTable(runs: readonly RunRecord[]): string {
+  return table(
+    [
+      'contender',
+      'instances',
+      'admissions/s total',
+      'admissions/s per instance',
+      'Redis cmds/s',
+      'Redis cmds/adm',
+      'Redis CPU µs/adm',
+      'Redis CPU %',
+      'client CPU µs/adm',
+      'load_read cmds/s per instance',
+      'round trips/adm',
+      'p50 ms',
+      'p99 ms',
+      '429 ratio',
+      'highest/max (all processes)',
+    ],
+    runs.map((r) => {
+      const f = figures(r);
+      return [
+        r.label,
+        r.params.instances,
+        fmt(f.admPerS, 0),
+        (r.instances ?? []).map((i) => fmt(i.admissionsPerS, 0)).join(' / '),
+        fmt(f.cmdsPerS, 0),
+        fmt(f.cmdsPerAdm, 2),
+        fmt(f.cpuUsPerAdm, 1),
+        fmt(f.cpuPct, 1),
+        fmt(f.clientCpuUsPerAdm, 0),
+        r.instances?.some((i) => i.purposes)
+          ? r.instances.map((i) => fmt((i.purposes?.load_read ?? 0) / r.windowS, 0)).join(' / ')
+          : '–',
+        fmt(f.rtPerAdm, 2),
+        fmt(r.latency.p50, 2),
+        fmt(r.latency.p99, 2),
+        refusalText(r, f),
+        highestText(r, f),
+      ];
+    }),
+  );
+}
+
+export function httpTable(runs: readonly RunRecord[]): string {
+  return table(
+    [
+      'contender',
+      'instances',
+      'responses/s',
+      'statuses',
+      'HTTP p50 / p99 ms',
+      'admission p50 / p99 ms (≤ bucket)',
+      'admissions/s',
+      'Redis cmds/adm',
+      'Redis cmds/s',
+      'Redis CPU µs/adm',
+      'Redis CPU %',
+      'gateway CPU µs/adm',
+      'round trips/adm',
+      'load_read cmds/s per instance',
+      'upstream highest/max',
+    ],
+    runs.map((r) => {
+      const f = figures(r);
+      const h = r.http!;
+      return [
+        r.label,
+        r.params.instances,
+        fmt(h.requests / r.windowS, 0),
+        Object.entries(h.statuses)
+          .map(([k, v]) => `${k}: ${v}`)
+          .join(', '),
+        `${fmt(h.p50Ms, 1)} / ${fmt(h.p99Ms, 1)}`,
+        `${fmt(r.latency.p50, 1)} / ${fmt(r.latency.p99, 1)}`,
+        fmt(f.admPerS, 0),
+        fmt(f.cmdsPerAdm, 2),
+        fmt(f.cmdsPerS, 0),
+        fmt(f.cpuUsPerAdm, 1),
+        fmt(f.cpuPct, 1),
+        fmt(f.clientCpuUsPerAdm, 0),
+        fmt(f.rtPerAdm, 2),
+        fmt(f.loadReadPerSPerInstance, 0),
+        highestText(r, f),
+      ];
+    }),
+  );
+}
+
+export interface TargetResult {
+  target: string;
+  measured: string;
+  verdict: 'PASS' | 'MISS' | 'n/a';
+}
+
+export function evaluateTargets(runs: readonly RunRecord[]): TargetResult[] {
+  const find = (scenario: string, contender: string) =>
+    runs.find((r) => r.scenario === scenario && r.contender === contender);
+  const out: TargetResult[] = [];
+  const na = (target: string, why: string) => out.push({ target, measured: why, verdict: 'n/a' });
+  const cpuRatio = (peer: string, limit: number, peerName: string) => {
+    const target = `Redis CPU per admission in W1: slotgate ≤ ${limit} × ${peerName}`;
+    const a = find('W1', 'slotgate');
+    const b = find('W1', peer);
+    if (!a || !b) return na(target, 'not run');
+    const ratio = figures(a).cpuUsPerAdm / figures(b).cpuUsPerAdm;
+    out.push({
+      target,
+      measured: `${fmt(figures(a).cpuUsPerAdm, 1)} vs ${fmt(figures(b).cpuUsPerAdm, 1)} µs/adm = ${fmt(ratio, 3)} ×`,
+      verdict: ratio <= limit ? 'PASS' : 'MISS',
+    });
+  };
+  cpuRatio('redis-semaphore', 0.6, 'redis-semaphore');
+  cpuRatio('slotgate-rollback', 0.2, 'rollback mode');
+  cpuRatio('bottleneck', 0.1, 'Bottleneck');
+
+  const w1 = find('W1', 'slotgate');
+  {
+    const target = 'Load-read commands/s per instance in W1 ≤ 755';
+    if (!w1) na(target, 'not run');
+    else {
+      const v = figures(w1).loadReadPerSPerInstance;
+      out.push({ target, measured: `${fmt(v, 0)} /s`, verdict: v <= 755 ? 'PASS' : 'MISS' });
+    }
+  }
+  {
+    const target = 'Load-read commands/s within ±20 % between 75 and 300 acquirers (vs 150)';
+    const at75 = find('W1-75', 'slotgate');
+    const at300 = find('W2', 'slotgate');
+    if (!w1 || !at75 || !at300) na(target, 'needs W1-75, W1 and W2');
+    else {
+      const base = figures(w1).loadReadPerSPerInstance;
+      const d75 = figures(at75).loadReadPerSPerInstance / base - 1;
+      const d300 = figures(at300).loadReadPerSPerInstance / base - 1;
+      const pct = (d: number) => `${d >= 0 ? '+' : ''}${fmt(100 * d, 1)} %`;
+      out.push({
+        target,
+        measured: `75: ${fmt(figures(at75).loadReadPerSPerInstance, 0)} (${pct(d75)}), 150: ${fmt(base, 0)}, 300: ${fmt(figures(at300).loadReadPerSPerInstance, 0)} (${pct(d300)})`,
+        verdict: Math.abs(d75) <= 0.2 && Math.abs(d300) <= 0.2 ? 'PASS' : 'MISS',
+      });
+    }
+  }
+  {
+    const target = 'Load-read commands/s per channel in W3 ≤ W1';
+    const w3 = find('W3', 'slotgate');
+    if (!w1 || !w3) na(target, 'needs W1 and W3');
+    else {
+      const a = figures(w3).loadReadPerSPerInstance / w3.params.channels;
+      const b = figures(w1).loadReadPerSPerInstance / w1.params.channels;
+      out.push({
+        target,
+        measured: `${fmt(a, 2)} vs ${fmt(b, 2)} /s per channel`,
+        verdict: a <= b ? 'PASS' : 'MISS',
+      });
+    }
+  }
+  {
+    const target = "Admissions/s in W4 ≥ redis-semaphore's";
+    const a = find('W4', 'slotgate');
+    const b = find('W4', 'redis-semaphore');
+    if (!a || !b) na(target, 'not run');
+    else {
+      const ratio = figures(a).admPerS / figures(b).admPerS;
+      out.push({
+        target,
+        measured: `${fmt(figures(a).admPerS, 0)} vs ${fmt(figures(b).admPerS, 0)} /s = ${fmt(ratio, 2)} ×`,
+        verdict: ratio >= 1 ? 'PASS' : 'MISS',
+      });
+    }
+  }
+  {
+    const target = "Admission p99 in W1 ≤ redis-semaphore's";
+    const b = find('W1', 'redis-semaphore');
+    if (!w1 || !b) na(target, 'not run');
+    else {
+      out.push({
+        target,
+        measured: `${fmt(w1.latency.p99, 2)} vs ${fmt(b.latency.p99, 2)} ms`,
+        verdict: w1.latency.p99 <= b.latency.p99 ? 'PASS' : 'MISS',
+      });
+    }
+  }
+  {
+    const oversold = runs.filter((r) => r.oversold.length > 0);
+    out.push({
+      target: 'Zero oversell in every scenario and contender',
+      measured: oversold.length
+        ? oversold.map((r) => `${r.scenario}/${r.contender}`).join(', ')
+        : `${runs.length} runs, highest concurrency ≤ max on every channel`,
+      verdict: runs.length === 0 ? 'n/a' : oversold.length ? 'MISS' : 'PASS',
+    });
+  }
+  return out;
+}
+
+export function targetsTable(targets: readonly TargetResult[]): string {
+  return table(
+    ['target (issue, ratios within this run)', 'measured', 'verdict'],
+    targets.map((t) => [t.target, t.measured, t.verdict === 'PASS' ? 'PASS' : `**${t.verdict}**`]),
+  );
+}
+
+/** The W1 / W2 / W4 table for the README, with the machine and parameters it was measured on. */
+export function readmeTable(runs: readonly RunRecord[], meta: Meta): string | undefined {
+  const picked = runs.filter((r) => ['W1', 'W2', 'W4'].includes(r.scenario));
+  if (picked.length === 0) return undefined;
+  const rows = picked.map((r) => {
+    const f = figures(r);
+    return [
+      r.scenario,
+      r.label,
+      fmt(f.admPerS, 0),
+      fmt(f.cmdsPerAdm, 2),
+      fmt(f.cpuUsPerAdm, 1),
+      fmt(f.rtPerAdm, 2),
+      fmt(r.latency.p99, 1),
+      fmt(100 * f.refusalRatio, 1) + '%',
+      `${f.highestMax}/${r.params.max}`,
+    ];
+  });
+  return [
+    `50 bounded channels × max 4, one candidate set, hold 20 ms (W4: 0), 150 acquirers (W2: 300), ` +
+      `${meta.durations.load} s per run, 1 instance; Redis: ${meta.redis}; Node ${meta.node}; ${meta.cpu}; ` +
+      `measured ${meta.startedAt.slice(0, 10)} with \`npm run bench\`.`,
+    '',
+    table(
+      [
+        'scenario',
+        'contender',
+        'admissions/s',
+        'Redis cmds/adm',
+        'Redis CPU µs/adm',
+        'round trips/adm',
+        'p99 ms',
+        '429',
+        'highest/max',
+      ],
+      rows,
+    ),
+  ].join('\n');
+}
+
+export function legend(meta: Meta): string {
+  const lines = [
+    '- **admissions/s**: slots granted inside the measured window, divided by its length.',
+    '- **Redis cmds/adm, cmds/s**: `INFO commandstats` delta over the window (server side; commands run inside Lua ' +
+      'scripts count, EVALSHA itself counts once; the INFO calls of the measurement are left out).',
+    '- **Redis CPU µs/adm, %**: `used_cpu_user + used_cpu_sys` delta of the Redis process over the window.',
+    "- **round trips/adm**: requests the contender's code sent to Redis, counted on its ioredis clients: each " +
+      'command call 1 (a Lua script 1), an explicit pipeline or MULTI 1 however many commands it carries; ' +
+      "ioredis's own traffic (ready check, NOSCRIPT retry) is not counted. Background work (renewal, heartbeats, " +
+      'settings re-reads) counts against the admissions of the window.',
+    "- **socket writes/adm**: `write` calls on those clients' sockets. Every contender gets the same ioredis options " +
+      "(slotgate RedisStore's: auto-pipelining on), which merges the concurrent requests of many acquirers into " +
+      'one write, so this falls as concurrency rises; it is the number of request flights actually sent.',
+    '- **p50 / p99 ms**: time from asking for a slot to holding it (admitted passes only; waiting included). ' +
+      "HTTP: the load generator's request latency, and the gateway's admission histogram (bucket upper bounds); " +
+      'with two instances the worse instance is shown.',
+    '- **429 ratio**: refused requests / (refused + admitted), with the reasons. After a refusal the acquirer ' +
+      'sleeps 5 ms and asks again.',
+    '- **highest/max**: the highest number of holders seen at once on any channel, counted by the holders ' +
+      '(across processes: hold intervals on the machine-wide monotonic clock, swept per channel; HTTP: counted by ' +
+      'the upstream). Above max is an oversell and fails the run. With hold 0 (W4) a holder gives the slot back at ' +
+      'once, so its holding window is empty and W4 shows 1/max: the holder-side check sees nothing there; the ' +
+      'other scenarios carry it.',
+    "- **load_read cmds/s per instance**: slotgate's own count of load-read commands (3 per channel per fetch + TIME).",
+    '',
+    'How each contender picks a channel and what it does when everything is full:',
+    '',
+    ...meta.contenders.map((c) => `- **${c.label}**: ${c.behaviour}.`),
+  ];
+  return lines.join('\n');
+}

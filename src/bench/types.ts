@@ -1,0 +1,57 @@
+/**
+ * What the benchmark compares: a contender is one way to bound per-channel concurrency through Redis (slotgate,
+ * slotgate in rollback mode, redis-semaphore, Bottleneck). Each one is set up against the Redis under test and then
+ * asked, by many concurrent acquirers, for a slot on one channel of a candidate set.
+ */
+import type { Redis } from 'ioredis';
+
+/** A bounded channel as the benchmark sees it. */
+export interface BenchChannel {
+  id: string;
+  max: number;
+}
+
+/** A slot the contender granted: the channel it is on and how to give it back. */
+export interface Admitted {
+  channel: string;
+  release(): Promise<void>;
+}
+
+/** Thrown by `acquire` when the contender turned the request away for lack of capacity (a 429 at the edge). */
+export class Refused extends Error {
+  constructor(readonly reason: string) {
+    super(`refused: ${reason}`);
+    this.name = 'Refused';
+  }
+}
+
+export interface SetupContext {
+  redisUrl: string;
+  /** Every channel of the scenario. */
+  channels: readonly BenchChannel[];
+  /** Unique to this run: every key the contender writes contains it (so a shared Redis can be cleaned up). */
+  namespace: string;
+  /**
+   * A new ioredis client on the Redis under test, with the same options for every contender (those slotgate's
+   * RedisStore uses: auto-pipelining on). Its socket writes, and those of its duplicates, count as round trips.
+   * Every client a contender opens must come from here.
+   */
+  client(): Redis;
+}
+
+export interface Session {
+  /** A slot on one of the candidates, or Refused when the contender turns the request away. */
+  acquire(candidates: readonly BenchChannel[]): Promise<Admitted>;
+  /** Commands issued so far by purpose, for contenders that count them (slotgate); `fetch_rounds` = load reads. */
+  purposes?(): Record<string, number>;
+  close(): Promise<void>;
+}
+
+export interface Contender {
+  /** Short id used in flags and JSON: slotgate, slotgate-rollback, redis-semaphore, bottleneck. */
+  id: string;
+  label: string;
+  /** How it picks a channel and what it does when every candidate is full (printed in the legend). */
+  behaviour: string;
+  setup(ctx: SetupContext): Promise<Session>;
+}

@@ -1,0 +1,114 @@
+/**
+ * The benchmark harness (src/bench, bench/contenders) on the shared test Redis: one tiny run per contender proves
+ * each one admits, releases and is measured; a contender that admits max + 1 must fail the run (the oversell check
+ * cannot pass vacuously); and the cross-process overlap sweep counts what it should.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ALL_IDS, loadContender } from '../../src/bench/contenders/index.js';
+import { highestOverlap } from '../../src/bench/load.js';
+import { openRedis, type RedisUnderTest } from '../../src/bench/redis.js';
+import { runBench } from '../../src/bench/bench.js';
+import { OversellError, runInProcess } from '../../src/bench/run.js';
+import { runScaleOut } from '../../src/bench/scale.js';
+import type { Scenario } from '../../src/bench/scenarios.js';
+import { Refused, type Contender } from '../../src/bench/types.js';
+import { redisUrl } from '../helpers/redis.js';
+
+const TINY: Scenario = {
+  id: 'smoke',
+  kind: 'load',
+  title: 'smoke',
+  channels: 4,
+  max: 2,
+  acquirers: 12,
+  holdMs: 5,
+  sets: 'one',
+  instances: [1],
+};
+
+/** Admits up to max + 1 holders per channel, in memory: an oversell the harness must catch. */
+const broken: Contender = {
+  id: 'broken',
+  label: 'broken (admits max + 1)',
+  behaviour: 'test double',
+  async setup() {
+    const held = new Map<string, number>();
+    return {
+      async acquire(set) {
+        for (const c of set) {
+          const n = held.get(c.id) ?? 0;
+          if (n < c.max + 1) {
+            held.set(c.id, n + 1);
+            return { channel: c.id, release: async () => void held.set(c.id, held.get(c.id)! - 1) };
+          }
+        }
+        throw new Refused('full');
+      },
+      async close() {},
+    };
+  },
+};
+
+let redis: RedisUnderTest;
+beforeAll(async () => {
+  redis = await openRedis(redisUrl());
+});
+afterAll(async () => {
+  await redis.close();
+});
+
+describe('bench harness', () => {
+  it.each(ALL_IDS)('measures %s on a tiny run without oversell', async (id) => {
+    const contender = await loadContender(id);
+    const r = await runInProcess(redis, contender, TINY, 1, { warmupMs: 100 });
+    expect(r.admissions).toBeGreaterThan(20);
+    expect(r.oversold).toEqual([]);
+    expect(Math.max(...Object.values(r.highest))).toBeLessThanOrEqual(TINY.max);
+    expect(Object.values(r.serverCommands).reduce((a, b) => a + b, 0)).toBeGreaterThan(r.admissions);
+    expect(r.roundTrips).toBeGreaterThanOrEqual(r.admissions); // at least the acquire or the release of each
+    expect(r.socketWrites).toBeGreaterThan(0);
+    expect(r.errors).toEqual({});
+    if (id.startsWith('slotgate')) {
+      expect(r.purposes?.acquire).toBeGreaterThanOrEqual(r.admissions);
+      expect(r.purposes?.load_read).toBeGreaterThan(0);
+    }
+  });
+
+  it('reports an oversell by a broken contender, and a whole run fails with OversellError', async () => {
+    const r = await runInProcess(redis, broken, TINY, 1, { warmupMs: 0 });
+    expect(r.oversold.length).toBeGreaterThan(0);
+    expect(r.oversold[0]!.highest).toBe(TINY.max + 1);
+
+    const lines: string[] = [];
+    await expect(
+      runBench({
+        only: ['W1'],
+        contenders: [],
+        extraContenders: [broken],
+        durationS: 1,
+        warmupMs: 0,
+        redisUrl: redisUrl(),
+        out: (t) => lines.push(t),
+        progress: () => {},
+      }),
+    ).rejects.toThrow(OversellError);
+    expect(lines.join('\n')).toMatch(/OVERSOLD/);
+    expect(lines.join('\n')).toMatch(/FAILED: OVERSELL in W1 \/ broken/);
+  });
+
+  it('sweeps hold intervals across processes: overlaps count, back-to-back holds do not', () => {
+    const a = { c0: [0, 10, 20, 30], c1: [0, 5] };
+    const b = { c0: [10, 20, 25, 40], c1: [4, 8] };
+    expect(highestOverlap([a, b])).toEqual({ c0: 2, c1: 2 });
+    expect(highestOverlap([{ c0: [0, 10] }, { c0: [10, 20] }])).toEqual({ c0: 1 });
+  });
+
+  it('runs a scale-out with two worker processes and checks them together', async () => {
+    const contender = await loadContender('slotgate');
+    const r = await runScaleOut(redis, contender, { ...TINY, kind: 'scale', instances: [2] }, 2, 1, 0);
+    expect(r.instances).toHaveLength(2);
+    expect(r.instances!.every((i) => i.admissions > 0)).toBe(true);
+    expect(r.oversold).toEqual([]);
+    expect(Math.max(...Object.values(r.highest))).toBe(TINY.max);
+  });
+});
