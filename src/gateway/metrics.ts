@@ -3,12 +3,12 @@
  * per-channel gauges (cluster-wide in flight, waiting, cooling; this instance's in flight), store health, and the
  * responses the gateway gave by source and status. Labels are channel ids, purposes, outcomes and status codes —
  * never tokens. Gauges and engine counters are read at scrape time; reading the per-channel loads goes through the
- * load view, so a scrape costs no Redis command while its snapshot is fresh.
+ * load view, so a scrape costs no Redis command while its snapshot is fresh. docs/operations.md lists every metric.
  */
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import type { Admission, AdmissionRecord } from '../admission/admission.js';
 import { emptyOutcomes } from '../admission/stats.js';
-import { PURPOSES } from '../store/store.js';
+import { PURPOSES, type ChannelLoad } from '../store/store.js';
 import type { ChannelRegistry } from './channels.js';
 
 export interface MetricsSources {
@@ -32,7 +32,8 @@ export class GatewayMetrics {
 
   constructor(private readonly sources: MetricsSources) {
     const register = this.register;
-    collectDefaultMetrics({ register, prefix: 'slotgate_process_' });
+    // The standard process_* and nodejs_* names, unprefixed, so stock dashboards and alerts work unchanged.
+    collectDefaultMetrics({ register });
     const admission = () => sources.admission();
 
     this.admissionSeconds = new Histogram({
@@ -145,52 +146,77 @@ export class GatewayMetrics {
       },
     });
 
-    const perChannel = (name: string, help: string) =>
-      new Gauge({ name, help, labelNames: ['channel'], registers: [register] });
-    const inFlight = perChannel(
+    // Per-channel gauges are filled from one snapshot per scrape. Every gauge awaits it in its own collect(): a
+    // registry collects all metrics at once, so a gauge without a collect of its own would be read before another
+    // metric's collect had set it, and show the previous scrape's values (none at all on the first scrape).
+    let round: Promise<ChannelSnapshot> | undefined;
+    const snapshot = (): Promise<ChannelSnapshot> => {
+      if (!round) {
+        const pending = readSnapshot(sources);
+        const done = () => {
+          if (round === pending) round = undefined;
+        };
+        round = pending;
+        pending.then(done, done);
+      }
+      return round;
+    };
+    const perChannel = (name: string, help: string, value: (row: ChannelRow) => number | undefined) =>
+      new Gauge({
+        name,
+        help,
+        labelNames: ['channel'],
+        registers: [register],
+        async collect() {
+          const rows = await snapshot();
+          this.reset();
+          for (const row of rows) {
+            const v = value(row);
+            if (v !== undefined) this.set({ channel: row.id }, v);
+          }
+        },
+      });
+    perChannel(
       'slotgate_channel_in_flight',
       'Requests in flight on the channel across all instances (load view)',
+      (r) => r.load?.active,
     );
-    const waiting = perChannel(
+    perChannel(
       'slotgate_channel_waiting',
       'Waiters queued on the channel across all instances (load view)',
+      (r) => r.load?.waiting,
     );
-    const cooling = perChannel(
-      'slotgate_channel_cooling',
-      'Whether the channel is cooling down (1) or not (0)',
+    perChannel('slotgate_channel_cooling', 'Whether the channel is cooling down (1) or not (0)', (r) =>
+      r.load ? (r.load.coolingDown ? 1 : 0) : undefined,
     );
-    const cooldownSeconds = perChannel(
+    perChannel(
       'slotgate_channel_cooldown_remaining_seconds',
-      'Cooldown left on the channel',
+      'Cooldown left on the channel (-1: a cooldown without expiry)',
+      (r) =>
+        r.load
+          ? r.load.coolingDown
+            ? r.load.cooldownRemainingMs < 0
+              ? -1
+              : r.load.cooldownRemainingMs / 1000
+            : 0
+          : undefined,
     );
-    const maxConcurrency = perChannel(
+    perChannel(
       'slotgate_channel_max_concurrency',
       'Configured max concurrency (0 = unlimited)',
+      (r) => r.maxConcurrency,
     );
-    const local = perChannel(
+    perChannel(
       'slotgate_channel_local_in_flight',
       'Requests this instance has in flight on the channel',
+      (r) => r.local,
     );
     new Gauge({
       name: 'slotgate_channels',
       help: 'Configured channels',
       registers: [register],
       async collect() {
-        const channels = sources.channels().channels;
-        this.set(channels.length);
-        const loads = await admission().viewLoads(channels);
-        const mine = admission().stats().channels;
-        for (const g of [inFlight, waiting, cooling, cooldownSeconds, maxConcurrency, local]) g.reset();
-        for (const c of channels) {
-          const load = loads.get(c.id);
-          const labels = { channel: c.id };
-          inFlight.set(labels, load?.active ?? 0);
-          waiting.set(labels, load?.waiting ?? 0);
-          cooling.set(labels, load?.coolingDown ? 1 : 0);
-          cooldownSeconds.set(labels, load?.coolingDown ? Math.max(0, load.cooldownRemainingMs) / 1000 : 0);
-          maxConcurrency.set(labels, c.maxConcurrency);
-          local.set(labels, mine[c.id]?.active ?? 0);
-        }
+        this.set((await snapshot()).length);
       },
     });
   }
@@ -207,4 +233,26 @@ export class GatewayMetrics {
   async text(): Promise<string> {
     return this.register.metrics();
   }
+}
+
+interface ChannelRow {
+  id: string;
+  maxConcurrency: number;
+  local: number;
+  /** Undefined when the loads could not be read (the load-derived gauges are then left out, not shown as 0). */
+  load: ChannelLoad | undefined;
+}
+type ChannelSnapshot = ChannelRow[];
+
+async function readSnapshot(sources: MetricsSources): Promise<ChannelSnapshot> {
+  const channels = sources.channels().channels;
+  const admission = sources.admission();
+  const loads = await admission.viewLoads(channels).catch(() => undefined);
+  const mine = admission.stats().channels;
+  return channels.map((c) => ({
+    id: c.id,
+    maxConcurrency: c.maxConcurrency,
+    local: mine[c.id]?.active ?? 0,
+    load: loads?.get(c.id),
+  }));
 }

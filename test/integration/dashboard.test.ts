@@ -1,0 +1,422 @@
+/**
+ * /dashboard in a real browser (headless Debian Chromium driven by playwright-core) against a listening gateway on
+ * the test Redis, under traffic. It asserts what a person sees: the channel rows, "2 / 2" and a full bar while two
+ * streams hold a channel's slots (and the bar back at 0 once they end), a cooldown counting down in seconds, the same
+ * numbers as GET /admin/channels, admissions/s and Redis commands/s once traffic runs, and this instance in the list.
+ * A screenshot is kept in test-artifacts/dashboard.png (SLOTGATE_UPDATE_DOCS_SCREENSHOT=1 also writes docs/).
+ */
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { existsSync } from 'node:fs';
+import { copyFile, mkdir } from 'node:fs/promises';
+import { fileURLToPath } from 'node:url';
+import { Redis } from 'ioredis';
+import { chromium, type Browser, type Page } from 'playwright-core';
+import { parseConfig } from '../../src/gateway/config.js';
+import { createGateway, type Gateway } from '../../src/gateway/server.js';
+import { redisUrl, uniquePrefix } from '../helpers/redis.js';
+import { RedisServer } from '../helpers/redis-server.js';
+
+const CHROMIUM = '/usr/bin/chromium';
+const ROOT = fileURLToPath(new URL('../..', import.meta.url));
+const ARTIFACT = `${ROOT}test-artifacts/dashboard.png`;
+
+const SECRETS = {
+  admin: 'adm-dash-S3CRET-70e1',
+  client: 'tok-dash-S3CRET-2aa9',
+  channelKey: 'sk-dash-S3CRET-f00d',
+} as const;
+const CLIENT = { authorization: `Bearer ${SECRETS.client}`, 'content-type': 'application/json' };
+const ADMIN = { authorization: `Bearer ${SECRETS.admin}`, 'content-type': 'application/json' };
+
+const CHANNELS = [
+  // Two long streams hold both slots of `busy` for as long as the test keeps them open.
+  {
+    id: 'busy',
+    type: 'mock',
+    models: ['m-busy'],
+    priority: 10,
+    max_concurrency: 2,
+    mock: { latency_ms: 0, chunks: 400, chunk_delay_ms: 50 },
+  },
+  { id: 'cool', type: 'mock', models: ['m-cool'], max_concurrency: 3, mock: { latency_ms: 5, chunks: 1 } },
+  {
+    id: 'steady',
+    type: 'mock',
+    models: ['m-steady'],
+    max_concurrency: 4,
+    mock: { latency_ms: 15, chunks: 1 },
+  },
+  { id: 'free', type: 'mock', models: ['m-free'], max_concurrency: 0, mock: { latency_ms: 1, chunks: 1 } },
+  {
+    id: 'real-off',
+    type: 'openai',
+    base_url: 'http://127.0.0.1:9/v1',
+    key: SECRETS.channelKey,
+    models: ['m-off'],
+    max_concurrency: 5,
+    enabled: false,
+  },
+] as const;
+
+const LAUNCH_ARGS = [
+  '--headless',
+  '--no-sandbox',
+  '--disable-gpu',
+  '--disable-quic',
+  '--no-first-run',
+  '--disable-background-networking',
+  '--disable-component-update',
+  '--disable-sync',
+];
+
+let browser: Browser;
+beforeAll(async () => {
+  if (!existsSync(CHROMIUM)) {
+    throw new Error(
+      `${CHROMIUM} not found: the dashboard test drives Debian's Chromium (apt-get install -y chromium); .ci/run installs it`,
+    );
+  }
+  browser = await chromium.launch({ executablePath: CHROMIUM, args: LAUNCH_ARGS });
+});
+afterAll(async () => {
+  await browser?.close();
+});
+
+const cleanups: (() => Promise<void> | void)[] = [];
+afterEach(async () => {
+  for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
+});
+
+async function startGateway(url = redisUrl()): Promise<{ gw: Gateway; base: string }> {
+  const prefix = uniquePrefix('dash');
+  const config = parseConfig(
+    {
+      server: { host: '127.0.0.1', port: 0, shutdown_timeout_ms: 1000 },
+      redis: { url, prefix, timeout_ms: 300 },
+      admin: { token: SECRETS.admin },
+      tokens: [{ key: SECRETS.client, name: 'dashboard-test' }],
+      channels: CHANNELS,
+      settings: { wait_enabled: false, retry_times: 0 },
+    },
+    'dashboard-test',
+    {},
+  );
+  const gw = await createGateway({ config, logger: false });
+  const base = await gw.listen();
+  cleanups.push(async () => {
+    await gw.close();
+    if (url !== redisUrl()) return; // a private server: its data goes with it
+    const redis = new Redis(url);
+    const keys = await redis.keys(`${prefix}:*`);
+    if (keys.length) await redis.del(...keys);
+    redis.disconnect();
+  });
+  return { gw, base };
+}
+
+async function openPage(url: string): Promise<{ page: Page; errors: string[] }> {
+  const context = await browser.newContext({ viewport: { width: 1280, height: 860 } });
+  cleanups.push(() => context.close());
+  const page = await context.newPage();
+  const errors: string[] = [];
+  page.on('pageerror', (err) => errors.push(err.message));
+  page.on('console', (msg) => {
+    if (msg.type() === 'error') errors.push(msg.text());
+  });
+  await page.goto(url);
+  return { page, errors };
+}
+
+function chatBody(model: string, stream = false): string {
+  return JSON.stringify({ model, stream, messages: [{ role: 'user', content: 'hi' }] });
+}
+
+/** A streamed request that holds its slot until `stop()` (or the stream's natural end, far beyond the test). */
+async function holdStream(base: string, model: string): Promise<() => Promise<void>> {
+  const controller = new AbortController();
+  const res = await fetch(`${base}/v1/chat/completions`, {
+    method: 'POST',
+    headers: CLIENT,
+    body: chatBody(model, true),
+    signal: controller.signal,
+  });
+  expect(res.status).toBe(200);
+  const reader = res.body!.getReader();
+  const drained = (async () => {
+    try {
+      for (;;) if ((await reader.read()).done) return;
+    } catch {
+      // aborted
+    }
+  })();
+  return async () => {
+    controller.abort();
+    await drained;
+  };
+}
+
+/** Sequential requests until stopped: admissions, load reads and acquire calls while the page watches. */
+function backgroundTraffic(base: string): { stop: () => Promise<number> } {
+  let running = true;
+  let sent = 0;
+  const loop = (async () => {
+    while (running) {
+      const res = await fetch(`${base}/v1/chat/completions`, {
+        method: 'POST',
+        headers: CLIENT,
+        body: chatBody(sent % 3 === 2 ? 'm-free' : 'm-steady'),
+      });
+      await res.arrayBuffer();
+      sent++;
+    }
+  })();
+  return {
+    stop: async () => {
+      running = false;
+      await loop;
+      return sent;
+    },
+  };
+}
+
+interface Row {
+  channel: string;
+  inUse: string;
+  barWidth: string;
+  barFull: boolean;
+  waiting: string;
+  cooldown: string;
+}
+
+function readRows(page: Page): Promise<Row[]> {
+  return page.$$eval('#channels tbody tr', (trs) =>
+    trs.map((tr) => {
+      const cells = tr.querySelectorAll('td');
+      const bar = tr.querySelector('.bar');
+      return {
+        channel: tr.getAttribute('data-channel') ?? '',
+        inUse: tr.querySelector('.in-use')?.textContent ?? '',
+        // the inline style the page set (the target width; the rendered one animates towards it)
+        barWidth: (bar?.querySelector('span') as { style: { width: string } } | null)?.style.width ?? '',
+        barFull: bar?.classList.contains('full') ?? false,
+        waiting: cells[2]?.textContent ?? '',
+        cooldown: cells[4]?.textContent ?? '',
+      };
+    }),
+  );
+}
+
+/** The page refreshes every second (slower while Redis is down: the status read waits for it): poll generously. */
+const POLL = { timeout: 10_000, interval: 100 };
+
+const rowOf = async (page: Page, id: string) => (await readRows(page)).find((r) => r.channel === id)!;
+const textOf = (page: Page, selector: string) => page.locator(selector).innerText();
+const numberIn = (text: string) => Number(text.replace(/,/g, ''));
+
+interface AdminChannel {
+  id: string;
+  max_concurrency: number;
+  active: number;
+  waiting: number;
+  cooling: boolean;
+  cooldown_remaining_ms: number;
+}
+
+async function adminChannels(base: string): Promise<AdminChannel[]> {
+  const res = await fetch(`${base}/admin/channels`, { headers: ADMIN });
+  return ((await res.json()) as { channels: AdminChannel[] }).channels;
+}
+
+/** Differences between the page's rows and the admin API (cooldowns may differ by a refresh's worth). */
+function mismatches(rows: Row[], api: AdminChannel[]): string[] {
+  const out: string[] = [];
+  if (rows.map((r) => r.channel).join() !== api.map((c) => c.id).join()) out.push('channel list');
+  for (const c of api) {
+    const row = rows.find((r) => r.channel === c.id);
+    if (!row) continue;
+    const inUse = c.max_concurrency > 0 ? `${c.active} / ${c.max_concurrency}` : `${c.active} / unlimited`;
+    if (row.inUse !== inUse) out.push(`${c.id} in use: page ${row.inUse}, api ${inUse}`);
+    if (row.waiting !== String(c.waiting)) out.push(`${c.id} waiting: page ${row.waiting}, api ${c.waiting}`);
+    const width = c.max_concurrency > 0 ? (100 * c.active) / c.max_concurrency : 0;
+    if (row.barWidth !== `${width}%`) out.push(`${c.id} bar: page ${row.barWidth}, api ${width}%`);
+    if (c.cooling) {
+      const shown = /^(\d+) s$/.exec(row.cooldown);
+      const seconds = Math.ceil(c.cooldown_remaining_ms / 1000);
+      if (!shown || Math.abs(Number(shown[1]) - seconds) > 2)
+        out.push(`${c.id} cooldown: page ${row.cooldown}, api ${seconds} s`);
+    } else if (row.cooldown !== '—') out.push(`${c.id} cooldown: page ${row.cooldown}, api none`);
+  }
+  return out;
+}
+
+describe('GET /dashboard in a browser', () => {
+  it('shows live slots, cooldowns and rates that match the admin API', { timeout: 60_000 }, async () => {
+    const { gw, base } = await startGateway();
+    const { page, errors } = await openPage(`${base}/dashboard#token=${SECRETS.admin}`);
+
+    // Signed in from the URL fragment, which is then dropped from the address bar.
+    await expect.poll(() => page.locator('#main').isVisible(), POLL).toBe(true);
+    expect(page.url()).toBe(`${base}/dashboard`);
+    await expect
+      .poll(async () => (await readRows(page)).map((r) => r.channel), POLL)
+      .toEqual(CHANNELS.map((c) => c.id));
+    expect(await rowOf(page, 'busy')).toMatchObject({ inUse: '0 / 2', barWidth: '0%', barFull: false });
+    expect((await rowOf(page, 'free')).inUse).toBe('0 / unlimited');
+    expect(await textOf(page, '#channels tbody tr[data-channel="real-off"] td:first-child')).toBe(
+      'real-off (disabled)',
+    );
+    const emptyBar = await page.locator('tr[data-channel="busy"] .bar > span').boundingBox();
+
+    // A cooldown set by an operator, and two streams that fill `busy`.
+    const cooled = await fetch(`${base}/admin/channels/cool/cooldown`, {
+      method: 'POST',
+      headers: ADMIN,
+      body: JSON.stringify({ seconds: 120 }),
+    });
+    expect(cooled.status).toBe(200);
+    const streams = [await holdStream(base, 'm-busy'), await holdStream(base, 'm-busy')];
+    cleanups.push(async () => {
+      for (const stop of streams) await stop();
+    });
+    // A third request finds both slots taken and waiting off: the gateway's own 429.
+    const turnedAway = await fetch(`${base}/v1/chat/completions`, {
+      method: 'POST',
+      headers: CLIENT,
+      body: chatBody('m-busy'),
+    });
+    expect(turnedAway.status).toBe(429);
+    await turnedAway.arrayBuffer();
+    const traffic = backgroundTraffic(base);
+    cleanups.push(async () => void (await traffic.stop()));
+
+    await expect.poll(async () => (await rowOf(page, 'busy')).inUse, POLL).toBe('2 / 2');
+    const full = await rowOf(page, 'busy');
+    expect(full.barWidth).toBe('100%');
+    expect(full.barFull).toBe(true);
+    // The bar itself grew on screen (after its CSS transition), to the width of its track.
+    const track = await page.locator('tr[data-channel="busy"] .bar').boundingBox();
+    await expect
+      .poll(
+        async () => (await page.locator('tr[data-channel="busy"] .bar > span').boundingBox())!.width,
+        POLL,
+      )
+      .toBeCloseTo(track!.width, 0);
+    expect(emptyBar!.width).toBeLessThan(1);
+
+    // The cooldown shows in seconds, counting down from 120.
+    const cooling = await rowOf(page, 'cool');
+    const seconds = Number(/^(\d+) s$/.exec(cooling.cooldown)?.[1]);
+    expect(seconds).toBeGreaterThan(100);
+    expect(seconds).toBeLessThanOrEqual(120);
+    expect(await page.locator('tr[data-channel="cool"] td.cooling').count()).toBe(1);
+
+    // Rates and ratios appear once traffic runs (the first refresh has nothing to compare with): wait until the page
+    // has seen the 429 and a good part of the background traffic, then read what it shows.
+    await expect
+      .poll(
+        async () => Number(/^since start: 1 of (\d+)/.exec(await textOf(page, '#ratio-detail'))?.[1] ?? 0),
+        POLL,
+      )
+      .toBeGreaterThanOrEqual(12);
+    await expect.poll(async () => numberIn(await textOf(page, '#adm-rate')), POLL).toBeGreaterThan(0);
+    await expect.poll(async () => numberIn(await textOf(page, '#cmd-rate')), POLL).toBeGreaterThan(0);
+    expect(await textOf(page, '#cmd-detail')).toMatch(/acquire \d/);
+    expect(await textOf(page, '#latency')).toMatch(/^≤ [\d.,]+ \/ ≤ [\d.,]+ ms$/);
+    expect(await textOf(page, '#hit-ratio')).toMatch(/^\d+\.\d %$/);
+    expect(await textOf(page, '#ratio-429')).toMatch(/^\d+\.\d %$/);
+    expect(await textOf(page, '#leases')).toMatch(/^\d+ \/ 0$/);
+
+    // Header and instance list: this instance, its Redis, the config version.
+    const status = (await (await fetch(`${base}/admin/status`, { headers: ADMIN })).json()) as {
+      instance_id: string;
+    };
+    expect(await textOf(page, '#instance')).toBe(`instance ${status.instance_id}`);
+    expect(await textOf(page, '#store')).toMatch(/^redis up · [\d.]+ ms$/);
+    expect(await textOf(page, '#config')).toBe('config v1');
+    expect(await textOf(page, '#instances tbody')).toContain(`${status.instance_id} (this)`);
+
+    await mkdir(`${ROOT}test-artifacts`, { recursive: true });
+    await page.screenshot({ path: ARTIFACT, fullPage: true });
+    if (process.env.SLOTGATE_UPDATE_DOCS_SCREENSHOT === '1')
+      await copyFile(ARTIFACT, `${ROOT}docs/dashboard.png`);
+
+    // Quiet traffic, then every row matches the admin API read at the same time (one refresh of lag allowed).
+    expect(await traffic.stop()).toBeGreaterThan(0);
+    await expect
+      .poll(async () => mismatches(await readRows(page), await adminChannels(base)), POLL)
+      .toEqual([]);
+
+    // The streams end: the bar goes back down; the cooldown is cleared: the column empties.
+    for (const stop of streams.splice(0)) await stop();
+    await expect.poll(async () => (await rowOf(page, 'busy')).inUse, POLL).toBe('0 / 2');
+    expect(await rowOf(page, 'busy')).toMatchObject({ barWidth: '0%', barFull: false });
+    const cleared = await fetch(`${base}/admin/channels/cool/cooldown`, { method: 'DELETE', headers: ADMIN });
+    expect(cleared.status).toBe(200);
+    await expect.poll(async () => (await rowOf(page, 'cool')).cooldown, POLL).toBe('—');
+
+    // Nothing secret on the page; no script errors.
+    const html = await page.content();
+    for (const secret of Object.values(SECRETS)) expect(html).not.toContain(secret);
+    expect(errors).toEqual([]);
+    expect(gw.admission.stats().leasesLost).toBe(0);
+  });
+
+  it('asks for the admin token, refuses a wrong one and signs in with the right one', async () => {
+    const { base } = await startGateway();
+    const { page, errors } = await openPage(`${base}/dashboard`);
+    await expect.poll(() => page.locator('#login').isVisible(), POLL).toBe(true);
+    expect(await page.locator('#main').isVisible()).toBe(false);
+
+    await page.fill('#token', 'not-the-token');
+    await page.click('#login-form button');
+    await expect.poll(() => textOf(page, '#error'), POLL).toBe('That admin token was not accepted.');
+    expect(await page.locator('#main').isVisible()).toBe(false);
+
+    await page.fill('#token', SECRETS.admin);
+    await page.click('#login-form button');
+    await expect.poll(() => page.locator('#main').isVisible(), POLL).toBe(true);
+    await expect.poll(async () => (await readRows(page)).length, POLL).toBe(CHANNELS.length);
+    expect(await textOf(page, '#error')).toBe('');
+    // Failed fetches of the wrong token are the only console errors (the browser logs every 401).
+    expect(errors.filter((e) => !/401/.test(e))).toEqual([]);
+    // The token typed in is not left in the page.
+    expect(await page.inputValue('#token')).toBe('');
+  });
+
+  it(
+    'says Redis is down and keeps the rest moving while it is, then recovers',
+    { timeout: 60_000 },
+    async () => {
+      const server = await RedisServer.start();
+      cleanups.push(() => server.stop());
+      const { gw, base } = await startGateway(server.url);
+      const { page } = await openPage(`${base}/dashboard#token=${SECRETS.admin}`);
+      await expect.poll(() => textOf(page, '#store'), POLL).toMatch(/^redis up/);
+      await expect.poll(async () => (await readRows(page)).length, POLL).toBe(CHANNELS.length);
+
+      await server.stop();
+      await expect.poll(() => textOf(page, '#store'), POLL).toBe('redis DOWN');
+      expect(await page.locator('#store').getAttribute('class')).toBe('pill bad');
+      await expect
+        .poll(() => textOf(page, '#error'), POLL)
+        .toMatch(/^refresh failed: \/admin\/channels: HTTP 503/);
+      expect(await page.locator('#channels').getAttribute('class')).toBe('stale');
+      expect(await textOf(page, '#updated')).toMatch(/^partly updated /);
+      // The counters still refresh: a request on an unlimited channel shows up while Redis is down.
+      const res = await fetch(`${base}/v1/chat/completions`, {
+        method: 'POST',
+        headers: CLIENT,
+        body: chatBody('m-free'),
+      });
+      expect(res.status).toBe(200);
+      await res.arrayBuffer();
+      await expect.poll(() => textOf(page, '#ratio-detail'), POLL).toMatch(/ of 1$/);
+
+      await server.start();
+      await expect.poll(() => textOf(page, '#store'), { timeout: 10_000 }).toMatch(/^redis up/);
+      await expect.poll(() => textOf(page, '#error'), POLL).toBe('');
+      expect(await page.locator('#channels').getAttribute('class')).toBe('');
+      expect(gw.admission.stats().outcomes.acquired).toBe(1);
+    },
+  );
+});

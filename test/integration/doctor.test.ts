@@ -1,0 +1,359 @@
+/**
+ * `slotgate doctor` (spec §7.5, §13) against the test Redis: planted leftovers are found exactly, a read-only run
+ * changes nothing, --fix removes exactly what was reported (live members, other versions and other prefixes survive),
+ * the command line exits 1 with findings and 0 when clean, and real traffic leaves nothing behind once its holder is
+ * gone and one lease TTL has passed — while a crashed holder next to a live one leaves exactly its own leases.
+ */
+import { afterEach, describe, expect, it } from 'vitest';
+import { execFile, spawn, type ChildProcess } from 'node:child_process';
+import { once } from 'node:events';
+import { fileURLToPath } from 'node:url';
+import { Redis } from 'ioredis';
+import { checkLeftovers, fixFindings, type Finding } from '../../src/store/redis/doctor.js';
+import { KeyBuilder } from '../../src/store/redis/keys.js';
+import { LeaseManager, type LeaseEvent } from '../../src/store/leases.js';
+import { RedisStore } from '../../src/store/redis/redis-store.js';
+import { redisUrl, sleep, uniquePrefix } from '../helpers/redis.js';
+
+const ROOT = fileURLToPath(new URL('../..', import.meta.url));
+const HOLDER = fileURLToPath(new URL('../helpers/lease-holder.ts', import.meta.url));
+/** A short lease TTL, so "one lease TTL after" is a short wait; renewals run every third of it. */
+const TTL = 500;
+
+const cleanups: (() => Promise<void> | void)[] = [];
+afterEach(async () => {
+  for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
+});
+
+async function client(): Promise<Redis> {
+  const redis = new Redis(redisUrl());
+  cleanups.push(() => void redis.disconnect());
+  return redis;
+}
+
+/** A prefix whose keys (and those of `<prefix>:...` lookalikes) are deleted after the test. */
+function prefixForTest(name: string): string {
+  const prefix = uniquePrefix(name);
+  cleanups.push(async () => {
+    const redis = new Redis(redisUrl());
+    const keys = await redis.keys(`${prefix}:*`);
+    if (keys.length) await redis.del(...keys);
+    redis.disconnect();
+  });
+  return prefix;
+}
+
+interface KeyState {
+  type: string;
+  expires: boolean;
+  content: unknown;
+}
+
+/** Every key under the prefix with its type, whether it has an expiry, and its content. */
+async function snapshot(redis: Redis, prefix: string): Promise<Record<string, KeyState>> {
+  const out: Record<string, KeyState> = {};
+  for (const key of (await redis.keys(`${prefix}:*`)).sort()) {
+    const type = await redis.type(key);
+    const expires = (await redis.pttl(key)) >= 0;
+    const content =
+      type === 'zset'
+        ? await redis.zrange(key, 0, -1)
+        : type === 'string'
+          ? await redis.get(key)
+          : type === 'hash'
+            ? await redis.hgetall(key)
+            : type === 'list'
+              ? await redis.lrange(key, 0, -1)
+              : null;
+    out[key] = { type, expires, content };
+  }
+  return out;
+}
+
+interface CliResult {
+  code: number;
+  stdout: string;
+  stderr: string;
+}
+
+function cli(...args: string[]): Promise<CliResult> {
+  return new Promise((resolve) => {
+    execFile(
+      process.execPath,
+      ['--import', 'tsx', 'src/cli/main.ts', 'doctor', ...args],
+      { cwd: ROOT, timeout: 15_000 },
+      (err, stdout, stderr) => {
+        const code = err ? (typeof err.code === 'number' ? err.code : -1) : 0;
+        resolve({ code, stdout, stderr });
+      },
+    );
+  });
+}
+
+const sortFindings = (findings: Finding[]) =>
+  findings
+    .map((f) => ({ key: f.key, kind: f.kind, members: f.members ? [...f.members].sort() : undefined }))
+    .sort((a, b) => (a.key + a.kind).localeCompare(b.key + b.kind));
+
+/** Plants one of each leftover next to healthy keys; returns the keys and what doctor must report. */
+async function plant(redis: Redis, prefix: string) {
+  const k = new KeyBuilder(prefix);
+  const [sec] = await redis.time();
+  const now = Number(sec) * 1000;
+  const key = {
+    leases: k.slots('leases'), // live and expired members, with an expiry
+    noExpiry: k.slots('no-expiry'), // live member, no expiry
+    waiters: k.waiters('leases'), // live and expired waiters, with an expiry
+    coolingForever: k.cooldown('forever'), // a cooldown without TTL
+    cooling: k.cooldown('cooling'), // a proper cooldown
+    wrongType: k.waiters('wrong'), // a string where a sorted set belongs
+    unknown: `${prefix}:v1:junk`, // not a shape slotgate makes
+    settings: k.settings(),
+    otherVersion: `${prefix}:v2:{leases}:slots`,
+    otherPrefix: `${prefix}:staging:v1:{leases}:slots`,
+  };
+  await redis
+    .multi()
+    .zadd(key.leases, now + 60_000, 'live:1', now - 5_000, 'dead:1', now - 1_000, 'dead:2')
+    .pexpire(key.leases, 60_000)
+    .zadd(key.noExpiry, now + 60_000, 'live:2')
+    .zadd(key.waiters, now + 60_000, 'w-live', now - 2_000, 'w-dead')
+    .pexpire(key.waiters, 60_000)
+    .set(key.coolingForever, 'upstream 429')
+    .set(key.cooling, 'upstream 429', 'PX', 60_000)
+    .set(key.wrongType, 'oops')
+    .set(key.unknown, 'x')
+    .hset(key.settings, 'wait_enabled', 'false')
+    .zadd(key.otherVersion, now - 5_000, 'old:1')
+    .zadd(key.otherPrefix, now - 5_000, 'staging:1')
+    .exec();
+  const expected = sortFindings([
+    { key: key.leases, kind: 'expired_members', detail: '', members: ['dead:1', 'dead:2'] },
+    { key: key.noExpiry, kind: 'no_expiry', detail: '' },
+    { key: key.waiters, kind: 'expired_members', detail: '', members: ['w-dead'] },
+    { key: key.coolingForever, kind: 'cooldown_without_ttl', detail: '' },
+    { key: key.wrongType, kind: 'wrong_type', detail: '' },
+    { key: key.unknown, kind: 'unknown_key', detail: '' },
+  ]);
+  return { key, expected };
+}
+
+describe('slotgate doctor', () => {
+  it('finds exactly the planted leftovers and changes nothing without --fix', async () => {
+    const redis = await client();
+    const prefix = prefixForTest('doctor');
+    const { key, expected } = await plant(redis, prefix);
+    const before = await snapshot(redis, prefix);
+
+    const report = await checkLeftovers(redis, prefix);
+    expect(sortFindings(report.findings)).toEqual(expected);
+    expect(report.otherVersions).toEqual([key.otherVersion]);
+    expect(report.otherPrefixes).toEqual([key.otherPrefix]);
+    expect(report.scanned).toBe(Object.keys(before).length);
+    expect(report.fixed).toBe(0);
+    expect(await snapshot(redis, prefix)).toEqual(before);
+  });
+
+  it('--fix removes exactly what it reported; a second run is clean', async () => {
+    const redis = await client();
+    const prefix = prefixForTest('doctor-fix');
+    const { key, expected } = await plant(redis, prefix);
+    const before = await snapshot(redis, prefix);
+
+    const report = await checkLeftovers(redis, prefix, true);
+    expect(sortFindings(report.findings)).toEqual(expected);
+    // 2 + 1 expired members, 1 expiry set, 3 keys deleted
+    expect(report.fixed).toBe(7);
+
+    const after = await snapshot(redis, prefix);
+    const removedKeys = Object.keys(before).filter((k) => !(k in after));
+    expect(removedKeys.sort()).toEqual([key.coolingForever, key.wrongType, key.unknown].sort());
+    expect(after[key.leases]).toEqual({ type: 'zset', expires: true, content: ['live:1'] });
+    expect(after[key.waiters]).toEqual({ type: 'zset', expires: true, content: ['w-live'] });
+    // The key without expiry keeps its live member and now expires with it.
+    expect(after[key.noExpiry]).toEqual({ type: 'zset', expires: true, content: ['live:2'] });
+    // Untouched: the healthy cooldown, the settings, the other schema version and the other prefix.
+    for (const k of [key.cooling, key.settings, key.otherVersion, key.otherPrefix])
+      expect(after[k], k).toEqual(before[k]);
+
+    const again = await checkLeftovers(redis, prefix);
+    expect(again.findings).toEqual([]);
+    expect(again.otherVersions).toEqual([key.otherVersion]);
+  });
+
+  it('--fix leaves a member that was renewed after the report', async () => {
+    const redis = await client();
+    const prefix = prefixForTest('doctor-race');
+    const k = new KeyBuilder(prefix);
+    const [sec] = await redis.time();
+    const now = Number(sec) * 1000;
+    await redis.zadd(k.slots('a'), now - 1_000, 'late:1', now - 1_000, 'dead:1');
+    await redis.pexpire(k.slots('a'), 60_000);
+    const report = await checkLeftovers(redis, prefix);
+    expect(report.findings[0]!.members!.sort()).toEqual(['dead:1', 'late:1']);
+    // A late renewal (ZADD XX, as renew.lua does) revives one of them between the report and the fix.
+    await redis.zadd(k.slots('a'), 'XX', now + 60_000, 'late:1');
+    expect(await fixFindings(redis, report.findings)).toBe(1);
+    expect(await redis.zrange(k.slots('a'), 0, -1)).toEqual(['late:1']);
+  });
+
+  it('the command line exits 1 with the findings, --fix removes them, then 0 and "clean"', async () => {
+    const redis = await client();
+    const prefix = prefixForTest('doctor-cli');
+    const { key, expected } = await plant(redis, prefix);
+
+    const found = await cli('--redis', redisUrl(), '--prefix', prefix);
+    expect(found.code, found.stderr).toBe(1);
+    for (const f of expected) expect(found.stdout).toMatch(new RegExp(`LEFTOVER ${f.kind} +\\S*`));
+    for (const f of expected) expect(found.stdout).toContain(f.key);
+    expect(found.stdout).toContain(`note: ${key.otherVersion} belongs to another schema version`);
+    expect(found.stdout).toContain(`note: ${key.otherPrefix} looks like a key of another prefix`);
+    expect(found.stdout).toContain(`${expected.length} finding(s)`);
+    expect(found.stdout).not.toContain('clean');
+
+    const json = await cli('--redis', redisUrl(), '--prefix', prefix, '--json');
+    expect(json.code).toBe(1);
+    expect(sortFindings((JSON.parse(json.stdout) as { findings: Finding[] }).findings)).toEqual(expected);
+
+    const fixed = await cli('--redis', redisUrl(), '--prefix', prefix, '--fix');
+    expect(fixed.code, fixed.stderr).toBe(0);
+    expect(fixed.stdout).toContain('fixed: 7 removal(s) for 6 finding(s)');
+
+    const clean = await cli('--redis', redisUrl(), '--prefix', prefix);
+    expect(clean.code, clean.stdout).toBe(0);
+    expect(clean.stdout).toContain('clean: no leftover keys');
+    expect(await redis.exists(key.otherVersion, key.otherPrefix, key.cooling)).toBe(3);
+  });
+
+  it('a clean prefix exits 0; a bad URL or prefix exits 2', async () => {
+    const prefix = prefixForTest('doctor-empty');
+    const empty = await cli('--redis', redisUrl(), '--prefix', prefix);
+    expect(empty.code).toBe(0);
+    expect(empty.stdout).toContain(`prefix "${prefix}", 0 key(s) scanned`);
+    expect(empty.stdout).toContain('clean: no leftover keys');
+
+    // A prefix with glob characters is matched literally: it does not see the keys of `<prefix>x`.
+    const redis = await client();
+    const glob = `${prefix}*`;
+    await redis.set(`${prefix}x:v1:junk`, '1');
+    const literal = await checkLeftovers(redis, glob);
+    expect(literal.scanned).toBe(0);
+
+    const down = await cli('--redis', 'redis://127.0.0.1:9', '--prefix', prefix);
+    expect(down.code).toBe(2);
+    expect(down.stderr).toMatch(/slotgate doctor:/);
+    const badPrefix = await cli('--redis', redisUrl(), '--prefix', 'a{b}');
+    expect(badPrefix.code).toBe(2);
+    expect(badPrefix.stderr).toContain('prefix');
+  });
+
+  it('real traffic: clean while holders live, clean one lease TTL after the holder is killed', async () => {
+    const redis = await client();
+    const prefix = prefixForTest('doctor-traffic');
+    const store = new RedisStore({ url: redisUrl(), prefix });
+    cleanups.push(() => store.close());
+    const events: LeaseEvent[] = [];
+    const leases = new LeaseManager({ store, leaseTtlMs: () => TTL, onEvent: (e) => events.push(e) });
+    cleanups.push(() => leases.close());
+
+    // In-process traffic: leases taken and given back, a waiter registered and removed, a short cooldown.
+    for (let i = 0; i < 5; i++) {
+      const got = await leases.acquireFirst([{ channelId: 'busy', max: 3 }], true);
+      expect(got.lease).toBeDefined();
+      if (i % 2 === 0) await leases.release(got.lease!);
+    }
+    expect(await store.registerWaiter('busy', 'waiter:1', 3, TTL)).toBe(true);
+    await store.unregisterWaiter('busy', 'waiter:1');
+    expect(await store.registerWaiter('busy', 'waiter:2', 3, TTL)).toBe(true); // never unregistered: expires
+    await store.setCooldown('cooled', TTL, 'test');
+
+    // A second instance in its own process holds two leases on another channel.
+    const holder = spawn(
+      process.execPath,
+      ['--import', 'tsx', HOLDER, redisUrl(), prefix, 'crash', String(TTL), '2'],
+      { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] },
+    );
+    cleanups.push(() => void holder.kill('SIGKILL'));
+    await waitForReady(holder);
+
+    // Live owners everywhere: nothing is a leftover.
+    await sleep(2 * TTL + 100); // past two TTLs: renewals keep every live lease
+    const live = await checkLeftovers(redis, prefix);
+    expect(live.findings).toEqual([]);
+    expect(live.scanned).toBeGreaterThanOrEqual(2);
+    expect(await redis.zcard(new KeyBuilder(prefix).slots('crash'))).toBe(2);
+
+    // The holder dies without releasing; this instance releases its own and stops.
+    holder.kill('SIGKILL');
+    await once(holder, 'exit');
+    for (const lease of [...leases.leases()]) await leases.release(lease);
+    await leases.close();
+    expect(await redis.zcard(new KeyBuilder(prefix).slots('crash'))).toBe(2); // not cleaned by anyone yet
+
+    await sleep(TTL + 200); // one lease TTL (the waiter's and the cooldown's too) plus a margin
+    const after = await checkLeftovers(redis, prefix);
+    expect(after.findings).toEqual([]);
+    expect(after.scanned).toBe(0);
+    expect(events.filter((e) => e.type === 'lease_lost')).toEqual([]);
+    const cleanRun = await cli('--redis', redisUrl(), '--prefix', prefix);
+    expect(cleanRun.code, cleanRun.stdout).toBe(0);
+  });
+
+  it('a crashed holder next to a live one leaves exactly its own leases; --fix takes only those', async () => {
+    const redis = await client();
+    const prefix = prefixForTest('doctor-crash');
+    const store = new RedisStore({ url: redisUrl(), prefix });
+    cleanups.push(() => store.close());
+    const events: LeaseEvent[] = [];
+    const leases = new LeaseManager({ store, leaseTtlMs: () => TTL, onEvent: (e) => events.push(e) });
+    cleanups.push(() => leases.close());
+
+    const holder = spawn(
+      process.execPath,
+      ['--import', 'tsx', HOLDER, redisUrl(), prefix, 'shared', String(TTL), '2'],
+      { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] },
+    );
+    cleanups.push(() => void holder.kill('SIGKILL'));
+    await waitForReady(holder);
+    const mine = await leases.acquireFirst([{ channelId: 'shared', max: 3 }], true);
+    expect(mine.lease).toBeDefined();
+
+    holder.kill('SIGKILL');
+    await once(holder, 'exit');
+    await sleep(TTL + 200); // the dead holder's leases expire by score; this instance keeps renewing its own
+    const report = await checkLeftovers(redis, prefix);
+    expect(report.findings).toHaveLength(1);
+    const [finding] = report.findings;
+    expect(finding!.kind).toBe('expired_members');
+    expect(finding!.key).toBe(new KeyBuilder(prefix).slots('shared'));
+    expect(finding!.members!.sort()).toEqual([`holder-${holder.pid}:1`, `holder-${holder.pid}:2`]);
+
+    const fixed = await checkLeftovers(redis, prefix, true);
+    expect(fixed.fixed).toBe(2);
+    expect(await redis.zrange(new KeyBuilder(prefix).slots('shared'), 0, -1)).toEqual([mine.lease!.token]);
+    await sleep(TTL); // renewals go on: the live lease was not taken
+    await leases.renewAll();
+    expect(events.filter((e) => e.type === 'lease_lost')).toEqual([]);
+    expect((await checkLeftovers(redis, prefix)).findings).toEqual([]);
+  });
+});
+
+async function waitForReady(child: ChildProcess): Promise<void> {
+  let out = '';
+  let err = '';
+  child.stderr!.on('data', (d: Buffer) => (err += d.toString()));
+  await new Promise<void>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`lease holder not ready: ${err}`)), 10_000);
+    child.stdout!.on('data', (d: Buffer) => {
+      out += d.toString();
+      if (out.includes('ready')) {
+        clearTimeout(timer);
+        resolve();
+      }
+    });
+    child.once('exit', (code) => {
+      clearTimeout(timer);
+      reject(new Error(`lease holder exited (${code}): ${err}`));
+    });
+  });
+}
