@@ -92,9 +92,14 @@ export function registerAdminRoutes(app: FastifyInstance, ctx: AdminContext): vo
       return { settings: await ctx.putSettings(update) };
     });
 
-    admin.get('/admin/channels', async () => {
+    // Loads come through the load view (cached for load_cache_ttl_ms, shared with admission), so a dashboard that
+    // refreshes every second costs next to nothing; `?fresh=1` reads the store directly.
+    admin.get<{ Querystring: { fresh?: string } }>('/admin/channels', async (request) => {
       const registry = ctx.registry();
-      const loads = await ctx.admission.readLoads(registry.channels);
+      const fresh = request.query.fresh === '1' || request.query.fresh === 'true';
+      const loads = fresh
+        ? await ctx.admission.readLoads(registry.channels)
+        : await ctx.admission.viewLoads(registry.channels);
       const local = ctx.admission.stats().channels;
       return {
         channels: registry.channels.map((c) => {

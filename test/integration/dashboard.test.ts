@@ -397,11 +397,10 @@ describe('GET /dashboard in a browser', () => {
       await server.stop();
       await expect.poll(() => textOf(page, '#store'), POLL).toBe('redis DOWN');
       expect(await page.locator('#store').getAttribute('class')).toBe('pill bad');
-      await expect
-        .poll(() => textOf(page, '#error'), POLL)
-        .toMatch(/^refresh failed: \/admin\/channels: HTTP 503/);
-      expect(await page.locator('#channels').getAttribute('class')).toBe('stale');
-      expect(await textOf(page, '#updated')).toMatch(/^partly updated /);
+      // /admin/channels reads through the load view: while Redis is down it answers with this instance's own
+      // counts (the view's fallback), so the table keeps rendering under the DOWN header.
+      await expect.poll(async () => (await readRows(page)).length, POLL).toBe(CHANNELS.length);
+      expect(await page.locator('#channels').getAttribute('class')).not.toBe('stale');
       // The counters still refresh: a request on an unlimited channel shows up while Redis is down.
       const res = await fetch(`${base}/v1/chat/completions`, {
         method: 'POST',
@@ -415,7 +414,7 @@ describe('GET /dashboard in a browser', () => {
       await server.start();
       await expect.poll(() => textOf(page, '#store'), { timeout: 10_000 }).toMatch(/^redis up/);
       await expect.poll(() => textOf(page, '#error'), POLL).toBe('');
-      expect(await page.locator('#channels').getAttribute('class')).toBe('');
+      expect(await page.locator('#channels').getAttribute('class')).not.toBe('stale');
       expect(gw.admission.stats().outcomes.acquired).toBe(1);
     },
   );
