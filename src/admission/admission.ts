@@ -6,7 +6,7 @@ import { systemClock, type Clock } from '../core/clock.js';
 import { isBounded, priorityOf, type Candidate } from '../core/channel.js';
 import { CapacityError, NoChannelError, SlotgateError, StoreUnavailableError } from '../core/errors.js';
 import { jitter, nextInterval } from '../core/backoff.js';
-import { orderByLoad, tiers, weightedPick, type Random } from '../core/order.js';
+import { LazyOrder, tiers, weightedPick, type Random } from '../core/order.js';
 import { DEFAULT_SETTINGS, mergeSettings, type Settings, type SettingsUpdate } from '../core/settings.js';
 import { LeaseManager, type Lease, type LeaseEvent } from '../store/leases.js';
 import type { AcquireTarget, ChannelLoad, SlotStore } from '../store/store.js';
@@ -60,6 +60,18 @@ export interface Ticket<C extends Candidate> {
 const WAITER_TTL_MARGIN_MS = 2000;
 /** The abort reason of a waiter's nap cut short by a local release (a constant: no DOMException per wake-up). */
 const WOKEN = Object.freeze({ woken: true });
+
+/** Queues tried by one waiter before it gives up with queue_full. */
+const WAIT_QUEUE_TRIES = 3;
+
+/**
+ * Wait candidates, emptiest queue first by the load view (relative to its size; stable for ties), so concurrent
+ * passes spread their waiters instead of filling one queue and getting queue_full.
+ */
+function byFewerWaiters<C extends Candidate>(pool: C[], loads: ReadonlyMap<string, ChannelLoad>): C[] {
+  const ratio = (c: C) => (loads.get(c.id)?.waiting ?? 0) / (c.maxWaiting ?? c.maxConcurrency!);
+  return pool.sort((a, b) => ratio(a) - ratio(b));
+}
 
 /** Whether the load view shows a free slot on a bounded channel. */
 function hasRoom(c: Candidate, loads: ReadonlyMap<string, ChannelLoad>): boolean {
@@ -210,52 +222,55 @@ export class AdmissionEngine implements Admission {
       throw this.capacityError('full', candidates, [], settings);
     }
 
-    const loads = await this.withAbort(this.view.read(bounded.map((c) => c.id)), signal);
+    const ids = bounded.map((c) => c.id);
+    const loads = this.view.peek(ids) ?? (await this.withAbort(this.view.read(ids), signal));
     let budget = settings.max_acquire_attempts;
-    let waitCandidate: C | undefined;
+    /** Channels a waiter could queue on: found full, or skipped for lack of budget (never cooling ones). */
+    const waitPool = new Set<C>();
     const saturated: C[] = [];
     // A store failure fails bounded channels closed, but the walk goes on to admit an unlimited one (I4).
     let storeDown: StoreUnavailableError | undefined;
 
     for (const tier of byTier) {
-      let ordered = this.orderTier(tier, loads);
+      let order = this.orderTier(tier, loads);
       // (With the cache off every read is already fresh: no second read.)
-      if (ordered.length === 0 && settings.load_cache_enabled && !storeDown) {
+      if (order.size === 0 && settings.load_cache_enabled && !storeDown) {
         const tierBounded = tier.filter(isBounded);
         if (tierBounded.some((c) => this.isCooling(c, loads))) {
           const fresh = await this.withAbort(this.view.readFresh(tierBounded.map((c) => c.id)), signal);
           if (fresh) {
             for (const [id, load] of fresh) loads.set(id, load);
-            ordered = this.orderTier(tier, loads);
+            order = this.orderTier(tier, loads);
           }
         }
       }
 
-      for (let i = 0; i < ordered.length;) {
-        const c = ordered[i]!;
+      let c = order.next();
+      while (c) {
         if (!isBounded(c)) return this.unlimitedTicket(c);
-        if (storeDown) {
-          i++;
-          continue;
-        }
-        if (budget <= 0) {
-          waitCandidate ??= c;
-          i++;
+        if (storeDown || budget <= 0) {
+          if (!storeDown) waitPool.add(c);
+          c = order.next();
           continue;
         }
         // A run of bounded channels tried in one store call, as far as the budget and the store allow.
         // It stops after the second channel the load view shows room on (one spare for a stale view); with every
         // channel full by the view it carries the whole remaining budget, saving round trips.
-        const batch: C[] = [];
+        const batch: C[] = [c];
         const room = Math.min(budget, this.store.maxChannelsPerAcquire);
-        let roomy = 0;
-        while (i < ordered.length && batch.length < room && roomy < 2 && isBounded(ordered[i]!)) {
-          const next = ordered[i++]!;
+        let roomy = hasRoom(c, loads) ? 1 : 0;
+        c = undefined;
+        while (batch.length < room && roomy < 2) {
+          const next = order.next();
+          if (!next || !isBounded(next)) {
+            c = next; // an unlimited channel (or the end) comes after this batch
+            break;
+          }
           batch.push(next);
           if (hasRoom(next, loads)) roomy++;
         }
         // Concurrent passes of this instance see the slot this pass expects to take, so they spread out.
-        const expected = batch.find((c) => hasRoom(c, loads));
+        const expected = batch.find((b) => hasRoom(b, loads));
         if (expected) this.view.noteActive(expected.id, 1);
         let outcome;
         try {
@@ -263,6 +278,7 @@ export class AdmissionEngine implements Admission {
         } catch (err) {
           if (!(err instanceof StoreUnavailableError)) throw err;
           storeDown = err;
+          c ??= order.next();
           continue;
         } finally {
           if (expected) this.view.noteActive(expected.id, -1);
@@ -276,27 +292,38 @@ export class AdmissionEngine implements Admission {
           const channel = batch[k]!;
           if (reply === 'full') {
             saturated.push(channel);
-            waitCandidate ??= channel;
+            waitPool.add(channel);
+            this.view.noteFull(channel.id, channel.maxConcurrency!);
+            loads.set(channel.id, { ...loads.get(channel.id)!, active: channel.maxConcurrency! });
           } else if (reply === 'cooling') {
             this.view.noteCooling(channel.id, settings.load_cache_ttl_ms);
           }
         });
-        if (outcome.lease)
+        if (outcome.lease) {
           return this.boundedTicket(batch[outcome.replies.length - 1]!, outcome.lease, 0, signal);
+        }
+        c ??= order.next();
       }
     }
 
     if (storeDown) throw storeDown;
-    if (waitCandidate && settings.wait_enabled && settings.wait_timeout_ms > 0) {
-      return this.wait(waitCandidate, candidates, saturated, started, settings, signal);
+    if (waitPool.size > 0 && settings.wait_enabled && settings.wait_timeout_ms > 0) {
+      return this.wait(
+        byFewerWaiters([...waitPool], loads),
+        candidates,
+        saturated,
+        started,
+        settings,
+        signal,
+      );
     }
     throw this.capacityError('full', candidates, saturated, settings);
   }
 
-  /** Drops cooling channels; orders the rest by load rate with a weighted shuffle among equal loads. */
-  private orderTier<C extends Candidate>(tier: readonly C[], loads: Map<string, ChannelLoad>): C[] {
+  /** Drops cooling channels; the rest in order of load rate with a weighted shuffle among equal loads, lazily. */
+  private orderTier<C extends Candidate>(tier: readonly C[], loads: Map<string, ChannelLoad>): LazyOrder<C> {
     const usable = tier.filter((c) => !this.isCooling(c, loads));
-    return orderByLoad(
+    return new LazyOrder(
       usable,
       (c) => {
         if (!isBounded(c)) return 0;
@@ -315,27 +342,45 @@ export class AdmissionEngine implements Admission {
     return outcome;
   }
 
+  /**
+   * Waits on the first of `pool` whose queue has room (at most WAIT_QUEUE_TRIES registrations, emptiest queue by the
+   * load view first), then polls until a slot comes free, the deadline passes or the caller aborts.
+   */
   private async wait<C extends Candidate>(
-    channel: C,
+    pool: readonly C[],
     candidates: readonly C[],
     saturated: readonly C[],
     started: number,
     settings: Settings,
     signal?: AbortSignal,
   ): Promise<Ticket<C>> {
-    const maxWaiting =
-      channel.maxWaiting ??
-      (settings.max_waiting_per_channel > 0 ? settings.max_waiting_per_channel : channel.maxConcurrency!);
-    if (signal?.aborted) throw this.capacityError('aborted', candidates, saturated, settings, channel);
-    const token = this.leases.nextToken();
-    const registered = await this.store.registerWaiter(
-      channel.id,
-      token,
-      maxWaiting,
-      settings.wait_timeout_ms + WAITER_TTL_MARGIN_MS,
-    );
-    if (!registered) throw this.capacityError('queue_full', candidates, saturated, settings, channel);
-    this.view.noteWaiter(channel.id, 1);
+    let channel: C | undefined;
+    let token = '';
+    for (const option of pool.slice(0, WAIT_QUEUE_TRIES)) {
+      if (signal?.aborted) throw this.capacityError('aborted', candidates, saturated, settings, option);
+      const maxWaiting =
+        option.maxWaiting ??
+        (settings.max_waiting_per_channel > 0 ? settings.max_waiting_per_channel : option.maxConcurrency!);
+      token = this.leases.nextToken();
+      // Counted before the call, so concurrent passes of this instance already see this place as taken.
+      this.view.noteWaiter(option.id, 1);
+      let registered = false;
+      try {
+        registered = await this.store.registerWaiter(
+          option.id,
+          token,
+          maxWaiting,
+          settings.wait_timeout_ms + WAITER_TTL_MARGIN_MS,
+        );
+      } finally {
+        if (!registered) this.view.noteWaiter(option.id, -1);
+      }
+      if (registered) {
+        channel = option;
+        break;
+      }
+    }
+    if (!channel) throw this.capacityError('queue_full', candidates, saturated, settings, pool[0]);
 
     const waitStart = this.clock.now();
     const deadline = waitStart + settings.wait_timeout_ms;
@@ -519,10 +564,17 @@ export class AdmissionEngine implements Admission {
           DEFAULT_RETRY_AFTER_MS,
           ...candidates.map((c) => this.localCoolingMs(c.id)).filter((ms) => ms > 0),
         );
-    return new CapacityError(reason, detail ? `${message} (${detail})` : message, {
-      retryAfterMs,
-      channels: ids,
-    });
+    // A capacity error is an expected answer under load, not a bug: no stack trace (costly at thousands a second).
+    const stackTraceLimit = Error.stackTraceLimit;
+    Error.stackTraceLimit = 0;
+    try {
+      return new CapacityError(reason, detail ? `${message} (${detail})` : message, {
+        retryAfterMs,
+        channels: ids,
+      });
+    } finally {
+      Error.stackTraceLimit = stackTraceLimit;
+    }
   }
 
   /**

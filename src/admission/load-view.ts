@@ -90,6 +90,25 @@ export class LoadView {
     this.fetchSlots = new Semaphore(opts.maxConcurrentFetches ?? 2);
   }
 
+  /**
+   * The loads, synchronously, when every channel has a fresh cached snapshot (a hit, counted as one); undefined
+   * otherwise. Lets a pass order and reserve in one synchronous step, so concurrent passes of this instance see each
+   * other's reservations instead of all picking the same channel.
+   */
+  peek(ids: readonly string[]): Map<string, ChannelLoad> | undefined {
+    const settings = this.opts.settings();
+    if (!settings.load_cache_enabled || ids.length === 0) return undefined;
+    const now = this.opts.clock.now();
+    const result = new Map<string, ChannelLoad>();
+    for (const id of ids) {
+      const entry = this.cache.get(id);
+      if (!entry || now - entry.fetchedAt >= settings.load_cache_ttl_ms) return undefined;
+      result.set(id, this.corrected(id, entry));
+    }
+    this.counters.hits++;
+    return result;
+  }
+
   /** Loads of the given (bounded) channels. Never throws for store trouble; rejects only when `signal` aborts. */
   async read(ids: readonly string[], signal?: AbortSignal): Promise<Map<string, ChannelLoad>> {
     const result = new Map<string, ChannelLoad>();
@@ -248,6 +267,17 @@ export class LoadView {
       active: Math.max(0, entry.load.active + da),
       waiting: Math.max(0, entry.load.waiting + dw),
     };
+  }
+
+  /**
+   * The acquire script found the channel full: until the next fetch, this instance's view shows it at `max`
+   * (other instances' slots are invisible to the cached snapshot otherwise).
+   */
+  noteFull(id: string, max: number): void {
+    const entry = this.cache.get(id);
+    if (!entry) return;
+    const shown = this.corrected(id, entry).active;
+    if (shown < max) entry.load = { ...entry.load, active: entry.load.active + (max - shown) };
   }
 
   /** The acquire script (or this instance) found the channel cooling: later passes skip it until the next fetch. */

@@ -64,14 +64,75 @@ export function weightedShuffle<C extends Candidate>(items: readonly C[], random
     .map((x) => x.c);
 }
 
-/** Sorts by load rate ascending, with a weighted shuffle among channels of equal load. One sort, no grouping. */
+/**
+ * The order of a tier, produced one channel at a time: lowest load rate first, and among equal rates a weighted
+ * random pick without replacement (weight-0 channels last). Each `next()` is one O(n) scan, so a pass that admits
+ * on its first or second channel never pays for sorting the whole tier. Drained, it is the same distribution as
+ * sorting by rate with a weighted shuffle among equal rates.
+ */
+export class LazyOrder<C extends Candidate> {
+  private readonly rates: number[];
+  private readonly taken: boolean[];
+  private left: number;
+
+  constructor(
+    private readonly items: readonly C[],
+    loadRate: (c: C) => number,
+    private readonly random: Random,
+  ) {
+    this.rates = items.map(loadRate);
+    this.taken = new Array<boolean>(items.length).fill(false);
+    this.left = items.length;
+  }
+
+  /** Channels not handed out yet. */
+  get size(): number {
+    return this.left;
+  }
+
+  next(): C | undefined {
+    if (this.left === 0) return undefined;
+    let min = Infinity;
+    let total = 0;
+    let count = 0;
+    for (let i = 0; i < this.items.length; i++) {
+      if (this.taken[i]) continue;
+      const rate = this.rates[i]!;
+      if (rate < min) {
+        min = rate;
+        total = 0;
+        count = 0;
+      }
+      if (rate === min) {
+        total += weightOf(this.items[i]!);
+        count++;
+      }
+    }
+    // all-zero weights in the group: a uniform pick among them
+    let r = total > 0 ? this.random() * total : Math.floor(this.random() * count);
+    let pick = -1;
+    for (let i = 0; i < this.items.length; i++) {
+      if (this.taken[i] || this.rates[i] !== min) continue;
+      const w = total > 0 ? weightOf(this.items[i]!) : 1;
+      if (w <= 0) continue;
+      pick = i;
+      r -= w;
+      if (r < 0) break;
+    }
+    this.taken[pick] = true;
+    this.left--;
+    return this.items[pick];
+  }
+}
+
+/** Sorts by load rate ascending, with a weighted shuffle among channels of equal load (a drained LazyOrder). */
 export function orderByLoad<C extends Candidate>(
   items: readonly C[],
   loadRate: (c: C) => number,
   random: Random,
 ): C[] {
-  if (items.length <= 1) return [...items];
-  return keyed(items, loadRate, random)
-    .sort(byRateThenKey)
-    .map((x) => x.c);
+  const order = new LazyOrder(items, loadRate, random);
+  const out: C[] = [];
+  for (let c = order.next(); c; c = order.next()) out.push(c);
+  return out;
 }

@@ -45,6 +45,9 @@ export function defaultRedisOptions(): RedisOptions {
   };
 }
 
+/** How often readLoads refreshes its estimate of the Redis clock. */
+const CLOCK_REFRESH_MS = 1000;
+
 export class RedisStore implements SlotStore {
   readonly kind = 'redis' as const;
   readonly maxChannelsPerAcquire: number;
@@ -56,6 +59,7 @@ export class RedisStore implements SlotStore {
   private readonly counts = emptyCounts();
   /** Redis clock minus local clock, from the last TIME read by readLoads. */
   private redisClockOffset: number | undefined;
+  private clockReadAt = 0;
 
   constructor(options: RedisStoreOptions) {
     if (!options.client && !options.url) throw new TypeError('RedisStore needs `url` or `client`');
@@ -190,8 +194,8 @@ export class RedisStore implements SlotStore {
 
   /**
    * One round trip: the live-member cut-off `now` comes from the Redis clock as last read (its offset to the local
-   * clock), and the same round trip reads TIME again to refresh that offset — one clock read per fetch. Only the
-   * very first read of a store spends an extra round trip on TIME.
+   * clock); when that reading is a second old, TIME rides in the same round trip to refresh it — at most one clock
+   * read per fetch. Only the very first read of a store spends an extra round trip on TIME.
    */
   async readLoads(channelIds: readonly string[]): Promise<Map<string, ChannelLoad>> {
     const loads = new Map<string, ChannelLoad>();
@@ -201,12 +205,17 @@ export class RedisStore implements SlotStore {
     if (this.redisClockOffset === undefined) {
       const t = await this.run('load_read', 'load_read', 1, () => this.client.time());
       this.redisClockOffset = redisMs(t) - Date.now();
+      this.clockReadAt = Date.now();
       seeded = true;
     }
     const min = `(${Date.now() + this.redisClockOffset}`;
+    // The offset only decides whether a lease expiring this very second still counts (an ordering hint): refresh
+    // it at most once a second, so many small fetch rounds do not each pay a TIME.
+    const withTime = !seeded && Date.now() - this.clockReadAt >= CLOCK_REFRESH_MS;
+    if (withTime) this.clockReadAt = Date.now();
     const batches = chunk(ids, BATCH_SIZE);
-    const replies = await this.run('load_read', 'load_read', ids.length * 3 + (seeded ? 0 : 1), () =>
-      Promise.all(batches.map((batch, i) => this.readBatch(batch, min, i === 0 && !seeded))),
+    const replies = await this.run('load_read', 'load_read', ids.length * 3 + (withTime ? 1 : 0), () =>
+      Promise.all(batches.map((batch, i) => this.readBatch(batch, min, i === 0 && withTime))),
     );
     replies.flat().forEach((load, i) => loads.set(ids[i]!, load));
     return loads;

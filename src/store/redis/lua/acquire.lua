@@ -10,11 +10,13 @@
 
   Returns an array with one code per channel tried, stopping at the first admission:
     1 = acquired, 0 = full, 2 = cooling
-  With one channel (the common case) it costs: EXISTS (when checking), TIME, ZCARD, ZADD, PTTL, PEXPIRE.
+  With one channel (the common case) it costs: EXISTS (when checking), TIME, ZCARD, ZADD, PTTL (+ PEXPIRE at most
+  once per TTL/4 per key).
   A cooling channel costs EXISTS only; a full one EXISTS, TIME, ZCARD, ZREMRANGEBYSCORE. Expired members are
   dropped when the set looks full.
-  The slots key's expiry is only ever extended, to at least the newest lease expiry, so a crashed holder's
-  channel leaves no key behind and a shorter lease_ttl_ms can never expire a key that still holds longer leases.
+  The slots key's expiry is only ever extended (to TTL when less than 3/4 TTL is left), so a crashed holder's channel
+  leaves no key behind within one TTL, and a shorter lease_ttl_ms can never expire a key that still holds longer
+  leases; renewals (every TTL/3) extend it to a full TTL.
 ]]
 local token = ARGV[1]
 local ttl = tonumber(ARGV[2])
@@ -37,7 +39,9 @@ for i = 1, #KEYS / 2 do
     end
     if n < max then
       redis.call('ZADD', slots, now + ttl, token)
-      if redis.call('PTTL', slots) < ttl then
+      -- Extend the key's expiry only when it has less than 3/4 of a TTL left: at most once per TTL/4 per busy
+      -- key instead of on every acquire. An unrenewed lease still outlives its first renewal (TTL/3) with room.
+      if redis.call('PTTL', slots) < ttl * 3 / 4 then
         redis.call('PEXPIRE', slots, ttl)
       end
       replies[i] = 1
