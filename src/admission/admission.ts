@@ -619,21 +619,18 @@ export class AdmissionEngine implements Admission {
   async readLoads(channels: readonly Candidate[]): Promise<Map<string, ChannelLoad>> {
     const bounded = channels.filter(isBounded).map((c) => c.id);
     const loads = bounded.length ? await this.store.readLoads(bounded) : new Map<string, ChannelLoad>();
-    for (const c of channels) {
-      if (isBounded(c)) continue;
-      const cooling = this.localCoolingMs(c.id);
-      loads.set(c.id, {
-        active: this.unlimitedActive.get(c.id) ?? 0,
-        waiting: 0,
-        coolingDown: cooling > 0,
-        cooldownRemainingMs: cooling,
-      });
-    }
-    return loads;
+    return this.withUnlimited(channels, loads);
   }
 
   async viewLoads(channels: readonly Candidate[]): Promise<Map<string, ChannelLoad>> {
-    const loads = await this.view.read(channels.filter(isBounded).map((c) => c.id));
+    return this.withUnlimited(channels, await this.view.read(channels.filter(isBounded).map((c) => c.id)));
+  }
+
+  /** Adds the unlimited channels' loads, which live in this process only. */
+  private withUnlimited(
+    channels: readonly Candidate[],
+    loads: Map<string, ChannelLoad>,
+  ): Map<string, ChannelLoad> {
     for (const c of channels) {
       if (isBounded(c)) continue;
       const cooling = this.localCoolingMs(c.id);

@@ -5,6 +5,7 @@
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { createServer } from 'node:net';
 import { Redis } from 'ioredis';
+import { parseCommandstats } from '../../src/bench/redis.js';
 
 export const INSTALL_HINT =
   'redis-server was not found on PATH. The tests need a real Redis: install it with `apt-get install -y redis-server` ' +
@@ -131,11 +132,4 @@ export class RedisServer {
   }
 }
 
-export function parseCommandstats(info: string): Record<string, number> {
-  const stats: Record<string, number> = {};
-  for (const line of info.split('\n')) {
-    const m = /^cmdstat_([^:]+):calls=(\d+)/.exec(line.trim());
-    if (m) stats[m[1]!] = Number(m[2]);
-  }
-  return stats;
-}
+export { parseCommandstats };
