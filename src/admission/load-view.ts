@@ -56,6 +56,8 @@ interface Entry {
   fetchedAt: number;
   /** This instance's running counters when the fetch was sent: what changed since is added to the fetched load. */
   base: LocalNet;
+  /** The last corrected load handed out, reused while neither the snapshot nor the corrections changed. */
+  memo?: { source: ChannelLoad; da: number; dw: number; result: ChannelLoad };
 }
 
 /** This instance's acquires minus releases, and waiter registrations minus removals, since it started. */
@@ -262,11 +264,15 @@ export class LoadView {
     const da = now.active - entry.base.active;
     const dw = now.waiting - entry.base.waiting;
     if (da === 0 && dw === 0) return entry.load;
-    return {
+    const memo = entry.memo;
+    if (memo && memo.source === entry.load && memo.da === da && memo.dw === dw) return memo.result;
+    const result = {
       ...entry.load,
       active: Math.max(0, entry.load.active + da),
       waiting: Math.max(0, entry.load.waiting + dw),
     };
+    entry.memo = { source: entry.load, da, dw, result };
+    return result;
   }
 
   /**

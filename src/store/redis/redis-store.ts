@@ -45,6 +45,12 @@ export function defaultRedisOptions(): RedisOptions {
   };
 }
 
+interface PendingOp {
+  deadline: number;
+  operation: string;
+  reject: (err: Error) => void;
+}
+
 /** How often readLoads refreshes its estimate of the Redis clock. */
 const CLOCK_REFRESH_MS = 1000;
 
@@ -60,6 +66,8 @@ export class RedisStore implements SlotStore {
   /** Redis clock minus local clock, from the last TIME read by readLoads. */
   private redisClockOffset: number | undefined;
   private clockReadAt = 0;
+  private readonly pending = new Set<PendingOp>();
+  private watchdog: NodeJS.Timeout | undefined;
 
   constructor(options: RedisStoreOptions) {
     if (!options.client && !options.url) throw new TypeError('RedisStore needs `url` or `client`');
@@ -86,35 +94,61 @@ export class RedisStore implements SlotStore {
     this.counts[purpose] += n;
   }
 
-  /** Runs one store operation under the time bound, counting `n` commands, mapping every failure to the typed error. */
-  private async run<T>(purpose: Purpose, operation: string, n: number, work: () => Promise<T>): Promise<T> {
+  /**
+   * Runs one store operation under the time bound, counting `n` commands, mapping every failure to the typed error.
+   * One shared watchdog timer enforces the bound for every operation in flight (a timer per operation costs more
+   * than the Redis command itself at thousands of admissions a second).
+   */
+  private run<T>(purpose: Purpose, operation: string, n: number, work: () => Promise<T>): Promise<T> {
     this.counts[purpose] += n;
-    let timer: NodeJS.Timeout | undefined;
-    const pending = work();
-    pending.catch(() => {}); // a late rejection after the time-out is expected, not unhandled
-    try {
-      return await Promise.race([
-        pending,
-        new Promise<never>((_, reject) => {
-          timer = setTimeout(
-            () =>
-              reject(
-                new StoreUnavailableError(
-                  operation,
-                  `redis ${operation} timed out after ${this.timeoutMs} ms`,
-                ),
-              ),
-            this.timeoutMs,
+    return new Promise<T>((resolve, reject) => {
+      const op: PendingOp = { deadline: Date.now() + this.timeoutMs, operation, reject };
+      this.pending.add(op);
+      this.watch();
+      let started: Promise<T>;
+      try {
+        started = work();
+      } catch (err) {
+        started = Promise.reject(err as Error);
+      }
+      started.then(
+        (value) => {
+          if (this.pending.delete(op)) resolve(value);
+        },
+        (err: unknown) => {
+          if (!this.pending.delete(op)) return; // already timed out: a late failure is expected, not unhandled
+          if (err instanceof StoreUnavailableError) return reject(err);
+          const message = err instanceof Error ? err.message : String(err);
+          reject(
+            new StoreUnavailableError(operation, `redis ${operation} failed: ${message}`, { cause: err }),
           );
-        }),
-      ]);
-    } catch (err) {
-      if (err instanceof StoreUnavailableError) throw err;
-      const message = err instanceof Error ? err.message : String(err);
-      throw new StoreUnavailableError(operation, `redis ${operation} failed: ${message}`, { cause: err });
-    } finally {
-      clearTimeout(timer);
-    }
+        },
+      );
+    });
+  }
+
+  /** Starts the watchdog while operations are in flight; it stops by itself when none are. */
+  private watch(): void {
+    if (this.watchdog) return;
+    const period = Math.max(5, Math.min(100, Math.floor(this.timeoutMs / 4)));
+    this.watchdog = setInterval(() => {
+      const now = Date.now();
+      for (const op of this.pending) {
+        if (op.deadline > now) continue;
+        this.pending.delete(op);
+        op.reject(
+          new StoreUnavailableError(
+            op.operation,
+            `redis ${op.operation} timed out after ${this.timeoutMs} ms`,
+          ),
+        );
+      }
+      if (this.pending.size === 0) {
+        clearInterval(this.watchdog);
+        this.watchdog = undefined;
+      }
+    }, period);
+    this.watchdog.unref();
   }
 
   async acquireFirst(targets: readonly AcquireTarget[], opts: AcquireOptions): Promise<AcquireReply[]> {
@@ -273,6 +307,8 @@ export class RedisStore implements SlotStore {
   }
 
   async close(): Promise<void> {
+    clearInterval(this.watchdog);
+    this.watchdog = undefined;
     if (!this.owned) return;
     try {
       await this.client.quit();
