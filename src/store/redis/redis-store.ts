@@ -1,7 +1,8 @@
 /**
  * RedisStore: slots, waiters and cooldowns in Redis, shared by every instance. One atomic script per acquire, one
  * command per release, batched renewal and batched read-only load reads. Every failure or time-out surfaces as a
- * StoreUnavailableError (the admission pass fails closed); nothing ever hangs past `timeoutMs`.
+ * StoreUnavailableError (the admission pass fails closed); nothing hangs past `timeoutMs` (plus the watchdog's
+ * period, at most 100 ms).
  */
 import { Redis } from 'ioredis';
 import type { Cluster, RedisOptions } from 'ioredis';
