@@ -419,6 +419,11 @@ export class AdmissionEngine implements Admission {
         if (unlimited) return this.unlimitedTicket(unlimited);
         const targets = await this.pollTargets(candidates, channel);
         const outcome = await this.tryAcquire(targets, settings);
+        outcome.replies.forEach((reply, k) => {
+          const target = targets[k]!;
+          if (reply === 'full') this.view.noteFull(target.id, target.maxConcurrency!);
+          else if (reply === 'cooling') this.view.noteCooling(target.id, settings.load_cache_ttl_ms);
+        });
         if (outcome.lease) {
           const waited = this.clock.now() - waitStart;
           this.recorder.waitTime.observe(waited);
@@ -453,7 +458,8 @@ export class AdmissionEngine implements Admission {
     if (bounded.length === 1 || this.store.maxChannelsPerAcquire < 2 || !this.current.load_cache_enabled) {
       return [registeredOn];
     }
-    const loads = await this.view.read(bounded.map((c) => c.id));
+    const ids = bounded.map((c) => c.id);
+    const loads = this.view.peek(ids) ?? (await this.view.read(ids));
     let best: C | undefined;
     let bestRate = Infinity;
     for (const c of bounded) {
