@@ -61,6 +61,29 @@ const WAITER_TTL_MARGIN_MS = 2000;
 /** The abort reason of a waiter's nap cut short by a local release (a constant: no DOMException per wake-up). */
 const WOKEN = Object.freeze({ woken: true });
 
+interface Prepared<C extends Candidate> {
+  /** A copy of the array it was made from, and what each element looked like, to detect a caller mutating them. */
+  source: readonly C[];
+  shape: readonly string[];
+  candidates: C[];
+  byTier: C[][];
+  bounded: C[];
+  ids: string[];
+}
+
+/** The fields the prepared structures depend on (weights and maxWaiting are read live). */
+function shapeOf(c: Candidate): string {
+  return `${c.id}\u0000${c.enabled !== false}\u0000${c.maxConcurrency ?? 0}\u0000${c.priority ?? 0}`;
+}
+
+function unchanged<C extends Candidate>(p: Prepared<C>, given: readonly C[]): boolean {
+  if (p.source.length !== given.length) return false;
+  for (let i = 0; i < given.length; i++) {
+    if (p.source[i] !== given[i] || p.shape[i] !== shapeOf(given[i]!)) return false;
+  }
+  return true;
+}
+
 /** Queues tried by one waiter before it gives up with queue_full. */
 const WAIT_QUEUE_TRIES = 3;
 
@@ -121,6 +144,7 @@ export class AdmissionEngine implements Admission {
   /** Whether each channel id seen so far is bounded (for cooldown(id) given only an id). */
   private readonly known = new Map<string, boolean>();
   private readonly unlimitedActive = new Map<string, number>();
+  private readonly prepared = new WeakMap<readonly Candidate[], Prepared<Candidate>>();
   private closed = false;
 
   constructor(options: AdmissionOptions) {
@@ -202,15 +226,12 @@ export class AdmissionEngine implements Admission {
 
   private async pass<C extends Candidate>(request: AcquireRequest<C>, started: number): Promise<Ticket<C>> {
     if (this.closed) throw new StoreUnavailableError('acquire', 'the admission engine is closed');
-    const { signal, exclude } = request;
-    const candidates = request.candidates.filter((c) => c.enabled !== false && !exclude?.has(c.id));
+    const { signal } = request;
+    const { candidates, byTier, bounded, ids } = this.prepare(request);
     if (candidates.length === 0) throw new NoChannelError();
-    for (const c of candidates) this.known.set(c.id, isBounded(c));
     const settings = this.current;
-    const byTier = tiers(candidates);
 
     // No bounded channel: weighted random in the highest tier with a channel not cooling, zero store commands.
-    const bounded = candidates.filter(isBounded);
     if (bounded.length === 0) {
       for (const tier of byTier) {
         const pick = weightedPick(
@@ -222,7 +243,6 @@ export class AdmissionEngine implements Admission {
       throw this.capacityError('full', candidates, [], settings);
     }
 
-    const ids = bounded.map((c) => c.id);
     const loads = this.view.peek(ids) ?? (await this.withAbort(this.view.read(ids), signal));
     let budget = settings.max_acquire_attempts;
     /** Channels a waiter could queue on: found full, or skipped for lack of budget (never cooling ones). */
@@ -318,6 +338,33 @@ export class AdmissionEngine implements Admission {
       );
     }
     throw this.capacityError('full', candidates, saturated, settings);
+  }
+
+  /**
+   * The candidate set's derived structures. A set passed again without `exclude` (the gateway passes the same array
+   * for every request of a (group, model)) is prepared once and reused while its elements are the same objects in
+   * the same order — checked on every call, so a caller that mutates its array is never served a stale copy.
+   */
+  private prepare<C extends Candidate>(request: AcquireRequest<C>): Prepared<C> {
+    const { candidates: given, exclude } = request;
+    const cacheable = !exclude || exclude.size === 0;
+    if (cacheable) {
+      const hit = this.prepared.get(given) as Prepared<C> | undefined;
+      if (hit && unchanged(hit, given)) return hit;
+    }
+    const candidates = given.filter((c) => c.enabled !== false && !exclude?.has(c.id));
+    for (const c of candidates) this.known.set(c.id, isBounded(c));
+    const bounded = candidates.filter(isBounded);
+    const prepared: Prepared<C> = {
+      source: [...given],
+      shape: given.map(shapeOf),
+      candidates,
+      byTier: tiers(candidates),
+      bounded,
+      ids: bounded.map((c) => c.id),
+    };
+    if (cacheable) this.prepared.set(given, prepared);
+    return prepared;
   }
 
   /** Drops cooling channels; the rest in order of load rate with a weighted shuffle among equal loads, lazily. */

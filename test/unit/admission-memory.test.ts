@@ -573,3 +573,32 @@ describe('store failures with unlimited channels in the candidate set (I4)', () 
     });
   });
 });
+
+describe('candidate sets passed again', () => {
+  it('a caller that changes its array or its channels in place is never served a stale candidate set', async () => {
+    const store = new MemoryStore();
+    const admission = engine(store);
+    const a = { id: 'a', maxConcurrency: 1, priority: 10 };
+    const b = { id: 'b', maxConcurrency: 1, priority: 0 };
+    const set: Candidate[] = [a, b];
+    const first = await admission.acquire({ candidates: set });
+    expect(first.channel.id).toBe('a');
+    await first.release();
+    a.enabled = false; // disabled in place, same array
+    const second = await admission.acquire({ candidates: set });
+    expect(second.channel.id).toBe('b');
+    await second.release();
+    a.enabled = true;
+    a.priority = -1; // demoted in place
+    const third = await admission.acquire({ candidates: set });
+    expect(third.channel.id).toBe('b');
+    await third.release();
+    set.splice(1, 1); // b removed from the same array
+    const fourth = await admission.acquire({ candidates: set });
+    expect(fourth.channel.id).toBe('a');
+    await fourth.release();
+    await expect(admission.acquire({ candidates: set, exclude: new Set(['a']) })).rejects.toBeInstanceOf(
+      NoChannelError,
+    );
+  });
+});
