@@ -578,8 +578,8 @@ describe('candidate sets passed again', () => {
   it('a caller that changes its array or its channels in place is never served a stale candidate set', async () => {
     const store = new MemoryStore();
     const admission = engine(store);
-    const a = { id: 'a', maxConcurrency: 1, priority: 10 };
-    const b = { id: 'b', maxConcurrency: 1, priority: 0 };
+    const a: Candidate = { id: 'a', maxConcurrency: 1, priority: 10 };
+    const b: Candidate = { id: 'b', maxConcurrency: 1, priority: 0 };
     const set: Candidate[] = [a, b];
     const first = await admission.acquire({ candidates: set });
     expect(first.channel.id).toBe('a');
