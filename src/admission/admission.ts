@@ -71,6 +71,32 @@ interface Prepared<C extends Candidate> {
   ids: string[];
 }
 
+/**
+ * Rejects a candidate the pass could not use correctly, naming the field, what it expects and what came in (checked
+ * when a candidate set is prepared, so a set passed again costs nothing).
+ */
+function validateCandidate(c: Candidate): void {
+  const bad = (field: string, expected: string, got: unknown) =>
+    new TypeError(
+      `Expected candidate \`${field}\` to be ${expected}, got ${JSON.stringify(got) ?? String(got)}`,
+    );
+  if (typeof c !== 'object' || c === null) throw bad('(candidate)', 'an object', c);
+  if (typeof c.id !== 'string' || c.id.length === 0) throw bad('id', 'a non-empty string', c.id);
+  const int = (v: unknown, min: number) => typeof v === 'number' && Number.isInteger(v) && v >= min;
+  if (c.maxConcurrency !== undefined && !int(c.maxConcurrency, -Infinity)) {
+    throw bad(`maxConcurrency of ${c.id}`, 'an integer (≤ 0 = unlimited)', c.maxConcurrency);
+  }
+  if (c.maxWaiting !== undefined && !int(c.maxWaiting, 1)) {
+    throw bad(`maxWaiting of ${c.id}`, 'an integer ≥ 1', c.maxWaiting);
+  }
+  if (c.priority !== undefined && !(typeof c.priority === 'number' && Number.isFinite(c.priority))) {
+    throw bad(`priority of ${c.id}`, 'a finite number', c.priority);
+  }
+  if (c.weight !== undefined && !(typeof c.weight === 'number' && Number.isFinite(c.weight))) {
+    throw bad(`weight of ${c.id}`, 'a finite number (≤ 0 = last resort)', c.weight);
+  }
+}
+
 /** The fields the prepared structures depend on (weights and maxWaiting are read live). */
 function shapeOf(c: Candidate): string {
   return `${c.id}\u0000${c.enabled !== false}\u0000${c.maxConcurrency ?? 0}\u0000${c.priority ?? 0}`;
@@ -352,6 +378,7 @@ export class AdmissionEngine implements Admission {
       const hit = this.prepared.get(given) as Prepared<C> | undefined;
       if (hit && unchanged(hit, given)) return hit;
     }
+    for (const c of given) validateCandidate(c);
     const candidates = given.filter((c) => c.enabled !== false && !exclude?.has(c.id));
     for (const c of candidates) this.known.set(c.id, isBounded(c));
     const bounded = candidates.filter(isBounded);

@@ -602,3 +602,25 @@ describe('candidate sets passed again', () => {
     );
   });
 });
+
+describe('candidate validation', () => {
+  it('rejects a malformed candidate with the field, the expectation and the value, and changes nothing', async () => {
+    const store = new MemoryStore();
+    const admission = engine(store);
+    const cases: [Candidate, RegExp][] = [
+      [{ id: '' }, /`id` to be a non-empty string, got ""/],
+      [{ id: 'a', maxConcurrency: 1.5 }, /`maxConcurrency of a` to be an integer .* got 1.5/],
+      [{ id: 'a', maxConcurrency: 2, maxWaiting: 0 }, /`maxWaiting of a` to be an integer ≥ 1, got 0/],
+      [{ id: 'a', priority: Number.NaN }, /`priority of a` to be a finite number, got null/],
+      [{ id: 'a', weight: Number.POSITIVE_INFINITY }, /`weight of a` to be a finite number/],
+    ];
+    for (const [candidate, message] of cases) {
+      await expect(admission.acquire({ candidates: [candidate] })).rejects.toThrow(message);
+    }
+    expect(PURPOSES.reduce((n, p) => n + store.commands[p], 0)).toBe(0);
+    // ≤ 0 is unlimited (spec I2), a negative weight is a last resort
+    const t = await admission.acquire({ candidates: [{ id: 'neg', maxConcurrency: -1, weight: -2 }] });
+    expect(t.channel.id).toBe('neg');
+    await t.release();
+  });
+});
