@@ -247,16 +247,23 @@ export function parseConfig(
 ): GatewayConfig {
   const result = configSchema.safeParse(input ?? {});
   if (!result.success) {
-    throw new ConfigError(
-      source,
-      result.error.issues.map((issue) => {
-        const path = pathOf(issue.path);
-        if (issue.code === 'unrecognized_keys') {
-          return `${path}: unknown key${issue.keys.length > 1 ? 's' : ''} ${issue.keys.map((k) => `"${k}"`).join(', ')}`;
-        }
-        return `${path}: ${issue.message}, got ${show(valueAt(input, issue.path), path)}`;
-      }),
-    );
+    const issues = result.error.issues.map((issue) => {
+      const path = pathOf(issue.path);
+      if (issue.code === 'unrecognized_keys') {
+        return `${path}: unknown key${issue.keys.length > 1 ? 's' : ''} ${issue.keys.map((k) => `"${k}"`).join(', ')}`;
+      }
+      return `${path}: ${issue.message}, got ${show(valueAt(input, issue.path), path)}`;
+    });
+    // The settings section is checked by its own schema: report its problems in the same pass, not on the next try.
+    const rawSettings = valueAt(input, ['settings']);
+    if (rawSettings !== undefined && rawSettings !== null && typeof rawSettings === 'object') {
+      try {
+        parseSettingsUpdate(rawSettings);
+      } catch (err) {
+        if (err instanceof SettingsError) issues.push(...err.issues.map((i) => `settings: ${i}`));
+      }
+    }
+    throw new ConfigError(source, issues);
   }
   const config = result.data;
   const issues: string[] = [];
