@@ -10,9 +10,18 @@ import { performance } from 'node:perf_hooks';
 import { Agent, request } from 'undici';
 import { parseConfig } from '../src/gateway/config.js';
 import { createGateway } from '../src/gateway/server.js';
-import { fmt, parseFlags, percentile } from './lib.js';
+import { parseArgs } from 'node:util';
+import { percentile } from '../src/bench/load.js';
+import { fmt } from '../src/bench/report.js';
 
-const flags = parseFlags(process.argv.slice(2));
+const { values: flags } = parseArgs({
+  options: {
+    requests: { type: 'string' },
+    concurrency: { type: 'string' },
+    duration: { type: 'string' },
+    redis: { type: 'string' },
+  },
+});
 const N = Number(flags.requests ?? 2000);
 const CONCURRENCY = Number(flags.concurrency ?? 64);
 const DURATION_S = Number(flags.duration ?? 5);

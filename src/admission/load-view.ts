@@ -296,11 +296,6 @@ export class LoadView {
     const entry = this.cache.get(id);
     if (entry) entry.load = { ...entry.load, coolingDown: false, cooldownRemainingMs: 0 };
   }
-
-  /** Forget every snapshot (settings changes that alter what a load means, tests). */
-  clear(): void {
-    this.cache.clear();
-  }
 }
 
 function pushTo<K, V>(map: Map<K, V[]>, key: K, ...values: V[]): void {

@@ -30,7 +30,8 @@ export interface RedisUnderTest {
   close(): Promise<void>;
 }
 
-function freePort(): Promise<number> {
+/** A port nobody listens on right now (the OS picks it). */
+export function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {
     const server = createServer();
     server.unref();

@@ -2,6 +2,7 @@
  * The scenarios of spec §11's benchmark. Every one prints its parameters beside its results.
  */
 import type { BenchChannel } from './types.js';
+import { seededRandom as prng } from '../core/order.js';
 
 export type ScenarioKind = 'load' | 'scale' | 'http';
 
@@ -68,18 +69,6 @@ export function findScenario(id: string): Scenario | undefined {
 
 export function channelsOf(s: Scenario): BenchChannel[] {
   return Array.from({ length: s.channels }, (_, i) => ({ id: `c${i}`, max: s.max }));
-}
-
-/** mulberry32: a small seeded PRNG, so W3's sets are the same in every run. */
-function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
 }
 
 export function candidateSetsOf(s: Scenario, channels: readonly BenchChannel[]): BenchChannel[][] {

@@ -6,6 +6,18 @@ import { priorityOf, weightOf, type Candidate } from './channel.js';
 
 export type Random = () => number;
 
+/** mulberry32: a small, well-mixed seeded PRNG (the same seed gives the same sequence), for reproducible orders. */
+export function seededRandom(seed: number): Random {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
 /** Groups candidates into tiers of equal priority, highest first; order inside a tier is kept. */
 export function tiers<C extends Candidate>(candidates: readonly C[]): C[][] {
   const byPriority = new Map<number, C[]>();
@@ -31,37 +43,9 @@ export function weightedPick<C extends Candidate>(items: readonly C[], random: R
   return items.findLast((c) => weightOf(c) > 0);
 }
 
-/** Efraimidis–Spirakis key: sorting by it descending is a weighted random order without replacement. */
-function shuffleKey(weight: number, u: number): number {
-  return weight > 0 ? Math.log(Math.max(u, Number.MIN_VALUE)) / weight : -Infinity;
-}
-
-interface Keyed<C> {
-  c: C;
-  rate: number;
-  key: number;
-  tie: number;
-}
-
-function byRateThenKey<C>(a: Keyed<C>, b: Keyed<C>): number {
-  if (a.rate !== b.rate) return a.rate - b.rate;
-  if (a.key !== b.key) return b.key > a.key ? 1 : -1;
-  return b.tie - a.tie;
-}
-
-function keyed<C extends Candidate>(items: readonly C[], rate: (c: C) => number, random: Random): Keyed<C>[] {
-  return items.map((c) => {
-    const u = random();
-    return { c, rate: rate(c), key: shuffleKey(weightOf(c), u), tie: u };
-  });
-}
-
-/** Weighted random order without replacement; weight-0 channels last, in random order. */
+/** Weighted random order without replacement; weight-0 channels last, in random order (all rates equal). */
 export function weightedShuffle<C extends Candidate>(items: readonly C[], random: Random): C[] {
-  if (items.length <= 1) return [...items];
-  return keyed(items, () => 0, random)
-    .sort(byRateThenKey)
-    .map((x) => x.c);
+  return orderByLoad(items, () => 0, random);
 }
 
 /**

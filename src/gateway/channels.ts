@@ -74,8 +74,4 @@ export class ChannelRegistry {
     if (this.tokens.size === 0) return { key: '', name: 'anonymous', group: 'default' };
     return key ? this.tokens.get(key) : undefined;
   }
-
-  get authRequired(): boolean {
-    return this.tokens.size > 0;
-  }
 }

@@ -10,6 +10,7 @@ import {
   type IncomingMessage,
 } from 'node:http';
 import { Writable } from 'node:stream';
+import { afterAll, expect } from 'vitest';
 import { Redis } from 'ioredis';
 import { request as undiciRequest, type Dispatcher } from 'undici';
 import { createGateway, type Gateway, type GatewayOptions } from '../../src/gateway/server.js';
@@ -55,6 +56,14 @@ export function logStream(lines: string[] = LOG_LINES): Writable {
 /** The secrets found in a text (an empty list is what every test expects). */
 export function secretsIn(text: string): string[] {
   return SECRET_VALUES.filter((s) => text.includes(s));
+}
+
+/** After the file: the gateways logged something, and not one secret in any of it. */
+export function expectNoSecretsLogged(): void {
+  afterAll(() => {
+    expect(LOG_LINES.length).toBeGreaterThan(0);
+    expect(LOG_LINES.flatMap(secretsIn)).toEqual([]);
+  });
 }
 
 export interface ConfigDoc {

@@ -3,9 +3,8 @@
  * need: stop, start again on the same port, pause (SIGSTOP) and resume (SIGCONT), and INFO commandstats.
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { createServer } from 'node:net';
 import { Redis } from 'ioredis';
-import { parseCommandstats } from '../../src/bench/redis.js';
+import { freePort, parseCommandstats } from '../../src/bench/redis.js';
 
 export const INSTALL_HINT =
   'redis-server was not found on PATH. The tests need a real Redis: install it with `apt-get install -y redis-server` ' +
@@ -16,18 +15,7 @@ export function assertRedisServerInstalled(): void {
   if (probe.error || probe.status !== 0) throw new Error(INSTALL_HINT);
 }
 
-export function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.unref();
-    server.on('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address();
-      const port = typeof address === 'object' && address ? address.port : 0;
-      server.close(() => resolve(port));
-    });
-  });
-}
+export { freePort };
 
 async function waitForPing(url: string, timeoutMs = 5000): Promise<void> {
   const deadline = Date.now() + timeoutMs;

@@ -5,7 +5,7 @@
  * numbers as GET /admin/channels, admissions/s and Redis commands/s once traffic runs, and this instance in the list.
  * A screenshot is kept in test-artifacts/dashboard.png (SLOTGATE_UPDATE_DOCS_SCREENSHOT=1 also writes docs/).
  */
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { existsSync } from 'node:fs';
 import { copyFile, mkdir } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
@@ -15,6 +15,7 @@ import { parseConfig } from '../../src/gateway/config.js';
 import { createGateway, type Gateway } from '../../src/gateway/server.js';
 import { redisUrl, uniquePrefix } from '../helpers/redis.js';
 import { RedisServer } from '../helpers/redis-server.js';
+import { useCleanups } from '../helpers/cleanups.js';
 
 const CHROMIUM = '/usr/bin/chromium';
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
@@ -82,10 +83,7 @@ afterAll(async () => {
   await browser?.close();
 });
 
-const cleanups: (() => Promise<void> | void)[] = [];
-afterEach(async () => {
-  for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
-});
+const cleanups = useCleanups();
 
 async function startGateway(url = redisUrl()): Promise<{ gw: Gateway; base: string }> {
   const prefix = uniquePrefix('dash');

@@ -4,7 +4,7 @@
  * the command line exits 1 with findings and 0 when clean, and real traffic leaves nothing behind once its holder is
  * gone and one lease TTL has passed — while a crashed holder next to a live one leaves exactly its own leases.
  */
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
 import { fileURLToPath } from 'node:url';
@@ -14,16 +14,14 @@ import { KeyBuilder } from '../../src/store/redis/keys.js';
 import { LeaseManager, type LeaseEvent } from '../../src/store/leases.js';
 import { RedisStore } from '../../src/store/redis/redis-store.js';
 import { redisUrl, sleep, uniquePrefix } from '../helpers/redis.js';
+import { useCleanups } from '../helpers/cleanups.js';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const HOLDER = fileURLToPath(new URL('../helpers/lease-holder.ts', import.meta.url));
 /** A short lease TTL, so "one lease TTL after" is a short wait; renewals run every third of it. */
 const TTL = 500;
 
-const cleanups: (() => Promise<void> | void)[] = [];
-afterEach(async () => {
-  for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
-});
+const cleanups = useCleanups();
 
 async function client(): Promise<Redis> {
   const redis = new Redis(redisUrl());

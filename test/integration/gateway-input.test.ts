@@ -6,32 +6,26 @@
 import { mkdtemp, rename, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { Redis } from 'ioredis';
 import { loadConfigFile } from '../../src/gateway/config.js';
 import type { RedisStore } from '../../src/store/redis/redis-store.js';
 import {
   ADMIN,
   CLIENT,
-  LOG_LINES,
   SECRETS,
   call,
   chat,
   configDoc,
-  secretsIn,
   startGateway,
   type TestGateway,
+  expectNoSecretsLogged,
 } from '../helpers/gateway.js';
 import { redisUrl } from '../helpers/redis.js';
+import { useCleanups } from '../helpers/cleanups.js';
 
-const cleanups: (() => Promise<unknown> | unknown)[] = [];
-afterEach(async () => {
-  for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
-});
-afterAll(() => {
-  expect(LOG_LINES.length).toBeGreaterThan(0);
-  expect(LOG_LINES.flatMap(secretsIn)).toEqual([]);
-});
+const cleanups = useCleanups();
+expectNoSecretsLogged();
 
 const mock = (id: string, models: string[], extra: Record<string, unknown> = {}) => ({
   id,

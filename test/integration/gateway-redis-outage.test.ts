@@ -3,30 +3,24 @@
  * fail closed with 503 admission_store_unavailable and `Retry-After: 1`, unlimited channels keep serving with no
  * Redis at all, and once Redis is back bounded channels serve again without a restart.
  */
-import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { FakeUpstream } from '../helpers/fake-upstream.js';
 import {
   ADMIN,
   CLIENT,
-  LOG_LINES,
   SECRETS,
   call,
   chat,
   configDoc,
   eventually,
-  secretsIn,
   startGateway,
+  expectNoSecretsLogged,
 } from '../helpers/gateway.js';
 import { RedisServer } from '../helpers/redis-server.js';
+import { useCleanups } from '../helpers/cleanups.js';
 
-const cleanups: (() => Promise<unknown> | unknown)[] = [];
-afterEach(async () => {
-  for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
-});
-afterAll(() => {
-  expect(LOG_LINES.length).toBeGreaterThan(0);
-  expect(LOG_LINES.flatMap(secretsIn)).toEqual([]);
-});
+const cleanups = useCleanups();
+expectNoSecretsLogged();
 
 describe('gateway with Redis down', () => {
   it('bounded channels get 503 admission_store_unavailable, unlimited ones serve; Redis back → bounded serve again', async () => {

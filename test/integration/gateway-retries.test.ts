@@ -4,33 +4,27 @@
  * connection error are retried elsewhere, a 504 is not; a quota 429 starts no cooldown; when the retries are used up
  * the client gets the upstream's own status and body, never a slotgate 429 in its place.
  */
-import { afterAll, afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { beforeEach, describe, expect, it } from 'vitest';
 import type { RedisStore } from '../../src/store/redis/redis-store.js';
 import { FakeUpstream, gate } from '../helpers/fake-upstream.js';
 import {
   ADMIN,
   CLIENT,
-  LOG_LINES,
   SECRETS,
   call,
   chat,
   configDoc,
-  secretsIn,
   startGateway,
   streamingCall,
   within,
   type TestGateway,
+  expectNoSecretsLogged,
 } from '../helpers/gateway.js';
 import { freePort } from '../helpers/redis-server.js';
+import { useCleanups } from '../helpers/cleanups.js';
 
-const cleanups: (() => Promise<unknown> | unknown)[] = [];
-afterEach(async () => {
-  for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
-});
-afterAll(() => {
-  expect(LOG_LINES.length).toBeGreaterThan(0);
-  expect(LOG_LINES.flatMap(secretsIn)).toEqual([]);
-});
+const cleanups = useCleanups();
+expectNoSecretsLogged();
 
 let up: FakeUpstream;
 beforeEach(async () => {

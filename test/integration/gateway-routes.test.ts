@@ -3,29 +3,26 @@
  * route and /v1/messages reach the channel's own path with the channel's own credentials and never the client's token;
  * the body arrives byte for byte as sent; GET /v1/models lists what the caller's group may use.
  */
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { FakeUpstream, sseData } from '../helpers/fake-upstream.js';
 import {
   CLIENT,
-  LOG_LINES,
   SECRETS,
   call,
   chat,
   configDoc,
   eventually,
-  secretsIn,
   startGateway,
   type TestGateway,
+  expectNoSecretsLogged,
 } from '../helpers/gateway.js';
+import { useCleanups } from '../helpers/cleanups.js';
 
-const cleanups: (() => Promise<unknown> | unknown)[] = [];
+// Registered first, so it runs after the cleanups (after-hooks run in reverse) and sees their log lines too.
+expectNoSecretsLogged();
+const cleanups = useCleanups('all');
 afterEach(() => {
   up.reset();
-});
-afterAll(async () => {
-  for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
-  expect(LOG_LINES.length).toBeGreaterThan(0);
-  expect(LOG_LINES.flatMap(secretsIn)).toEqual([]);
 });
 
 let up: FakeUpstream;

@@ -7,7 +7,7 @@
 import { mkdtemp, rename, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { loadConfigFile } from '../../src/gateway/config.js';
 import { FakeUpstream, gate, sseData } from '../helpers/fake-upstream.js';
 import {
@@ -26,11 +26,9 @@ import {
   type Answer,
 } from '../helpers/gateway.js';
 import { freePort } from '../helpers/redis-server.js';
+import { useCleanups } from '../helpers/cleanups.js';
 
-const cleanups: (() => Promise<unknown> | unknown)[] = [];
-afterAll(async () => {
-  for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
-});
+const cleanups = useCleanups('all');
 
 describe('secrets', () => {
   it('no secret appears in any response, admin output or log line', async () => {

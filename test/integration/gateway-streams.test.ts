@@ -4,34 +4,28 @@
  * however many gateway instances share the Redis; every client gets its whole stream or a 429 it can act on; a client
  * that goes away frees its slot (or its waiter place) and aborts the upstream request; SSE passes through as it comes.
  */
-import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import type { RedisStore } from '../../src/store/redis/redis-store.js';
 import { FakeUpstream, gate, sseData } from '../helpers/fake-upstream.js';
 import {
   CLIENT,
-  LOG_LINES,
   SECRETS,
   call,
   chat,
   configDoc,
   eventually,
-  secretsIn,
   startGateway,
   streamingCall,
   within,
   type Answer,
   type TestGateway,
+  expectNoSecretsLogged,
 } from '../helpers/gateway.js';
 import { uniquePrefix } from '../helpers/redis.js';
+import { useCleanups } from '../helpers/cleanups.js';
 
-const cleanups: (() => Promise<unknown> | unknown)[] = [];
-afterEach(async () => {
-  for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
-});
-afterAll(() => {
-  expect(LOG_LINES.length).toBeGreaterThan(0);
-  expect(LOG_LINES.flatMap(secretsIn)).toEqual([]);
-});
+const cleanups = useCleanups();
+expectNoSecretsLogged();
 
 async function upstream(): Promise<FakeUpstream> {
   const up = await FakeUpstream.start();

@@ -10,14 +10,12 @@ import { Redis } from 'ioredis';
 import { LeaseManager, type LeaseEvent } from '../../src/store/leases.js';
 import { RedisStore } from '../../src/store/redis/redis-store.js';
 import { redisUrl, sleep, uniquePrefix } from '../helpers/redis.js';
+import { useCleanups } from '../helpers/cleanups.js';
 
 const HOLDER = fileURLToPath(new URL('../helpers/lease-holder.ts', import.meta.url));
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 
-const cleanups: (() => Promise<void> | void)[] = [];
-afterEach(async () => {
-  for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
-});
+const cleanups = useCleanups();
 
 function makeStore(): RedisStore {
   const store = new RedisStore({ url: redisUrl(), prefix: uniquePrefix('lease') });

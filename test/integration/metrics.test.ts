@@ -4,7 +4,7 @@
  * histograms are cumulative and count every admission; per-channel gauges are current in the same scrape; labels
  * carry channel ids, purposes and outcomes, never a token or a key.
  */
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { Redis } from 'ioredis';
 import { parseConfig } from '../../src/gateway/config.js';
 import { createGateway, type Gateway } from '../../src/gateway/server.js';
@@ -12,6 +12,7 @@ import { PURPOSES } from '../../src/store/store.js';
 import { parsePrometheusText, select, valueOf, type Exposition } from '../helpers/prom-text.js';
 import { redisUrl, uniquePrefix } from '../helpers/redis.js';
 import { RedisServer } from '../helpers/redis-server.js';
+import { useCleanups } from '../helpers/cleanups.js';
 
 const SECRETS = {
   admin: 'adm-metrics-S3CRET-41d2',
@@ -56,10 +57,7 @@ const CHANNELS = [
   },
 ] as const;
 
-const cleanups: (() => Promise<void>)[] = [];
-afterEach(async () => {
-  for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
-});
+const cleanups = useCleanups();
 
 async function startGateway(): Promise<{ gw: Gateway; prefix: string }> {
   const prefix = uniquePrefix('metrics');

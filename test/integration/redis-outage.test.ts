@@ -3,18 +3,16 @@
  * same port): the store fails closed with StoreUnavailableError and never hangs, an acquire whose outcome is unknown
  * is cleaned up, and the same store instance recovers by itself when Redis is back (scripts reloaded transparently).
  */
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { Redis } from 'ioredis';
 import { StoreUnavailableError } from '../../src/core/errors.js';
 import { LeaseManager, type LeaseEvent } from '../../src/store/leases.js';
 import { RedisStore } from '../../src/store/redis/redis-store.js';
 import { RedisServer } from '../helpers/redis-server.js';
 import { countingClient, sleep, uniquePrefix, type CountingClient } from '../helpers/redis.js';
+import { useCleanups } from '../helpers/cleanups.js';
 
-const cleanups: (() => Promise<void> | void)[] = [];
-afterEach(async () => {
-  for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
-});
+const cleanups = useCleanups();
 
 async function privateServer(): Promise<RedisServer> {
   const server = await RedisServer.start();

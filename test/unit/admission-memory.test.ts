@@ -14,21 +14,10 @@ import {
 import type { Candidate } from '../../src/core/channel.js';
 import { ManualClock } from '../../src/core/clock.js';
 import { CapacityError, NoChannelError } from '../../src/core/errors.js';
-import type { Random } from '../../src/core/order.js';
 import type { SettingsUpdate } from '../../src/core/settings.js';
 import { MemoryStore } from '../../src/store/memory/memory-store.js';
 import { PURPOSES } from '../../src/store/store.js';
-
-function mulberry32(seed: number): Random {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+import { seededRandom as mulberry32 } from '../../src/core/order.js';
 
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 

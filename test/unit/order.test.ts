@@ -5,19 +5,14 @@
  */
 import { describe, expect, it } from 'vitest';
 import type { Candidate } from '../../src/core/channel.js';
-import { orderByLoad, tiers, weightedPick, weightedShuffle, type Random } from '../../src/core/order.js';
-
-/** mulberry32: a small, well-mixed 32-bit PRNG; the same seed gives the same sequence everywhere. */
-function mulberry32(seed: number): Random {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+import {
+  orderByLoad,
+  seededRandom as mulberry32,
+  tiers,
+  weightedPick,
+  weightedShuffle,
+  type Random,
+} from '../../src/core/order.js';
 
 const ch = (id: string, extra: Partial<Candidate> = {}): Candidate => ({ id, ...extra });
 const ids = (cs: readonly Candidate[]) => cs.map((c) => c.id);
