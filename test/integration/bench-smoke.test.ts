@@ -65,11 +65,17 @@ describe('bench harness', () => {
     expect(r.oversold).toEqual([]);
     expect(Math.max(...Object.values(r.highest))).toBeLessThanOrEqual(TINY.max);
     expect(Object.values(r.serverCommands).reduce((a, b) => a + b, 0)).toBeGreaterThan(r.admissions);
-    expect(r.roundTrips).toBeGreaterThanOrEqual(r.admissions); // at least the acquire or the release of each
+    if (id.startsWith('slotgate')) {
+      // slotgate coalesces the acquires and releases of one event-loop turn into one call each
+      expect(r.roundTrips).toBeGreaterThan(0);
+    } else {
+      expect(r.roundTrips).toBeGreaterThanOrEqual(r.admissions); // at least the acquire or the release of each
+    }
     expect(r.socketWrites).toBeGreaterThan(0);
     expect(r.errors).toEqual({});
     if (id.startsWith('slotgate')) {
-      expect(r.purposes?.acquire).toBeGreaterThanOrEqual(r.admissions);
+      expect(r.purposes?.acquire).toBeGreaterThan(0);
+      expect(r.purposes?.release).toBeGreaterThan(0);
       expect(r.purposes?.load_read).toBeGreaterThan(0);
     }
   });

@@ -259,9 +259,10 @@ describe('GET /metrics', () => {
       );
     // One release command per bounded admission (spec §11); the unlimited channel costs none.
     expect(valueOf(s1.exp, 'slotgate_redis_commands_total', { purpose: 'release' })).toBe(11);
-    expect(valueOf(s1.exp, 'slotgate_redis_commands_total', { purpose: 'acquire' })).toBeGreaterThanOrEqual(
-      14,
-    );
+    // 10 + 1 sequential acquires, then the burst of 3, whose acquires may share one coalesced call
+    const acquireCommands = valueOf(s1.exp, 'slotgate_redis_commands_total', { purpose: 'acquire' });
+    expect(acquireCommands).toBeGreaterThanOrEqual(12);
+    expect(acquireCommands).toBeLessThanOrEqual(before.acquireCalls);
     expect(valueOf(s1.exp, 'slotgate_redis_commands_total', { purpose: 'load_read' })).toBeGreaterThan(0);
     expect(valueOf(s1.exp, 'slotgate_acquire_calls_total')).toBe(before.acquireCalls);
     expect(valueOf(s1.exp, 'slotgate_acquire_attempts_total')).toBe(before.acquireAttempts);

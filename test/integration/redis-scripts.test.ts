@@ -42,17 +42,58 @@ interface Target {
   max: number;
 }
 
-/** Raw acquire: returns the script's numeric codes (1 acquired, 0 full, 2 cooling). */
-async function acquire(targets: Target[], token: string, ttlMs: number, check = true): Promise<number[]> {
-  const k = targets.flatMap((t) => [keys.slots(t.id), keys.cooldown(t.id)]);
+/**
+ * Raw acquire of several requests in one call (the store's coalesced form): returns the flat list of numeric codes
+ * (1 acquired, 0 full, 2 cooling), each request's codes ending at its first 1 or after its channels. Every channel
+ * asks for an extension of its key's expiry unless `extend` is false.
+ */
+async function acquireMany(
+  requests: { token: string; targets: Target[] }[],
+  ttlMs: number,
+  { check = true, extend = true }: { check?: boolean; extend?: boolean } = {},
+): Promise<number[]> {
+  const index = new Map<string, number>();
+  const k: string[] = [];
+  const channelArgs: number[] = [];
+  const requestArgs: (string | number)[] = [];
+  for (const { token, targets } of requests) {
+    requestArgs.push(token);
+    targets.forEach((t, i) => {
+      if (!index.has(t.id)) {
+        index.set(t.id, index.size + 1);
+        k.push(keys.slots(t.id), keys.cooldown(t.id));
+        channelArgs.push(t.max, extend ? 1 : 0);
+      }
+      requestArgs.push(i === targets.length - 1 ? -index.get(t.id)! : index.get(t.id)!);
+    });
+  }
   const reply = await scripts[SCRIPTS.acquire.name](
     k.length,
     ...k,
-    token,
     ttlMs,
     check ? 1 : 0,
-    ...targets.map((t) => t.max),
+    index.size,
+    ...channelArgs,
+    ...requestArgs,
   );
+  return (reply as (string | number)[]).map(Number);
+}
+
+/** Raw acquire of one request: its codes. */
+async function acquire(targets: Target[], token: string, ttlMs: number, check = true): Promise<number[]> {
+  return acquireMany([{ token, targets }], ttlMs, { check });
+}
+
+/** Raw release of several leases in one call: 1/0 per lease. */
+async function releaseMany(leases: [string, string][]): Promise<number[]> {
+  const index = new Map<string, number>();
+  const args: (string | number)[] = [];
+  for (const [id, token] of leases) {
+    const key = keys.slots(id);
+    if (!index.has(key)) index.set(key, index.size + 1);
+    args.push(index.get(key)!, token);
+  }
+  const reply = await scripts[SCRIPTS.release.name](index.size, ...index.keys(), ...args);
   return (reply as (string | number)[]).map(Number);
 }
 
@@ -170,6 +211,98 @@ describe('acquire script', () => {
     expect(await acquire(targets, 'walk:1', 60_000)).toEqual([0, 2, 0]);
     expect(await members(keys.slots('p'))).toEqual(['pre:1']);
     expect(await members(keys.slots('q'))).toEqual(['pre:2']);
+  });
+
+  it('several requests in one call share the count: max 2 admits the first two, the third finds it full', async () => {
+    const one = (token: string) => ({ token, targets: [{ id: 'shared', max: 2 }] });
+    expect(await acquireMany([one('r:1'), one('r:2'), one('r:3')], 60_000)).toEqual([1, 1, 0]);
+    expect(await members(keys.slots('shared'))).toEqual(['r:1', 'r:2']);
+  });
+
+  it('several multi-channel requests in one call: each walks its own channels, replies are concatenated', async () => {
+    await client.set(keys.cooldown('hot'), 'x', 'PX', 30_000);
+    const codes = await acquireMany(
+      [
+        {
+          token: 'a:1',
+          targets: [
+            { id: 'm', max: 1 },
+            { id: 'n', max: 1 },
+          ],
+        },
+        {
+          token: 'a:2',
+          targets: [
+            { id: 'm', max: 1 },
+            { id: 'hot', max: 1 },
+            { id: 'n', max: 1 },
+          ],
+        },
+        {
+          token: 'a:3',
+          targets: [
+            { id: 'hot', max: 1 },
+            { id: 'n', max: 1 },
+          ],
+        },
+        { token: 'a:4', targets: [{ id: 'o', max: 1 }] },
+      ],
+      60_000,
+    );
+    // a:1 takes m; a:2 finds m full, hot cooling, takes n; a:3 finds hot cooling and n full; a:4 takes o
+    expect(codes).toEqual([1, 0, 2, 1, 2, 0, 1]);
+    expect(await members(keys.slots('m'))).toEqual(['a:1']);
+    expect(await members(keys.slots('n'))).toEqual(['a:2']);
+    expect(await members(keys.slots('o'))).toEqual(['a:4']);
+    expect(await client.exists(keys.slots('hot'))).toBe(0);
+  });
+
+  it('a channel full before the call is swept once and admits into the expired places only', async () => {
+    const now = await redisNow();
+    await client.zadd(keys.slots('sw'), now - 1, 'dead:1', now + 60_000, 'live:1');
+    const one = (token: string) => ({ token, targets: [{ id: 'sw', max: 2 }] });
+    expect(await acquireMany([one('s:1'), one('s:2')], 60_000)).toEqual([1, 0]);
+    expect(await members(keys.slots('sw'))).toEqual(['live:1', 's:1']);
+  });
+});
+
+describe('acquire script: key expiry requests', () => {
+  it('without the extension flag an existing key keeps its expiry; with it the key is extended to TTL', async () => {
+    await acquire([{ id: 'x', max: 9 }], 'x:1', 60_000);
+    await client.pexpire(keys.slots('x'), 10_000);
+    expect(
+      await acquireMany([{ token: 'x:2', targets: [{ id: 'x', max: 9 }] }], 60_000, { extend: false }),
+    ).toEqual([1]);
+    expect(await client.pttl(keys.slots('x'))).toBeLessThanOrEqual(10_000);
+    expect(await acquireMany([{ token: 'x:3', targets: [{ id: 'x', max: 9 }] }], 60_000)).toEqual([1]);
+    expect(await client.pttl(keys.slots('x'))).toBeGreaterThan(50_000);
+  });
+
+  it('an empty key always gets an expiry with its first lease, whatever the flag', async () => {
+    expect(
+      await acquireMany([{ token: 'e:1', targets: [{ id: 'e', max: 2 }] }], 30_000, { extend: false }),
+    ).toEqual([1]);
+    const pttl = await client.pttl(keys.slots('e'));
+    expect(pttl).toBeGreaterThan(25_000);
+    expect(pttl).toBeLessThanOrEqual(30_000);
+  });
+});
+
+describe('release script', () => {
+  it('removes several tokens over several keys and replies 1/0 per token', async () => {
+    await acquire([{ id: 'r1', max: 5 }], 't:1', 60_000);
+    await acquire([{ id: 'r1', max: 5 }], 't:2', 60_000);
+    await acquire([{ id: 'r2', max: 5 }], 't:3', 60_000);
+    expect(
+      await releaseMany([
+        ['r1', 't:1'],
+        ['r2', 't:3'],
+        ['r2', 'ghost'],
+        ['r1', 't:1'],
+      ]),
+    ).toEqual([1, 1, 0, 0]);
+    expect(await members(keys.slots('r1'))).toEqual(['t:2']);
+    expect(await client.exists(keys.slots('r2'))).toBe(0);
   });
 });
 

@@ -45,6 +45,11 @@ beforeAll(async () => {
   await store.acquireFirst([{ channelId: 'warm', max: 1 }], opts('warm:1'));
   await store.renew([{ channelId: 'warm', token: 'warm:1' }], 60_000);
   await store.registerWaiter('warm', 'warm:w', 1, 60_000);
+  // two releases in one turn use the release script
+  await Promise.all([
+    store.release({ channelId: 'warm', token: 'warm:1' }),
+    store.release({ channelId: 'warm', token: 'warm:2' }),
+  ]);
 });
 
 afterAll(async () => {
@@ -168,9 +173,10 @@ describe('RedisStore command cost (client and server side)', () => {
     await store.clearCooldown('mix-c');
     const delta = emptyCounts();
     for (const p of PURPOSES) delta[p] = store.commands[p] - before[p];
+    // the two acquires of the same turn are one script call
     expect(delta).toEqual({
       load_read: 1 + 3 * 3,
-      acquire: 2,
+      acquire: 1,
       release: 1,
       renew: 2,
       wait: 2,
@@ -178,7 +184,7 @@ describe('RedisStore command cost (client and server side)', () => {
       settings: 0,
     });
     expect(cc.sent).toHaveLength(Object.values(delta).reduce((a, b) => a + b, 0));
-    expect(cc.count('evalsha')).toBe(2 + 2 + 1);
+    expect(cc.count('evalsha')).toBe(1 + 2 + 1);
     expect(cc.count('zrem')).toBe(2);
   });
 
@@ -186,7 +192,8 @@ describe('RedisStore command cost (client and server side)', () => {
     it('acquire that admits (new channel)', async () => {
       const m = await measure(() => store.acquireFirst([{ channelId: 'ok', max: 2 }], opts('a:1')));
       expect(m.sent).toEqual(['evalsha']);
-      expect(m.server).toEqual({ evalsha: 1, exists: 1, time: 1, zcard: 1, zadd: 1, pttl: 1, pexpire: 1 });
+      // the key was empty: PEXPIRE with the first lease, no PTTL
+      expect(m.server).toEqual({ evalsha: 1, exists: 1, time: 1, zcard: 1, zadd: 1, pexpire: 1 });
       expect(m.counted).toEqual({ acquire: 1 });
     });
 
@@ -195,7 +202,7 @@ describe('RedisStore command cost (client and server side)', () => {
         store.acquireFirst([{ channelId: 'ok-nc', max: 2 }], opts('a:1', 60_000, false)),
       );
       expect(m.sent).toEqual(['evalsha']);
-      expect(m.server).toEqual({ evalsha: 1, time: 1, zcard: 1, zadd: 1, pttl: 1, pexpire: 1 });
+      expect(m.server).toEqual({ evalsha: 1, time: 1, zcard: 1, zadd: 1, pexpire: 1 });
     });
 
     it('acquire that finds the channel full', async () => {
@@ -220,14 +227,14 @@ describe('RedisStore command cost (client and server side)', () => {
         expect(await store.acquireFirst(targets, opts('p:2'))).toEqual(['full', 'cooling', 'acquired']);
       });
       expect(m.sent).toEqual(['evalsha']);
+      // one EXISTS over the three cooldown keys finds one, then one per channel tried
       expect(m.server).toEqual({
         evalsha: 1,
-        exists: 3,
+        exists: 1 + 3,
         time: 1,
         zcard: 2,
         zremrangebyscore: 1,
         zadd: 1,
-        pttl: 1,
         pexpire: 1,
       });
     });
@@ -244,6 +251,75 @@ describe('RedisStore command cost (client and server side)', () => {
         expect(await store.release({ channelId: 'rel', token: 'r:1' })).toBe(false);
       });
       expect(again.server).toEqual({ zrem: 1 });
+    });
+
+    it('the acquires and releases of one turn go out as one pipeline: one script call each', async () => {
+      const held: LeaseRef[] = [];
+      for (let i = 0; i < 10; i++) {
+        held.push({ channelId: `co-${i}`, token: `h:${i}` });
+        await store.acquireFirst([{ channelId: `co-${i}`, max: 2 }], opts(`h:${i}`));
+      }
+      const m = await measure(async () => {
+        const [acquired, released] = await Promise.all([
+          Promise.all(
+            Array.from({ length: 10 }, (_, i) =>
+              store.acquireFirst(
+                [
+                  { channelId: `co-${i}`, max: 1 },
+                  { channelId: `co-free-${i}`, max: 1 },
+                ],
+                opts(`co:${i}`),
+              ),
+            ),
+          ),
+          Promise.all(held.map((lease) => store.release(lease))),
+        ]);
+        // releases go first in the pipeline, so every acquire finds its first channel freed
+        expect(acquired).toEqual(Array.from({ length: 10 }, () => ['acquired']));
+        expect(released).toEqual(Array.from({ length: 10 }, () => true));
+      });
+      expect(m.sent).toEqual(['evalsha', 'evalsha']);
+      expect(m.pipelines).toEqual([2]);
+      expect(m.counted).toEqual({ acquire: 1, release: 1 });
+      // one TIME and one EXISTS over all 20 cooldown keys for the whole call; one ZCARD per channel tried
+      expect(m.server).toEqual({
+        evalsha: 2,
+        zrem: 10,
+        time: 1,
+        exists: 1,
+        zcard: 10,
+        zadd: 10,
+        pexpire: 10,
+      });
+    });
+
+    it('200 channels tried per acquire call at most: a larger turn is split into several calls', async () => {
+      const many = Array.from({ length: 5 }, (_, i) =>
+        Array.from({ length: 50 }, (_, j) => ({ channelId: `split-${i}-${j}`, max: 1 })),
+      );
+      const m = await measure(() => Promise.all(many.map((t, i) => store.acquireFirst(t, opts(`sp:${i}`)))));
+      expect(m.sent).toEqual(['evalsha', 'evalsha']);
+      expect(m.counted).toEqual({ acquire: 2 });
+    });
+
+    it("a key's expiry is extended at most once per TTL/4 by this store", async () => {
+      const ttl = 400;
+      await store.acquireFirst([{ channelId: 'ext', max: 9 }], opts('e:1', ttl));
+      // within TTL/4 of the store's last extension: no PTTL, no PEXPIRE
+      const soon = await measure(() => store.acquireFirst([{ channelId: 'ext', max: 9 }], opts('e:2', ttl)));
+      expect(soon.server).toEqual({ evalsha: 1, exists: 1, zcard: 1, time: 1, zadd: 1 });
+      await new Promise((r) => setTimeout(r, ttl / 4 + 20));
+      const later = await measure(() => store.acquireFirst([{ channelId: 'ext', max: 9 }], opts('e:3', ttl)));
+      expect(later.server).toEqual({
+        evalsha: 1,
+        exists: 1,
+        zcard: 1,
+        time: 1,
+        zadd: 1,
+        pttl: 1,
+        pexpire: 1,
+      });
+      expect(await cc.client.pttl(store.keys.slots('ext'))).toBeGreaterThan(ttl * 0.75);
     });
 
     it('renew of 120 leases over 3 channels: 3 script calls', async () => {

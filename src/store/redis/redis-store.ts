@@ -1,6 +1,8 @@
 /**
- * RedisStore: slots, waiters and cooldowns in Redis, shared by every instance. One atomic script per acquire, one
- * command per release, batched renewal and batched read-only load reads. Every failure or time-out surfaces as a
+ * RedisStore: slots, waiters and cooldowns in Redis, shared by every instance. On a single node the acquires and the
+ * releases of one event-loop turn are coalesced: one acquire script call for all of the turn's acquires and one
+ * release call for its releases, written together in one pipeline (on Cluster: one script call per acquire and one
+ * ZREM per release). Renewal and load reads are batched. Every failure or time-out surfaces as a
  * StoreUnavailableError (the admission pass fails closed); nothing hangs past `timeoutMs` (plus the watchdog's
  * period, at most 100 ms).
  */
@@ -21,7 +23,7 @@ import {
   type SlotStore,
 } from '../store.js';
 import { KeyBuilder } from './keys.js';
-import { SCRIPTS, defineScripts, parseAcquireReply, type ScriptClient } from './scripts.js';
+import { SCRIPTS, defineScripts, splitAcquireReply, type ScriptClient } from './scripts.js';
 
 export interface RedisStoreOptions {
   /** A redis:// URL; the store creates (and closes) its own client. */
@@ -52,6 +54,53 @@ interface PendingOp {
   reject: (err: Error) => void;
 }
 
+interface AcquireRequest {
+  targets: readonly AcquireTarget[];
+  opts: AcquireOptions;
+}
+
+interface Queued<Req, Res> {
+  request: Req;
+  resolve: (value: Res) => void;
+  reject: (err: unknown) => void;
+}
+
+/** A queued request's settlement, whatever its types. */
+type Settler = Pick<Queued<never, never>, 'resolve' | 'reject'>;
+
+/** A pipeline with the scripts on it (ioredis copies the client's script commands onto every pipeline). */
+type ScriptPipeline = ScriptClient & { zrem(key: string, member: string): unknown };
+
+/**
+ * Splits a turn's acquires into script calls: requests with the same lease TTL and cooldown setting (normally all of
+ * them) trying at most `max` channels in total per call (a lone request may exceed it).
+ */
+function acquireBatches(queue: readonly Queued<AcquireRequest, AcquireReply[]>[], max: number) {
+  const open = new Map<string, { batch: Queued<AcquireRequest, AcquireReply[]>[]; weight: number }>();
+  const batches: Queued<AcquireRequest, AcquireReply[]>[][] = [];
+  for (const q of queue) {
+    const group = `${q.request.opts.leaseTtlMs}:${q.request.opts.checkCooldown}`;
+    let current = open.get(group);
+    const w = q.request.targets.length;
+    if (current && current.weight + w > max) current = undefined;
+    if (!current) {
+      current = { batch: [], weight: 0 };
+      open.set(group, current);
+      batches.push(current.batch);
+    }
+    current.batch.push(q);
+    current.weight += w;
+  }
+  return batches;
+}
+
+/** Channels a coalesced acquire call may try in total (bounds the time one script holds Redis). */
+const MAX_ACQUIRE_WEIGHT = 200;
+/** Releases per coalesced release call. */
+const MAX_RELEASES = 100;
+/** Channels whose last key extension is remembered (cleared past this, like the key cache). */
+const EXTENDED_LIMIT = 10_000;
+
 /** How often readLoads refreshes its estimate of the Redis clock. */
 const CLOCK_REFRESH_MS = 1000;
 
@@ -69,6 +118,12 @@ export class RedisStore implements SlotStore {
   private clockReadAt = 0;
   private readonly pending = new Set<PendingOp>();
   private watchdog: NodeJS.Timeout | undefined;
+  /** When this store last had each channel's slots key extended (performance.now()). */
+  private readonly extendedAt = new Map<string, number>();
+  /** Single node: the releases and the acquires of one event-loop turn, sent together by `flush`. */
+  private readonly acquireQueue: Queued<AcquireRequest, AcquireReply[]>[] = [];
+  private readonly releaseQueue: Queued<LeaseRef, boolean>[] = [];
+  private flushScheduled = false;
 
   constructor(options: RedisStoreOptions) {
     if (!options.client && !options.url) throw new TypeError('RedisStore needs `url` or `client`');
@@ -159,20 +214,149 @@ export class RedisStore implements SlotStore {
         `acquireFirst takes at most ${this.maxChannelsPerAcquire} channels per call on this store`,
       );
     }
-    const keys: string[] = [];
-    for (const t of targets) keys.push(this.keys.slots(t.channelId), this.keys.cooldown(t.channelId));
-    const args = [opts.token, opts.leaseTtlMs, opts.checkCooldown ? 1 : 0, ...targets.map((t) => t.max)];
+    if (!this.isCluster) return this.enqueue(this.acquireQueue, { targets, opts });
+    // Cluster: one channel per call, so every call stays within one hash slot; auto-pipelining batches per node.
+    const call = this.acquireCall([{ targets, opts }]);
     const reply = await this.run('acquire', 'acquire', 1, () =>
-      this.scripts[SCRIPTS.acquire.name](keys.length, ...keys, ...args),
+      this.scripts[SCRIPTS.acquire.name](...call.args),
     );
-    return parseAcquireReply(reply);
+    return call.parse(reply)[0]!;
   }
 
   async release(lease: LeaseRef): Promise<boolean> {
+    if (!this.isCluster) return this.enqueue(this.releaseQueue, lease);
     const removed = await this.run('release', 'release', 1, () =>
       this.client.zrem(this.keys.slots(lease.channelId), lease.token),
     );
     return removed === 1;
+  }
+
+  private enqueue<Req, Res>(queue: Queued<Req, Res>[], request: Req): Promise<Res> {
+    return new Promise<Res>((resolve, reject) => {
+      queue.push({ request, resolve, reject });
+      if (this.flushScheduled) return;
+      this.flushScheduled = true;
+      // setImmediate runs once this turn's timers and I/O callbacks are done: every acquirer resumed by the same
+      // reply flight and every release from the timers that fired are in the batch.
+      setImmediate(this.flush);
+    });
+  }
+
+  /**
+   * Sends the releases and the acquires of one event-loop turn in one pipeline, written at once: the releases first
+   * (one ZREM, or one release script call for several), then the acquires (one script call per 200 channels
+   * tried). Each call is one command of its purpose and runs under the time bound like any other.
+   */
+  private readonly flush = (): void => {
+    this.flushScheduled = false;
+    const releases = this.releaseQueue.splice(0);
+    const acquires = this.acquireQueue.splice(0);
+    const pipeline = this.client.pipeline();
+    const commands = pipeline as unknown as ScriptPipeline;
+    const calls: { purpose: Purpose; batch: Settler[]; parse: (value: unknown) => unknown[] }[] = [];
+    for (let i = 0; i < releases.length; i += MAX_RELEASES) {
+      const batch = releases.slice(i, i + MAX_RELEASES);
+      const parse = this.queueReleases(
+        commands,
+        batch.map((q) => q.request),
+      );
+      calls.push({ purpose: 'release', batch, parse });
+    }
+    for (const batch of acquireBatches(acquires, MAX_ACQUIRE_WEIGHT)) {
+      const call = this.acquireCall(batch.map((q) => q.request));
+      commands[SCRIPTS.acquire.name](...call.args);
+      calls.push({ purpose: 'acquire', batch, parse: call.parse });
+    }
+    const sent = pipeline.exec();
+    calls.forEach(({ purpose, batch, parse }, at) => {
+      const reply = this.run(purpose, purpose, 1, async () => {
+        const [err, value] = (await sent)![at]!;
+        if (err) throw err;
+        return parse(value);
+      });
+      reply.then(
+        (results) => batch.forEach((q, i) => q.resolve(results[i] as never)),
+        (err: unknown) => batch.forEach((q) => q.reject(err)),
+      );
+    });
+  };
+
+  private queueReleases(
+    pipeline: ScriptPipeline,
+    leases: readonly LeaseRef[],
+  ): (value: unknown) => boolean[] {
+    if (leases.length === 1) {
+      pipeline.zrem(this.keys.slots(leases[0]!.channelId), leases[0]!.token);
+      return (removed) => [Number(removed) === 1];
+    }
+    const keys: string[] = [];
+    const index = new Map<string, number>();
+    const args: (string | number)[] = [];
+    for (const lease of leases) {
+      const key = this.keys.slots(lease.channelId);
+      let k = index.get(key);
+      if (k === undefined) {
+        index.set(key, (k = index.size + 1));
+        keys.push(key);
+      }
+      args.push(k, lease.token);
+    }
+    pipeline[SCRIPTS.release.name](keys.length, ...keys, ...args);
+    return (reply) => (reply as unknown[]).map((n) => Number(n) === 1);
+  }
+
+  /**
+   * The arguments of one acquire script call for a batch of requests, and the parser of its reply. A channel asks
+   * for an extension of its key's expiry when this store has not had it extended for TTL/4 (see lua/acquire.lua):
+   * one PTTL + PEXPIRE per key per TTL/4 instead of one PTTL per admission.
+   */
+  private acquireCall(requests: readonly AcquireRequest[]): {
+    args: (string | number)[];
+    parse: (reply: unknown) => AcquireReply[][];
+  } {
+    const sentAt = performance.now();
+    const { leaseTtlMs, checkCooldown } = requests[0]!.opts;
+    const index = new Map<string, number>();
+    const keys: string[] = [];
+    const channelArgs: (string | number)[] = [];
+    const requestArgs: (string | number)[] = [];
+    for (const { targets, opts } of requests) {
+      requestArgs.push(opts.token);
+      for (let i = 0; i < targets.length; i++) {
+        const t = targets[i]!;
+        let c = index.get(t.channelId);
+        if (c === undefined) {
+          index.set(t.channelId, (c = index.size + 1));
+          keys.push(this.keys.slots(t.channelId), this.keys.cooldown(t.channelId));
+          const extendedAt = this.extendedAt.get(t.channelId);
+          const extend = extendedAt === undefined || sentAt - extendedAt >= leaseTtlMs / 4;
+          channelArgs.push(t.max, extend ? 1 : 0);
+        }
+        requestArgs.push(i === targets.length - 1 ? -c : c);
+      }
+    }
+    const args = [
+      keys.length,
+      ...keys,
+      leaseTtlMs,
+      checkCooldown ? 1 : 0,
+      index.size,
+      ...channelArgs,
+      ...requestArgs,
+    ];
+    const parse = (reply: unknown): AcquireReply[][] => {
+      const replies = splitAcquireReply(reply, requests);
+      replies.forEach((codes, q) => {
+        const last = codes.length - 1;
+        if (codes[last] !== 'acquired') return;
+        const channelId = requests[q]!.targets[last]!.channelId;
+        if (channelArgs[2 * index.get(channelId)! - 1] !== 1) return;
+        if (this.extendedAt.size >= EXTENDED_LIMIT) this.extendedAt.clear();
+        this.extendedAt.set(channelId, sentAt);
+      });
+      return replies;
+    };
+    return { args, parse };
   }
 
   async renew(leases: readonly LeaseRef[], leaseTtlMs: number): Promise<LeaseRef[]> {

@@ -14,6 +14,7 @@ function lua(name: string): string {
 
 export const SCRIPTS = {
   acquire: { name: `slotgate_${SCHEMA_VERSION}_acquire`, file: 'acquire', numberOfKeys: undefined },
+  release: { name: `slotgate_${SCHEMA_VERSION}_release`, file: 'release', numberOfKeys: undefined },
   renew: { name: `slotgate_${SCHEMA_VERSION}_renew`, file: 'renew', numberOfKeys: undefined },
   registerWaiter: {
     name: `slotgate_${SCHEMA_VERSION}_register_waiter`,
@@ -27,6 +28,7 @@ type Reply = unknown;
 export interface ScriptClient {
   /** numkeys, KEYS..., ARGV... */
   [SCRIPTS.acquire.name]: (...args: (string | number)[]) => Promise<Reply>;
+  [SCRIPTS.release.name]: (...args: (string | number)[]) => Promise<Reply>;
   [SCRIPTS.renew.name]: (...args: (string | number)[]) => Promise<Reply>;
   [SCRIPTS.registerWaiter.name]: (...args: (string | number)[]) => Promise<Reply>;
 }
@@ -48,6 +50,31 @@ export function defineScripts(client: Redis | Cluster): ScriptClient {
 }
 
 const ACQUIRE_CODES: Record<number, AcquireReply> = { 0: 'full', 1: 'acquired', 2: 'cooling' };
+
+/**
+ * Splits the acquire script's flat reply into one list of codes per request: a request's codes end at its first
+ * "acquired" or after its channels.
+ */
+export function splitAcquireReply(
+  reply: Reply,
+  requests: readonly { targets: readonly unknown[] }[],
+): AcquireReply[][] {
+  if (!Array.isArray(reply)) throw new TypeError(`unexpected acquire reply ${JSON.stringify(reply)}`);
+  const codes = parseAcquireReply(reply);
+  const out: AcquireReply[][] = [];
+  let at = 0;
+  for (const { targets } of requests) {
+    const start = at;
+    while (at < codes.length && at - start < targets.length) {
+      if (codes[at++] === 'acquired') break;
+    }
+    out.push(codes.slice(start, at));
+  }
+  if (at !== codes.length || out.some((c) => c.length === 0)) {
+    throw new TypeError(`unexpected acquire reply ${JSON.stringify(reply)} for ${requests.length} requests`);
+  }
+  return out;
+}
 
 export function parseAcquireReply(reply: Reply): AcquireReply[] {
   if (!Array.isArray(reply)) throw new TypeError(`unexpected acquire reply ${JSON.stringify(reply)}`);
