@@ -69,6 +69,8 @@ interface Prepared<C extends Candidate> {
   byTier: C[][];
   bounded: C[];
   ids: string[];
+  /** Bounded channels by id, with their tier's index in byTier (for handoffs). */
+  tierOf: Map<string, { channel: C; tier: number }>;
 }
 
 /**
@@ -253,7 +255,8 @@ export class AdmissionEngine implements Admission {
   private async pass<C extends Candidate>(request: AcquireRequest<C>, started: number): Promise<Ticket<C>> {
     if (this.closed) throw new StoreUnavailableError('acquire', 'the admission engine is closed');
     const { signal } = request;
-    const { candidates, byTier, bounded, ids } = this.prepare(request);
+    const prepared = this.prepare(request);
+    const { candidates, byTier, bounded, ids } = prepared;
     if (candidates.length === 0) throw new NoChannelError();
     const settings = this.current;
 
@@ -277,7 +280,13 @@ export class AdmissionEngine implements Admission {
     // A store failure fails bounded channels closed, but the walk goes on to admit an unlimited one (I4).
     let storeDown: StoreUnavailableError | undefined;
 
-    for (const tier of byTier) {
+    for (let t = 0; t < byTier.length; t++) {
+      const tier = byTier[t]!;
+      // A slot this instance released in this turn, on a channel of this tier: taken over, no store command.
+      if (settings.slot_handoff_enabled && this.leases.hasHandoffs && !storeDown) {
+        const handed = this.takeHandoff(prepared, loads, (tierOf) => tierOf === t, 0, signal);
+        if (handed) return handed;
+      }
       let order = this.orderTier(tier, loads);
       // (With the cache off every read is already fresh: no second read.)
       if (order.size === 0 && settings.load_cache_enabled && !storeDown) {
@@ -354,14 +363,7 @@ export class AdmissionEngine implements Admission {
 
     if (storeDown) throw storeDown;
     if (waitPool.size > 0 && settings.wait_enabled && settings.wait_timeout_ms > 0) {
-      return this.wait(
-        byFewerWaiters([...waitPool], loads),
-        candidates,
-        saturated,
-        started,
-        settings,
-        signal,
-      );
+      return this.wait(byFewerWaiters([...waitPool], loads), prepared, saturated, started, settings, signal);
     }
     throw this.capacityError('full', candidates, saturated, settings);
   }
@@ -389,7 +391,11 @@ export class AdmissionEngine implements Admission {
       byTier: tiers(candidates),
       bounded,
       ids: bounded.map((c) => c.id),
+      tierOf: new Map(),
     };
+    prepared.byTier.forEach((tier, i) => {
+      for (const c of tier) if (isBounded(c)) prepared.tierOf.set(c.id, { channel: c, tier: i });
+    });
     if (cacheable) this.prepared.set(given, prepared);
     return prepared;
   }
@@ -422,12 +428,13 @@ export class AdmissionEngine implements Admission {
    */
   private async wait<C extends Candidate>(
     pool: readonly C[],
-    candidates: readonly C[],
+    prepared: Prepared<C>,
     saturated: readonly C[],
     started: number,
     settings: Settings,
     signal?: AbortSignal,
   ): Promise<Ticket<C>> {
+    const { candidates } = prepared;
     let channel: C | undefined;
     let token = '';
     for (const option of pool.slice(0, WAIT_QUEUE_TRIES)) {
@@ -491,6 +498,14 @@ export class AdmissionEngine implements Admission {
         if (signal?.aborted) throw this.capacityError('aborted', candidates, saturated, settings, channel);
         const unlimited = this.firstUsableUnlimited(candidates);
         if (unlimited) return this.unlimitedTicket(unlimited);
+        if (settings.slot_handoff_enabled && this.leases.hasHandoffs) {
+          const waited = this.clock.now() - waitStart;
+          const handed = this.takeHandoff(prepared, this.view.peek(prepared.ids), () => true, waited, signal);
+          if (handed) {
+            this.recorder.waitTime.observe(waited);
+            return handed;
+          }
+        }
         const targets = await this.pollTargets(candidates, channel);
         const outcome = await this.tryAcquire(targets, settings);
         outcome.replies.forEach((reply, k) => {
@@ -557,6 +572,34 @@ export class AdmissionEngine implements Admission {
     return candidates.find((c) => !isBounded(c) && !this.isCooling(c));
   }
 
+  /**
+   * A slot this instance released in the current event-loop turn, on a usable channel of the candidate set (in a
+   * tier `inTier` accepts), taken over with no store command (LeaseManager.takeOver). The release would have gone to
+   * Redis at the end of this turn, ahead of this pass's acquire in the same pipeline, so the pass would have found
+   * that slot free anyway; no other instance could have taken it in between.
+   */
+  private takeHandoff<C extends Candidate>(
+    prepared: Prepared<C>,
+    loads: ReadonlyMap<string, ChannelLoad> | undefined,
+    inTier: (tier: number) => boolean,
+    waitedMs: number,
+    signal?: AbortSignal,
+  ): Ticket<C> | undefined {
+    if (signal?.aborted) return undefined;
+    for (const id of this.leases.handoffChannels()) {
+      const entry = prepared.tierOf.get(id);
+      if (!entry || !inTier(entry.tier)) continue;
+      const c = entry.channel;
+      if (this.isCooling(c, loads) || (this.current.cooldown_enabled && this.localCoolingMs(id) > 0))
+        continue;
+      const lease = this.leases.takeOver(id, c.maxConcurrency!);
+      if (!lease) continue;
+      this.recorder.handoffs++;
+      return this.boundedTicket(c, lease, waitedMs, signal);
+    }
+    return undefined;
+  }
+
   private boundedTicket<C extends Candidate>(
     channel: C,
     lease: Lease,
@@ -571,9 +614,11 @@ export class AdmissionEngine implements Admission {
       waitedMs,
       release: () => {
         released ??= (async () => {
-          await this.leases.release(lease);
-          this.view.noteActive(channel.id, -1);
+          const removal = this.leases.release(lease);
+          // Woken now, a local waiter can take the slot over in this turn, or poll right behind the removal.
           this.waiters.wakeOne(channel.id);
+          await removal;
+          this.view.noteActive(channel.id, -1);
         })();
         return released;
       },
@@ -738,6 +783,7 @@ export class AdmissionEngine implements Admission {
       outcomes: { ...r.outcomes },
       acquireAttempts: r.acquireAttempts,
       acquireCalls: r.acquireCalls,
+      handoffs: r.handoffs,
       admissionLatencyMs: r.admissionLatency.snapshot(),
       waitTimeMs: r.waitTime.snapshot(),
       loadView: { ...this.view.counters },

@@ -22,6 +22,8 @@ export interface AdmissionStats {
   /** Bounded channels tried with the acquire script, and how many script calls carried them. */
   acquireAttempts: number;
   acquireCalls: number;
+  /** Admissions served by a slot this instance released in the same turn, with no store command. */
+  handoffs: number;
   admissionLatencyMs: HistogramSnapshot;
   waitTimeMs: HistogramSnapshot;
   loadView: LoadViewCounters;
@@ -48,5 +50,6 @@ export class StatsRecorder {
   readonly waitTime = new Histogram();
   acquireAttempts = 0;
   acquireCalls = 0;
+  handoffs = 0;
   leasesLost = 0;
 }

@@ -31,6 +31,10 @@ export const SETTINGS_SPEC = {
   load_cache_enabled: bool(true, 'rollback switch: false reads Redis directly for every selection'),
   load_cache_ttl_ms: int(200, 1, 5000, 'load snapshot TTL'),
   max_acquire_attempts: int(8, 1, 100, 'acquire budget per admission pass'),
+  slot_handoff_enabled: bool(
+    true,
+    'a slot released while a request of this instance wants its channel, in the same event-loop turn, passes to it with no Redis command',
+  ),
   wait_enabled: bool(true, 'bounded wait queue on/off'),
   wait_timeout_ms: int(5000, 0, 60000, 'longest wait per request'),
   wait_interval_ms: int(100, 1, 5000, 'base poll interval while waiting'),

@@ -114,6 +114,12 @@ export class GatewayMetrics {
       () => [[{}, admission().stats().acquireCalls]],
     );
     engineCounter(
+      'slotgate_handoffs_total',
+      'Admissions served by a slot this instance released in the same event-loop turn (no Redis command)',
+      [],
+      () => [[{}, admission().stats().handoffs]],
+    );
+    engineCounter(
       'slotgate_leases_lost_total',
       'Leases found missing at renewal (their holder had lost the slot)',
       [],

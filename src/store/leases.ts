@@ -13,6 +13,8 @@ import type { AcquireReply, AcquireTarget, LeaseRef, SlotStore } from './store.j
 
 export interface Lease extends LeaseRef {
   acquiredAt: number;
+  /** The channel's max concurrency when the slot was acquired (a handoff never carries a slot past a lowered max). */
+  max: number;
   /** Local estimate of the lease expiry: last successful renewal (or acquire) + TTL. */
   expiresAt: number;
 }
@@ -52,6 +54,8 @@ export class LeaseManager {
   private readonly live = new Map<string, Lease>();
   private readonly perChannel = new Map<string, number>();
   private readonly releasing = new Map<string, Promise<void>>();
+  /** Released leases whose removal the store has not sent yet, by channel: they can be handed off. */
+  private readonly handoffs = new Map<string, Set<Lease>>();
   private timer: NodeJS.Timeout | undefined;
   private renewing: Promise<void> | undefined;
   private closed = false;
@@ -101,6 +105,7 @@ export class LeaseManager {
       channelId: targets[replies.length - 1]!.channelId,
       token,
       acquiredAt: now,
+      max: targets[replies.length - 1]!.max,
       expiresAt: now + leaseTtlMs,
     };
     this.live.set(token, lease);
@@ -135,9 +140,62 @@ export class LeaseManager {
     const tracked = this.live.get(lease.token);
     if (!tracked) return Promise.resolve();
     this.forget(tracked);
-    const done = this.releaseWithRetry(tracked).finally(() => this.releasing.delete(lease.token));
+    const done: Promise<void> = this.releaseWithRetry(tracked).finally(() => {
+      if (this.releasing.get(lease.token) !== done) return; // handed off (and maybe released again since)
+      this.releasing.delete(lease.token);
+      this.unpark(tracked);
+    });
     this.releasing.set(lease.token, done);
+    // On a coalescing store the removal waits for the end of the turn: until then the slot can be handed off.
+    if (this.store.withdrawRelease && !this.closed) {
+      let parked = this.handoffs.get(tracked.channelId);
+      if (!parked) this.handoffs.set(tracked.channelId, (parked = new Set()));
+      parked.add(tracked);
+    }
     return done;
+  }
+
+  private unpark(lease: Lease): void {
+    const parked = this.handoffs.get(lease.channelId);
+    if (parked?.delete(lease) && parked.size === 0) this.handoffs.delete(lease.channelId);
+  }
+
+  /** Channels with a released slot that can still be handed off (its removal not sent yet). */
+  handoffChannels(): IterableIterator<string> {
+    return this.handoffs.keys();
+  }
+
+  get hasHandoffs(): boolean {
+    return this.handoffs.size > 0;
+  }
+
+  /**
+   * Hands a released slot on `channelId` to a new holder without a store command: the store takes back the removal
+   * it had not sent, and the lease (same token, same expiry, renewed as before) is live again. Only for a slot whose
+   * lease has at least half a TTL left by the local estimate and whose channel's max is not below the one it was
+   * acquired under. Undefined when there is none.
+   */
+  takeOver(channelId: string, max: number): Lease | undefined {
+    const parked = this.handoffs.get(channelId);
+    if (!parked) return undefined;
+    const now = this.clock.now();
+    const healthy = this.ttl() / 2;
+    let taken: Lease | undefined;
+    for (const lease of parked) {
+      if (lease.expiresAt - now < healthy || max < lease.max) continue;
+      parked.delete(lease);
+      if (this.store.withdrawRelease!(lease)) {
+        taken = lease;
+        break;
+      }
+    }
+    if (parked.size === 0) this.handoffs.delete(channelId);
+    if (!taken) return undefined;
+    this.releasing.delete(taken.token);
+    this.live.set(taken.token, taken);
+    this.perChannel.set(channelId, this.localCount(channelId) + 1);
+    this.schedule();
+    return taken;
   }
 
   private forget(lease: Lease): void {
@@ -211,7 +269,6 @@ export class LeaseManager {
     this.timer.unref();
   }
 
-  /** Stops renewing and releases every live lease (graceful shutdown); waits for releases in flight. */
   /**
    * Stops renewing and releases every live lease (graceful shutdown). Waits for the releases up to `timeoutMs`; past
    * that, releases still retrying (Redis down) are left to their lease TTL, the final backstop.

@@ -69,6 +69,13 @@ export interface SlotStore {
   /** Removes the lease; true when it was there. Idempotent: a second release is a no-op returning false. */
   release(lease: LeaseRef): Promise<boolean>;
 
+  /**
+   * Takes back a release that has not been sent yet (a coalescing store holds the releases of one event-loop turn
+   * until the turn ends): the slot stays held under the same token and that release resolves true, as if removed.
+   * False when the release is already on its way (or the store sends every release at once: then it is absent).
+   */
+  withdrawRelease?(lease: LeaseRef): boolean;
+
   /** Extends every lease to now + leaseTtlMs; returns the leases that were missing (lost). Batches of ≤ 50. */
   renew(leases: readonly LeaseRef[], leaseTtlMs: number): Promise<LeaseRef[]>;
 

@@ -256,6 +256,119 @@ describe('admission on Redis', () => {
     );
     expect(c.acquire).toBeGreaterThanOrEqual(4);
   });
+
+  describe('slot handoff within one event-loop turn', () => {
+    const slotMembers = (id: string) => counter.client.zrange(store.keys.slots(id), 0, -1);
+
+    it('a slot released while a pass of this instance wants its channel passes to it with no Redis command', async () => {
+      await setup({ load_cache_ttl_ms: 5000 });
+      const candidates = bounded(1, 1);
+      const first = await admission.acquire({ candidates });
+      counter.reset();
+      // released and asked for in the same turn: the release is still queued when the pass runs
+      const released = first.release();
+      const second = await admission.acquire({ candidates });
+      await released;
+      expect(second.channel.id).toBe('ch0');
+      expect(second.token).toBe(first.token);
+      expect(counter.sent).toEqual([]);
+      expect(admission.stats().handoffs).toBe(1);
+      expect(await slotMembers('ch0')).toEqual([first.token]);
+      expect(admission.stats().liveLeases).toBe(1);
+      // the new holder's release removes the slot, exactly once
+      await second.release();
+      expect(counter.count('zrem')).toBe(1);
+      expect(await slotMembers('ch0')).toEqual([]);
+      expect(admission.stats().liveLeases).toBe(0);
+    });
+
+    it('a release awaited before the next pass goes to Redis: nothing is held back across turns', async () => {
+      await setup({ load_cache_ttl_ms: 5000 });
+      const candidates = bounded(1, 1);
+      const first = await admission.acquire({ candidates });
+      await first.release();
+      expect(await slotMembers('ch0')).toEqual([]);
+      const second = await admission.acquire({ candidates });
+      expect(second.token).not.toBe(first.token);
+      expect(admission.stats().handoffs).toBe(0);
+      await second.release();
+    });
+
+    it('no handoff onto a channel this instance has just put in cooldown', async () => {
+      await setup({ load_cache_ttl_ms: 5000, wait_enabled: false });
+      const candidates = bounded(1, 1);
+      const first = await admission.acquire({ candidates });
+      const released = first.release();
+      const cooled = admission.cooldown(candidates[0]!, { ms: 5_000 });
+      const err = await admission.acquire({ candidates }).catch((e: unknown) => e);
+      await Promise.all([released, cooled]);
+      expect(err).toBeInstanceOf(CapacityError);
+      expect(admission.stats().handoffs).toBe(0);
+      expect(await slotMembers('ch0')).toEqual([]);
+    });
+
+    it('no handoff past a lowered max concurrency: the slot is released and the pass asks Redis', async () => {
+      await setup({ load_cache_ttl_ms: 5000 });
+      const first = await admission.acquire({ candidates: [{ id: 'ch0', maxConcurrency: 2 }] });
+      const released = first.release();
+      const second = await admission.acquire({ candidates: [{ id: 'ch0', maxConcurrency: 1 }] });
+      await released;
+      expect(second.token).not.toBe(first.token);
+      expect(admission.stats().handoffs).toBe(0);
+      expect(await slotMembers('ch0')).toEqual([second.token]);
+      await second.release();
+    });
+
+    it('a handoff never skips a higher-priority tier with room', async () => {
+      await setup({ load_cache_ttl_ms: 5000 });
+      const low: Candidate = { id: 'low', maxConcurrency: 1, priority: 0 };
+      const high: Candidate = { id: 'high', maxConcurrency: 1, priority: 10 };
+      const first = await admission.acquire({ candidates: [low] });
+      const released = first.release();
+      const second = await admission.acquire({ candidates: [low, high] });
+      await released;
+      expect(second.channel.id).toBe('high');
+      expect(admission.stats().handoffs).toBe(0);
+      expect(await slotMembers('low')).toEqual([]);
+      await second.release();
+    });
+
+    it('a waiting request of this instance takes over a slot released on its channel', async () => {
+      await setup({ load_cache_ttl_ms: 5000, wait_interval_ms: 2000, wait_timeout_ms: 4000 });
+      const candidates = bounded(1, 1);
+      const holder = await admission.acquire({ candidates });
+      const waiting = admission.acquire({ candidates });
+      await expect.poll(() => admission.stats().channels.ch0?.waiting).toBe(1);
+      counter.reset();
+      const started = Date.now();
+      await holder.release();
+      const ticket = await waiting;
+      // woken at once (its poll interval is 2 s) and served by the handoff: no acquire or release command
+      expect(Date.now() - started).toBeLessThan(1000);
+      expect(ticket.token).toBe(holder.token);
+      expect(ticket.waitedMs).toBeGreaterThan(0);
+      expect(admission.stats().handoffs).toBe(1);
+      expect(counter.count('evalsha') + counter.count('eval')).toBe(0);
+      await expect.poll(() => counter.count('zrem')).toBe(1); // the waiter's registration, removed
+      await ticket.release();
+      expect(await slotMembers('ch0')).toEqual([]);
+    });
+
+    it('slot_handoff_enabled = false sends every release and every acquire', async () => {
+      await setup({ load_cache_ttl_ms: 5000, slot_handoff_enabled: false });
+      const candidates = bounded(1, 1);
+      const first = await admission.acquire({ candidates });
+      counter.reset();
+      const released = first.release();
+      const second = await admission.acquire({ candidates });
+      await released;
+      expect(second.token).not.toBe(first.token);
+      expect(admission.stats().handoffs).toBe(0);
+      expect(counter.count('zrem')).toBe(1);
+      expect(counter.count('evalsha')).toBe(1);
+      await second.release();
+    });
+  });
 });
 
 describe('load view fetch bound', () => {

@@ -84,19 +84,6 @@ async function acquire(targets: Target[], token: string, ttlMs: number, check = 
   return acquireMany([{ token, targets }], ttlMs, { check });
 }
 
-/** Raw release of several leases in one call: 1/0 per lease. */
-async function releaseMany(leases: [string, string][]): Promise<number[]> {
-  const index = new Map<string, number>();
-  const args: (string | number)[] = [];
-  for (const [id, token] of leases) {
-    const key = keys.slots(id);
-    if (!index.has(key)) index.set(key, index.size + 1);
-    args.push(index.get(key)!, token);
-  }
-  const reply = await scripts[SCRIPTS.release.name](index.size, ...index.keys(), ...args);
-  return (reply as (string | number)[]).map(Number);
-}
-
 /** Raw renew: leases as [channel, token]; returns the 1-based positions reported lost. */
 async function renew(leases: [string, string][], ttlMs: number): Promise<number[]> {
   const index = new Map<string, number>();
@@ -285,24 +272,6 @@ describe('acquire script: key expiry requests', () => {
     const pttl = await client.pttl(keys.slots('e'));
     expect(pttl).toBeGreaterThan(25_000);
     expect(pttl).toBeLessThanOrEqual(30_000);
-  });
-});
-
-describe('release script', () => {
-  it('removes several tokens over several keys and replies 1/0 per token', async () => {
-    await acquire([{ id: 'r1', max: 5 }], 't:1', 60_000);
-    await acquire([{ id: 'r1', max: 5 }], 't:2', 60_000);
-    await acquire([{ id: 'r2', max: 5 }], 't:3', 60_000);
-    expect(
-      await releaseMany([
-        ['r1', 't:1'],
-        ['r2', 't:3'],
-        ['r2', 'ghost'],
-        ['r1', 't:1'],
-      ]),
-    ).toEqual([1, 1, 0, 0]);
-    expect(await members(keys.slots('r1'))).toEqual(['t:2']);
-    expect(await client.exists(keys.slots('r2'))).toBe(0);
   });
 });
 

@@ -45,11 +45,6 @@ beforeAll(async () => {
   await store.acquireFirst([{ channelId: 'warm', max: 1 }], opts('warm:1'));
   await store.renew([{ channelId: 'warm', token: 'warm:1' }], 60_000);
   await store.registerWaiter('warm', 'warm:w', 1, 60_000);
-  // two releases in one turn use the release script
-  await Promise.all([
-    store.release({ channelId: 'warm', token: 'warm:1' }),
-    store.release({ channelId: 'warm', token: 'warm:2' }),
-  ]);
 });
 
 afterAll(async () => {
@@ -253,7 +248,7 @@ describe('RedisStore command cost (client and server side)', () => {
       expect(again.server).toEqual({ zrem: 1 });
     });
 
-    it('the acquires and releases of one turn go out as one pipeline: one script call each', async () => {
+    it('the releases and acquires of one turn go out as one pipeline: a ZREM each, then one acquire call', async () => {
       const held: LeaseRef[] = [];
       for (let i = 0; i < 10; i++) {
         held.push({ channelId: `co-${i}`, token: `h:${i}` });
@@ -278,12 +273,13 @@ describe('RedisStore command cost (client and server side)', () => {
         expect(acquired).toEqual(Array.from({ length: 10 }, () => ['acquired']));
         expect(released).toEqual(Array.from({ length: 10 }, () => true));
       });
-      expect(m.sent).toEqual(['evalsha', 'evalsha']);
-      expect(m.pipelines).toEqual([2]);
-      expect(m.counted).toEqual({ acquire: 1, release: 1 });
+      // the ten ZREMs first, then one acquire script call, in one pipeline
+      expect(m.sent).toEqual([...Array.from({ length: 10 }, () => 'zrem'), 'evalsha']);
+      expect(m.pipelines).toEqual([11]);
+      expect(m.counted).toEqual({ acquire: 1, release: 10 });
       // one TIME and one EXISTS over all 20 cooldown keys for the whole call; one ZCARD per channel tried
       expect(m.server).toEqual({
-        evalsha: 2,
+        evalsha: 1,
         zrem: 10,
         time: 1,
         exists: 1,
@@ -291,6 +287,24 @@ describe('RedisStore command cost (client and server side)', () => {
         zadd: 10,
         pexpire: 10,
       });
+    });
+
+    it('a release taken back in the same turn is never sent; once sent it can no longer be taken back', async () => {
+      await store.acquireFirst([{ channelId: 'wd', max: 2 }], opts('wd:1'));
+      await store.acquireFirst([{ channelId: 'wd', max: 2 }], opts('wd:2'));
+      const m = await measure(async () => {
+        const first = store.release({ channelId: 'wd', token: 'wd:1' });
+        const second = store.release({ channelId: 'wd', token: 'wd:2' });
+        expect(store.withdrawRelease({ channelId: 'wd', token: 'wd:1' })).toBe(true);
+        expect(store.withdrawRelease({ channelId: 'wd', token: 'wd:1' })).toBe(false);
+        expect(store.withdrawRelease({ channelId: 'other', token: 'wd:2' })).toBe(false);
+        expect(await first).toBe(true);
+        expect(await second).toBe(true);
+        expect(store.withdrawRelease({ channelId: 'wd', token: 'wd:2' })).toBe(false);
+      });
+      expect(m.sent).toEqual(['zrem']);
+      expect(m.counted).toEqual({ release: 1 });
+      expect(await cc.client.zrange(store.keys.slots('wd'), 0, -1)).toEqual(['wd:1']);
     });
 
     it('200 channels tried per acquire call at most: a larger turn is split into several calls', async () => {

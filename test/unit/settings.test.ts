@@ -15,11 +15,12 @@ import {
 } from '../../src/core/settings.js';
 import { MemoryStore } from '../../src/store/memory/memory-store.js';
 
-/** Spec §6, copied from the table: key → [default, min, max] (booleans: [default]). */
+/** Spec §6, copied from the table, plus slot_handoff_enabled (stage 4): key → [default, min, max] (booleans: [default]). */
 const SPEC_TABLE = {
   load_cache_enabled: [true],
   load_cache_ttl_ms: [200, 1, 5000],
   max_acquire_attempts: [8, 1, 100],
+  slot_handoff_enabled: [true],
   wait_enabled: [true],
   wait_timeout_ms: [5000, 0, 60000],
   wait_interval_ms: [100, 1, 5000],
@@ -50,7 +51,7 @@ function settingsError(fn: () => unknown): SettingsError {
 }
 
 describe('defaults', () => {
-  it('match the spec §6 table exactly: every key, no extra key, every default', () => {
+  it('match the spec §6 table (plus slot_handoff_enabled) exactly: every key, no extra key, every default', () => {
     const expected = Object.fromEntries(Object.entries(SPEC_TABLE).map(([k, v]) => [k, v[0]]));
     expect({ ...DEFAULT_SETTINGS }).toEqual(expected);
     expect([...SETTING_KEYS].sort()).toEqual(Object.keys(SPEC_TABLE).sort());

@@ -42,7 +42,7 @@ function slotgate(cache: boolean): Contender {
         purposes: () => {
           const stats = admission.stats();
           // commands by purpose, plus the load view's store reads (fetch rounds), which is not a command count
-          return { ...stats.commands, fetch_rounds: stats.loadView.fetches };
+          return { ...stats.commands, fetch_rounds: stats.loadView.fetches, handoffs: stats.handoffs };
         },
         async close() {
           await admission.close();

@@ -1,8 +1,7 @@
 /**
  * RedisStore: slots, waiters and cooldowns in Redis, shared by every instance. On a single node the acquires and the
- * releases of one event-loop turn are coalesced: one acquire script call for all of the turn's acquires and one
- * release call for its releases, written together in one pipeline (on Cluster: one script call per acquire and one
- * ZREM per release). Renewal and load reads are batched. Every failure or time-out surfaces as a
+ * releases of one event-loop turn are coalesced: one acquire script call for all of the turn's acquires, written
+ * in one pipeline behind the turn's release ZREMs (on Cluster: one script call per acquire, auto-pipelined). Renewal and load reads are batched. Every failure or time-out surfaces as a
  * StoreUnavailableError (the admission pass fails closed); nothing hangs past `timeoutMs` (plus the watchdog's
  * period, at most 100 ms).
  */
@@ -63,6 +62,8 @@ interface Queued<Req, Res> {
   request: Req;
   resolve: (value: Res) => void;
   reject: (err: unknown) => void;
+  /** A release taken back before the turn ended (withdrawRelease): not sent. */
+  withdrawn?: boolean;
 }
 
 /** A queued request's settlement, whatever its types. */
@@ -96,8 +97,6 @@ function acquireBatches(queue: readonly Queued<AcquireRequest, AcquireReply[]>[]
 
 /** Channels a coalesced acquire call may try in total (bounds the time one script holds Redis). */
 const MAX_ACQUIRE_WEIGHT = 200;
-/** Releases per coalesced release call. */
-const MAX_RELEASES = 100;
 /** Channels whose last key extension is remembered (cleared past this, like the key cache). */
 const EXTENDED_LIMIT = 10_000;
 
@@ -124,6 +123,8 @@ export class RedisStore implements SlotStore {
   private readonly acquireQueue: Queued<AcquireRequest, AcquireReply[]>[] = [];
   private readonly releaseQueue: Queued<LeaseRef, boolean>[] = [];
   private flushScheduled = false;
+  /** The queued releases by token, while they can still be withdrawn. */
+  private readonly unsent = new Map<string, Queued<LeaseRef, boolean>>();
 
   constructor(options: RedisStoreOptions) {
     if (!options.client && !options.url) throw new TypeError('RedisStore needs `url` or `client`');
@@ -224,11 +225,24 @@ export class RedisStore implements SlotStore {
   }
 
   async release(lease: LeaseRef): Promise<boolean> {
-    if (!this.isCluster) return this.enqueue(this.releaseQueue, lease);
+    if (!this.isCluster) {
+      const removed = this.enqueue(this.releaseQueue, lease);
+      this.unsent.set(lease.token, this.releaseQueue[this.releaseQueue.length - 1]!);
+      return removed;
+    }
     const removed = await this.run('release', 'release', 1, () =>
       this.client.zrem(this.keys.slots(lease.channelId), lease.token),
     );
     return removed === 1;
+  }
+
+  withdrawRelease(lease: LeaseRef): boolean {
+    const queued = this.unsent.get(lease.token);
+    if (!queued || queued.request.channelId !== lease.channelId) return false;
+    this.unsent.delete(lease.token);
+    queued.withdrawn = true;
+    queued.resolve(true);
+    return true;
   }
 
   private enqueue<Req, Res>(queue: Queued<Req, Res>[], request: Req): Promise<Res> {
@@ -244,29 +258,28 @@ export class RedisStore implements SlotStore {
 
   /**
    * Sends the releases and the acquires of one event-loop turn in one pipeline, written at once: the releases first
-   * (one ZREM, or one release script call for several), then the acquires (one script call per 200 channels
-   * tried). Each call is one command of its purpose and runs under the time bound like any other.
+   * (one ZREM each), then the acquires (one script call per 200 channels tried). Each command counts for its purpose
+   * and runs under the time bound like any other.
    */
   private readonly flush = (): void => {
     this.flushScheduled = false;
-    const releases = this.releaseQueue.splice(0);
+    const releases = this.releaseQueue.splice(0).filter((q) => !q.withdrawn);
+    this.unsent.clear();
     const acquires = this.acquireQueue.splice(0);
     const pipeline = this.client.pipeline();
     const commands = pipeline as unknown as ScriptPipeline;
     const calls: { purpose: Purpose; batch: Settler[]; parse: (value: unknown) => unknown[] }[] = [];
-    for (let i = 0; i < releases.length; i += MAX_RELEASES) {
-      const batch = releases.slice(i, i + MAX_RELEASES);
-      const parse = this.queueReleases(
-        commands,
-        batch.map((q) => q.request),
-      );
-      calls.push({ purpose: 'release', batch, parse });
+    // Releases as plain ZREMs (one command each, spec §11): cheaper for Redis than a script call carrying them.
+    for (const q of releases) {
+      commands.zrem(this.keys.slots(q.request.channelId), q.request.token);
+      calls.push({ purpose: 'release', batch: [q], parse: (removed) => [Number(removed) === 1] });
     }
     for (const batch of acquireBatches(acquires, MAX_ACQUIRE_WEIGHT)) {
       const call = this.acquireCall(batch.map((q) => q.request));
       commands[SCRIPTS.acquire.name](...call.args);
       calls.push({ purpose: 'acquire', batch, parse: call.parse });
     }
+    if (calls.length === 0) return; // every release of the turn was withdrawn
     const sent = pipeline.exec();
     calls.forEach(({ purpose, batch, parse }, at) => {
       const reply = this.run(purpose, purpose, 1, async () => {
@@ -280,30 +293,6 @@ export class RedisStore implements SlotStore {
       );
     });
   };
-
-  private queueReleases(
-    pipeline: ScriptPipeline,
-    leases: readonly LeaseRef[],
-  ): (value: unknown) => boolean[] {
-    if (leases.length === 1) {
-      pipeline.zrem(this.keys.slots(leases[0]!.channelId), leases[0]!.token);
-      return (removed) => [Number(removed) === 1];
-    }
-    const keys: string[] = [];
-    const index = new Map<string, number>();
-    const args: (string | number)[] = [];
-    for (const lease of leases) {
-      const key = this.keys.slots(lease.channelId);
-      let k = index.get(key);
-      if (k === undefined) {
-        index.set(key, (k = index.size + 1));
-        keys.push(key);
-      }
-      args.push(k, lease.token);
-    }
-    pipeline[SCRIPTS.release.name](keys.length, ...keys, ...args);
-    return (reply) => (reply as unknown[]).map((n) => Number(n) === 1);
-  }
 
   /**
    * The arguments of one acquire script call for a batch of requests, and the parser of its reply. A channel asks

@@ -14,7 +14,6 @@ function lua(name: string): string {
 
 export const SCRIPTS = {
   acquire: { name: `slotgate_${SCHEMA_VERSION}_acquire`, file: 'acquire', numberOfKeys: undefined },
-  release: { name: `slotgate_${SCHEMA_VERSION}_release`, file: 'release', numberOfKeys: undefined },
   renew: { name: `slotgate_${SCHEMA_VERSION}_renew`, file: 'renew', numberOfKeys: undefined },
   registerWaiter: {
     name: `slotgate_${SCHEMA_VERSION}_register_waiter`,
@@ -28,7 +27,6 @@ type Reply = unknown;
 export interface ScriptClient {
   /** numkeys, KEYS..., ARGV... */
   [SCRIPTS.acquire.name]: (...args: (string | number)[]) => Promise<Reply>;
-  [SCRIPTS.release.name]: (...args: (string | number)[]) => Promise<Reply>;
   [SCRIPTS.renew.name]: (...args: (string | number)[]) => Promise<Reply>;
   [SCRIPTS.registerWaiter.name]: (...args: (string | number)[]) => Promise<Reply>;
 }
