@@ -615,10 +615,11 @@ export class AdmissionEngine implements Admission {
       release: () => {
         released ??= (async () => {
           const removal = this.leases.release(lease);
+          // Counted as given back now: the removal goes out with this turn's commands, ahead of any later load read.
+          this.view.noteActive(channel.id, -1);
           // Woken now, a local waiter can take the slot over in this turn, or poll right behind the removal.
           this.waiters.wakeOne(channel.id);
           await removal;
-          this.view.noteActive(channel.id, -1);
         })();
         return released;
       },

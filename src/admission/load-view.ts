@@ -195,9 +195,10 @@ export class LoadView {
     const round: Round = (async () => {
       if (!(await this.fetchSlots.acquire(this.fetchTimeoutMs))) return null;
       this.counters.fetches++;
-      // What this instance does while the read is under way is not in its result: remember where we stood.
-      const bases = ids.map((id) => ({ ...(this.net.get(id) ?? ZERO) }));
-      const read = this.opts.store.readLoads(ids);
+      // What this instance does after the read goes out is not in its result: remember where we stood then.
+      const snapshot = () => ids.map((id) => ({ ...(this.net.get(id) ?? ZERO) }));
+      let bases = snapshot();
+      const read = this.opts.store.readLoads(ids, { onSent: () => (bases = snapshot()) });
       // The slot is held until the store call itself settles, so slow reads never pile up past the bound.
       void read.then(
         () => this.fetchSlots.release(),

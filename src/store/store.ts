@@ -46,6 +46,10 @@ export interface ChannelLoad {
   cooldownRemainingMs: number;
 }
 
+export interface ReadLoadsOptions {
+  onSent?: () => void;
+}
+
 export interface CooldownInfo {
   reason: string;
   /** -1 when the key has no expiry. */
@@ -86,8 +90,11 @@ export interface SlotStore {
   registerWaiter(channelId: string, token: string, maxWaiting: number, ttlMs: number): Promise<boolean>;
   unregisterWaiter(channelId: string, token: string): Promise<void>;
 
-  /** Live loads of the channels: one clock read, ≤ 50 channels per batch, read-only. */
-  readLoads(channelIds: readonly string[]): Promise<Map<string, ChannelLoad>>;
+  /**
+   * Live loads of the channels: one clock read, ≤ 50 channels per batch, read-only. `onSent` is called when the
+   * read goes out: it reflects every acquire and release of this store sent before that moment, and none after.
+   */
+  readLoads(channelIds: readonly string[], opts?: ReadLoadsOptions): Promise<Map<string, ChannelLoad>>;
 
   setCooldown(channelId: string, ms: number, reason: string): Promise<void>;
   clearCooldown(channelId: string): Promise<void>;

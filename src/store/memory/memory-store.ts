@@ -12,6 +12,7 @@ import {
   type CooldownInfo,
   type LeaseRef,
   type Purpose,
+  type ReadLoadsOptions,
   type SlotStore,
 } from '../store.js';
 
@@ -136,7 +137,8 @@ export class MemoryStore implements SlotStore {
     if (set && set.members.size === 0) this.waiters.delete(channelId);
   }
 
-  async readLoads(channelIds: readonly string[]): Promise<Map<string, ChannelLoad>> {
+  async readLoads(channelIds: readonly string[], opts?: ReadLoadsOptions): Promise<Map<string, ChannelLoad>> {
+    opts?.onSent?.();
     const loads = new Map<string, ChannelLoad>();
     const ids = [...new Set(channelIds)];
     if (ids.length === 0) return loads;

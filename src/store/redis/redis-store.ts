@@ -19,6 +19,7 @@ import {
   type CooldownInfo,
   type LeaseRef,
   type Purpose,
+  type ReadLoadsOptions,
   type SlotStore,
 } from '../store.js';
 import { KeyBuilder } from './keys.js';
@@ -123,6 +124,8 @@ export class RedisStore implements SlotStore {
   private readonly acquireQueue: Queued<AcquireRequest, AcquireReply[]>[] = [];
   private readonly releaseQueue: Queued<LeaseRef, boolean>[] = [];
   private flushScheduled = false;
+  /** Load reads waiting for this turn's flush to go out first. */
+  private readonly afterFlush: (() => void)[] = [];
   /** The queued releases by token, while they can still be withdrawn. */
   private readonly unsent = new Map<string, Queued<LeaseRef, boolean>>();
 
@@ -279,8 +282,13 @@ export class RedisStore implements SlotStore {
       commands[SCRIPTS.acquire.name](...call.args);
       calls.push({ purpose: 'acquire', batch, parse: call.parse });
     }
-    if (calls.length === 0) return; // every release of the turn was withdrawn
+    const waiting = this.afterFlush.splice(0);
+    if (calls.length === 0) {
+      for (const resolve of waiting) resolve();
+      return; // every release of the turn was withdrawn
+    }
     const sent = pipeline.exec();
+    for (const resolve of waiting) resolve();
     calls.forEach(({ purpose, batch, parse }, at) => {
       const reply = this.run(purpose, purpose, 1, async () => {
         const [err, value] = (await sent)![at]!;
@@ -405,9 +413,11 @@ export class RedisStore implements SlotStore {
    * clock); when that reading is a second old, TIME rides in the same round trip to refresh it — at most one clock
    * read per fetch. Only the very first read of a store spends an extra round trip on TIME.
    */
-  async readLoads(channelIds: readonly string[]): Promise<Map<string, ChannelLoad>> {
+  async readLoads(channelIds: readonly string[], opts?: ReadLoadsOptions): Promise<Map<string, ChannelLoad>> {
     const loads = new Map<string, ChannelLoad>();
     if (channelIds.length === 0) return loads;
+    // Behind this turn's acquires and releases, not ahead of them: the load view's correction counts them as sent.
+    if (this.flushScheduled) await new Promise<void>((resolve) => this.afterFlush.push(resolve));
     const ids = [...new Set(channelIds)];
     let seeded = false;
     if (this.redisClockOffset === undefined) {
@@ -422,6 +432,7 @@ export class RedisStore implements SlotStore {
     const withTime = !seeded && Date.now() - this.clockReadAt >= CLOCK_REFRESH_MS;
     if (withTime) this.clockReadAt = Date.now();
     const batches = chunk(ids, BATCH_SIZE);
+    opts?.onSent?.();
     const replies = await this.run('load_read', 'load_read', ids.length * 3 + (withTime ? 1 : 0), () =>
       Promise.all(batches.map((batch, i) => this.readBatch(batch, min, i === 0 && withTime))),
     );
