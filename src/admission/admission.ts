@@ -64,7 +64,7 @@ const WOKEN = Object.freeze({ woken: true });
 interface Prepared<C extends Candidate> {
   /** A copy of the array it was made from, and what each element looked like, to detect a caller mutating them. */
   source: readonly C[];
-  shape: readonly string[];
+  shape: readonly Shape[];
   candidates: C[];
   byTier: C[][];
   bounded: C[];
@@ -100,14 +100,31 @@ function validateCandidate(c: Candidate): void {
 }
 
 /** The fields the prepared structures depend on (weights and maxWaiting are read live). */
-function shapeOf(c: Candidate): string {
-  return `${c.id}\u0000${c.enabled !== false}\u0000${c.maxConcurrency ?? 0}\u0000${c.priority ?? 0}`;
+interface Shape {
+  id: string;
+  enabled: boolean;
+  max: number;
+  priority: number;
+}
+
+function shapeOf(c: Candidate): Shape {
+  return { id: c.id, enabled: c.enabled !== false, max: c.maxConcurrency ?? 0, priority: c.priority ?? 0 };
 }
 
 function unchanged<C extends Candidate>(p: Prepared<C>, given: readonly C[]): boolean {
   if (p.source.length !== given.length) return false;
   for (let i = 0; i < given.length; i++) {
-    if (p.source[i] !== given[i] || p.shape[i] !== shapeOf(given[i]!)) return false;
+    const c = given[i]!;
+    const s = p.shape[i]!;
+    if (
+      p.source[i] !== c ||
+      s.id !== c.id ||
+      s.enabled !== (c.enabled !== false) ||
+      s.max !== (c.maxConcurrency ?? 0) ||
+      s.priority !== (c.priority ?? 0)
+    ) {
+      return false;
+    }
   }
   return true;
 }
@@ -272,7 +289,13 @@ export class AdmissionEngine implements Admission {
       throw this.capacityError('full', candidates, [], settings);
     }
 
-    const loads = this.view.peek(ids) ?? (await this.withAbort(this.view.read(ids), signal));
+    let loads = this.view.peek(ids);
+    if (!loads) {
+      const read = await this.withAbort(this.view.read(ids), signal);
+      // Peeked again after the wait: the passes that waited for the same fetch resume one after another, and each
+      // must see the slots the ones before it just reserved (the read's result was built before any of them ran).
+      loads = this.view.peek(ids, false) ?? read;
+    }
     let budget = settings.max_acquire_attempts;
     /** Channels a waiter could queue on: found full, or skipped for lack of budget (never cooling ones). */
     const waitPool = new Set<C>();
@@ -326,7 +349,7 @@ export class AdmissionEngine implements Admission {
         }
         // Concurrent passes of this instance see the slot this pass expects to take, so they spread out.
         const expected = batch.find((b) => hasRoom(b, loads));
-        if (expected) this.view.noteActive(expected.id, 1);
+        if (expected) this.view.reserve(expected.id, 1);
         let outcome;
         try {
           outcome = await this.tryAcquire(batch, settings);
@@ -336,7 +359,7 @@ export class AdmissionEngine implements Admission {
           c ??= order.next();
           continue;
         } finally {
-          if (expected) this.view.noteActive(expected.id, -1);
+          if (expected) this.view.reserve(expected.id, -1);
         }
         if (signal?.aborted) {
           if (outcome.lease) void this.leases.release(outcome.lease);
@@ -548,7 +571,11 @@ export class AdmissionEngine implements Admission {
       return [registeredOn];
     }
     const ids = bounded.map((c) => c.id);
-    const loads = this.view.peek(ids) ?? (await this.view.read(ids));
+    let loads = this.view.peek(ids);
+    if (!loads) {
+      const read = await this.view.read(ids);
+      loads = this.view.peek(ids, false) ?? read; // as in the pass: see what waiters resumed before this one reserved
+    }
     let best: C | undefined;
     let bestRate = Infinity;
     for (const c of bounded) {

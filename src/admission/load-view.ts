@@ -54,10 +54,10 @@ export interface LoadViewCounters {
 interface Entry {
   load: ChannelLoad;
   fetchedAt: number;
-  /** This instance's running counters when the fetch was sent: what changed since is added to the fetched load. */
+  /** This instance's running counters when the read went out: what changed since is added to the fetched load. */
   base: LocalNet;
   /** The last corrected load handed out, reused while neither the snapshot nor the corrections changed. */
-  memo?: { source: ChannelLoad; da: number; dw: number; result: ChannelLoad };
+  memo?: { source: ChannelLoad; da: number; dw: number; r: number; result: ChannelLoad };
 }
 
 /** This instance's acquires minus releases, and waiter registrations minus removals, since it started. */
@@ -82,6 +82,8 @@ export class LoadView {
   };
   private readonly cache = new Map<string, Entry>();
   private readonly net = new Map<string, LocalNet>();
+  /** Slots passes of this instance are trying right now, by channel. */
+  private readonly reserved = new Map<string, number>();
   private readonly inflight = new Map<string, Round>();
   private readonly freshInflight = new Map<string, Round>();
   private readonly fetchSlots: Semaphore;
@@ -95,9 +97,10 @@ export class LoadView {
   /**
    * The loads, synchronously, when every channel has a fresh cached snapshot (a hit, counted as one); undefined
    * otherwise. Lets a pass order and reserve in one synchronous step, so concurrent passes of this instance see each
-   * other's reservations instead of all picking the same channel.
+   * other's reservations instead of all picking the same channel. `countHit` false: a re-read that is not a new
+   * selection (a pass that just waited for a fetch takes its loads again) is not counted as a hit.
    */
-  peek(ids: readonly string[]): Map<string, ChannelLoad> | undefined {
+  peek(ids: readonly string[], countHit = true): Map<string, ChannelLoad> | undefined {
     const settings = this.opts.settings();
     if (!settings.load_cache_enabled || ids.length === 0) return undefined;
     const now = this.opts.clock.now();
@@ -107,7 +110,7 @@ export class LoadView {
       if (!entry || now - entry.fetchedAt >= settings.load_cache_ttl_ms) return undefined;
       result.set(id, this.corrected(id, entry));
     }
-    this.counters.hits++;
+    if (countHit) this.counters.hits++;
     return result;
   }
 
@@ -195,7 +198,10 @@ export class LoadView {
     const round: Round = (async () => {
       if (!(await this.fetchSlots.acquire(this.fetchTimeoutMs))) return null;
       this.counters.fetches++;
-      // What this instance does after the read goes out is not in its result: remember where we stood then.
+      // The base is where this instance's counters stand when the read goes out (the store reports it): every release
+      // queued before then is out of the result and already counted; an acquire still in flight then is in the
+      // result and counted again when it is confirmed, so the view errs towards showing a channel fuller, never
+      // emptier, than it is (a reservation is never part of the base).
       const snapshot = () => ids.map((id) => ({ ...(this.net.get(id) ?? ZERO) }));
       let bases = snapshot();
       const read = this.opts.store.readLoads(ids, { onSent: () => (bases = snapshot()) });
@@ -243,9 +249,20 @@ export class LoadView {
     };
   }
 
-  /** Local correction: this instance took (+1) or gave back (-1) a slot on the channel. */
+  /** Local correction: this instance took (+1, when the store admitted it) or gave back (-1) a slot on the channel. */
   noteActive(id: string, change: 1 | -1): void {
     this.localNet(id).active += change;
+  }
+
+  /**
+   * A pass of this instance is about to try the channel (+1), or its try came back (-1): shown as taken meanwhile,
+   * so concurrent passes spread out. Kept apart from the counters a fetch's base is taken from: a reservation is
+   * never part of a fetched result.
+   */
+  reserve(id: string, change: 1 | -1): void {
+    const n = (this.reserved.get(id) ?? 0) + change;
+    if (n > 0) this.reserved.set(id, n);
+    else this.reserved.delete(id);
   }
 
   /** Local correction: this instance registered (+1) or removed (-1) a waiter on the channel. */
@@ -259,20 +276,22 @@ export class LoadView {
     return n;
   }
 
-  /** The cached load plus what this instance changed since the fetch was sent. */
+  /** The cached load plus what this instance changed since the read went out, plus its reservations. */
   private corrected(id: string, entry: Entry): ChannelLoad {
     const now = this.net.get(id) ?? ZERO;
+    const r = this.reserved.get(id) ?? 0;
     const da = now.active - entry.base.active;
     const dw = now.waiting - entry.base.waiting;
-    if (da === 0 && dw === 0) return entry.load;
+    if (da === 0 && dw === 0 && r === 0) return entry.load;
     const memo = entry.memo;
-    if (memo && memo.source === entry.load && memo.da === da && memo.dw === dw) return memo.result;
+    if (memo && memo.source === entry.load && memo.da === da && memo.dw === dw && memo.r === r)
+      return memo.result;
     const result = {
       ...entry.load,
-      active: Math.max(0, entry.load.active + da),
+      active: Math.max(0, entry.load.active + da) + r,
       waiting: Math.max(0, entry.load.waiting + dw),
     };
-    entry.memo = { source: entry.load, da, dw, result };
+    entry.memo = { source: entry.load, da, dw, r, result };
     return result;
   }
 

@@ -53,6 +53,20 @@ describe('admission on Redis', () => {
     expect(counter.count('zrem')).toBe(6);
   });
 
+  it("passes that waited for the same fetch see each other's reservations: no pass tries a channel already taken", async () => {
+    await setup({ load_cache_ttl_ms: 5000 });
+    const candidates = bounded(4, 2);
+    // a cold cache: all eight passes wait for one fetch, then resume one after another
+    const tickets = await Promise.all(Array.from({ length: 8 }, () => admission.acquire({ candidates })));
+    const perChannel = new Map<string, number>();
+    for (const t of tickets) perChannel.set(t.channel.id, (perChannel.get(t.channel.id) ?? 0) + 1);
+    expect([...perChannel.values()]).toEqual([2, 2, 2, 2]);
+    // every pass found room on the first channel it tried: eight attempts, no full reply
+    expect(admission.stats().acquireAttempts).toBe(8);
+    expect(admission.stats().loadView.fetches).toBe(1);
+    for (const t of tickets) await t.release();
+  });
+
   it('reading a channel set whose channels are cached costs nothing, whatever set they come in (item 1)', async () => {
     await setup({ load_cache_ttl_ms: 5000 });
     const view = admission.loadView;

@@ -67,9 +67,6 @@ interface Queued<Req, Res> {
   withdrawn?: boolean;
 }
 
-/** A queued request's settlement, whatever its types. */
-type Settler = Pick<Queued<never, never>, 'resolve' | 'reject'>;
-
 /** A pipeline with the scripts on it (ioredis copies the client's script commands onto every pipeline). */
 type ScriptPipeline = ScriptClient & { zrem(key: string, member: string): unknown };
 
@@ -177,14 +174,16 @@ export class RedisStore implements SlotStore {
         },
         (err: unknown) => {
           if (!this.pending.delete(op)) return; // already timed out: a late failure is expected, not unhandled
-          if (err instanceof StoreUnavailableError) return reject(err);
-          const message = err instanceof Error ? err.message : String(err);
-          reject(
-            new StoreUnavailableError(operation, `redis ${operation} failed: ${message}`, { cause: err }),
-          );
+          reject(err instanceof StoreUnavailableError ? err : this.failure(operation, err));
         },
       );
     });
+  }
+
+  /** A command's own error as the store reports it. */
+  private failure(operation: string, err: unknown): StoreUnavailableError {
+    const message = err instanceof Error ? err.message : String(err);
+    return new StoreUnavailableError(operation, `redis ${operation} failed: ${message}`, { cause: err });
   }
 
   /** Starts the watchdog while operations are in flight; it stops by itself when none are. */
@@ -211,32 +210,33 @@ export class RedisStore implements SlotStore {
     this.watchdog.unref();
   }
 
-  async acquireFirst(targets: readonly AcquireTarget[], opts: AcquireOptions): Promise<AcquireReply[]> {
-    if (targets.length === 0) return [];
+  acquireFirst(targets: readonly AcquireTarget[], opts: AcquireOptions): Promise<AcquireReply[]> {
+    if (targets.length === 0) return Promise.resolve([]);
     if (targets.length > this.maxChannelsPerAcquire) {
-      throw new RangeError(
-        `acquireFirst takes at most ${this.maxChannelsPerAcquire} channels per call on this store`,
+      return Promise.reject(
+        new RangeError(
+          `acquireFirst takes at most ${this.maxChannelsPerAcquire} channels per call on this store`,
+        ),
       );
     }
+    // (Not an async function: on the hot path every promise layer costs.)
     if (!this.isCluster) return this.enqueue(this.acquireQueue, { targets, opts });
     // Cluster: one channel per call, so every call stays within one hash slot; auto-pipelining batches per node.
     const call = this.acquireCall([{ targets, opts }]);
-    const reply = await this.run('acquire', 'acquire', 1, () =>
-      this.scripts[SCRIPTS.acquire.name](...call.args),
+    return this.run('acquire', 'acquire', 1, () => this.scripts[SCRIPTS.acquire.name](...call.args)).then(
+      (reply) => call.parse(reply)[0]!,
     );
-    return call.parse(reply)[0]!;
   }
 
-  async release(lease: LeaseRef): Promise<boolean> {
+  release(lease: LeaseRef): Promise<boolean> {
     if (!this.isCluster) {
       const removed = this.enqueue(this.releaseQueue, lease);
       this.unsent.set(lease.token, this.releaseQueue[this.releaseQueue.length - 1]!);
       return removed;
     }
-    const removed = await this.run('release', 'release', 1, () =>
+    return this.run('release', 'release', 1, () =>
       this.client.zrem(this.keys.slots(lease.channelId), lease.token),
-    );
-    return removed === 1;
+    ).then((removed) => removed === 1);
   }
 
   withdrawRelease(lease: LeaseRef): boolean {
@@ -271,32 +271,43 @@ export class RedisStore implements SlotStore {
     const acquires = this.acquireQueue.splice(0);
     const pipeline = this.client.pipeline();
     const commands = pipeline as unknown as ScriptPipeline;
-    const calls: { purpose: Purpose; batch: Settler[]; parse: (value: unknown) => unknown[] }[] = [];
     // Releases as plain ZREMs (one command each, spec §11): cheaper for Redis than a script call carrying them.
-    for (const q of releases) {
-      commands.zrem(this.keys.slots(q.request.channelId), q.request.token);
-      calls.push({ purpose: 'release', batch: [q], parse: (removed) => [Number(removed) === 1] });
-    }
-    for (const batch of acquireBatches(acquires, MAX_ACQUIRE_WEIGHT)) {
+    for (const q of releases) commands.zrem(this.keys.slots(q.request.channelId), q.request.token);
+    const batches = acquireBatches(acquires, MAX_ACQUIRE_WEIGHT);
+    const parsers = batches.map((batch) => {
       const call = this.acquireCall(batch.map((q) => q.request));
       commands[SCRIPTS.acquire.name](...call.args);
-      calls.push({ purpose: 'acquire', batch, parse: call.parse });
-    }
+      return call.parse;
+    });
     const waiting = this.afterFlush.splice(0);
-    if (calls.length === 0) {
+    if (releases.length === 0 && batches.length === 0) {
       for (const resolve of waiting) resolve();
       return; // every release of the turn was withdrawn
     }
-    const sent = pipeline.exec();
+    const sent = pipeline.exec() as Promise<[Error | null, unknown][]>;
     for (const resolve of waiting) resolve();
-    calls.forEach(({ purpose, batch, parse }, at) => {
-      const reply = this.run(purpose, purpose, 1, async () => {
-        const [err, value] = (await sent)![at]!;
-        if (err) throw err;
-        return parse(value);
-      });
-      reply.then(
-        (results) => batch.forEach((q, i) => q.resolve(results[i] as never)),
+    // One time bound for the turn's releases, one per acquire call; each command counted for its purpose.
+    if (releases.length > 0) {
+      this.run('release', 'release', releases.length, () => sent).then(
+        (results) =>
+          releases.forEach((q, i) => {
+            const [err, removed] = results[i]!;
+            if (err) q.reject(this.failure('release', err));
+            else q.resolve(Number(removed) === 1);
+          }),
+        (err: unknown) => releases.forEach((q) => q.reject(err)),
+      );
+    }
+    batches.forEach((batch, b) => {
+      const at = releases.length + b;
+      this.run('acquire', 'acquire', 1, () =>
+        sent.then((results) => {
+          const [err, value] = results[at]!;
+          if (err) throw err;
+          return parsers[b]!(value);
+        }),
+      ).then(
+        (results) => batch.forEach((q, i) => q.resolve(results[i]!)),
         (err: unknown) => batch.forEach((q) => q.reject(err)),
       );
     });
