@@ -31,9 +31,19 @@ function startUpstream(holdMs: number, keyToChannel: Map<string, string>): Promi
     const n = (current.get(id) ?? 0) + 1;
     current.set(id, n);
     if (n > (highest[id] ?? 0)) highest[id] = n;
-    setTimeout(() => {
-      // counted out before the answer leaves, so the gateway's release always follows this decrement
+    let out = false;
+    const countOut = () => {
+      if (out) return;
+      out = true;
       current.set(id, current.get(id)! - 1);
+    };
+    // A request the gateway gave up on (its client left, the connection is closed) is over for the upstream too: a
+    // gateway that aborted its call may hand the slot on at once.
+    res.once('close', countOut);
+    setTimeout(() => {
+      if (out) return;
+      // counted out before the answer leaves, so the gateway's release always follows this decrement
+      countOut();
       res.writeHead(200, { 'content-type': 'application/json' }).end(body);
     }, holdMs);
   });

@@ -459,3 +459,92 @@ describe('close', () => {
     expect(await activeIn('a')).toBe(0);
   });
 });
+
+describe('handoff (takeOver)', () => {
+  /** A store that holds releases until `send()`, like RedisStore holds a turn's releases, and can take them back. */
+  function coalescing() {
+    const queued = new Map<string, { lease: LeaseRef; resolve: (v: boolean) => void }>();
+    const store: SlotStore = {
+      ...stub({}),
+      release: (lease) =>
+        new Promise<boolean>((resolve) => queued.set(lease.token, { lease: { ...lease }, resolve })),
+      withdrawRelease: (lease) => {
+        const q = queued.get(lease.token);
+        if (!q) return false;
+        queued.delete(lease.token);
+        q.resolve(true);
+        return true;
+      },
+    };
+    const send = async () => {
+      for (const [token, q] of [...queued]) {
+        queued.delete(token);
+        q.resolve(await inner.release(q.lease));
+      }
+    };
+    return { store, send, queued };
+  }
+
+  it('takes over a released slot whose removal was not sent: same token, live again, nothing sent', async () => {
+    const { store, queued, send } = coalescing();
+    const m = manager({ store });
+    const lease = await take(m, 'a', 2);
+    const released = m.release(lease);
+    expect([...m.handoffChannels()]).toEqual(['a']);
+    expect(m.localCount('a')).toBe(0);
+    const taken = m.takeOver('a', 2);
+    expect(taken?.token).toBe(lease.token);
+    await released;
+    expect(queued.size).toBe(0);
+    expect(m.localCount('a')).toBe(1);
+    expect(m.hasHandoffs).toBe(false);
+    expect(await activeIn('a')).toBe(1);
+    // the new holder's release is a real one (not the old, already settled promise)
+    const again = m.release(taken!);
+    expect(queued.size).toBe(1);
+    expect(m.takeOver('a', 2)?.token).toBe(lease.token);
+    await again;
+    // and the last holder's release goes to the store
+    const last = m.release(lease);
+    await send();
+    await last;
+    expect(await activeIn('a')).toBe(0);
+    expect(m.size).toBe(0);
+  });
+
+  it('nothing to take once the removal is on its way, on another channel, or past a lowered max', async () => {
+    const { store, send } = coalescing();
+    const m = manager({ store });
+    const lease = await take(m, 'a', 2);
+    const released = m.release(lease);
+    expect(m.takeOver('b', 2)).toBeUndefined();
+    expect(m.takeOver('a', 1)).toBeUndefined(); // acquired under max 2: never carried past max 1
+    expect(m.hasHandoffs).toBe(true);
+    await send();
+    await released;
+    expect(m.hasHandoffs).toBe(false);
+    expect(m.takeOver('a', 2)).toBeUndefined();
+    expect(await activeIn('a')).toBe(0);
+  });
+
+  it('never hands off a lease with less than half a TTL left by the local estimate', async () => {
+    const { store, send } = coalescing();
+    const m = manager({ store });
+    const lease = await take(m, 'a', 2);
+    await clock.advance(31_000); // TTL 60 s, never renewed: 29 s left
+    const released = m.release(lease);
+    expect(m.takeOver('a', 2)).toBeUndefined();
+    await send();
+    await released;
+    expect(await activeIn('a')).toBe(0);
+  });
+
+  it('a store that sends every release at once offers no handoff', async () => {
+    const m = manager();
+    const lease = await take(m, 'a', 2);
+    const released = m.release(lease);
+    expect(m.hasHandoffs).toBe(false);
+    expect(m.takeOver('a', 2)).toBeUndefined();
+    await released;
+  });
+});
