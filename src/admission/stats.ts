@@ -19,7 +19,10 @@ export interface AdmissionStats {
   /** Store commands issued, by purpose (a script call counts as one). */
   commands: Record<Purpose, number>;
   outcomes: Record<Outcome, number>;
-  /** Bounded channels tried with the acquire script, and how many script calls carried them. */
+  /**
+   * Bounded channels tried with the acquire script, and how many acquire requests carried them (on one Redis node
+   * the requests of one event-loop turn share one script call: `commands.acquire` counts those calls).
+   */
   acquireAttempts: number;
   acquireCalls: number;
   /** Admissions served by a slot this instance released in the same turn, with no store command. */

@@ -109,7 +109,7 @@ export class GatewayMetrics {
     );
     engineCounter(
       'slotgate_acquire_calls_total',
-      'Acquire script calls (one may try several channels)',
+      'Acquire requests of admission passes (one may try several channels; on one Redis node the requests of one event-loop turn share one script call)',
       [],
       () => [[{}, admission().stats().acquireCalls]],
     );
