@@ -640,14 +640,20 @@ export class AdmissionEngine implements Admission {
       token: lease.token,
       waitedMs,
       release: () => {
-        released ??= (async () => {
+        if (!released) {
           const removal = this.leases.release(lease);
           // Counted as given back now: the removal goes out with this turn's commands, ahead of any later load read.
           this.view.noteActive(channel.id, -1);
           // Woken now, a local waiter can take the slot over in this turn, or poll right behind the removal.
           this.waiters.wakeOne(channel.id);
-          await removal;
-        })();
+          // With handoff on, on a store that sends the removals of a turn together, the slot is given back once its
+          // removal is queued: it goes out at the end of this turn (ahead of every later command of the store) or to
+          // a pass of this instance that takes it over, and a failure is retried in the background (LeaseManager).
+          // Resolving here lets the caller's next request, in this same turn, take the slot over with no Redis
+          // command. (Handoff off: resolved once Redis confirmed the removal, as before.)
+          released =
+            this.store.withdrawRelease && this.current.slot_handoff_enabled ? Promise.resolve() : removal;
+        }
         return released;
       },
     };

@@ -123,6 +123,8 @@ export class RedisStore implements SlotStore {
   private flushScheduled = false;
   /** Load reads waiting for this turn's flush to go out first. */
   private readonly afterFlush: (() => void)[] = [];
+  /** Tokens whose release was withdrawn in this turn (one handoff per slot and turn). */
+  private readonly withdrawnThisTurn = new Set<string>();
   /** The queued releases by token, while they can still be withdrawn. */
   private readonly unsent = new Map<string, Queued<LeaseRef, boolean>>();
 
@@ -242,6 +244,10 @@ export class RedisStore implements SlotStore {
   withdrawRelease(lease: LeaseRef): boolean {
     const queued = this.unsent.get(lease.token);
     if (!queued || queued.request.channelId !== lease.channelId) return false;
+    // Once per slot and turn: a caller that gives a slot back and takes it again in a loop would otherwise never
+    // yield to the event loop (every step a resolved promise); the second time round it goes through Redis.
+    if (this.withdrawnThisTurn.has(lease.token)) return false;
+    this.withdrawnThisTurn.add(lease.token);
     this.unsent.delete(lease.token);
     queued.withdrawn = true;
     queued.resolve(true);
@@ -268,6 +274,7 @@ export class RedisStore implements SlotStore {
     this.flushScheduled = false;
     const releases = this.releaseQueue.splice(0).filter((q) => !q.withdrawn);
     this.unsent.clear();
+    this.withdrawnThisTurn.clear();
     const acquires = this.acquireQueue.splice(0);
     const pipeline = this.client.pipeline();
     const commands = pipeline as unknown as ScriptPipeline;
