@@ -289,6 +289,13 @@ export class AdmissionEngine implements Admission {
       throw this.capacityError('full', candidates, [], settings);
     }
 
+    // A slot this instance released in this turn on a channel of the first tier is taken over before any load read:
+    // nothing ranks above that tier, and the handoff needs no load (cooling: the last snapshot and local cooldowns).
+    // (With the cache off, the rollback mode, every selection reads Redis first, as before the load view.)
+    if (settings.slot_handoff_enabled && settings.load_cache_enabled && this.leases.hasHandoffs) {
+      const handed = this.takeHandoff(prepared, this.view.peek(ids, false, true), (t) => t === 0, 0, signal);
+      if (handed) return handed;
+    }
     let loads = this.view.peek(ids);
     if (!loads) {
       const read = await this.withAbort(this.view.read(ids), signal);

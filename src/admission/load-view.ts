@@ -98,16 +98,17 @@ export class LoadView {
    * The loads, synchronously, when every channel has a fresh cached snapshot (a hit, counted as one); undefined
    * otherwise. Lets a pass order and reserve in one synchronous step, so concurrent passes of this instance see each
    * other's reservations instead of all picking the same channel. `countHit` false: a re-read that is not a new
-   * selection (a pass that just waited for a fetch takes its loads again) is not counted as a hit.
+   * selection (a pass that just waited for a fetch takes its loads again) is not counted as a hit. `anyAge`: the
+   * last snapshot whatever its age (only to skip cooling channels when no read is worth waiting for).
    */
-  peek(ids: readonly string[], countHit = true): Map<string, ChannelLoad> | undefined {
+  peek(ids: readonly string[], countHit = true, anyAge = false): Map<string, ChannelLoad> | undefined {
     const settings = this.opts.settings();
     if (!settings.load_cache_enabled || ids.length === 0) return undefined;
     const now = this.opts.clock.now();
     const result = new Map<string, ChannelLoad>();
     for (const id of ids) {
       const entry = this.cache.get(id);
-      if (!entry || now - entry.fetchedAt >= settings.load_cache_ttl_ms) return undefined;
+      if (!entry || (!anyAge && now - entry.fetchedAt >= settings.load_cache_ttl_ms)) return undefined;
       result.set(id, this.corrected(id, entry));
     }
     if (countHit) this.counters.hits++;

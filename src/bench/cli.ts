@@ -36,7 +36,7 @@ export function benchCommand(defaults: { out?: string } = {}): Command {
     .option('--only <ids>', 'scenarios to run, comma-separated: W1,W2,W3,W4,W1-75,scale,http (default: all)')
     .option(
       '--contenders <ids>',
-      'slotgate,slotgate-rollback,redis-semaphore,bottleneck (default: all that load; the peers need a source ' +
+      'slotgate,slotgate-no-handoff,slotgate-rollback,redis-semaphore,bottleneck (default: all that load; the peers need a source ' +
         'checkout with devDependencies)',
     )
     .option('-d, --duration <s>', 'seconds measured per W run', '10')

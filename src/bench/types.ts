@@ -48,7 +48,7 @@ export interface Session {
 }
 
 export interface Contender {
-  /** Short id used in flags and JSON: slotgate, slotgate-rollback, redis-semaphore, bottleneck. */
+  /** Short id used in flags and JSON: slotgate, slotgate-no-handoff, slotgate-rollback, redis-semaphore, bottleneck. */
   id: string;
   label: string;
   /** How it picks a channel and what it does when every candidate is full (printed in the legend). */

@@ -297,6 +297,20 @@ describe('admission on Redis', () => {
       expect(admission.stats().liveLeases).toBe(0);
     });
 
+    it('a handoff in the first tier needs no load read, even with the snapshot expired', async () => {
+      await setup({ load_cache_ttl_ms: 1 });
+      const candidates = bounded(2, 1);
+      const first = await admission.acquire({ candidates });
+      await sleep(5); // the snapshot is stale now: a selection would read Redis
+      counter.reset();
+      await first.release();
+      const second = await admission.acquire({ candidates });
+      expect(second.token).toBe(first.token);
+      expect(counter.sent).toEqual([]);
+      expect(admission.stats().handoffs).toBe(1);
+      await second.release();
+    });
+
     it('a slot passes on at most once per turn: a release-and-acquire loop reaches Redis the second time round', async () => {
       await setup({ load_cache_ttl_ms: 5000 });
       const candidates = bounded(1, 2);

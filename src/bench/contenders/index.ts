@@ -4,9 +4,13 @@
  * through tsx (`npm run bench`), with the peers installed as devDependencies.
  */
 import type { Contender } from '../types.js';
-import { slotgateContender, slotgateRollbackContender } from './slotgate.js';
+import { slotgateContender, slotgateNoHandoffContender, slotgateRollbackContender } from './slotgate.js';
 
-export const BUILT_IN: readonly Contender[] = [slotgateContender, slotgateRollbackContender];
+export const BUILT_IN: readonly Contender[] = [
+  slotgateContender,
+  slotgateNoHandoffContender,
+  slotgateRollbackContender,
+];
 export const PEER_IDS = ['redis-semaphore', 'bottleneck'] as const;
 export const ALL_IDS: readonly string[] = [...BUILT_IN.map((c) => c.id), ...PEER_IDS];
 

@@ -9,19 +9,29 @@ import { RedisStore } from '../../store/redis/redis-store.js';
 import type { BenchChannel, Contender, Session, SetupContext } from '../types.js';
 import { Refused } from '../types.js';
 
-function slotgate(cache: boolean): Contender {
+function slotgate(cache: boolean, handoff = true): Contender {
   return {
-    id: cache ? 'slotgate' : 'slotgate-rollback',
-    label: cache ? 'slotgate (cache on, defaults)' : 'slotgate rollback (load_cache_enabled=false)',
+    id: !handoff ? 'slotgate-no-handoff' : cache ? 'slotgate' : 'slotgate-rollback',
+    label: !handoff
+      ? 'slotgate, slot_handoff_enabled=false'
+      : cache
+        ? 'slotgate (cache on, defaults)'
+        : 'slotgate rollback (load_cache_enabled=false)',
     behaviour:
       'one pass per request over the whole candidate set, ordered by the load view' +
       (cache ? ' (200 ms cache)' : ' read from Redis on every pass') +
+      (handoff
+        ? '; a slot released in the same event-loop turn passes straight to the next request of the instance'
+        : '; no slot handoff: every admission goes through the acquire script') +
       '; when every tried channel is full it waits in the bounded per-channel queue ' +
       '(max waiting = max concurrency, up to 5 s); a full queue or a wait time-out is the 429',
     async setup(ctx: SetupContext): Promise<Session> {
       const client = ctx.client();
       const store = new RedisStore({ client, prefix: ctx.namespace });
-      const admission = createAdmission({ store, settings: { load_cache_enabled: cache } });
+      const admission = createAdmission({
+        store,
+        settings: { load_cache_enabled: cache, slot_handoff_enabled: handoff },
+      });
       // Candidate objects are built once per channel, as a gateway's registry does.
       const candidates = new Map<string, Candidate>(
         ctx.channels.map((c) => [c.id, { id: c.id, maxConcurrency: c.max }]),
@@ -56,3 +66,4 @@ function slotgate(cache: boolean): Contender {
 
 export const slotgateContender = slotgate(true);
 export const slotgateRollbackContender = slotgate(false);
+export const slotgateNoHandoffContender = slotgate(true, false);
