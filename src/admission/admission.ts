@@ -53,8 +53,12 @@ export interface Ticket<C extends Candidate> {
   token: string | undefined;
   /** Time spent in the wait queue (0 when admitted at once). */
   waitedMs: number;
-  /** Gives the slot back exactly once (idempotent), detached from any request cancellation. */
-  release(): Promise<void>;
+  /**
+   * Gives the slot back exactly once (idempotent), detached from any request cancellation. `handoff: false` when the
+   * work it guarded may still be running where the caller cannot see it (an upstream call aborted mid-flight): the
+   * slot then goes back through Redis, never straight to another request of this instance in the same turn.
+   */
+  release(options?: { handoff?: boolean }): Promise<void>;
 }
 
 const WAITER_TTL_MARGIN_MS = 2000;
@@ -646,9 +650,10 @@ export class AdmissionEngine implements Admission {
       channel,
       token: lease.token,
       waitedMs,
-      release: () => {
+      release: (options) => {
         if (!released) {
-          const removal = this.leases.release(lease);
+          const handoff = options?.handoff !== false && this.current.slot_handoff_enabled;
+          const removal = this.leases.release(lease, handoff);
           // Counted as given back now: the removal goes out with this turn's commands, ahead of any later load read.
           this.view.noteActive(channel.id, -1);
           // Woken now, a local waiter can take the slot over in this turn, or poll right behind the removal.
@@ -658,8 +663,7 @@ export class AdmissionEngine implements Admission {
           // a pass of this instance that takes it over, and a failure is retried in the background (LeaseManager).
           // Resolving here lets the caller's next request, in this same turn, take the slot over with no Redis
           // command. (Handoff off: resolved once Redis confirmed the removal, as before.)
-          released =
-            this.store.withdrawRelease && this.current.slot_handoff_enabled ? Promise.resolve() : removal;
+          released = this.store.withdrawRelease && handoff ? Promise.resolve() : removal;
         }
         return released;
       },

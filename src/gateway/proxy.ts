@@ -206,7 +206,9 @@ export async function proxyRequest(
     const release = () => {
       if (released) return;
       released = true;
-      void ticket.release();
+      // An upstream call aborted mid-flight may still be running at the upstream for a moment: its slot goes back
+      // through Redis instead of straight to the next request of this gateway.
+      void ticket.release({ handoff: !abort.signal.aborted });
     };
 
     let res: UpstreamResponse;

@@ -134,7 +134,7 @@ export class LeaseManager {
    * Releases a lease exactly once: it stops renewing at once, and the removal is retried with backoff until
    * confirmed or the lease has expired. Detached from any request cancellation; safe to call twice.
    */
-  release(lease: LeaseRef): Promise<void> {
+  release(lease: LeaseRef, handoff = true): Promise<void> {
     const pending = this.releasing.get(lease.token);
     if (pending) return pending;
     const tracked = this.live.get(lease.token);
@@ -147,7 +147,7 @@ export class LeaseManager {
     });
     this.releasing.set(lease.token, done);
     // On a coalescing store the removal waits for the end of the turn: until then the slot can be handed off.
-    if (this.store.withdrawRelease && !this.closed) {
+    if (handoff && this.store.withdrawRelease && !this.closed) {
       let parked = this.handoffs.get(tracked.channelId);
       if (!parked) this.handoffs.set(tracked.channelId, (parked = new Set()));
       parked.add(tracked);

@@ -404,6 +404,19 @@ describe('admission on Redis', () => {
       expect(await slotMembers('ch0')).toEqual([]);
     });
 
+    it('release({ handoff: false }) sends the slot back through Redis (a call aborted mid-flight)', async () => {
+      await setup({ load_cache_ttl_ms: 5000 });
+      const candidates = bounded(1, 1);
+      const first = await admission.acquire({ candidates });
+      const released = first.release({ handoff: false });
+      const second = await admission.acquire({ candidates });
+      await released;
+      expect(second.token).not.toBe(first.token);
+      expect(admission.stats().handoffs).toBe(0);
+      expect(await slotMembers('ch0')).toEqual([second.token]);
+      await second.release();
+    });
+
     it('slot_handoff_enabled = false sends every release and every acquire', async () => {
       await setup({ load_cache_ttl_ms: 5000, slot_handoff_enabled: false });
       const candidates = bounded(1, 1);
