@@ -296,12 +296,15 @@ export class AdmissionEngine implements Admission {
     // A slot this instance released in this turn on a channel of the first tier is taken over before any load read:
     // nothing ranks above that tier, and the handoff needs no load (cooling: the last snapshot and local cooldowns).
     // (With the cache off, the rollback mode, every selection reads Redis first, as before the load view.)
+    let firstTierChecked = false;
     if (settings.slot_handoff_enabled && settings.load_cache_enabled && this.leases.hasHandoffs) {
       const handed = this.takeHandoff(prepared, this.view.peek(ids, false, true), (t) => t === 0, 0, signal);
       if (handed) return handed;
+      firstTierChecked = true;
     }
     let loads = this.view.peek(ids);
     if (!loads) {
+      firstTierChecked = false; // slots may have been released while the read was under way
       const read = await this.withAbort(this.view.read(ids), signal);
       // Peeked again after the wait: the passes that waited for the same fetch resume one after another, and each
       // must see the slots the ones before it just reserved (the read's result was built before any of them ran).
@@ -317,7 +320,13 @@ export class AdmissionEngine implements Admission {
     for (let t = 0; t < byTier.length; t++) {
       const tier = byTier[t]!;
       // A slot this instance released in this turn, on a channel of this tier: taken over, no store command.
-      if (settings.slot_handoff_enabled && this.leases.hasHandoffs && !storeDown) {
+      // (The first tier was looked at before the loads, with no wait since: not twice.)
+      if (
+        settings.slot_handoff_enabled &&
+        this.leases.hasHandoffs &&
+        !storeDown &&
+        !(t === 0 && firstTierChecked)
+      ) {
         const handed = this.takeHandoff(prepared, loads, (tierOf) => tierOf === t, 0, signal);
         if (handed) return handed;
       }

@@ -3,7 +3,7 @@
  */
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { Redis } from 'ioredis';
-import { createAdmission, type AdmissionEngine } from '../../src/admission/admission.js';
+import { createAdmission, type AdmissionEngine, type Ticket } from '../../src/admission/admission.js';
 import { LoadView } from '../../src/admission/load-view.js';
 import { systemClock } from '../../src/core/clock.js';
 import { CapacityError, StoreUnavailableError } from '../../src/core/errors.js';
@@ -275,6 +275,20 @@ describe('admission on Redis', () => {
   describe('slot handoff within one event-loop turn', () => {
     const slotMembers = (id: string) => counter.client.zrange(store.keys.slots(id), 0, -1);
 
+    /** Gives `first` back and asks again in the same turn: the pass must reach Redis (a new token, no handoff). */
+    async function sentThroughRedis(
+      first: Ticket<Candidate>,
+      again: () => Promise<Ticket<Candidate>>,
+      options?: { handoff?: boolean },
+    ): Promise<Ticket<Candidate>> {
+      const released = first.release(options);
+      const second = await again();
+      await released;
+      expect(second.token).not.toBe(first.token);
+      expect(admission.stats().handoffs).toBe(0);
+      return second;
+    }
+
     it('a slot released while a pass of this instance wants its channel passes to it with no Redis command', async () => {
       await setup({ load_cache_ttl_ms: 5000 });
       const candidates = bounded(1, 1);
@@ -360,11 +374,9 @@ describe('admission on Redis', () => {
     it('no handoff past a lowered max concurrency: the slot is released and the pass asks Redis', async () => {
       await setup({ load_cache_ttl_ms: 5000 });
       const first = await admission.acquire({ candidates: [{ id: 'ch0', maxConcurrency: 2 }] });
-      const released = first.release();
-      const second = await admission.acquire({ candidates: [{ id: 'ch0', maxConcurrency: 1 }] });
-      await released;
-      expect(second.token).not.toBe(first.token);
-      expect(admission.stats().handoffs).toBe(0);
+      const second = await sentThroughRedis(first, () =>
+        admission.acquire({ candidates: [{ id: 'ch0', maxConcurrency: 1 }] }),
+      );
       expect(await slotMembers('ch0')).toEqual([second.token]);
       await second.release();
     });
@@ -408,11 +420,9 @@ describe('admission on Redis', () => {
       await setup({ load_cache_ttl_ms: 5000 });
       const candidates = bounded(1, 1);
       const first = await admission.acquire({ candidates });
-      const released = first.release({ handoff: false });
-      const second = await admission.acquire({ candidates });
-      await released;
-      expect(second.token).not.toBe(first.token);
-      expect(admission.stats().handoffs).toBe(0);
+      const second = await sentThroughRedis(first, () => admission.acquire({ candidates }), {
+        handoff: false,
+      });
       expect(await slotMembers('ch0')).toEqual([second.token]);
       await second.release();
     });
@@ -422,11 +432,7 @@ describe('admission on Redis', () => {
       const candidates = bounded(1, 1);
       const first = await admission.acquire({ candidates });
       counter.reset();
-      const released = first.release();
-      const second = await admission.acquire({ candidates });
-      await released;
-      expect(second.token).not.toBe(first.token);
-      expect(admission.stats().handoffs).toBe(0);
+      const second = await sentThroughRedis(first, () => admission.acquire({ candidates }));
       expect(counter.count('zrem')).toBe(1);
       expect(counter.count('evalsha')).toBe(1);
       await second.release();

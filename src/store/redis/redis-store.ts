@@ -1,9 +1,9 @@
 /**
  * RedisStore: slots, waiters and cooldowns in Redis, shared by every instance. On a single node the acquires and the
  * releases of one event-loop turn are coalesced: one acquire script call for all of the turn's acquires, written
- * in one pipeline behind the turn's release ZREMs (on Cluster: one script call per acquire, auto-pipelined). Renewal and load reads are batched. Every failure or time-out surfaces as a
- * StoreUnavailableError (the admission pass fails closed); nothing hangs past `timeoutMs` (plus the watchdog's
- * period, at most 100 ms).
+ * in one pipeline behind the turn's release ZREMs (on Cluster: one script call per acquire, auto-pipelined).
+ * Renewal and load reads are batched. Every failure or time-out surfaces as a StoreUnavailableError (the admission
+ * pass fails closed); nothing hangs past `timeoutMs` (plus the watchdog's period, at most 100 ms).
  */
 import { Redis } from 'ioredis';
 import type { Cluster, RedisOptions } from 'ioredis';
@@ -232,9 +232,7 @@ export class RedisStore implements SlotStore {
 
   release(lease: LeaseRef): Promise<boolean> {
     if (!this.isCluster) {
-      const removed = this.enqueue(this.releaseQueue, lease);
-      this.unsent.set(lease.token, this.releaseQueue[this.releaseQueue.length - 1]!);
-      return removed;
+      return this.enqueue(this.releaseQueue, lease, (queued) => this.unsent.set(lease.token, queued));
     }
     return this.run('release', 'release', 1, () =>
       this.client.zrem(this.keys.slots(lease.channelId), lease.token),
@@ -254,9 +252,15 @@ export class RedisStore implements SlotStore {
     return true;
   }
 
-  private enqueue<Req, Res>(queue: Queued<Req, Res>[], request: Req): Promise<Res> {
+  private enqueue<Req, Res>(
+    queue: Queued<Req, Res>[],
+    request: Req,
+    onQueued?: (queued: Queued<Req, Res>) => void,
+  ): Promise<Res> {
     return new Promise<Res>((resolve, reject) => {
-      queue.push({ request, resolve, reject });
+      const queued = { request, resolve, reject };
+      queue.push(queued);
+      onQueued?.(queued);
       if (this.flushScheduled) return;
       this.flushScheduled = true;
       // setImmediate runs once this turn's timers and I/O callbacks are done: every acquirer resumed by the same
