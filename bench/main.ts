@@ -4,6 +4,6 @@
  *
  *   npm run bench -- [--only W1,W4] [--duration 3] [--contenders slotgate,redis-semaphore] [--redis URL]
  */
-import { benchCommand } from '../src/bench/cli.js';
+import { benchCommand } from './cli.js';
 
 await benchCommand({ out: 'bench/results' }).parseAsync(process.argv);

@@ -8,11 +8,10 @@ import http from 'node:http';
 import os from 'node:os';
 import { performance } from 'node:perf_hooks';
 import { Agent, request } from 'undici';
-import { parseConfig } from '../src/gateway/config.js';
-import { createGateway } from '../src/gateway/server.js';
+import { createGateway, parseConfig } from 'slotgate-gateway';
 import { parseArgs } from 'node:util';
-import { percentile } from '../src/bench/load.js';
-import { fmt } from '../src/bench/report.js';
+import { percentile } from './load.js';
+import { fmt } from './report.js';
 
 const { values: flags } = parseArgs({
   options: {

@@ -7,7 +7,7 @@
  * that finds the local queue at highWater is dropped: that is the 429.
  */
 import Bottleneck from 'bottleneck';
-import { Refused, type Contender, type Session } from '../../src/bench/types.js';
+import { Refused, type Contender, type Session } from '../types.js';
 
 export const contender: Contender = {
   id: 'bottleneck',

@@ -4,7 +4,7 @@
  * every candidate refuses, the request is a 429 (the acquirer backs off 5 ms and retries, as with every contender).
  */
 import { Semaphore } from 'redis-semaphore';
-import { Refused, type Contender, type Session } from '../../src/bench/types.js';
+import { Refused, type Contender, type Session } from '../types.js';
 
 export const contender: Contender = {
   id: 'redis-semaphore',

@@ -1,5 +1,5 @@
-import { ManualClock } from '../../src/core/clock.js';
-import { MemoryStore } from '../../src/store/memory/memory-store.js';
+import { ManualClock } from '../../packages/slotgate/src/core/clock.js';
+import { MemoryStore } from '../../packages/slotgate/src/store/memory/memory-store.js';
 import { runStoreContract } from './store-contract.js';
 
 runStoreContract('MemoryStore', async () => {

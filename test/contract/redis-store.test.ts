@@ -1,5 +1,5 @@
 import { Redis } from 'ioredis';
-import { RedisStore } from '../../src/store/redis/redis-store.js';
+import { RedisStore } from '../../packages/slotgate/src/store/redis/redis-store.js';
 import { redisUrl, sleep, uniquePrefix } from '../helpers/redis.js';
 import { runStoreContract } from './store-contract.js';
 

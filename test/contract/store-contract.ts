@@ -3,7 +3,7 @@
  * `sleep` moves the store's time: a ManualClock for MemoryStore, real time for Redis (whose scripts read TIME).
  */
 import { describe, expect, it, beforeEach, afterEach } from 'vitest';
-import type { AcquireTarget, SlotStore } from '../../src/store/store.js';
+import type { AcquireTarget, SlotStore } from '../../packages/slotgate/src/store/store.js';
 
 export interface StoreFixture {
   store: SlotStore;

@@ -10,10 +10,10 @@
  * It exits at once when its stdin closes, so a parent that dies never leaves it behind.
  */
 import { createInterface } from 'node:readline';
-import { createAdmission } from '../../src/admission/admission.js';
-import { CapacityError } from '../../src/core/errors.js';
-import type { SettingsUpdate } from '../../src/core/settings.js';
-import { RedisStore } from '../../src/store/redis/redis-store.js';
+import { createAdmission } from '../../packages/slotgate/src/admission/admission.js';
+import { CapacityError } from '../../packages/slotgate/src/core/errors.js';
+import type { SettingsUpdate } from '../../packages/slotgate/src/core/settings.js';
+import { RedisStore } from '../../packages/slotgate/src/store/redis/redis-store.js';
 
 export interface AcquirerOptions {
   redisUrl: string;

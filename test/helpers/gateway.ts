@@ -13,8 +13,8 @@ import { Writable } from 'node:stream';
 import { afterAll, expect } from 'vitest';
 import { Redis } from 'ioredis';
 import { request as undiciRequest, type Dispatcher } from 'undici';
-import { createGateway, type Gateway, type GatewayOptions } from '../../src/gateway/server.js';
-import { parseConfig, type GatewayConfig } from '../../src/gateway/config.js';
+import { createGateway, type Gateway, type GatewayOptions } from '../../packages/gateway/src/server.js';
+import { parseConfig, type GatewayConfig } from '../../packages/gateway/src/config.js';
 import { redisUrl, sleep, uniquePrefix } from './redis.js';
 
 /** Secrets used by every gateway test config. None may ever appear in a response body, admin output or log line. */

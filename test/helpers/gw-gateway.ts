@@ -63,7 +63,10 @@ export function cleanEnv(extra: NodeJS.ProcessEnv = {}): NodeJS.ProcessEnv {
 
 export async function spawnGateway(opts: SpawnOptions = {}): Promise<GwProcess> {
   const port = opts.port ?? (await freePort());
-  const entry = opts.cli === 'dist' ? ['dist/cli/main.js'] : ['--import', 'tsx', 'src/cli/main.ts'];
+  const entry =
+    opts.cli === 'dist'
+      ? ['packages/gateway/dist/cli/main.js']
+      : ['--import', 'tsx', 'packages/gateway/src/cli/main.ts'];
   const args = [
     ...entry,
     'serve',

@@ -4,7 +4,7 @@
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { Redis } from 'ioredis';
-import { freePort, parseCommandstats } from '../../src/bench/redis.js';
+import { freePort, parseCommandstats } from '../../bench/redis.js';
 
 export const INSTALL_HINT =
   'redis-server was not found on PATH. The tests need a real Redis: install it with `apt-get install -y redis-server` ' +

@@ -5,7 +5,7 @@
 import { randomBytes } from 'node:crypto';
 import { inject } from 'vitest';
 import { Redis, type RedisOptions } from 'ioredis';
-import { defaultRedisOptions } from '../../src/store/redis/redis-store.js';
+import { defaultRedisOptions } from '../../packages/slotgate/src/store/redis/redis-store.js';
 
 export function redisUrl(): string {
   return inject('redisUrl');

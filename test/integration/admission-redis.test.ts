@@ -3,14 +3,18 @@
  */
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { Redis } from 'ioredis';
-import { createAdmission, type AdmissionEngine, type Ticket } from '../../src/admission/admission.js';
-import { LoadView } from '../../src/admission/load-view.js';
-import { systemClock } from '../../src/core/clock.js';
-import { CapacityError, StoreUnavailableError } from '../../src/core/errors.js';
-import { DEFAULT_SETTINGS, mergeSettings } from '../../src/core/settings.js';
-import type { Candidate } from '../../src/core/channel.js';
-import { RedisStore } from '../../src/store/redis/redis-store.js';
-import type { ChannelLoad, SlotStore } from '../../src/store/store.js';
+import {
+  createAdmission,
+  type AdmissionEngine,
+  type Ticket,
+} from '../../packages/slotgate/src/admission/admission.js';
+import { LoadView } from '../../packages/slotgate/src/admission/load-view.js';
+import { systemClock } from '../../packages/slotgate/src/core/clock.js';
+import { CapacityError, StoreUnavailableError } from '../../packages/slotgate/src/core/errors.js';
+import { admissionSettings } from '../../packages/slotgate/src/core/settings.js';
+import type { Candidate } from '../../packages/slotgate/src/core/channel.js';
+import { RedisStore } from '../../packages/slotgate/src/store/redis/redis-store.js';
+import type { ChannelLoad, SlotStore } from '../../packages/slotgate/src/store/store.js';
 import { countingClient, redisUrl, sleep, uniquePrefix, type CountingClient } from '../helpers/redis.js';
 import { RedisServer } from '../helpers/redis-server.js';
 
@@ -458,7 +462,7 @@ describe('load view fetch bound', () => {
     const view = new LoadView({
       store,
       clock: systemClock,
-      settings: () => mergeSettings(DEFAULT_SETTINGS, {}),
+      settings: () => admissionSettings.defaults,
       local: { active: (id) => (id === 'x' ? 3 : 0), waiting: () => 1, coolingMs: () => 0 },
       fetchTimeoutMs: 50,
     });

@@ -4,14 +4,14 @@
  * cannot pass vacuously); and the cross-process overlap sweep counts what it should.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ALL_IDS, loadContender } from '../../src/bench/contenders/index.js';
-import { highestOverlap } from '../../src/bench/load.js';
-import { openRedis, type RedisUnderTest } from '../../src/bench/redis.js';
-import { runBench } from '../../src/bench/bench.js';
-import { OversellError, runInProcess } from '../../src/bench/run.js';
-import { runScaleOut } from '../../src/bench/scale.js';
-import type { Scenario } from '../../src/bench/scenarios.js';
-import { Refused, type Contender } from '../../src/bench/types.js';
+import { ALL_IDS, loadContender } from '../../bench/contenders/index.js';
+import { highestOverlap } from '../../bench/load.js';
+import { openRedis, type RedisUnderTest } from '../../bench/redis.js';
+import { runBench } from '../../bench/bench.js';
+import { OversellError, runInProcess } from '../../bench/run.js';
+import { runScaleOut } from '../../bench/scale.js';
+import type { Scenario } from '../../bench/scenarios.js';
+import { Refused, type Contender } from '../../bench/types.js';
 import { redisUrl } from '../helpers/redis.js';
 
 const TINY: Scenario = {

@@ -9,10 +9,10 @@ import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
 import { fileURLToPath } from 'node:url';
 import { Redis } from 'ioredis';
-import { checkLeftovers, fixFindings, type Finding } from '../../src/store/redis/doctor.js';
-import { KeyBuilder } from '../../src/store/redis/keys.js';
-import { LeaseManager, type LeaseEvent } from '../../src/store/leases.js';
-import { RedisStore } from '../../src/store/redis/redis-store.js';
+import { checkLeftovers, fixFindings, type Finding } from '../../packages/slotgate/src/store/redis/doctor.js';
+import { KeyBuilder } from '../../packages/slotgate/src/store/redis/keys.js';
+import { LeaseManager, type LeaseEvent } from '../../packages/slotgate/src/store/leases.js';
+import { RedisStore } from '../../packages/slotgate/src/store/redis/redis-store.js';
 import { redisUrl, sleep, uniquePrefix } from '../helpers/redis.js';
 import { useCleanups } from '../helpers/cleanups.js';
 
@@ -78,7 +78,7 @@ function cli(...args: string[]): Promise<CliResult> {
   return new Promise((resolve) => {
     execFile(
       process.execPath,
-      ['--import', 'tsx', 'src/cli/main.ts', 'doctor', ...args],
+      ['--import', 'tsx', 'packages/gateway/src/cli/main.ts', 'doctor', ...args],
       { cwd: ROOT, timeout: 15_000 },
       (err, stdout, stderr) => {
         const code = err ? (typeof err.code === 'number' ? err.code : -1) : 0;

@@ -8,8 +8,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { Redis } from 'ioredis';
-import { loadConfigFile } from '../../src/gateway/config.js';
-import type { RedisStore } from '../../src/store/redis/redis-store.js';
+import { loadConfigFile } from '../../packages/gateway/src/config.js';
+import type { RedisStore } from '../../packages/slotgate/src/store/redis/redis-store.js';
 import {
   ADMIN,
   CLIENT,
@@ -285,11 +285,11 @@ describe('admin input', () => {
         );
       }
     }
-    expect(gw.gateway.admission.settings.retry_times).toBe(1);
+    expect(gw.gateway.settings.retry_times).toBe(1);
     expect(await (gw.gateway.store as RedisStore).readCooldown('m1')).toBeNull();
     // and the right one works
     for (const route of routes) expect((await inject(gw, { ...route, headers: ADMIN })).status).toBe(200);
-    expect(gw.gateway.admission.settings.retry_times).toBe(3);
+    expect(gw.gateway.settings.retry_times).toBe(3);
   });
 
   it('with no admin token configured, the admin API is closed', async () => {

@@ -9,7 +9,7 @@ import { connect } from 'node:net';
 import { promisify } from 'node:util';
 import { Redis } from 'ioredis';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { RedisStore } from '../../src/store/redis/redis-store.js';
+import { RedisStore } from '../../packages/slotgate/src/store/redis/redis-store.js';
 import {
   ROOT,
   cleanEnv,

@@ -5,7 +5,7 @@
  * the client gets the upstream's own status and body, never a slotgate 429 in its place.
  */
 import { beforeEach, describe, expect, it } from 'vitest';
-import type { RedisStore } from '../../src/store/redis/redis-store.js';
+import type { RedisStore } from '../../packages/slotgate/src/store/redis/redis-store.js';
 import { FakeUpstream, gate } from '../helpers/fake-upstream.js';
 import {
   ADMIN,

@@ -8,7 +8,7 @@ import { mkdtemp, rename, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { loadConfigFile } from '../../src/gateway/config.js';
+import { loadConfigFile } from '../../packages/gateway/src/config.js';
 import { FakeUpstream, gate, sseData } from '../helpers/fake-upstream.js';
 import {
   ADMIN,

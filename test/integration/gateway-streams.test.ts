@@ -5,7 +5,7 @@
  * that goes away frees its slot (or its waiter place) and aborts the upstream request; SSE passes through as it comes.
  */
 import { describe, expect, it } from 'vitest';
-import type { RedisStore } from '../../src/store/redis/redis-store.js';
+import type { RedisStore } from '../../packages/slotgate/src/store/redis/redis-store.js';
 import { FakeUpstream, gate, sseData } from '../helpers/fake-upstream.js';
 import {
   CLIENT,

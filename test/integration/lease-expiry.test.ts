@@ -7,8 +7,8 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
 import { fileURLToPath } from 'node:url';
 import { Redis } from 'ioredis';
-import { LeaseManager, type LeaseEvent } from '../../src/store/leases.js';
-import { RedisStore } from '../../src/store/redis/redis-store.js';
+import { LeaseManager, type LeaseEvent } from '../../packages/slotgate/src/store/leases.js';
+import { RedisStore } from '../../packages/slotgate/src/store/redis/redis-store.js';
 import { redisUrl, sleep, uniquePrefix } from '../helpers/redis.js';
 import { useCleanups } from '../helpers/cleanups.js';
 

@@ -6,9 +6,9 @@
  */
 import { describe, expect, it } from 'vitest';
 import { Redis } from 'ioredis';
-import { parseConfig } from '../../src/gateway/config.js';
-import { createGateway, type Gateway } from '../../src/gateway/server.js';
-import { PURPOSES } from '../../src/store/store.js';
+import { parseConfig } from '../../packages/gateway/src/config.js';
+import { createGateway, type Gateway } from '../../packages/gateway/src/server.js';
+import { PURPOSES } from '../../packages/slotgate/src/store/store.js';
 import { parsePrometheusText, select, valueOf, type Exposition } from '../helpers/prom-text.js';
 import { redisUrl, uniquePrefix } from '../helpers/redis.js';
 import { RedisServer } from '../helpers/redis-server.js';

@@ -10,7 +10,7 @@ import type { AddressInfo } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { Redis } from 'ioredis';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { RedisStore } from '../../src/store/redis/redis-store.js';
+import { RedisStore } from '../../packages/slotgate/src/store/redis/redis-store.js';
 import type { AcquirerOptions, AcquirerSummary } from '../helpers/acquirer.js';
 import { redisUrl, uniquePrefix } from '../helpers/redis.js';
 

@@ -5,9 +5,9 @@
  */
 import { describe, expect, it } from 'vitest';
 import { Redis } from 'ioredis';
-import { StoreUnavailableError } from '../../src/core/errors.js';
-import { LeaseManager, type LeaseEvent } from '../../src/store/leases.js';
-import { RedisStore } from '../../src/store/redis/redis-store.js';
+import { StoreUnavailableError } from '../../packages/slotgate/src/core/errors.js';
+import { LeaseManager, type LeaseEvent } from '../../packages/slotgate/src/store/leases.js';
+import { RedisStore } from '../../packages/slotgate/src/store/redis/redis-store.js';
 import { RedisServer } from '../helpers/redis-server.js';
 import { countingClient, sleep, uniquePrefix, type CountingClient } from '../helpers/redis.js';
 import { useCleanups } from '../helpers/cleanups.js';

@@ -5,8 +5,12 @@
  */
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { Redis } from 'ioredis';
-import { KeyBuilder } from '../../src/store/redis/keys.js';
-import { SCRIPTS, defineScripts, type ScriptClient } from '../../src/store/redis/scripts.js';
+import { KeyBuilder } from '../../packages/slotgate/src/store/redis/keys.js';
+import {
+  SCRIPTS,
+  defineScripts,
+  type ScriptClient,
+} from '../../packages/slotgate/src/store/redis/scripts.js';
 import { redisUrl, uniquePrefix } from '../helpers/redis.js';
 
 let client: Redis;

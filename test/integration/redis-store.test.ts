@@ -4,8 +4,13 @@
  * The per-operation numbers asserted here are the ones docs/redis.md lists.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { RedisStore } from '../../src/store/redis/redis-store.js';
-import { PURPOSES, emptyCounts, type LeaseRef, type Purpose } from '../../src/store/store.js';
+import { RedisStore } from '../../packages/slotgate/src/store/redis/redis-store.js';
+import {
+  PURPOSES,
+  emptyCounts,
+  type LeaseRef,
+  type Purpose,
+} from '../../packages/slotgate/src/store/store.js';
 import { RedisServer } from '../helpers/redis-server.js';
 import { countingClient, uniquePrefix, type CountingClient } from '../helpers/redis.js';
 

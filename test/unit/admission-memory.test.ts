@@ -10,14 +10,14 @@ import {
   type Admission,
   type AdmissionOptions,
   type Ticket,
-} from '../../src/admission/admission.js';
-import type { Candidate } from '../../src/core/channel.js';
-import { ManualClock } from '../../src/core/clock.js';
-import { CapacityError, NoChannelError } from '../../src/core/errors.js';
-import type { SettingsUpdate } from '../../src/core/settings.js';
-import { MemoryStore } from '../../src/store/memory/memory-store.js';
-import { PURPOSES } from '../../src/store/store.js';
-import { seededRandom as mulberry32 } from '../../src/core/order.js';
+} from '../../packages/slotgate/src/admission/admission.js';
+import type { Candidate } from '../../packages/slotgate/src/core/channel.js';
+import { ManualClock } from '../../packages/slotgate/src/core/clock.js';
+import { CapacityError, NoChannelError } from '../../packages/slotgate/src/core/errors.js';
+import type { SettingsUpdate } from '../../packages/slotgate/src/core/settings.js';
+import { MemoryStore } from '../../packages/slotgate/src/store/memory/memory-store.js';
+import { PURPOSES } from '../../packages/slotgate/src/store/store.js';
+import { seededRandom as mulberry32 } from '../../packages/slotgate/src/core/order.js';
 
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
@@ -545,7 +545,10 @@ describe('store failures with unlimited channels in the candidate set (I4)', () 
     const store = new MemoryStore();
     const admission = engine(store);
     store.acquireFirst = async () => {
-      throw new (await import('../../src/core/errors.js')).StoreUnavailableError('acquire', 'down');
+      throw new (await import('../../packages/slotgate/src/core/errors.js')).StoreUnavailableError(
+        'acquire',
+        'down',
+      );
     };
     const ticket = await admission.acquire({
       candidates: [

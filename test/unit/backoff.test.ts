@@ -2,8 +2,8 @@
  * Jittered exponential backoff of waiters (spec §5.2, §10 item 8, §11 "≤ 12 polls in 5 s").
  */
 import { describe, expect, it } from 'vitest';
-import { backoffCap, jitter, nextInterval } from '../../src/core/backoff.js';
-import { DEFAULT_SETTINGS } from '../../src/core/settings.js';
+import { backoffCap, jitter, nextInterval } from '../../packages/slotgate/src/core/backoff.js';
+import { DEFAULT_SETTINGS } from '../../packages/slotgate/src/core/settings.js';
 
 describe('jitter()', () => {
   it('200 samples for interval 100 ms with Math.random all lie in [50, 100)', () => {

@@ -1,12 +1,12 @@
 /**
- * docs/configuration.md stays in step with the config file schema (src/gateway/config.ts) and the settings table
- * (src/core/settings.ts): every key path of the schema, walked through its zod shape, must appear in the page as
+ * docs/configuration.md stays in step with the config file schema (packages/gateway/src/config.ts) and the settings
+ * table (packages/gateway/src/settings.ts): every key path of the schema, walked through its zod shape, must appear in the page as
  * `path` (list items as `channels[].id`), and the page's complete example must load with the real loader.
  */
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
-import { SETTING_KEYS } from '../../src/core/settings.js';
-import { configSchema, parseConfigText } from '../../src/gateway/config.js';
+import { configSchema, parseConfigText } from '../../packages/gateway/src/config.js';
+import { gatewaySettings } from '../../packages/gateway/src/settings.js';
 
 const DOC = readFileSync(new URL('../../docs/configuration.md', import.meta.url), 'utf8');
 
@@ -43,7 +43,7 @@ function keyPaths(schema: unknown, prefix = ''): string[] {
 }
 
 describe('docs/configuration.md', () => {
-  const paths = [...keyPaths(configSchema), ...SETTING_KEYS.map((k) => `settings.${k}`)];
+  const paths = [...keyPaths(configSchema), ...gatewaySettings.keys.map((k) => `settings.${k}`)];
 
   it('the schema walk finds the nested keys (so the next test cannot pass on an empty list)', () => {
     expect(paths).toEqual(

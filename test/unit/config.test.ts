@@ -1,6 +1,6 @@
 /** The config file schema: every problem in one report, secrets never echoed. */
 import { describe, expect, it } from 'vitest';
-import { ConfigError, parseConfig } from '../../src/gateway/config.js';
+import { ConfigError, parseConfig } from '../../packages/gateway/src/config.js';
 
 function problems(input: unknown, env: NodeJS.ProcessEnv = {}): string[] {
   try {

@@ -5,8 +5,8 @@
  */
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
-import { ERROR_CODES } from '../../src/core/errors.js';
-import { GATEWAY_ERRORS } from '../../src/gateway/http-errors.js';
+import { ERROR_CODES } from '../../packages/slotgate/src/core/errors.js';
+import { GATEWAY_ERRORS } from '../../packages/gateway/src/http-errors.js';
 
 const doc = readFileSync(new URL('../../docs/errors.md', import.meta.url), 'utf8');
 

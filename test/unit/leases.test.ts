@@ -4,16 +4,16 @@
  * with vitest's timers so nothing depends on wall time.
  */
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import { ManualClock } from '../../src/core/clock.js';
-import { StoreUnavailableError } from '../../src/core/errors.js';
+import { ManualClock } from '../../packages/slotgate/src/core/clock.js';
+import { StoreUnavailableError } from '../../packages/slotgate/src/core/errors.js';
 import {
   LeaseManager,
   type Lease,
   type LeaseEvent,
   type LeaseManagerOptions,
-} from '../../src/store/leases.js';
-import { MemoryStore } from '../../src/store/memory/memory-store.js';
-import type { AcquireTarget, LeaseRef, SlotStore } from '../../src/store/store.js';
+} from '../../packages/slotgate/src/store/leases.js';
+import { MemoryStore } from '../../packages/slotgate/src/store/memory/memory-store.js';
+import type { AcquireTarget, LeaseRef, SlotStore } from '../../packages/slotgate/src/store/store.js';
 
 let clock: ManualClock;
 let inner: MemoryStore;
@@ -67,6 +67,9 @@ function stub(overrides: Overrides): SlotStore {
     setCooldown: (...a) => inner.setCooldown(...a),
     clearCooldown: (id) => inner.clearCooldown(id),
     readCooldown: (id) => inner.readCooldown(id),
+    health: () => inner.health(),
+    sharedSettings: (o) => inner.sharedSettings(o),
+    presence: inner.presence,
     close: () => inner.close(),
   };
 }

@@ -4,7 +4,7 @@
  * (many standard deviations narrower than the gap to a wrong answer) that a broken weighting fails it.
  */
 import { describe, expect, it } from 'vitest';
-import type { Candidate } from '../../src/core/channel.js';
+import type { Candidate } from '../../packages/slotgate/src/core/channel.js';
 import {
   orderByLoad,
   seededRandom as mulberry32,
@@ -12,7 +12,7 @@ import {
   weightedPick,
   weightedShuffle,
   type Random,
-} from '../../src/core/order.js';
+} from '../../packages/slotgate/src/core/order.js';
 
 const ch = (id: string, extra: Partial<Candidate> = {}): Candidate => ({ id, ...extra });
 const ids = (cs: readonly Candidate[]) => cs.map((c) => c.id);

@@ -1,0 +1,66 @@
+/**
+ * slotgate itself: one admission engine per instance on a RedisStore, the whole candidate set offered to every pass
+ * (load-ordered, one acquire script per pass in the common case, bounded waiting when everything is full).
+ */
+import { CapacityError, RedisStore, createAdmission, type Candidate } from 'slotgate';
+import type { BenchChannel, Contender, Session, SetupContext } from '../types.js';
+import { Refused } from '../types.js';
+
+function slotgate(cache: boolean, handoff = true): Contender {
+  return {
+    id: !handoff ? 'slotgate-no-handoff' : cache ? 'slotgate' : 'slotgate-rollback',
+    label: !handoff
+      ? 'slotgate, slot_handoff_enabled=false'
+      : cache
+        ? 'slotgate (cache on, defaults)'
+        : 'slotgate rollback (load_cache_enabled=false)',
+    behaviour:
+      'one pass per request over the whole candidate set, ordered by the load view' +
+      (cache ? ' (200 ms cache)' : ' read from Redis on every pass') +
+      (handoff
+        ? '; a slot released in the same event-loop turn passes straight to the next request of the instance'
+        : '; no slot handoff: every admission goes through the acquire script') +
+      '; when every tried channel is full it waits in the bounded per-channel queue ' +
+      '(max waiting = max concurrency, up to 5 s); a full queue or a wait time-out is the 429',
+    async setup(ctx: SetupContext): Promise<Session> {
+      const client = ctx.client();
+      const store = new RedisStore({ client, prefix: ctx.namespace });
+      const admission = createAdmission({
+        store,
+        settings: { load_cache_enabled: cache, slot_handoff_enabled: handoff },
+      });
+      // Candidate objects are built once per channel, as a gateway's registry does.
+      const candidates = new Map<string, Candidate>(
+        ctx.channels.map((c) => [c.id, { id: c.id, maxConcurrency: c.max }]),
+      );
+      const sets = new WeakMap<readonly BenchChannel[], Candidate[]>();
+      return {
+        async acquire(set) {
+          let list = sets.get(set);
+          if (!list) sets.set(set, (list = set.map((c) => candidates.get(c.id)!)));
+          try {
+            const ticket = await admission.acquire({ candidates: list });
+            return { channel: ticket.channel.id, release: () => ticket.release() };
+          } catch (err) {
+            if (err instanceof CapacityError) throw new Refused(err.reason);
+            throw err;
+          }
+        },
+        purposes: () => {
+          const stats = admission.stats();
+          // commands by purpose, plus the load view's store reads (fetch rounds), which is not a command count
+          return { ...stats.commands, fetch_rounds: stats.loadView.fetches, handoffs: stats.handoffs };
+        },
+        async close() {
+          await admission.close();
+          await store.close();
+          await client.quit().catch(() => client.disconnect());
+        },
+      };
+    },
+  };
+}
+
+export const slotgateContender = slotgate(true);
+export const slotgateRollbackContender = slotgate(false);
+export const slotgateNoHandoffContender = slotgate(true, false);

@@ -1,0 +1,247 @@
+/**
+ * The Redis the benchmark measures — a private redis-server on a free port (`--save '' --appendonly no`), or one
+ * given by URL — and the two instruments on it: server-side deltas from INFO (commandstats, which counts the
+ * commands run inside Lua scripts too, and used_cpu_user + used_cpu_sys), and client-side round trips (socket
+ * writes of every ioredis client the contenders open).
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { createServer } from 'node:net';
+import { Redis } from 'ioredis';
+import { defaultRedisOptions } from '../packages/slotgate/src/store/redis/redis-store.js';
+
+export interface ServerSnapshot {
+  /** calls per command name (INFO commandstats) */
+  commands: Record<string, number>;
+  /** used_cpu_user + used_cpu_sys, seconds */
+  cpuSeconds: number;
+  at: number;
+}
+
+export interface RedisUnderTest {
+  url: string;
+  /** e.g. "private redis-server 7.0.15 on 127.0.0.1 (this machine)" */
+  label: string;
+  version: string;
+  /** A private server: nothing else talks to it, so INFO deltas are the contenders' alone. */
+  isPrivate: boolean;
+  snapshot(): Promise<ServerSnapshot>;
+  /** Deletes the keys a run left behind (outside any measurement window). */
+  cleanup(namespace: string): Promise<void>;
+  close(): Promise<void>;
+}
+
+/** A port nobody listens on right now (the OS picks it). */
+export function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.unref();
+    server.on('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const address = server.address();
+      const port = typeof address === 'object' && address ? address.port : 0;
+      server.close(() => resolve(port));
+    });
+  });
+}
+
+async function startPrivateServer(): Promise<{ url: string; child: ChildProcess }> {
+  const port = await freePort();
+  const child = spawn(
+    'redis-server',
+    ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'],
+    { stdio: 'ignore' },
+  );
+  const failed = new Promise<never>((_, reject) =>
+    child.once('error', (err) =>
+      reject(
+        new Error(
+          `cannot start redis-server (${err.message}): install it (apt-get install -y redis-server, brew install redis) ` +
+            'or pass --redis URL / REDIS_URL',
+          { cause: err },
+        ),
+      ),
+    ),
+  );
+  failed.catch(() => {});
+  const url = `redis://127.0.0.1:${port}`;
+  const deadline = Date.now() + 5000;
+  for (;;) {
+    const probe = new Redis(url, { lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null });
+    probe.on('error', () => {});
+    try {
+      await Promise.race([probe.connect().then(() => probe.ping()), failed]);
+      return { url, child };
+    } catch (err) {
+      if (
+        Date.now() > deadline ||
+        child.exitCode !== null ||
+        (err as Error).message.startsWith('cannot start')
+      )
+        throw err;
+      await new Promise((r) => setTimeout(r, 25));
+    } finally {
+      probe.disconnect();
+    }
+  }
+}
+
+export function parseCommandstats(info: string): Record<string, number> {
+  const stats: Record<string, number> = {};
+  for (const line of info.split('\n')) {
+    const m = /^cmdstat_([^:]+):calls=(\d+)/.exec(line.trim());
+    if (m) stats[m[1]!] = Number(m[2]);
+  }
+  return stats;
+}
+
+export async function openRedis(url?: string): Promise<RedisUnderTest> {
+  let child: ChildProcess | undefined;
+  if (!url) ({ url, child } = await startPrivateServer());
+  const admin = new Redis(url, { maxRetriesPerRequest: 1 });
+  const server = await admin.info('server');
+  const version = /redis_version:(\S+)/.exec(server)?.[1] ?? '?';
+  const host = new URL(url).hostname;
+  return {
+    url,
+    version,
+    isPrivate: child !== undefined,
+    label: child
+      ? `private redis-server ${version} on 127.0.0.1 (same machine)`
+      : `redis ${version} at ${host} (given URL; other clients' traffic would count too)`,
+    async snapshot() {
+      const [stats, cpu] = await Promise.all([admin.info('commandstats'), admin.info('cpu')]);
+      const user = Number(/used_cpu_user:([\d.]+)/.exec(cpu)?.[1] ?? 0);
+      const sys = Number(/used_cpu_sys:([\d.]+)/.exec(cpu)?.[1] ?? 0);
+      return { commands: parseCommandstats(stats), cpuSeconds: user + sys, at: performance.now() };
+    },
+    async cleanup(namespace) {
+      if (child) {
+        await admin.flushall();
+        return;
+      }
+      let cursor = '0';
+      do {
+        const [next, keys] = await admin.scan(cursor, 'MATCH', `*${namespace}*`, 'COUNT', 1000);
+        cursor = next;
+        if (keys.length) await admin.del(...keys);
+      } while (cursor !== '0');
+    },
+    async close() {
+      admin.disconnect();
+      if (child && child.exitCode === null) {
+        const exited = new Promise((resolve) => child.once('exit', resolve));
+        child.kill('SIGKILL');
+        await exited;
+      }
+    },
+  };
+}
+
+/** Server-side commands between two snapshots, without the INFO calls the measurement itself made. */
+export function commandDelta(before: ServerSnapshot, after: ServerSnapshot): Record<string, number> {
+  const delta: Record<string, number> = {};
+  for (const [name, calls] of Object.entries(after.commands)) {
+    const d = calls - (before.commands[name] ?? 0);
+    if (d > 0 && name !== 'info') delta[name] = d;
+  }
+  return delta;
+}
+
+/**
+ * Counts, on every ioredis client a contender opens, two things:
+ *
+ * - `requests` (the round trips the contender's code asks for): each command method it calls counts 1 (a Lua script
+ *   defined with defineCommand too), and each explicit pipeline or MULTI counts 1 when it is executed, however many
+ *   commands it carries. What the client does by itself (ready check, NOSCRIPT → EVAL retry, auto-pipeline flushes)
+ *   is not counted. This is independent of how the event loop happens to batch concurrent requests.
+ * - `writes` (socket writes): ioredis writes each command, pipeline and auto-pipelined batch with one `write`, so this
+ *   is the number of request flights actually sent; with auto-pipelining, concurrent requests of many acquirers share
+ *   one write, so writes per admission falls as concurrency rises.
+ *
+ * The hooks sit on the client instance (and on every socket it opens) and on clients made with `duplicate()`
+ * (Bottleneck's subscriber, slotgate's settings subscriber).
+ */
+export class RoundTripCounter {
+  requests = 0;
+  writes = 0;
+  private readonly wrapped = new WeakSet<object>();
+  /** > 0 while a counted command method runs: pipelines created then are ioredis's own auto-pipelines. */
+  private depth = 0;
+
+  watch(client: Redis): Redis {
+    const wrapSocket = () => {
+      const stream = (client as unknown as { stream?: { write: (...args: unknown[]) => boolean } }).stream;
+      if (!stream || this.wrapped.has(stream)) return;
+      this.wrapped.add(stream);
+      const write = stream.write.bind(stream);
+      stream.write = (...args: unknown[]) => {
+        this.writes++;
+        return write(...args);
+      };
+    };
+    client.on('connect', wrapSocket);
+    wrapSocket();
+
+    // Arrow functions keep the counter's `this`; the wrappers below are plain functions so they keep the caller's.
+    const enter = () => {
+      if (this.depth === 0) this.requests++; // nested: ioredis running the same command on its pipeline
+      this.depth++;
+    };
+    const leave = () => void this.depth--;
+    const executed = () => void this.requests++;
+    const topLevel = () => this.depth === 0;
+    const methods = client as unknown as Record<string, (...args: unknown[]) => unknown>;
+    const count = (name: string) => {
+      const original = methods[name];
+      if (typeof original !== 'function') return;
+      methods[name] = function (this: unknown, ...args: unknown[]) {
+        enter();
+        try {
+          return original.apply(this, args);
+        } finally {
+          leave();
+        }
+      };
+    };
+    // Not sendCommand: the command methods call it, so counting it would count twice.
+    for (const name of [...client.getBuiltinCommands(), 'call']) {
+      if (name === 'multi' || name === 'exec') continue; // counted once per transaction, below
+      count(name);
+      count(`${name}Buffer`);
+    }
+    for (const name of ['pipeline', 'multi'] as const) {
+      const original = methods[name]!;
+      methods[name] = function (this: unknown, ...args: unknown[]) {
+        const pipeline = original.apply(this, args) as { exec: (...a: unknown[]) => unknown };
+        if (topLevel()) {
+          const exec = pipeline.exec;
+          pipeline.exec = function (this: unknown, ...a: unknown[]) {
+            executed();
+            return exec.apply(this, a);
+          };
+        }
+        return pipeline;
+      };
+    }
+    const defineCommand = client.defineCommand.bind(client);
+    client.defineCommand = (name, definition) => {
+      defineCommand(name, definition);
+      count(name);
+      count(`${name}Buffer`);
+    };
+    const duplicate = client.duplicate.bind(client);
+    client.duplicate = (...args: Parameters<Redis['duplicate']>) => this.watch(duplicate(...args));
+    return client;
+  }
+
+  snapshot(): { requests: number; writes: number } {
+    return { requests: this.requests, writes: this.writes };
+  }
+
+  /** A new client with slotgate's RedisStore options, counted. */
+  client(url: string): Redis {
+    const client = new Redis(url, defaultRedisOptions());
+    client.on('error', () => {}); // surfaced per command
+    return this.watch(client);
+  }
+}

@@ -1,0 +1,77 @@
+/**
+ * The channel registry: the configured channels as admission candidates, indexed by (group, model). Rebuilt whole
+ * on every config reload and swapped in one assignment, so a request sees one consistent version.
+ */
+import type { Candidate } from 'slotgate';
+import type { ChannelConfig, TokenConfig } from './config.js';
+
+export interface GatewayChannel extends Candidate {
+  id: string;
+  maxConcurrency: number;
+  priority: number;
+  weight: number;
+  enabled: boolean;
+  config: ChannelConfig;
+}
+
+export class ChannelRegistry {
+  readonly channels: readonly GatewayChannel[];
+  private readonly byId = new Map<string, GatewayChannel>();
+  private readonly index = new Map<string, GatewayChannel[]>();
+  private readonly wildcard = new Map<string, GatewayChannel[]>();
+  private readonly tokens = new Map<string, TokenConfig>();
+
+  constructor(channels: readonly ChannelConfig[], tokens: readonly TokenConfig[]) {
+    this.channels = channels.map((config) => ({
+      id: config.id,
+      maxConcurrency: config.max_concurrency,
+      priority: config.priority,
+      weight: config.weight,
+      enabled: config.enabled,
+      ...(config.max_waiting !== undefined ? { maxWaiting: config.max_waiting } : {}),
+      config,
+    }));
+    for (const channel of this.channels) {
+      this.byId.set(channel.id, channel);
+      if (!channel.enabled) continue;
+      for (const group of channel.config.groups) {
+        for (const model of channel.config.models) {
+          const map = model === '*' ? this.wildcard : this.index;
+          const key = model === '*' ? group : `${group}\u0000${model}`;
+          const list = map.get(key);
+          if (list) list.push(channel);
+          else map.set(key, [channel]);
+        }
+      }
+    }
+    for (const token of tokens) this.tokens.set(token.key, token);
+  }
+
+  get(id: string): GatewayChannel | undefined {
+    return this.byId.get(id);
+  }
+
+  /** The enabled channels serving `model` for `group` (exact model names, then `*` channels). */
+  candidates(group: string, model: string): GatewayChannel[] {
+    const exact = this.index.get(`${group}\u0000${model}`) ?? [];
+    const any = this.wildcard.get(group) ?? [];
+    if (any.length === 0) return exact;
+    return [...new Set([...exact, ...any])];
+  }
+
+  /** The model names the group can use (wildcard channels add nothing nameable). */
+  models(group: string): string[] {
+    const names = new Set<string>();
+    for (const channel of this.channels) {
+      if (!channel.enabled || !channel.config.groups.includes(group)) continue;
+      for (const model of channel.config.models) if (model !== '*') names.add(model);
+    }
+    return [...names].sort();
+  }
+
+  /** The token's config, or undefined. With no tokens configured, auth is off and callers are in `default`. */
+  authenticate(key: string | undefined): TokenConfig | undefined {
+    if (this.tokens.size === 0) return { key: '', name: 'anonymous', group: 'default' };
+    return key ? this.tokens.get(key) : undefined;
+  }
+}

@@ -1,0 +1,36 @@
+#!/usr/bin/env node
+/** The `slotgate` command line (spec §13). */
+import { Command } from 'commander';
+import { doctor } from './doctor.js';
+import { serve, type ServeOptions } from './serve.js';
+
+const program = new Command();
+program
+  .name('slotgate')
+  .description('Bounded per-channel concurrency for LLM API gateways, shared through Redis');
+
+program
+  .command('serve')
+  .description(
+    'run the gateway (without --config: the bundled demo with mock channels and the embedded store)',
+  )
+  .option('-c, --config <file>', 'YAML or JSON configuration file (env SLOTGATE_CONFIG)')
+  .option('-p, --port <n>', 'port to listen on')
+  .option('--host <host>', 'address to listen on')
+  .option('--redis <url>', 'Redis URL (env REDIS_URL); absent = embedded in-process store')
+  // Not `.action(serve)`: commander passes the Command as the second argument, where serve() expects the environment,
+  // so REDIS_URL, SLOTGATE_CONFIG and every `env:NAME` secret would be looked up on the Command object.
+  .action((opts: ServeOptions) => serve(opts));
+
+program
+  .command('doctor')
+  .description('list slotgate keys left in Redis with no live owner; exit 1 when there are any')
+  .option('--redis <url>', 'Redis URL (env REDIS_URL)')
+  .option('--prefix <prefix>', 'key prefix', 'slotgate')
+  .option('--fix', 'remove exactly what was reported (expired members, keys without expiry, unknown keys)')
+  .option('--json', 'print the report as JSON')
+  .action(async (opts: { redis?: string; prefix: string; fix?: boolean; json?: boolean }) => {
+    process.exitCode = await doctor(opts);
+  });
+
+await program.parseAsync(process.argv);

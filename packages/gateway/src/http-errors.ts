@@ -1,0 +1,140 @@
+/**
+ * The only error → HTTP status table of the gateway (spec §7.3), and the two body shapes: OpenAI
+ * `{"error":{"message","type","code"}}` and Anthropic `{"type":"error","error":{"type","message"}}`.
+ * docs/errors.md is kept in step with GATEWAY_ERRORS by a test.
+ */
+import { CapacityError, NoChannelError, SettingsError, StoreUnavailableError } from 'slotgate';
+
+export type ApiShape = 'openai' | 'anthropic';
+
+export interface ErrorSpec {
+  status: number;
+  /** OpenAI `error.type`. */
+  type: string;
+  /** Anthropic `error.type`. */
+  anthropicType: string;
+  meaning: string;
+}
+
+export const GATEWAY_ERRORS = {
+  channel_capacity_exhausted: {
+    status: 429,
+    type: 'rate_limit_error',
+    anthropicType: 'rate_limit_error',
+    meaning:
+      'every candidate channel is at its max concurrency: none free and waiting off, the wait queue full, or the wait timed out. Retry-After says when to try again.',
+  },
+  admission_store_unavailable: {
+    status: 503,
+    type: 'server_error',
+    anthropicType: 'overloaded_error',
+    meaning: 'the admission store (Redis) failed or timed out; bounded channels fail closed. Retry-After: 1.',
+  },
+  model_not_found: {
+    status: 404,
+    type: 'invalid_request_error',
+    anthropicType: 'not_found_error',
+    meaning: "no enabled channel serves this model for the token's group",
+  },
+  invalid_api_key: {
+    status: 401,
+    type: 'invalid_request_error',
+    anthropicType: 'authentication_error',
+    meaning: 'the Authorization bearer token (or x-api-key) is missing or unknown',
+  },
+  invalid_request_error: {
+    status: 400,
+    type: 'invalid_request_error',
+    anthropicType: 'invalid_request_error',
+    meaning: 'the body is not valid JSON, is not an object, or has no string `model`',
+  },
+  request_too_large: {
+    status: 413,
+    type: 'invalid_request_error',
+    anthropicType: 'request_too_large',
+    meaning: 'the body is larger than server.body_limit_bytes',
+  },
+  invalid_settings: {
+    status: 400,
+    type: 'invalid_request_error',
+    anthropicType: 'invalid_request_error',
+    meaning:
+      'an admin settings update was rejected whole (unknown key, wrong type or out of range); nothing changed',
+  },
+  not_found: {
+    status: 404,
+    type: 'invalid_request_error',
+    anthropicType: 'not_found_error',
+    meaning: 'no such route, or no such channel on an admin route',
+  },
+  unauthorized_admin: {
+    status: 401,
+    type: 'invalid_request_error',
+    anthropicType: 'authentication_error',
+    meaning: 'an admin route was called without the admin token (or no admin token is configured)',
+  },
+  upstream_unreachable: {
+    status: 502,
+    type: 'server_error',
+    anthropicType: 'api_error',
+    meaning:
+      'every channel tried failed before answering (connection error or time-out); no upstream status to pass on',
+  },
+  upstream_timeout: {
+    status: 504,
+    type: 'server_error',
+    anthropicType: 'api_error',
+    meaning: 'the upstream did not send its response headers within timeouts.first_byte_ms',
+  },
+  internal_error: {
+    status: 500,
+    type: 'server_error',
+    anthropicType: 'api_error',
+    meaning: 'an unexpected error in the gateway (logged with the request id)',
+  },
+} as const satisfies Record<string, ErrorSpec>;
+
+export type GatewayErrorCode = keyof typeof GATEWAY_ERRORS;
+
+export class HttpError extends Error {
+  constructor(
+    readonly code: GatewayErrorCode,
+    message: string,
+    readonly headers: Record<string, string> = {},
+  ) {
+    super(message);
+    this.name = 'HttpError';
+  }
+
+  get status(): number {
+    return GATEWAY_ERRORS[this.code].status;
+  }
+}
+
+/** Maps any error to the HTTP error the client sees. Messages of unknown errors are not echoed. */
+export function toHttpError(err: unknown): HttpError {
+  if (err instanceof HttpError) return err;
+  if (err instanceof CapacityError) {
+    const seconds = Math.max(1, Math.ceil(err.retryAfterMs / 1000));
+    return new HttpError('channel_capacity_exhausted', `slotgate: ${err.message} [reason: ${err.reason}]`, {
+      'retry-after': String(seconds),
+    });
+  }
+  if (err instanceof StoreUnavailableError) {
+    return new HttpError(
+      'admission_store_unavailable',
+      'slotgate: the admission store is unavailable, so bounded channels cannot be admitted; retry shortly',
+      { 'retry-after': '1' },
+    );
+  }
+  if (err instanceof NoChannelError) return new HttpError('model_not_found', err.message);
+  if (err instanceof SettingsError) return new HttpError('invalid_settings', err.message);
+  return new HttpError('internal_error', 'slotgate: internal error');
+}
+
+export function errorBody(err: HttpError, shape: ApiShape, extra: Record<string, unknown> = {}): unknown {
+  const spec = GATEWAY_ERRORS[err.code];
+  if (shape === 'anthropic')
+    return { type: 'error', error: { type: spec.anthropicType, message: err.message, ...extra } };
+  return { error: { message: err.message, type: spec.type, code: err.code, ...extra } };
+}

@@ -1,0 +1,23 @@
+/**
+ * slotgate-gateway: an OpenAI/Anthropic-compatible gateway on slotgate, for embedding and tests. Most users run the
+ * `slotgate` command instead; docs/api.md lists this surface.
+ */
+export { createGateway, CLIENT_ROUTES, type Gateway, type GatewayOptions } from './server.js';
+export {
+  ConfigError,
+  loadConfigFile,
+  parseConfig,
+  parseConfigText,
+  type GatewayConfig,
+  type ChannelConfig,
+  type TokenConfig,
+  type MockConfig,
+} from './config.js';
+export {
+  GATEWAY_SETTINGS,
+  gatewaySettings,
+  type GatewaySettings,
+  type GatewaySettingsUpdate,
+} from './settings.js';
+export { GATEWAY_ERRORS, type GatewayErrorCode } from './http-errors.js';
+export type { ProxyResult } from './proxy.js';

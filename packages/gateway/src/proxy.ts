@@ -1,0 +1,355 @@
+/**
+ * The client API (spec §7.2, §7.4): authenticate, pick candidates for (group, model), admit through slotgate, forward
+ * the body as-is, pass the answer through as it arrives, and give the slot back exactly once when the response has
+ * fully ended, the client went away, or it failed. Retries on another channel before any byte reached the client.
+ */
+import { finished } from 'node:stream';
+import type { FastifyReply, FastifyRequest } from 'fastify';
+import { CapacityError, NoChannelError, type Admission, type Ticket } from 'slotgate';
+import type { GatewaySettings } from './settings.js';
+import type { ChannelRegistry, GatewayChannel } from './channels.js';
+import type { GatewayConfig } from './config.js';
+import { HttpError, errorBody, toHttpError, type ApiShape } from './http-errors.js';
+import { DEFAULT_MOCK, mockRespond } from './mock.js';
+import {
+  UpstreamConnectError,
+  UpstreamTimeoutError,
+  type UpstreamClient,
+  type UpstreamResponse,
+} from './upstream.js';
+
+export interface ProxyContext {
+  admission: Admission;
+  registry: () => ChannelRegistry;
+  config: () => GatewayConfig;
+  upstream: UpstreamClient;
+  settings: () => GatewaySettings;
+  onResult?: (result: ProxyResult) => void;
+}
+
+export interface ProxyResult {
+  channel: string | undefined;
+  status: number;
+  attempts: number;
+  waitedMs: number;
+  /** 'upstream' when the status came from an upstream, 'gateway' when slotgate answered itself. */
+  source: 'upstream' | 'gateway';
+}
+
+/** An upstream error answer, read whole so it can be inspected and passed on after the retries. */
+interface BufferedAnswer {
+  /** The channel that gave it. */
+  channel: string;
+  status: number;
+  headers: UpstreamResponse['headers'];
+  body: Buffer;
+}
+
+const HOP_BY_HOP = new Set([
+  'connection',
+  'keep-alive',
+  'proxy-authenticate',
+  'proxy-authorization',
+  'te',
+  'trailer',
+  'transfer-encoding',
+  'upgrade',
+  'content-length',
+  'content-encoding',
+]);
+const ERROR_BODY_CAP = 1024 * 1024;
+
+export function bearerToken(request: FastifyRequest, shape: ApiShape): string | undefined {
+  const auth = request.headers.authorization;
+  if (typeof auth === 'string' && /^bearer\s+/i.test(auth)) return auth.replace(/^bearer\s+/i, '').trim();
+  const apiKey = request.headers['x-api-key'];
+  if (typeof apiKey === 'string' && (shape === 'anthropic' || !auth)) return apiKey.trim();
+  return undefined;
+}
+
+export function shapeOf(url: string): ApiShape {
+  return url.startsWith('/v1/messages') ? 'anthropic' : 'openai';
+}
+
+function parseBody(raw: unknown): { body: Buffer; json: Record<string, unknown> } {
+  const body = Buffer.isBuffer(raw) ? raw : Buffer.from(typeof raw === 'string' ? raw : '');
+  let json: unknown;
+  try {
+    json = JSON.parse(body.toString('utf8'));
+  } catch {
+    throw new HttpError('invalid_request_error', 'the request body is not valid JSON');
+  }
+  if (typeof json !== 'object' || json === null || Array.isArray(json)) {
+    throw new HttpError('invalid_request_error', 'the request body must be a JSON object');
+  }
+  const model = (json as Record<string, unknown>).model;
+  if (typeof model !== 'string' || model.length === 0) {
+    throw new HttpError('invalid_request_error', 'the request body has no `model` (a non-empty string)');
+  }
+  return { body, json: json as Record<string, unknown> };
+}
+
+async function readCapped(stream: NodeJS.ReadableStream, cap: number): Promise<Buffer> {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of stream as AsyncIterable<Buffer | string>) {
+    const buf = typeof chunk === 'string' ? Buffer.from(chunk) : chunk;
+    if (size + buf.length > cap) {
+      chunks.push(buf.subarray(0, cap - size));
+      (stream as unknown as { destroy?: () => void }).destroy?.();
+      break;
+    }
+    chunks.push(buf);
+    size += buf.length;
+  }
+  return Buffer.concat(chunks);
+}
+
+/** Cooldown length from Retry-After (seconds or HTTP date) or rate-limit reset headers, bounded 1–3600 s. */
+export function cooldownFromHeaders(
+  headers: UpstreamResponse['headers'],
+  now = Date.now(),
+): number | undefined {
+  const first = (name: string) => {
+    const v = headers[name];
+    return Array.isArray(v) ? v[0] : v;
+  };
+  const clamp = (s: number) => Math.min(3600, Math.max(1, Math.ceil(s)));
+  const retryAfter = first('retry-after');
+  if (retryAfter) {
+    const seconds = Number(retryAfter);
+    if (Number.isFinite(seconds)) return clamp(seconds);
+    const date = Date.parse(retryAfter);
+    if (Number.isFinite(date)) return clamp((date - now) / 1000);
+  }
+  const retryAfterMs = Number(first('retry-after-ms'));
+  if (Number.isFinite(retryAfterMs) && retryAfterMs > 0) return clamp(retryAfterMs / 1000);
+  // OpenAI: x-ratelimit-reset-requests / -tokens like "6m0s", "1s", "250ms"
+  for (const name of ['x-ratelimit-reset-requests', 'x-ratelimit-reset-tokens', 'x-ratelimit-reset']) {
+    const v = first(name);
+    const seconds = v ? parseDuration(v) : undefined;
+    if (seconds !== undefined) return clamp(seconds);
+  }
+  // Anthropic: anthropic-ratelimit-*-reset as RFC 3339 time
+  for (const name of ['anthropic-ratelimit-requests-reset', 'anthropic-ratelimit-tokens-reset']) {
+    const v = first(name);
+    const date = v ? Date.parse(v) : NaN;
+    if (Number.isFinite(date)) return clamp((date - now) / 1000);
+  }
+  return undefined;
+}
+
+function parseDuration(text: string): number | undefined {
+  if (/^\d+(\.\d+)?$/.test(text)) return Number(text);
+  const re = /(\d+(?:\.\d+)?)(ms|h|m|s)/g;
+  let total = 0;
+  let matched = false;
+  for (const m of text.matchAll(re)) {
+    matched = true;
+    const n = Number(m[1]);
+    total += m[2] === 'h' ? n * 3600 : m[2] === 'm' ? n * 60 : m[2] === 's' ? n : n / 1000;
+  }
+  return matched ? total : undefined;
+}
+
+const matches = (text: string, patterns: readonly string[]) => {
+  const lower = text.toLowerCase();
+  return patterns.some((p) => lower.includes(p.toLowerCase()));
+};
+
+export async function proxyRequest(
+  ctx: ProxyContext,
+  request: FastifyRequest,
+  reply: FastifyReply,
+  path: string,
+): Promise<void> {
+  const shape = shapeOf(path);
+  const registry = ctx.registry();
+  const token = registry.authenticate(bearerToken(request, shape));
+  if (!token) throw new HttpError('invalid_api_key', 'missing or invalid API key');
+  const { body, json } = parseBody(request.body);
+  const model = json.model as string;
+  const candidates = registry.candidates(token.group, model);
+  if (candidates.length === 0) {
+    throw new HttpError('model_not_found', `no channel serves model "${model}" for this API key's group`);
+  }
+
+  // The client going away aborts waiting and the upstream request.
+  const abort = new AbortController();
+  const onClose = () => {
+    if (!reply.raw.writableFinished) abort.abort();
+  };
+  reply.raw.on('close', onClose);
+
+  const config = ctx.config();
+  const tried = new Set<string>();
+  let attempts = 0;
+  let lastUpstream: BufferedAnswer | HttpError | undefined;
+  let waitedMs = 0;
+  for (;;) {
+    const settings = ctx.settings();
+    let ticket: Ticket<GatewayChannel>;
+    try {
+      ticket = await ctx.admission.acquire({ candidates, signal: abort.signal, exclude: tried });
+    } catch (err) {
+      // A capacity error never replaces a real upstream error (spec §7.3).
+      if (lastUpstream && (err instanceof CapacityError || err instanceof NoChannelError)) {
+        return sendLast(reply, lastUpstream, shape, ctx, tried, attempts, waitedMs);
+      }
+      throw err;
+    }
+    waitedMs += ticket.waitedMs;
+    const channel = ticket.channel;
+    tried.add(channel.id);
+    attempts++;
+    let released = false;
+    const release = () => {
+      if (released) return;
+      released = true;
+      // An upstream call aborted mid-flight may still be running at the upstream for a moment: its slot goes back
+      // through Redis instead of straight to the next request of this gateway.
+      void ticket.release({ handoff: !abort.signal.aborted });
+    };
+
+    let res: UpstreamResponse;
+    try {
+      res = await callChannel(ctx, channel, path, shape, body, json, request, abort.signal);
+    } catch (err) {
+      release();
+      if (abort.signal.aborted) return; // the client is gone: nothing to answer
+      if (err instanceof UpstreamTimeoutError) throw new HttpError('upstream_timeout', err.message);
+      if (err instanceof UpstreamConnectError) {
+        // A real upstream answer seen earlier in the chain beats slotgate's own 502 (its status is passed on).
+        if (!lastUpstream || lastUpstream instanceof HttpError) {
+          lastUpstream = new HttpError('upstream_unreachable', `slotgate: ${err.message}`);
+        }
+        request.log.warn({ channel: channel.id, err: err.message }, 'upstream unreachable');
+        if (attempts <= settings.retry_times) continue;
+        return sendLast(reply, lastUpstream, shape, ctx, tried, attempts, waitedMs);
+      }
+      throw err;
+    }
+
+    if (res.status >= 400) {
+      let answer: BufferedAnswer;
+      try {
+        answer = {
+          channel: channel.id,
+          status: res.status,
+          headers: res.headers,
+          body: await readCapped(res.body, ERROR_BODY_CAP),
+        };
+      } catch (err) {
+        release();
+        if (abort.signal.aborted) return;
+        throw err;
+      }
+      release();
+      await noteRateLimit(ctx, channel, answer, settings, config, request);
+      const retryable = res.status === 429 || (res.status >= 500 && res.status !== 504);
+      lastUpstream = answer;
+      if (retryable && attempts <= settings.retry_times && !abort.signal.aborted) {
+        request.log.info(
+          { channel: channel.id, status: res.status, attempt: attempts },
+          'retrying on another channel',
+        );
+        continue;
+      }
+      return sendLast(reply, answer, shape, ctx, tried, attempts, waitedMs);
+    }
+
+    // Success: stream it through; the slot is held until the body has fully ended or the client left.
+    finished(res.body, () => release());
+    reply.raw.once('close', release);
+    reply.code(res.status);
+    copyHeaders(reply, res.headers);
+    reply.header('x-slotgate-channel', channel.id);
+    if (waitedMs > 0) reply.header('x-slotgate-waited-ms', String(Math.round(waitedMs)));
+    ctx.onResult?.({ channel: channel.id, status: res.status, attempts, waitedMs, source: 'upstream' });
+    return reply.send(res.body);
+  }
+}
+
+async function callChannel(
+  ctx: ProxyContext,
+  channel: GatewayChannel,
+  path: string,
+  shape: ApiShape,
+  body: Buffer,
+  json: Record<string, unknown>,
+  request: FastifyRequest,
+  signal: AbortSignal,
+): Promise<UpstreamResponse> {
+  if (channel.config.type === 'mock') {
+    return mockRespond(channel.config.mock ?? DEFAULT_MOCK, {
+      channelId: channel.id,
+      path,
+      shape,
+      body: json,
+      signal,
+    });
+  }
+  return ctx.upstream.call({ channel, path, body, shape, clientHeaders: request.headers, signal });
+}
+
+async function noteRateLimit(
+  ctx: ProxyContext,
+  channel: GatewayChannel,
+  answer: BufferedAnswer,
+  settings: GatewaySettings,
+  config: GatewayConfig,
+  request: FastifyRequest,
+): Promise<void> {
+  if (!settings.cooldown_enabled) return;
+  const text = answer.body.toString('utf8');
+  let reason: string | undefined;
+  if (answer.status === 429) {
+    if (matches(text, config.retry.quota_patterns)) {
+      request.log.warn({ channel: channel.id }, 'upstream 429 says quota/balance is exhausted: no cooldown');
+      return;
+    }
+    if (settings.cooldown_on_status_429) reason = 'upstream 429';
+  }
+  if (!reason && settings.cooldown_on_message_match && matches(text, config.retry.rate_limit_patterns)) {
+    reason = `upstream ${answer.status} with rate-limit wording`;
+  }
+  if (!reason) return;
+  const seconds = cooldownFromHeaders(answer.headers) ?? settings.cooldown_seconds;
+  try {
+    await ctx.admission.cooldown(channel, { ms: seconds * 1000, reason });
+    request.log.warn({ channel: channel.id, seconds, reason }, 'channel cooling down');
+  } catch (err) {
+    request.log.error({ channel: channel.id, err: (err as Error).message }, 'could not store the cooldown');
+  }
+}
+
+function copyHeaders(reply: FastifyReply, headers: UpstreamResponse['headers']): void {
+  for (const [name, value] of Object.entries(headers)) {
+    if (value === undefined || HOP_BY_HOP.has(name.toLowerCase()) || name.toLowerCase() === 'set-cookie')
+      continue;
+    reply.header(name, value);
+  }
+}
+
+function sendLast(
+  reply: FastifyReply,
+  last: BufferedAnswer | HttpError,
+  shape: ApiShape,
+  ctx: ProxyContext,
+  tried: ReadonlySet<string>,
+  attempts: number,
+  waitedMs: number,
+): FastifyReply {
+  const channel = last instanceof HttpError ? [...tried].at(-1) : last.channel;
+  if (last instanceof HttpError) {
+    ctx.onResult?.({ channel, status: last.status, attempts, waitedMs, source: 'gateway' });
+    return reply.code(last.status).headers(last.headers).send(errorBody(last, shape));
+  }
+  ctx.onResult?.({ channel, status: last.status, attempts, waitedMs, source: 'upstream' });
+  reply.code(last.status);
+  copyHeaders(reply, last.headers);
+  if (channel) reply.header('x-slotgate-channel', channel);
+  return reply.send(last.body);
+}
+
+export { toHttpError };

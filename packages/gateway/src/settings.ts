@@ -1,0 +1,30 @@
+/**
+ * The gateway's hot settings: the admission engine's, plus the gateway's own retry and cooldown policy. One table,
+ * so the config file, the admin API and the overrides shared through the store validate them alike.
+ */
+import {
+  ADMISSION_SETTINGS,
+  boolSetting,
+  defineSettings,
+  intSetting,
+  type SettingsOf,
+  type SettingsUpdate,
+} from 'slotgate';
+
+export const GATEWAY_SETTINGS = {
+  ...ADMISSION_SETTINGS,
+  cooldown_on_status_429: boolSetting(true, 'an upstream 429 starts a cooldown'),
+  cooldown_on_message_match: boolSetting(false, 'rate-limit wording in an upstream error starts a cooldown'),
+  retry_times: intSetting(1, 0, 10, 'gateway retries on another channel'),
+} as const;
+
+export const gatewaySettings = defineSettings(GATEWAY_SETTINGS);
+export type GatewaySettings = SettingsOf<typeof GATEWAY_SETTINGS>;
+export type GatewaySettingsUpdate = Partial<GatewaySettings>;
+
+const ADMISSION_KEYS = Object.keys(ADMISSION_SETTINGS) as (keyof typeof ADMISSION_SETTINGS)[];
+
+/** The admission engine's part of the gateway's settings. */
+export function admissionPart(settings: GatewaySettings): SettingsUpdate {
+  return Object.fromEntries(ADMISSION_KEYS.map((k) => [k, settings[k]])) as SettingsUpdate;
+}

@@ -1,0 +1,69 @@
+/** The counters of spec §8 that the admission engine keeps; the gateway exports them to Prometheus. */
+import type { CapacityReason } from '../core/errors.js';
+import { Histogram, type HistogramSnapshot } from '../core/histogram.js';
+import type { Purpose } from '../store/store.js';
+import type { LoadViewCounters } from './load-view.js';
+
+export type Outcome = 'acquired' | `capacity_${CapacityReason}` | 'store_unavailable' | 'no_channel';
+
+export interface ChannelStats {
+  /** This instance's live leases (bounded) or in-flight tickets (unlimited). */
+  active: number;
+  /** This instance's live waiters. */
+  waiting: number;
+}
+
+export interface AdmissionStats {
+  instanceId: string;
+  store: 'memory' | 'redis';
+  /** Store commands issued, by purpose (a script call counts as one). */
+  commands: Record<Purpose, number>;
+  outcomes: Record<Outcome, number>;
+  /**
+   * Bounded channels tried with the acquire script, and how many acquire requests carried them (on one Redis node
+   * the requests of one event-loop turn share one script call: `commands.acquire` counts those calls).
+   */
+  acquireAttempts: number;
+  acquireCalls: number;
+  /** Admissions served by a slot this instance released in the same turn, with no store command. */
+  handoffs: number;
+  admissionLatencyMs: HistogramSnapshot;
+  waitTimeMs: HistogramSnapshot;
+  loadView: LoadViewCounters;
+  leasesLost: number;
+  liveLeases: number;
+  channels: Record<string, ChannelStats>;
+}
+
+/** Every outcome an acquire can have (label values for metrics exporters). */
+export const OUTCOMES: readonly Outcome[] = [
+  'acquired',
+  'capacity_full',
+  'capacity_queue_full',
+  'capacity_wait_timeout',
+  'capacity_aborted',
+  'store_unavailable',
+  'no_channel',
+];
+
+export function emptyOutcomes(): Record<Outcome, number> {
+  return {
+    acquired: 0,
+    capacity_full: 0,
+    capacity_queue_full: 0,
+    capacity_wait_timeout: 0,
+    capacity_aborted: 0,
+    store_unavailable: 0,
+    no_channel: 0,
+  };
+}
+
+export class StatsRecorder {
+  readonly outcomes = emptyOutcomes();
+  readonly admissionLatency = new Histogram();
+  readonly waitTime = new Histogram();
+  acquireAttempts = 0;
+  acquireCalls = 0;
+  handoffs = 0;
+  leasesLost = 0;
+}

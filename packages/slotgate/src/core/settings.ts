@@ -1,0 +1,152 @@
+/**
+ * Hot-reloadable settings: one table per surface with defaults, bounds and a line of documentation per key, and
+ * the validation that goes with it. The admission engine's table is `ADMISSION_SETTINGS`; an application that
+ * shares more hot settings through the same store (a gateway's retry policy, say) extends it with `defineSettings`.
+ * The same snake_case keys are used by the library, configuration files and admin APIs.
+ */
+import { z } from 'zod';
+import { SettingsError } from './errors.js';
+
+/** An integer setting: its default, inclusive bounds and documentation. */
+export interface IntSetting {
+  type: 'int';
+  default: number;
+  min: number;
+  max: number;
+  doc: string;
+}
+
+/** A boolean setting: its default and documentation. */
+export interface BoolSetting {
+  type: 'bool';
+  default: boolean;
+  doc: string;
+}
+
+export type SettingSpec = IntSetting | BoolSetting;
+export type SettingsTable = Record<string, SettingSpec>;
+
+/** The values a table describes: a number per int setting, a boolean per bool setting. */
+export type SettingsOf<T extends SettingsTable> = {
+  readonly [K in keyof T]: T[K] extends BoolSetting ? boolean : number;
+};
+
+export const intSetting = (def: number, min: number, max: number, doc: string): IntSetting => ({
+  type: 'int',
+  default: def,
+  min,
+  max,
+  doc,
+});
+
+export const boolSetting = (def: boolean, doc: string): BoolSetting => ({ type: 'bool', default: def, doc });
+
+/** The admission engine's settings. */
+export const ADMISSION_SETTINGS = {
+  load_cache_enabled: boolSetting(true, 'rollback switch: false reads Redis directly for every selection'),
+  load_cache_ttl_ms: intSetting(200, 1, 5000, 'load snapshot TTL'),
+  max_acquire_attempts: intSetting(8, 1, 100, 'acquire budget per admission pass'),
+  slot_handoff_enabled: boolSetting(
+    true,
+    'a slot released while a request of this instance wants its channel, in the same event-loop turn, passes to it with no Redis command',
+  ),
+  wait_enabled: boolSetting(true, 'bounded wait queue on/off'),
+  wait_timeout_ms: intSetting(5000, 0, 60000, 'longest wait per request'),
+  wait_interval_ms: intSetting(100, 1, 5000, 'base poll interval while waiting'),
+  max_waiting_per_channel: intSetting(0, 0, 10000, "0 = the channel's max_concurrency"),
+  cooldown_enabled: boolSetting(
+    true,
+    'master cooldown switch (off: scripts skip the check, marking is a no-op)',
+  ),
+  cooldown_seconds: intSetting(30, 1, 3600, 'default cooldown length'),
+  lease_ttl_ms: intSetting(60000, 5000, 86400000, 'lease expiry; renewed every third of it'),
+} as const satisfies SettingsTable;
+
+export type SettingKey = keyof typeof ADMISSION_SETTINGS;
+/** The admission engine's settings, as in force. */
+export type Settings = SettingsOf<typeof ADMISSION_SETTINGS>;
+/** A partial update of the admission engine's settings. */
+export type SettingsUpdate = Partial<Settings>;
+
+/** Validation and defaults for one settings table. */
+export interface SettingsSchema<T extends SettingsTable> {
+  readonly table: T;
+  readonly keys: readonly (keyof T & string)[];
+  /** Every default, frozen. */
+  readonly defaults: SettingsOf<T>;
+  /**
+   * Validates a partial update as a whole: returns it typed, or throws one SettingsError that names every bad key,
+   * its valid range and the value received. Never substitutes defaults for bad values. A key given as `undefined`
+   * means "not given".
+   */
+  parse(input: unknown): Partial<SettingsOf<T>>;
+  /** Applies a validated update to a full settings object, returning a new frozen one. */
+  merge(base: SettingsOf<T>, update: unknown): SettingsOf<T>;
+  /** "an integer in 1–5000" / "a boolean": what a key accepts, as the error messages say it. */
+  describe(key: keyof T & string): string;
+}
+
+function show(value: unknown): string {
+  if (typeof value === 'string') return JSON.stringify(value.length > 40 ? `${value.slice(0, 40)}…` : value);
+  if (value === undefined) return 'undefined';
+  if (typeof value === 'bigint') return `${value}n`;
+  if (typeof value === 'number' && !Number.isFinite(value)) return String(value);
+  try {
+    return JSON.stringify(value) ?? String(value);
+  } catch {
+    return String(value);
+  }
+}
+
+export function defineSettings<T extends SettingsTable>(table: T): SettingsSchema<T> {
+  const keys = Object.keys(table) as (keyof T & string)[];
+  const defaults = Object.freeze(
+    Object.fromEntries(keys.map((k) => [k, table[k]!.default])),
+  ) as SettingsOf<T>;
+  const schema = z.strictObject(
+    Object.fromEntries(
+      keys.map((k) => {
+        const spec = table[k]!;
+        return [
+          k,
+          spec.type === 'bool' ? z.boolean().optional() : z.int().min(spec.min).max(spec.max).optional(),
+        ];
+      }),
+    ),
+  );
+  const describe = (key: keyof T & string): string => {
+    const spec = table[key]!;
+    return spec.type === 'bool' ? 'a boolean' : `an integer in ${spec.min}–${spec.max}`;
+  };
+  const parse = (input: unknown): Partial<SettingsOf<T>> => {
+    if (typeof input !== 'object' || input === null || Array.isArray(input)) {
+      throw new SettingsError([`Expected settings to be an object of keys, got ${show(input)}`]);
+    }
+    const given = Object.fromEntries(Object.entries(input).filter(([, v]) => v !== undefined));
+    const result = schema.safeParse(given);
+    if (result.success) return result.data as Partial<SettingsOf<T>>;
+    const issues = new Set<string>();
+    for (const issue of result.error.issues) {
+      if (issue.code === 'unrecognized_keys') {
+        for (const key of issue.keys) {
+          issues.add(`Unknown setting \`${key}\` (valid keys: ${keys.join(', ')}), got ${show(given[key])}`);
+        }
+        continue;
+      }
+      const key = String(issue.path[0]) as keyof T & string;
+      issues.add(`Expected \`${key}\` to be ${describe(key)}, got ${show(given[key])}`);
+    }
+    throw new SettingsError([...issues]);
+  };
+  return {
+    table,
+    keys,
+    defaults,
+    parse,
+    merge: (base, update) => Object.freeze({ ...base, ...parse(update) }) as SettingsOf<T>,
+    describe,
+  };
+}
+
+export const admissionSettings = defineSettings(ADMISSION_SETTINGS);
+export const DEFAULT_SETTINGS: Settings = admissionSettings.defaults;

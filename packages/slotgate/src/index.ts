@@ -1,0 +1,66 @@
+/**
+ * slotgate: bounded per-channel concurrency shared by every instance through one Redis. The public API, documented
+ * in docs/api.md; nothing else in this package is a stable interface.
+ */
+export { createAdmission } from './admission/admission.js';
+export type {
+  Admission,
+  AdmissionOptions,
+  AdmissionEvent,
+  AdmissionRecord,
+  AcquireRequest,
+  Ticket,
+} from './admission/admission.js';
+export { OUTCOMES, type AdmissionStats, type ChannelStats, type Outcome } from './admission/stats.js';
+export type { LoadViewCounters } from './admission/load-view.js';
+export type { LeaseEvent } from './store/leases.js';
+export type { Candidate } from './core/channel.js';
+export type { Clock } from './core/clock.js';
+export type { Random } from './core/order.js';
+export type { HistogramSnapshot } from './core/histogram.js';
+export {
+  SlotgateError,
+  CapacityError,
+  StoreUnavailableError,
+  NoChannelError,
+  SettingsError,
+  ERROR_CODES,
+  type CapacityReason,
+} from './core/errors.js';
+export {
+  ADMISSION_SETTINGS,
+  DEFAULT_SETTINGS,
+  admissionSettings,
+  defineSettings,
+  intSetting,
+  boolSetting,
+  type Settings,
+  type SettingsUpdate,
+  type SettingKey,
+  type SettingsOf,
+  type SettingsSchema,
+  type SettingsTable,
+  type SettingSpec,
+  type IntSetting,
+  type BoolSetting,
+} from './core/settings.js';
+export { MemoryStore, type MemoryStoreOptions } from './store/memory/memory-store.js';
+export { RedisStore, type RedisStoreOptions } from './store/redis/redis-store.js';
+export {
+  PURPOSES,
+  type SlotStore,
+  type ChannelLoad,
+  type Purpose,
+  type StoreHealth,
+  type SharedSettings,
+  type SharedSettingsOptions,
+  type Presence,
+  type InstanceInfo,
+} from './store/store.js';
+export {
+  checkLeftovers,
+  formatReport as formatLeftoverReport,
+  type DoctorReport,
+  type Finding,
+  type FindingKind,
+} from './store/redis/doctor.js';

@@ -1,0 +1,196 @@
+/**
+ * MemoryStore: the embedded default. The same replies, expiry and renewal semantics as RedisStore, in one process,
+ * on an injected clock. Operations count as "commands" the way their Redis counterparts would, so stats agree.
+ */
+import { systemClock, type Clock } from '../../core/clock.js';
+import {
+  emptyCounts,
+  type AcquireOptions,
+  type AcquireReply,
+  type AcquireTarget,
+  type ChannelLoad,
+  type CooldownInfo,
+  type LeaseRef,
+  type Purpose,
+  type Presence,
+  type ReadLoadsOptions,
+  type SharedSettings,
+  type SharedSettingsOptions,
+  type SlotStore,
+  type StoreHealth,
+} from '../store.js';
+import { LocalPresence, LocalSharedSettings } from './local-fleet.js';
+
+export interface MemoryStoreOptions {
+  clock?: Clock;
+}
+
+interface Cooldown {
+  reason: string;
+  until: number;
+}
+
+/** token → expiry (ms), with expired members dropped on demand. */
+class ExpiringSet {
+  readonly members = new Map<string, number>();
+
+  live(now: number): number {
+    let n = 0;
+    for (const expiry of this.members.values()) if (expiry > now) n++;
+    return n;
+  }
+
+  prune(now: number): void {
+    for (const [token, expiry] of this.members) if (expiry <= now) this.members.delete(token);
+  }
+}
+
+export class MemoryStore implements SlotStore {
+  readonly kind = 'memory' as const;
+  readonly maxChannelsPerAcquire = Number.MAX_SAFE_INTEGER;
+  private readonly clock: Clock;
+  private readonly slots = new Map<string, ExpiringSet>();
+  private readonly waiters = new Map<string, ExpiringSet>();
+  private readonly cooldowns = new Map<string, Cooldown>();
+  private readonly counts = emptyCounts();
+  readonly presence: Presence;
+
+  constructor(options: MemoryStoreOptions = {}) {
+    this.clock = options.clock ?? systemClock;
+    this.presence = new LocalPresence(this.clock);
+  }
+
+  async health(): Promise<StoreHealth> {
+    return { healthy: true, latencyMs: 0 };
+  }
+
+  sharedSettings<T extends object>(options: SharedSettingsOptions<T>): SharedSettings<T> {
+    return new LocalSharedSettings(options);
+  }
+
+  get commands(): Readonly<Record<Purpose, number>> {
+    return this.counts;
+  }
+
+  private set(map: Map<string, ExpiringSet>, id: string): ExpiringSet {
+    let set = map.get(id);
+    if (!set) map.set(id, (set = new ExpiringSet()));
+    return set;
+  }
+
+  private cooling(id: string, now: number): Cooldown | undefined {
+    const c = this.cooldowns.get(id);
+    if (c && c.until <= now) {
+      this.cooldowns.delete(id);
+      return undefined;
+    }
+    return c;
+  }
+
+  async acquireFirst(targets: readonly AcquireTarget[], opts: AcquireOptions): Promise<AcquireReply[]> {
+    if (targets.length === 0) return [];
+    this.counts.acquire++;
+    const now = this.clock.now();
+    const replies: AcquireReply[] = [];
+    for (const target of targets) {
+      if (opts.checkCooldown && this.cooling(target.channelId, now)) {
+        replies.push('cooling');
+        continue;
+      }
+      const set = this.set(this.slots, target.channelId);
+      if (set.members.size >= target.max) set.prune(now);
+      if (set.members.size < target.max) {
+        set.members.set(opts.token, now + opts.leaseTtlMs);
+        replies.push('acquired');
+        return replies;
+      }
+      replies.push('full');
+    }
+    return replies;
+  }
+
+  async release(lease: LeaseRef): Promise<boolean> {
+    this.counts.release++;
+    const set = this.slots.get(lease.channelId);
+    const removed = set?.members.delete(lease.token) ?? false;
+    if (set && set.members.size === 0) this.slots.delete(lease.channelId);
+    return removed;
+  }
+
+  async renew(leases: readonly LeaseRef[], leaseTtlMs: number): Promise<LeaseRef[]> {
+    if (leases.length === 0) return [];
+    this.counts.renew += Math.ceil(leases.length / 50);
+    const expiry = this.clock.now() + leaseTtlMs;
+    const lost: LeaseRef[] = [];
+    for (const lease of leases) {
+      const set = this.slots.get(lease.channelId);
+      if (set?.members.has(lease.token)) set.members.set(lease.token, expiry);
+      else lost.push(lease);
+    }
+    return lost;
+  }
+
+  async registerWaiter(
+    channelId: string,
+    token: string,
+    maxWaiting: number,
+    ttlMs: number,
+  ): Promise<boolean> {
+    this.counts.wait++;
+    const now = this.clock.now();
+    const set = this.set(this.waiters, channelId);
+    if (set.members.size >= maxWaiting) set.prune(now);
+    if (set.members.size >= maxWaiting) return false;
+    set.members.set(token, now + ttlMs);
+    return true;
+  }
+
+  async unregisterWaiter(channelId: string, token: string): Promise<void> {
+    this.counts.wait++;
+    const set = this.waiters.get(channelId);
+    set?.members.delete(token);
+    if (set && set.members.size === 0) this.waiters.delete(channelId);
+  }
+
+  async readLoads(channelIds: readonly string[], opts?: ReadLoadsOptions): Promise<Map<string, ChannelLoad>> {
+    opts?.onSent?.();
+    const loads = new Map<string, ChannelLoad>();
+    const ids = [...new Set(channelIds)];
+    if (ids.length === 0) return loads;
+    this.counts.load_read += 1 + 3 * ids.length;
+    const now = this.clock.now();
+    for (const id of ids) {
+      const cooldown = this.cooling(id, now);
+      loads.set(id, {
+        active: this.slots.get(id)?.live(now) ?? 0,
+        waiting: this.waiters.get(id)?.live(now) ?? 0,
+        coolingDown: cooldown !== undefined,
+        cooldownRemainingMs: cooldown ? cooldown.until - now : 0,
+      });
+    }
+    return loads;
+  }
+
+  async setCooldown(channelId: string, ms: number, reason: string): Promise<void> {
+    this.counts.cooldown++;
+    this.cooldowns.set(channelId, { reason, until: this.clock.now() + Math.max(1, Math.round(ms)) });
+  }
+
+  async clearCooldown(channelId: string): Promise<void> {
+    this.counts.cooldown++;
+    this.cooldowns.delete(channelId);
+  }
+
+  async readCooldown(channelId: string): Promise<CooldownInfo | null> {
+    this.counts.cooldown += 2;
+    const now = this.clock.now();
+    const c = this.cooling(channelId, now);
+    return c ? { reason: c.reason, remainingMs: c.until - now } : null;
+  }
+
+  async close(): Promise<void> {
+    this.slots.clear();
+    this.waiters.clear();
+    this.cooldowns.clear();
+  }
+}
