@@ -1,6 +1,8 @@
 /**
  * The store contract: one suite, run against every SlotStore implementation (MemoryStore and RedisStore).
  * `sleep` moves the store's time: a ManualClock for MemoryStore, real time for Redis (whose scripts read TIME).
+ * On real time, the steps that must happen before a TTL runs out have half a second or more to spare (a busy machine
+ * can stall a test for a good part of that); a sleep meant to outlast a TTL is longer than it, so a stall only helps.
  */
 import { describe, expect, it, beforeEach, afterEach } from 'vitest';
 import type { AcquireTarget, SlotStore } from '../../packages/slotgate/src/store/store.js';
@@ -74,9 +76,9 @@ export function runStoreContract(name: string, make: () => Promise<StoreFixture>
     });
 
     it('an unrenewed lease expires: it stops counting and its slot can be taken again', async () => {
-      expect(await store.acquireFirst(one('e', 1), opts('old:1', 300))).toEqual(['acquired']);
-      expect(await store.acquireFirst(one('e', 1), opts('new:1', 300))).toEqual(['full']);
-      await f.sleep(450);
+      expect(await store.acquireFirst(one('e', 1), opts('old:1', 800))).toEqual(['acquired']);
+      expect(await store.acquireFirst(one('e', 1), opts('new:1', 800))).toEqual(['full']);
+      await f.sleep(900);
       expect((await store.readLoads(['e'])).get('e')!.active).toBe(0);
       expect(await store.acquireFirst(one('e', 1), opts('new:1', 60_000))).toEqual(['acquired']);
       // the expired lease was dropped, so it cannot be renewed back to life
@@ -86,12 +88,12 @@ export function runStoreContract(name: string, make: () => Promise<StoreFixture>
     });
 
     it('renewal keeps a lease alive past its TTL and reports missing leases as lost', async () => {
-      await store.acquireFirst(one('r', 1), opts('keep:1', 300));
+      await store.acquireFirst(one('r', 1), opts('keep:1', 800));
       for (let i = 0; i < 4; i++) {
-        await f.sleep(150);
-        expect(await store.renew([{ channelId: 'r', token: 'keep:1' }], 300)).toEqual([]);
+        await f.sleep(300);
+        expect(await store.renew([{ channelId: 'r', token: 'keep:1' }], 800)).toEqual([]);
       }
-      // 600 ms after acquire, twice its TTL: still held
+      // at least 1.2 s after acquire, half as long again as its TTL: still held
       expect((await store.readLoads(['r'])).get('r')!.active).toBe(1);
       expect(await store.acquireFirst(one('r', 1), opts('other:1'))).toEqual(['full']);
       const lost = await store.renew(
@@ -100,7 +102,7 @@ export function runStoreContract(name: string, make: () => Promise<StoreFixture>
           { channelId: 'r', token: 'ghost:1' },
           { channelId: 'nothing', token: 'ghost:2' },
         ],
-        300,
+        800,
       );
       expect(lost).toEqual([
         { channelId: 'r', token: 'ghost:1' },
@@ -109,16 +111,15 @@ export function runStoreContract(name: string, make: () => Promise<StoreFixture>
     });
 
     it('renews more than 50 leases across channels in one call', async () => {
-      const leases = [];
-      for (let i = 0; i < 120; i++) {
-        const channelId = `m${i % 7}`;
-        const token = `bulk:${i}`;
-        expect(await store.acquireFirst(one(channelId, 100), opts(token, 300))).toEqual(['acquired']);
-        leases.push({ channelId, token });
-      }
-      await f.sleep(200);
-      expect(await store.renew(leases, 300)).toEqual([]);
-      await f.sleep(200);
+      const leases = Array.from({ length: 120 }, (_, i) => ({ channelId: `m${i % 7}`, token: `bulk:${i}` }));
+      const replies = await Promise.all(
+        leases.map(({ channelId, token }) => store.acquireFirst(one(channelId, 100), opts(token, 1500))),
+      );
+      expect(replies).toEqual(leases.map(() => ['acquired']));
+      // renewed 0.8 s or more after the acquires, counted 1.6 s or more after them: past the acquires' TTL
+      await f.sleep(800);
+      expect(await store.renew(leases, 1500)).toEqual([]);
+      await f.sleep(800);
       const loads = await store.readLoads(['m0', 'm1', 'm2', 'm3', 'm4', 'm5', 'm6']);
       expect([...loads.values()].reduce((n, l) => n + l.active, 0)).toBe(120);
     });
@@ -140,9 +141,9 @@ export function runStoreContract(name: string, make: () => Promise<StoreFixture>
     });
 
     it('a cooldown ends by itself after its length', async () => {
-      await store.setCooldown('short', 200, 'brief');
+      await store.setCooldown('short', 800, 'brief');
       expect(await store.acquireFirst(one('short', 1), opts('t:1'))).toEqual(['cooling']);
-      await f.sleep(300);
+      await f.sleep(900);
       expect(await store.readCooldown('short')).toBeNull();
       expect((await store.readLoads(['short'])).get('short')!.coolingDown).toBe(false);
       expect(await store.acquireFirst(one('short', 1), opts('t:1'))).toEqual(['acquired']);
@@ -166,14 +167,14 @@ export function runStoreContract(name: string, make: () => Promise<StoreFixture>
 
     it('the waiter guard admits up to max waiting; unregister frees a place; registrations expire', async () => {
       expect(await store.registerWaiter('w', 'w:1', 2, 60_000)).toBe(true);
-      expect(await store.registerWaiter('w', 'w:2', 2, 300)).toBe(true);
+      expect(await store.registerWaiter('w', 'w:2', 2, 800)).toBe(true);
       expect(await store.registerWaiter('w', 'w:3', 2, 60_000)).toBe(false);
       expect((await store.readLoads(['w'])).get('w')!.waiting).toBe(2);
       await store.unregisterWaiter('w', 'w:1');
       await store.unregisterWaiter('w', 'w:1');
       expect(await store.registerWaiter('w', 'w:3', 2, 60_000)).toBe(true);
       expect(await store.registerWaiter('w', 'w:4', 2, 60_000)).toBe(false);
-      await f.sleep(400); // w:2 expired
+      await f.sleep(900); // w:2 expired
       expect((await store.readLoads(['w'])).get('w')!.waiting).toBe(1);
       expect(await store.registerWaiter('w', 'w:4', 2, 60_000)).toBe(true);
     });

@@ -5,6 +5,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { Redis } from 'ioredis';
 import {
   createAdmission,
+  type Admission,
   type AdmissionEngine,
   type Ticket,
 } from '../../packages/slotgate/src/admission/admission.js';
@@ -17,6 +18,7 @@ import { RedisStore } from '../../packages/slotgate/src/store/redis/redis-store.
 import type { ChannelLoad, SlotStore } from '../../packages/slotgate/src/store/store.js';
 import { countingClient, redisUrl, sleep, uniquePrefix, type CountingClient } from '../helpers/redis.js';
 import { RedisServer } from '../helpers/redis-server.js';
+import { useCleanups } from '../helpers/cleanups.js';
 
 const LOAD_READ_COMMANDS = ['time', 'zcount', 'pttl'];
 const bounded = (n: number, max: number, prefix = 'ch'): Candidate[] =>
@@ -24,15 +26,27 @@ const bounded = (n: number, max: number, prefix = 'ch'): Candidate[] =>
 
 describe('admission on Redis', () => {
   let counter: CountingClient;
+  let prefix: string;
   let store: RedisStore;
   let admission: AdmissionEngine;
   const loadReads = () => LOAD_READ_COMMANDS.reduce((n, c) => n + counter.count(c), 0);
+  const others = useCleanups();
 
   async function setup(settings: Record<string, unknown> = {}, extra: Record<string, unknown> = {}) {
     counter = await countingClient();
-    store = new RedisStore({ client: counter.client, prefix: uniquePrefix('adm') });
+    prefix = uniquePrefix('adm');
+    store = new RedisStore({ client: counter.client, prefix });
     admission = createAdmission({ store, settings, ...extra }) as AdmissionEngine;
     counter.reset();
+  }
+
+  /** Another gateway instance on the same Redis and prefix: its own client, store and admission engine. */
+  function otherInstance(settings: Record<string, unknown> = {}): Admission {
+    const otherStore = new RedisStore({ url: redisUrl(), prefix });
+    const other = createAdmission({ store: otherStore, settings });
+    others.push(() => otherStore.close());
+    others.push(() => other.close());
+    return other;
   }
 
   afterEach(async () => {
@@ -163,9 +177,8 @@ describe('admission on Redis', () => {
         (e: unknown) => e,
       ),
     );
-    await sleep(150);
-    const load = (await store.readLoads(['ch0'])).get('ch0')!;
-    expect(load.waiting).toBe(3);
+    // the queue's guard is in Redis: it never shows more than 3, and shows 3 once the registrations are in
+    await expect.poll(async () => (await store.readLoads(['ch0'])).get('ch0')!.waiting).toBe(3);
     await holder.release();
     const results = await Promise.all(attempts);
     const reasons = results.map((r) => (r instanceof CapacityError ? r.reason : 'ticket'));
@@ -173,21 +186,32 @@ describe('admission on Redis', () => {
     expect(reasons.filter((r) => r === 'ticket').length).toBeGreaterThanOrEqual(1);
     for (const r of results)
       if (!(r instanceof CapacityError)) await (r as { release(): Promise<void> }).release();
-    await sleep(50);
-    expect((await store.readLoads(['ch0'])).get('ch0')).toMatchObject({ active: 0, waiting: 0 });
+    await expect
+      .poll(async () => (await store.readLoads(['ch0'])).get('ch0'))
+      .toMatchObject({ active: 0, waiting: 0 });
   });
 
   it('budget exhaustion recovers through waiting (item 7)', async () => {
-    await setup({ max_acquire_attempts: 2, wait_interval_ms: 20, wait_timeout_ms: 3000 });
+    // A first poll 2 to 4 s after the registration (the jittered base interval): the pass is seen waiting before it
+    // polls, and the releases below wake it long before that.
+    await setup({ max_acquire_attempts: 2, wait_interval_ms: 4000, wait_timeout_ms: 10_000 });
     const candidates = bounded(4, 1);
     const holders = await Promise.all(candidates.map(() => admission.acquire({ candidates })));
     expect(new Set(holders.map((t) => t.channel.id)).size).toBe(4);
-    const before = admission.stats().acquireAttempts;
-    setTimeout(() => void Promise.all(holders.map((t) => t.release())), 50);
-    const ticket = await admission.acquire({ candidates });
+    const before = { ...admission.stats() };
+    const pass = admission.acquire({ candidates });
+    const waiting = () => Object.values(admission.stats().channels).reduce((n, c) => n + c.waiting, 0);
+    await expect.poll(waiting).toBe(1);
+    // Before it waited the pass tried exactly its budget, 2 of the 4 channels, both in one script call (the view
+    // shows every channel full, so one batch carries the whole budget); the other 2 went to the wait pool untried.
+    expect(admission.stats().acquireAttempts - before.acquireAttempts).toBe(2);
+    expect(admission.stats().acquireCalls - before.acquireCalls).toBe(1);
+    await Promise.all(holders.map((t) => t.release()));
+    const ticket = await pass;
     expect(ticket.waitedMs).toBeGreaterThan(0);
-    // the pass tried only its budget (2 channels) before it waited
-    expect(admission.stats().acquireAttempts - before).toBeGreaterThanOrEqual(3);
+    // woken by the releases, it took one of the freed slots over (a handoff): no further attempt
+    expect(admission.stats().acquireAttempts - before.acquireAttempts).toBe(2);
+    expect(admission.stats().handoffs).toBe(1);
     expect(admission.stats().outcomes.acquired).toBe(5);
     await ticket.release();
   });
@@ -244,14 +268,15 @@ describe('admission on Redis', () => {
     const holder = await admission.acquire({ candidates });
     const ac = new AbortController();
     const waiting = admission.acquire({ candidates, signal: ac.signal }).catch((e: unknown) => e);
-    await sleep(120);
-    expect((await store.readLoads(['ch0'])).get('ch0')!.waiting).toBe(1);
+    await expect.poll(async () => (await store.readLoads(['ch0'])).get('ch0')!.waiting).toBe(1);
     ac.abort();
     const err = await waiting;
     expect(err).toBeInstanceOf(CapacityError);
     expect((err as CapacityError).reason).toBe('aborted');
-    await sleep(30);
-    expect((await store.readLoads(['ch0'])).get('ch0')).toMatchObject({ active: 1, waiting: 0 });
+    // the registration's removal is sent without waiting for it
+    await expect
+      .poll(async () => (await store.readLoads(['ch0'])).get('ch0'))
+      .toMatchObject({ active: 1, waiting: 0 });
     await holder.release();
     expect((await store.readLoads(['ch0'])).get('ch0')).toMatchObject({ active: 0, waiting: 0 });
   });
@@ -261,12 +286,18 @@ describe('admission on Redis', () => {
     const candidates = bounded(3, 1);
     const tickets = [];
     for (let i = 0; i < 3; i++) tickets.push(await admission.acquire({ candidates }));
-    await admission.acquire({ candidates }).catch(() => {});
+    // every channel is held: the fourth pass waits on one of them and gives up after wait_timeout_ms
+    await expect(admission.acquire({ candidates })).rejects.toMatchObject({
+      code: 'channel_capacity_exhausted',
+      reason: 'wait_timeout',
+    });
     await admission.cooldown(candidates[0]!, { ms: 1000 });
     for (const t of tickets) await t.release();
-    await sleep(20);
+    // the releases resolve once queued: wait until the turn's ZREMs have gone out (3 releases, 1 waiter removal)
+    await expect.poll(() => counter.count('zrem')).toBe(4);
     const c = admission.stats().commands;
     const total = Object.values(c).reduce((a, b) => a + b, 0);
+    expect(c.release).toBe(3);
     expect(total).toBe(counter.sent.length);
     expect(c.load_read).toBe(counter.count('time') + counter.count('zcount') + counter.count('pttl'));
     expect(c.cooldown).toBe(counter.count('set'));
@@ -418,6 +449,73 @@ describe('admission on Redis', () => {
       await expect.poll(() => counter.count('zrem')).toBe(1); // the waiter's registration, removed
       await ticket.release();
       expect(await slotMembers('ch0')).toEqual([]);
+    });
+
+    it("a second release of a ticket whose slot was handed off leaves the new holder's slot in Redis", async () => {
+      await setup({ load_cache_ttl_ms: 5000 });
+      const candidates = bounded(1, 1);
+      const a = await admission.acquire({ candidates });
+      const released = a.release();
+      const b = await admission.acquire({ candidates });
+      await released;
+      expect(admission.stats().handoffs).toBe(1);
+      expect(b.token).toBe(a.token); // the same lease, now B's
+      // A's holder gives its ticket back again (a second close handler, say): a no-op, not B's slot
+      await a.release();
+      // This read goes out on the store's connection behind anything that release queued in this turn.
+      expect((await admission.readLoads(candidates)).get('ch0')!.active).toBe(1);
+      expect(await slotMembers('ch0')).toEqual([b.token]);
+      expect(admission.stats().liveLeases).toBe(1);
+      // another instance still finds the channel full
+      const other = otherInstance({ wait_enabled: false });
+      await expect(other.acquire({ candidates })).rejects.toMatchObject({ reason: 'full' });
+      expect(await slotMembers('ch0')).toEqual([b.token]);
+      await b.release();
+      await expect.poll(() => slotMembers('ch0')).toEqual([]);
+      expect(admission.stats().liveLeases).toBe(0);
+    });
+
+    it('no handoff onto a channel another instance put in cooldown, seen only through a fresh load read', async () => {
+      await setup({ load_cache_ttl_ms: 5000, wait_enabled: false });
+      const c: Candidate = { id: 'c', maxConcurrency: 1, priority: 1 };
+      const d: Candidate = { id: 'd', maxConcurrency: 1 };
+      const candidates = [c, d];
+      const held = await admission.acquire({ candidates });
+      expect(held.channel.id).toBe('c');
+      await otherInstance().cooldown(c, { ms: 30_000 });
+      // this instance has no cooldown of its own; its cached snapshot shows c usable, a fresh read shows it cooling
+      expect(admission.loadView.peek(['c', 'd'], false)?.get('c')?.coolingDown).toBe(false);
+      expect((await admission.loadView.readFresh(['c', 'd']))?.get('c')?.coolingDown).toBe(true);
+      // c's slot is given back while a pass of this instance wants c first: it must not take the slot over
+      const released = held.release();
+      const next = await admission.acquire({ candidates });
+      await released;
+      expect(admission.stats().handoffs).toBe(0);
+      expect(next.channel.id).toBe('d');
+      await expect.poll(() => slotMembers('c')).toEqual([]);
+      expect(await slotMembers('d')).toEqual([next.token]);
+      await next.release();
+    });
+
+    it("an abort while the pass's acquire call is in flight gives back the slot that call got", async () => {
+      await setup({ load_cache_ttl_ms: 5000 });
+      const candidates = bounded(1, 1);
+      await admission.loadView.read(['ch0']); // a warm view: the pass queues its acquire with no await before it
+      counter.reset();
+      const ac = new AbortController();
+      const pass = admission.acquire({ candidates, signal: ac.signal });
+      // The store sends the turn's acquires from a setImmediate queued by the pass; this one runs right after that
+      // send, before the reply can be read (no I/O in between).
+      setImmediate(() => ac.abort());
+      await expect(pass).rejects.toBeInstanceOf(CapacityError);
+      await expect(pass).rejects.toMatchObject({ reason: 'aborted' });
+      // the acquire did go out and admit the token: that slot is given back, and nothing renews it
+      expect(counter.count('evalsha')).toBe(1);
+      expect(admission.stats().acquireAttempts).toBe(1);
+      await expect.poll(() => slotMembers('ch0')).toEqual([]);
+      expect(counter.count('zrem')).toBe(1);
+      expect(admission.stats().liveLeases).toBe(0);
+      expect(admission.stats().outcomes.capacity_aborted).toBe(1);
     });
 
     it('release({ handoff: false }) sends the slot back through Redis (a call aborted mid-flight)', async () => {

@@ -168,7 +168,7 @@ describe('gateway streams on Redis', () => {
     expect(await eventually(async () => (await redisLoad(a, 'alpha')).active === 0)).toBe(true);
   });
 
-  it('a client that disconnects mid-stream frees its slot for the next request and aborts the upstream request', async () => {
+  it('a client that disconnects mid-stream frees its slot for the next request and aborts the upstream request, never by handoff', async () => {
     const up = await upstream();
     const hold = gate();
     cleanups.push(() => hold.open());
@@ -180,7 +180,9 @@ describe('gateway streams on Redis', () => {
     const gw = await gateway(
       configDoc({
         channels: [openai(up, 'alpha', { max_concurrency: 1 })],
-        settings: { wait_timeout_ms: 15_000 },
+        // A long first poll interval (2 to 4 s): the waiter is asleep when the stream's slot comes free, so a local
+        // release wakes it and it could take the slot over at once if the gateway let it.
+        settings: { wait_timeout_ms: 15_000, wait_interval_ms: 4000 },
       }),
     );
 
@@ -193,11 +195,15 @@ describe('gateway streams on Redis', () => {
     expect(await eventually(() => gw.gateway.admission.stats().channels.alpha?.waiting === 1)).toBe(true);
     expect(up.requests('alpha')).toHaveLength(1);
 
+    // The upstream call is aborted mid-stream with a waiter of this gateway present: its slot goes back through
+    // Redis (the upstream may still be running it for a moment), never straight to the waiter.
+    expect(gw.gateway.admission.stats().channels.alpha?.waiting).toBe(1);
     first.destroy();
     const answer = await within(second, 10_000, 'second request');
     expect(answer.status).toBe(200);
     expect(answer.json()).toEqual({ id: 'second', choices: [] });
     expect(Number(answer.headers['x-slotgate-waited-ms'])).toBeGreaterThan(0);
+    expect(gw.gateway.admission.stats().handoffs).toBe(0);
 
     const streamed = up.requests('alpha')[0]!;
     await within(streamed.done, 5000, 'upstream request closed');
@@ -206,6 +212,32 @@ describe('gateway streams on Redis', () => {
     await expect(first.body).rejects.toThrow();
     expect(up.record('alpha').max).toBe(1);
     expect(await eventually(async () => (await redisLoad(gw, 'alpha')).active === 0)).toBe(true);
+  });
+
+  it('a client that disconnects before the upstream sends its headers leaves no live lease', async () => {
+    const up = await upstream();
+    const hold = gate();
+    cleanups.push(() => hold.open());
+    // the upstream has the request but holds its response headers until the test opens the gate
+    up.on('alpha', async () => {
+      await hold.promise;
+      return { json: { id: 'late', choices: [] } };
+    });
+    const gw = await gateway(configDoc({ channels: [openai(up, 'alpha', { max_concurrency: 1 })] }));
+
+    const client = streamingCall(`${gw.url}/v1/chat/completions`, chat('gpt-x'));
+    expect(await eventually(() => up.requests('alpha').length === 1)).toBe(true);
+    expect((await redisLoad(gw, 'alpha')).active).toBe(1);
+    expect(gw.gateway.admission.stats().liveLeases).toBe(1);
+
+    client.destroy();
+    const held = up.requests('alpha')[0]!;
+    await within(held.done, 5000, 'upstream request closed');
+    expect(held.aborted).toBe(true);
+    await expect.poll(async () => (await redisLoad(gw, 'alpha')).active).toBe(0);
+    // released, not merely gone from Redis: this gateway holds no lease and renews nothing
+    expect(gw.gateway.admission.stats().liveLeases).toBe(0);
+    expect(up.requests('alpha')).toHaveLength(1);
   });
 
   it('a disconnect mid-stream on a bounded mock channel frees the slot too', async () => {
