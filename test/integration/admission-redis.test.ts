@@ -3,12 +3,8 @@
  */
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { Redis } from 'ioredis';
-import {
-  createAdmission,
-  type Admission,
-  type AdmissionEngine,
-  type Ticket,
-} from '../../packages/slotgate/src/admission/admission.js';
+import { createAdmission, type AdmissionEngine } from '../../packages/slotgate/src/admission/admission.js';
+import type { Admission, Ticket } from '../../packages/slotgate/src/admission/types.js';
 import { LoadView } from '../../packages/slotgate/src/admission/load-view.js';
 import { systemClock } from '../../packages/slotgate/src/core/clock.js';
 import { CapacityError, StoreUnavailableError } from '../../packages/slotgate/src/core/errors.js';

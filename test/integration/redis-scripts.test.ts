@@ -6,20 +6,15 @@
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { Redis } from 'ioredis';
 import { KeyBuilder } from '../../packages/slotgate/src/store/redis/keys.js';
-import {
-  SCRIPTS,
-  defineScripts,
-  type ScriptClient,
-} from '../../packages/slotgate/src/store/redis/scripts.js';
+import { SCRIPTS, loadLua } from '../../packages/slotgate/src/store/redis/scripts.js';
+import { redisMs } from '../../packages/slotgate/src/store/redis/redis-time.js';
 import { redisUrl, uniquePrefix } from '../helpers/redis.js';
 
 let client: Redis;
-let scripts: ScriptClient;
 let keys: KeyBuilder;
 
 beforeAll(async () => {
   client = new Redis(redisUrl(), { maxRetriesPerRequest: 1 });
-  scripts = defineScripts(client);
 });
 
 afterAll(() => {
@@ -37,9 +32,10 @@ afterEach(async () => {
 
 /** The Redis clock in ms, the same way the scripts compute it. */
 async function redisNow(): Promise<number> {
-  const [s, us] = await client.time();
-  return Number(s) * 1000 + Math.floor(Number(us) / 1000);
+  return redisMs(await client.time());
 }
+
+const CODE = { full: 0, acquired: 1, cooling: 2 } as const;
 
 interface Target {
   id: string;
@@ -71,16 +67,14 @@ async function acquireMany(
       requestArgs.push(i === targets.length - 1 ? -index.get(t.id)! : index.get(t.id)!);
     });
   }
-  const reply = await scripts[SCRIPTS.acquire.name](
-    k.length,
-    ...k,
+  const codes = await SCRIPTS.acquireSlots.call(client, k, [
     ttlMs,
     check ? 1 : 0,
     index.size,
     ...channelArgs,
     ...requestArgs,
-  );
-  return (reply as (string | number)[]).map(Number);
+  ]);
+  return codes.map((c) => CODE[c]);
 }
 
 /** Raw acquire of one request: its codes. */
@@ -97,12 +91,11 @@ async function renew(leases: [string, string][], ttlMs: number): Promise<number[
     if (!index.has(key)) index.set(key, index.size + 1);
     args.push(index.get(key)!, token);
   }
-  const reply = await scripts[SCRIPTS.renew.name](index.size, ...index.keys(), ...args);
-  return (reply as (string | number)[]).map(Number);
+  return SCRIPTS.renewLeases.call(client, [...index.keys()], args);
 }
 
 async function registerWaiter(id: string, token: string, max: number, ttlMs: number): Promise<number> {
-  return Number(await scripts[SCRIPTS.registerWaiter.name](keys.waiters(id), token, max, ttlMs));
+  return (await SCRIPTS.registerWaiter.call(client, [keys.waiters(id)], [token, max, ttlMs])) ? 1 : 0;
 }
 
 async function members(key: string): Promise<string[]> {
@@ -461,5 +454,16 @@ describe('key expiry: set, and only ever extended', () => {
     await acquire([{ id: 'gone', max: 5 }], 'x:1', 600);
     expect(await client.exists(keys.slots('gone'))).toBe(1);
     await expect.poll(() => client.exists(keys.slots('gone')), { timeout: 5_000 }).toBe(0);
+  });
+});
+
+describe('script sources', () => {
+  it('splice the shared Redis-clock helper in place of their include line, once', () => {
+    for (const script of Object.values(SCRIPTS)) {
+      const source = loadLua(script.file);
+      expect(source).not.toMatch(/@include/);
+      expect(source.match(/local function redisNow\(\)/g)).toHaveLength(1);
+      expect(source.match(/redis\.call\('TIME'\)/g)).toHaveLength(1);
+    }
   });
 });

@@ -298,18 +298,31 @@ describe('RedisStore command cost (client and server side)', () => {
       await store.acquireFirst([{ channelId: 'wd', max: 2 }], opts('wd:1'));
       await store.acquireFirst([{ channelId: 'wd', max: 2 }], opts('wd:2'));
       const m = await measure(async () => {
-        const first = store.release({ channelId: 'wd', token: 'wd:1' });
-        const second = store.release({ channelId: 'wd', token: 'wd:2' });
-        expect(store.withdrawRelease({ channelId: 'wd', token: 'wd:1' })).toBe(true);
-        expect(store.withdrawRelease({ channelId: 'wd', token: 'wd:1' })).toBe(false);
-        expect(store.withdrawRelease({ channelId: 'other', token: 'wd:2' })).toBe(false);
-        expect(await first).toBe(true);
-        expect(await second).toBe(true);
-        expect(store.withdrawRelease({ channelId: 'wd', token: 'wd:2' })).toBe(false);
+        const first = store.releaseDeferred({ channelId: 'wd', token: 'wd:1' });
+        const second = store.releaseDeferred({ channelId: 'wd', token: 'wd:2' });
+        expect([first.held, second.held]).toEqual([true, true]);
+        expect(first.withdraw()).toBe(true);
+        expect(first.withdraw()).toBe(false);
+        expect(await first.done).toBe(true);
+        expect(await second.done).toBe(true);
+        expect(second.withdraw()).toBe(false);
       });
       expect(m.sent).toEqual(['zrem']);
       expect(m.counted).toEqual({ release: 1 });
       expect(await cc.client.zrange(store.keys.slots('wd'), 0, -1)).toEqual(['wd:1']);
+    });
+
+    it('a token withdrawn once in a turn is not withdrawn again in that turn: its second release goes out', async () => {
+      await store.acquireFirst([{ channelId: 'wt', max: 2 }], opts('wt:1'));
+      const m = await measure(async () => {
+        const first = store.releaseDeferred({ channelId: 'wt', token: 'wt:1' });
+        expect(first.withdraw()).toBe(true); // handed off: the slot stays held
+        const again = store.releaseDeferred({ channelId: 'wt', token: 'wt:1' }); // its new holder gives it back
+        expect(again.withdraw()).toBe(false); // at most once per token and turn
+        expect(await again.done).toBe(true);
+      });
+      expect(m.sent).toEqual(['zrem']);
+      expect(await cc.client.zrange(store.keys.slots('wt'), 0, -1)).toEqual([]);
     });
 
     it('200 channels tried per acquire call at most: a larger turn is split into several calls', async () => {

@@ -5,12 +5,8 @@
  * generous bounds; everything else runs on a ManualClock or needs no clock at all.
  */
 import { afterEach, describe, expect, it } from 'vitest';
-import {
-  createAdmission,
-  type Admission,
-  type AdmissionOptions,
-  type Ticket,
-} from '../../packages/slotgate/src/admission/admission.js';
+import { createAdmission } from '../../packages/slotgate/src/admission/admission.js';
+import type { Admission, AdmissionOptions, Ticket } from '../../packages/slotgate/src/admission/types.js';
 import type { Candidate } from '../../packages/slotgate/src/core/channel.js';
 import { ManualClock } from '../../packages/slotgate/src/core/clock.js';
 import { CapacityError, NoChannelError } from '../../packages/slotgate/src/core/errors.js';

@@ -1,9 +1,8 @@
 /**
- * LeaseManager on MemoryStore with a ManualClock (lease expiry and release backoff), and on small hand-written
- * failing stores. The renewal timer and the uncertain-acquire cleanup cap are real timers; these tests fake them
- * with vitest's timers so nothing depends on wall time.
+ * LeaseManager on MemoryStore with a ManualClock (lease expiry, release backoff, the renewal timer and the cleanup
+ * cap all run on it), and on small hand-written failing stores. Nothing depends on wall time.
  */
-import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { ManualClock } from '../../packages/slotgate/src/core/clock.js';
 import { StoreUnavailableError } from '../../packages/slotgate/src/core/errors.js';
 import {
@@ -13,7 +12,12 @@ import {
   type LeaseManagerOptions,
 } from '../../packages/slotgate/src/store/leases.js';
 import { MemoryStore } from '../../packages/slotgate/src/store/memory/memory-store.js';
-import type { AcquireTarget, LeaseRef, SlotStore } from '../../packages/slotgate/src/store/store.js';
+import {
+  sentRelease,
+  type AcquireTarget,
+  type LeaseRef,
+  type SlotStore,
+} from '../../packages/slotgate/src/store/store.js';
 
 let clock: ManualClock;
 let inner: MemoryStore;
@@ -21,7 +25,6 @@ let events: LeaseEvent[];
 const managers: LeaseManager[] = [];
 
 beforeEach(() => {
-  vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout'] });
   clock = new ManualClock();
   inner = new MemoryStore({ clock });
   events = [];
@@ -29,10 +32,9 @@ beforeEach(() => {
 
 afterEach(async () => {
   for (const m of managers.splice(0)) await m.close().catch(() => {});
-  vi.useRealTimers();
 });
 
-/** Lets pending promise continuations run (setImmediate is not faked). */
+/** Lets pending promise continuations run. */
 const flush = () => new Promise<void>((resolve) => setImmediate(resolve));
 
 function manager(options: Partial<LeaseManagerOptions> = {}): LeaseManager {
@@ -60,6 +62,7 @@ function stub(overrides: Overrides): SlotStore {
     },
     acquireFirst: overrides.acquireFirst ?? ((t, o) => inner.acquireFirst(t, o)),
     release: overrides.release ?? ((l) => inner.release(l)),
+    releaseDeferred: (l) => sentRelease(overrides.release ? overrides.release(l) : inner.release(l)),
     renew: overrides.renew ?? ((l, ttl) => inner.renew(l, ttl)),
     registerWaiter: (...a) => inner.registerWaiter(...a),
     unregisterWaiter: (...a) => inner.unregisterWaiter(...a),
@@ -112,7 +115,7 @@ describe('tokens and local counts', () => {
     // a full reply changes nothing
     expect(await m.acquireFirst(one('a', 2), true)).toEqual({ replies: ['full'] });
     expect(m.localCount('a')).toBe(2);
-    await m.release(a1);
+    await m.release(a1)?.done;
     expect([m.localCount('a'), m.localCount('b'), m.size]).toEqual([1, 1, 2]);
     expect(await activeIn('a')).toBe(1);
   });
@@ -139,23 +142,23 @@ describe('release', () => {
     const m = manager();
     const lease = await take(m, 'a');
     const before = inner.commands.release;
-    await m.release(lease);
-    await m.release(lease);
-    await m.release({ channelId: 'a', token: 'never:1' });
+    await m.release(lease)?.done;
+    await m.release(lease)?.done;
+    await m.release({ channelId: 'a', token: 'never:1' })?.done;
     expect(inner.commands.release - before).toBe(1);
     expect(m.localCount('a')).toBe(0);
     expect(await activeIn('a')).toBe(0);
   });
 
-  it('concurrent calls share one promise and one store call', async () => {
+  it('a second call while the first is in flight sends nothing more', async () => {
     const m = manager();
     const lease = await take(m, 'a');
     await take(m, 'a');
     const before = inner.commands.release;
-    const p1 = m.release(lease);
-    const p2 = m.release({ channelId: lease.channelId, token: lease.token });
-    expect(p2).toBe(p1);
-    await Promise.all([p1, p2]);
+    const first = m.release(lease);
+    expect(first).toBeDefined();
+    expect(m.release({ channelId: lease.channelId, token: lease.token })).toBeUndefined();
+    await first!.done;
     expect(inner.commands.release - before).toBe(1);
     expect(m.localCount('a')).toBe(1);
   });
@@ -172,7 +175,7 @@ describe('release', () => {
     const m = manager({ store });
     const lease = await take(m, 'a');
     let settled = false;
-    const done = m.release(lease).then(() => (settled = true));
+    const done = m.release(lease)!.done.then(() => (settled = true));
     await flush();
     // it stopped renewing at once: the lease is no longer this instance's
     expect([m.size, m.localCount('a')]).toEqual([0, 0]);
@@ -209,7 +212,7 @@ describe('release', () => {
     });
     const m = manager({ store, leaseTtlMs: () => 1_000 });
     const lease = await take(m, 'a');
-    const done = m.release(lease);
+    const done = m.release(lease)!.done;
     // attempts at +0, +50, +150, +350, +750; the next wait (800 ms) would end past the expiry at +1000
     for (const step of [50, 100, 200, 400]) {
       await flush();
@@ -288,8 +291,7 @@ describe('uncertain acquire', () => {
     const m = manager({ store });
     await expect(m.acquireFirst(one('a'), true)).rejects.toBeInstanceOf(StoreUnavailableError);
     await flush();
-    await clock.advance(60_000);
-    await vi.advanceTimersByTimeAsync(5_000);
+    await clock.advance(65_000);
     expect(calls).toBe(1);
     expect(events).toEqual([
       { type: 'acquire_uncertain', channelIds: ['a'], token: 'inst:1', cleaned: false },
@@ -309,9 +311,9 @@ describe('uncertain acquire', () => {
     });
     const m = manager({ store, cleanupTimeoutMs: 500 });
     await expect(m.acquireFirst(one('a'), true)).rejects.toBeInstanceOf(StoreUnavailableError);
-    await vi.advanceTimersByTimeAsync(499);
+    await clock.advance(499);
     expect(events).toEqual([]);
-    await vi.advanceTimersByTimeAsync(1);
+    await clock.advance(1);
     expect(events).toEqual([
       { type: 'acquire_uncertain', channelIds: ['a'], token: 'inst:1', cleaned: false },
     ]);
@@ -346,12 +348,13 @@ describe('renewal', () => {
     expect([m.localCount('a'), m.localCount('b'), m.size]).toEqual([1, 1, 2]);
     // a dropped lease is not released again
     const before = inner.commands.release;
-    await m.release(removed);
+    await m.release(removed)?.done;
     expect(inner.commands.release).toBe(before);
   });
 
   it('a lease that expired in the store before it was renewed is lost', async () => {
-    const m = manager({ leaseTtlMs: () => 1_000 });
+    // the manager's own timers stand still (its renewal never came in time); the store's time moves on
+    const m = manager({ leaseTtlMs: () => 1_000, clock: new ManualClock(clock.now()) });
     const lease = await take(m, 'a', 1);
     await clock.advance(1_001);
     // another instance took the free place, which drops the expired member
@@ -373,8 +376,7 @@ describe('renewal', () => {
     const lease = await take(m, 'a');
     await take(m, 'b');
     const expiresAt = lease.expiresAt;
-    await clock.advance(20_000);
-    await m.renewAll();
+    await clock.advance(20_000); // the renewal timer fires at TTL / 3
     expect(events).toHaveLength(1);
     expect(events[0]).toMatchObject({ type: 'renew_failed', leases: 2 });
     expect(m.size).toBe(2);
@@ -405,23 +407,23 @@ describe('renewal', () => {
     const m = manager({ leaseTtlMs: () => ttl });
     const before = inner.commands.renew;
     const lease = await take(m, 'a');
-    await vi.advanceTimersByTimeAsync(99);
+    await clock.advance(99);
     expect(inner.commands.renew - before).toBe(0);
-    await vi.advanceTimersByTimeAsync(1);
+    await clock.advance(1);
     expect(inner.commands.renew - before).toBe(1);
     ttl = 600; // a settings change: the next tick comes after 200 ms and renews for 600
-    await vi.advanceTimersByTimeAsync(100);
+    await clock.advance(100);
     expect(inner.commands.renew - before).toBe(2);
     expect(lease.expiresAt).toBe(clock.now() + 600);
-    await vi.advanceTimersByTimeAsync(199);
+    await clock.advance(199);
     expect(inner.commands.renew - before).toBe(2);
-    await vi.advanceTimersByTimeAsync(1);
+    await clock.advance(1);
     expect(inner.commands.renew - before).toBe(3);
     // no live lease, no timer
-    await m.release(lease);
-    await vi.advanceTimersByTimeAsync(10_000);
+    await m.release(lease)?.done;
+    await clock.advance(10_000);
     expect(inner.commands.renew - before).toBe(3);
-    expect(vi.getTimerCount()).toBe(0);
+    expect(clock.pending).toBe(0);
   });
 });
 
@@ -437,7 +439,7 @@ describe('close', () => {
     expect(await activeIn('a')).toBe(0);
     expect(await activeIn('b')).toBe(0);
     expect([m.size, m.localCount('a'), m.localCount('b')]).toEqual([0, 0, 0]);
-    expect(vi.getTimerCount()).toBe(0);
+    expect(clock.pending).toBe(0);
     await expect(m.acquireFirst(one('a'), true)).rejects.toBeInstanceOf(StoreUnavailableError);
   });
 
@@ -460,94 +462,5 @@ describe('close', () => {
     await closing;
     expect(closed).toBe(true);
     expect(await activeIn('a')).toBe(0);
-  });
-});
-
-describe('handoff (takeOver)', () => {
-  /** A store that holds releases until `send()`, like RedisStore holds a turn's releases, and can take them back. */
-  function coalescing() {
-    const queued = new Map<string, { lease: LeaseRef; resolve: (v: boolean) => void }>();
-    const store: SlotStore = {
-      ...stub({}),
-      release: (lease) =>
-        new Promise<boolean>((resolve) => queued.set(lease.token, { lease: { ...lease }, resolve })),
-      withdrawRelease: (lease) => {
-        const q = queued.get(lease.token);
-        if (!q) return false;
-        queued.delete(lease.token);
-        q.resolve(true);
-        return true;
-      },
-    };
-    const send = async () => {
-      for (const [token, q] of [...queued]) {
-        queued.delete(token);
-        q.resolve(await inner.release(q.lease));
-      }
-    };
-    return { store, send, queued };
-  }
-
-  it('takes over a released slot whose removal was not sent: same token, live again, nothing sent', async () => {
-    const { store, queued, send } = coalescing();
-    const m = manager({ store });
-    const lease = await take(m, 'a', 2);
-    const released = m.release(lease);
-    expect([...m.handoffChannels()]).toEqual(['a']);
-    expect(m.localCount('a')).toBe(0);
-    const taken = m.takeOver('a', 2);
-    expect(taken?.token).toBe(lease.token);
-    await released;
-    expect(queued.size).toBe(0);
-    expect(m.localCount('a')).toBe(1);
-    expect(m.hasHandoffs).toBe(false);
-    expect(await activeIn('a')).toBe(1);
-    // the new holder's release is a real one (not the old, already settled promise)
-    const again = m.release(taken!);
-    expect(queued.size).toBe(1);
-    expect(m.takeOver('a', 2)?.token).toBe(lease.token);
-    await again;
-    // and the last holder's release goes to the store
-    const last = m.release(lease);
-    await send();
-    await last;
-    expect(await activeIn('a')).toBe(0);
-    expect(m.size).toBe(0);
-  });
-
-  it('nothing to take once the removal is on its way, on another channel, or past a lowered max', async () => {
-    const { store, send } = coalescing();
-    const m = manager({ store });
-    const lease = await take(m, 'a', 2);
-    const released = m.release(lease);
-    expect(m.takeOver('b', 2)).toBeUndefined();
-    expect(m.takeOver('a', 1)).toBeUndefined(); // acquired under max 2: never carried past max 1
-    expect(m.hasHandoffs).toBe(true);
-    await send();
-    await released;
-    expect(m.hasHandoffs).toBe(false);
-    expect(m.takeOver('a', 2)).toBeUndefined();
-    expect(await activeIn('a')).toBe(0);
-  });
-
-  it('never hands off a lease with less than half a TTL left by the local estimate', async () => {
-    const { store, send } = coalescing();
-    const m = manager({ store });
-    const lease = await take(m, 'a', 2);
-    await clock.advance(31_000); // TTL 60 s, never renewed: 29 s left
-    const released = m.release(lease);
-    expect(m.takeOver('a', 2)).toBeUndefined();
-    await send();
-    await released;
-    expect(await activeIn('a')).toBe(0);
-  });
-
-  it('a store that sends every release at once offers no handoff', async () => {
-    const m = manager();
-    const lease = await take(m, 'a', 2);
-    const released = m.release(lease);
-    expect(m.hasHandoffs).toBe(false);
-    expect(m.takeOver('a', 2)).toBeUndefined();
-    await released;
   });
 });

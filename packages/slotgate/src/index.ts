@@ -10,7 +10,7 @@ export type {
   AdmissionRecord,
   AcquireRequest,
   Ticket,
-} from './admission/admission.js';
+} from './admission/types.js';
 export { OUTCOMES, type AdmissionStats, type ChannelStats, type Outcome } from './admission/stats.js';
 export type { LoadViewCounters } from './admission/load-view.js';
 export type { LeaseEvent } from './store/leases.js';

@@ -1,5 +1,5 @@
 /**
- * The load view (spec §4): "how loaded is each candidate?", for ordering only. Ownership is always decided live by
+ * The load view: "how loaded is each candidate?", for ordering only. Ownership is always decided live by
  * the acquire script, so nothing here can cause overselling.
  *
  * - a per-channel snapshot cache with a short TTL: a channel is fetched at most once per TTL per instance, however
@@ -11,7 +11,8 @@
  * - fresh reads bypassing the cache, coalesced per channel set, stored back into the cache;
  * - `load_cache_enabled = false`: every read goes straight to the store (the rollback switch).
  */
-import type { Clock } from '../core/clock.js';
+import { within, type Clock } from '../core/clock.js';
+import { pushTo } from '../core/collections.js';
 import type { Settings } from '../core/settings.js';
 import type { ChannelLoad, SlotStore } from '../store/store.js';
 import { Semaphore } from './semaphore.js';
@@ -91,7 +92,7 @@ export class LoadView {
 
   constructor(private readonly opts: LoadViewOptions) {
     this.fetchTimeoutMs = opts.fetchTimeoutMs ?? 3000;
-    this.fetchSlots = new Semaphore(opts.maxConcurrentFetches ?? 2);
+    this.fetchSlots = new Semaphore(opts.maxConcurrentFetches ?? 2, opts.clock);
   }
 
   /**
@@ -211,7 +212,7 @@ export class LoadView {
         () => this.fetchSlots.release(),
         () => this.fetchSlots.release(),
       );
-      const loads = await withTimeout(read, Math.max(1, deadline - this.opts.clock.now()));
+      const loads = await within(this.opts.clock, read, Math.max(1, deadline - this.opts.clock.now()));
       if (!loads) return null;
       const fetchedAt = this.opts.clock.now();
       ids.forEach((id, i) => {
@@ -233,7 +234,7 @@ export class LoadView {
     this.counters.directReads++;
     this.counters.fetches++;
     const read = this.opts.store.readLoads(ids).catch(() => null);
-    const loads = await abortable(withTimeout(read, this.fetchTimeoutMs), signal);
+    const loads = await abortable(within(this.opts.clock, read, this.fetchTimeoutMs), signal);
     if (loads) return loads;
     this.counters.fallbacks++;
     return new Map(ids.map((id) => [id, this.fallback(id)]));
@@ -317,29 +318,6 @@ export class LoadView {
     const entry = this.cache.get(id);
     if (entry) entry.load = { ...entry.load, coolingDown: false, cooldownRemainingMs: 0 };
   }
-}
-
-function pushTo<K, V>(map: Map<K, V[]>, key: K, ...values: V[]): void {
-  const list = map.get(key);
-  if (list) list.push(...values);
-  else map.set(key, values);
-}
-
-/** Resolves with the value, or null when `ms` passes first (the work goes on, detached). */
-function withTimeout<T>(work: Promise<T>, ms: number): Promise<T | null> {
-  return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => resolve(null), ms);
-    work.then(
-      (value) => {
-        clearTimeout(timer);
-        resolve(value);
-      },
-      (err: unknown) => {
-        clearTimeout(timer);
-        reject(err instanceof Error ? err : new Error(String(err)));
-      },
-    );
-  });
 }
 
 /** The caller's view of shared work: rejects with the abort reason when the caller gives up; the work goes on. */

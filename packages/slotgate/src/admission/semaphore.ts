@@ -1,9 +1,14 @@
 /** A counting semaphore whose acquire gives up after a time-out (the bound on concurrent load fetches). */
+import type { Clock } from '../core/clock.js';
+
 export class Semaphore {
   private available: number;
   private readonly queue: Array<(ok: boolean) => void> = [];
 
-  constructor(readonly permits: number) {
+  constructor(
+    readonly permits: number,
+    private readonly clock: Clock,
+  ) {
     this.available = permits;
   }
 
@@ -19,10 +24,10 @@ export class Semaphore {
     }
     return new Promise((resolve) => {
       const grant = (ok: boolean) => {
-        clearTimeout(timer);
+        timer.cancel();
         resolve(ok);
       };
-      const timer = setTimeout(() => {
+      const timer = this.clock.setTimer(() => {
         const i = this.queue.indexOf(grant);
         if (i >= 0) this.queue.splice(i, 1);
         resolve(false);

@@ -1,4 +1,4 @@
-/** The counters of spec §8 that the admission engine keeps; the gateway exports them to Prometheus. */
+/** The counters the admission engine keeps; a gateway exports them to Prometheus. */
 import type { CapacityReason } from '../core/errors.js';
 import { Histogram, type HistogramSnapshot } from '../core/histogram.js';
 import type { Purpose } from '../store/store.js';
@@ -64,6 +64,5 @@ export class StatsRecorder {
   readonly waitTime = new Histogram();
   acquireAttempts = 0;
   acquireCalls = 0;
-  handoffs = 0;
   leasesLost = 0;
 }

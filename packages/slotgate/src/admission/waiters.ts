@@ -1,8 +1,10 @@
 /**
- * This instance's waiters, so a local release can wake one at once (spec §5.3). A waiter listens on every bounded
+ * This instance's waiters, so a local release can wake one at once. A waiter listens on every bounded
  * channel of its candidate set (a slot freed on any of them can serve it) and is counted on the channel it is
  * registered with.
  */
+
+import { pushTo, removeFrom } from '../core/collections.js';
 
 export interface Waker {
   /** Cuts the waiter's current sleep short; false when it was not sleeping (busy with an attempt). */
@@ -15,11 +17,7 @@ export class LocalWaiters {
 
   add(registeredOn: string, listensTo: readonly string[], waker: Waker): void {
     pushTo(this.registered, registeredOn, waker);
-    for (const id of listensTo) {
-      const list = this.listeners.get(id);
-      if (list) list.push(waker);
-      else this.listeners.set(id, [waker]);
-    }
+    for (const id of listensTo) pushTo(this.listeners, id, waker);
   }
 
   remove(registeredOn: string, listensTo: readonly string[], waker: Waker): void {
@@ -44,18 +42,4 @@ export class LocalWaiters {
   channels(): IterableIterator<string> {
     return this.registered.keys();
   }
-}
-
-function pushTo<V>(map: Map<string, V[]>, key: string, value: V): void {
-  const list = map.get(key);
-  if (list) list.push(value);
-  else map.set(key, [value]);
-}
-
-function removeFrom<V>(map: Map<string, V[]>, key: string, value: V): void {
-  const list = map.get(key);
-  if (!list) return;
-  const i = list.indexOf(value);
-  if (i >= 0) list.splice(i, 1);
-  if (list.length === 0) map.delete(key);
 }

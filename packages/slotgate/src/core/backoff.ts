@@ -1,5 +1,5 @@
 /**
- * Jittered exponential backoff for waiters (spec §5.2): sleep k is uniform in [I_k / 2, I_k), I_0 = the base
+ * Jittered exponential backoff for waiters: sleep k is uniform in [I_k / 2, I_k), I_0 = the base
  * interval, I_{k+1} = min(2 I_k, cap) with cap = min(8 × base, 1000 ms). Waiters of different instances therefore
  * never poll in lock-step.
  */

@@ -6,7 +6,7 @@
  * - the uncertain-acquire rule: an acquire that errored after it may have been sent gets one detached removal of its
  *   token (500 ms cap, no retry) and surfaces as StoreUnavailableError. The lease TTL is the final backstop.
  */
-import { systemClock, type Clock } from '../core/clock.js';
+import { systemClock, within, type Clock, type Timer } from '../core/clock.js';
 import { StoreUnavailableError } from '../core/errors.js';
 import { randomInstanceId } from '../core/ids.js';
 import type { AcquireReply, AcquireTarget, LeaseRef, SlotStore } from './store.js';
@@ -43,6 +43,16 @@ export interface AcquireOutcome {
   lease?: Lease;
 }
 
+/** A lease on its way out: it no longer renews, and its removal is retried until confirmed or expired. */
+export interface LeaseRelease {
+  /** Settles (never rejects) when the removal is confirmed, withdrawn or given up. */
+  readonly done: Promise<void>;
+  /** Whether the removal waits for the end of this event-loop turn, and can be withdrawn until then. */
+  readonly held: boolean;
+  /** Takes the removal back while it is held: the lease is live again (same token, expiry and renewal). */
+  withdraw(): boolean;
+}
+
 export class LeaseManager {
   readonly instanceId: string;
   private readonly store: SlotStore;
@@ -53,10 +63,9 @@ export class LeaseManager {
   private seq = 0;
   private readonly live = new Map<string, Lease>();
   private readonly perChannel = new Map<string, number>();
-  private readonly releasing = new Map<string, Promise<void>>();
-  /** Released leases whose removal the store has not sent yet, by channel: they can be handed off. */
-  private readonly handoffs = new Map<string, Set<Lease>>();
-  private timer: NodeJS.Timeout | undefined;
+  /** Removals in flight, so close() can wait for them. */
+  private readonly releasing = new Set<Promise<void>>();
+  private timer: Timer | undefined;
   private renewing: Promise<void> | undefined;
   private closed = false;
 
@@ -82,8 +91,17 @@ export class LeaseManager {
     return this.live.size;
   }
 
+  get isClosed(): boolean {
+    return this.closed;
+  }
+
   leases(): IterableIterator<Lease> {
     return this.live.values();
+  }
+
+  /** The lease TTL in force (leases acquired from now on get it). */
+  get leaseTtlMs(): number {
+    return this.ttl();
   }
 
   /** Tries the targets in one store call; tracks the lease that admitted it. */
@@ -101,101 +119,61 @@ export class LeaseManager {
     }
     if (replies[replies.length - 1] !== 'acquired') return { replies };
     const now = this.clock.now();
+    const target = targets[replies.length - 1]!;
     const lease: Lease = {
-      channelId: targets[replies.length - 1]!.channelId,
+      channelId: target.channelId,
       token,
       acquiredAt: now,
-      max: targets[replies.length - 1]!.max,
+      max: target.max,
       expiresAt: now + leaseTtlMs,
     };
-    this.live.set(token, lease);
-    this.perChannel.set(lease.channelId, this.localCount(lease.channelId) + 1);
-    this.schedule();
+    this.track(lease);
     return { replies, lease };
   }
 
   /** One detached removal per channel the token may have landed in, capped, never retried. */
   private cleanupUncertain(targets: readonly AcquireTarget[], token: string): void {
     const removals = targets.map((t) => this.store.release({ channelId: t.channelId, token }));
-    let timer: NodeJS.Timeout | undefined;
-    const cap = new Promise<boolean>((resolve) => {
-      timer = setTimeout(() => resolve(false), this.cleanupTimeoutMs);
-    });
-    void Promise.race([
-      Promise.allSettled(removals).then((r) => r.every((x) => x.status === 'fulfilled')),
-      cap,
-    ]).then((cleaned) => {
-      clearTimeout(timer);
-      this.emit({ type: 'acquire_uncertain', channelIds: targets.map((t) => t.channelId), token, cleaned });
+    const all = Promise.allSettled(removals).then((r) => r.every((x) => x.status === 'fulfilled'));
+    void within(this.clock, all, this.cleanupTimeoutMs).then((cleaned) => {
+      this.emit({
+        type: 'acquire_uncertain',
+        channelIds: targets.map((t) => t.channelId),
+        token,
+        cleaned: cleaned === true,
+      });
     });
   }
 
   /**
-   * Releases a lease exactly once: it stops renewing at once, and the removal is retried with backoff until
-   * confirmed or the lease has expired. Detached from any request cancellation; safe to call twice.
+   * Releases a live lease: it stops renewing at once, and the removal is retried with backoff until confirmed or the
+   * lease has expired. Detached from any request cancellation. Undefined for a lease that is not live (released
+   * already, lost, or released by close()).
    */
-  release(lease: LeaseRef, handoff = true): Promise<void> {
-    const pending = this.releasing.get(lease.token);
-    if (pending) return pending;
+  release(lease: LeaseRef): LeaseRelease | undefined {
     const tracked = this.live.get(lease.token);
-    if (!tracked) return Promise.resolve();
+    if (!tracked) return undefined;
     this.forget(tracked);
-    const done: Promise<void> = this.releaseWithRetry(tracked).finally(() => {
-      if (this.releasing.get(lease.token) !== done) return; // handed off (and maybe released again since)
-      this.releasing.delete(lease.token);
-      this.unpark(tracked);
-    });
-    this.releasing.set(lease.token, done);
-    // On a coalescing store the removal waits for the end of the turn: until then the slot can be handed off.
-    if (handoff && this.store.withdrawRelease && !this.closed) {
-      let parked = this.handoffs.get(tracked.channelId);
-      if (!parked) this.handoffs.set(tracked.channelId, (parked = new Set()));
-      parked.add(tracked);
-    }
-    return done;
+    const first = this.store.releaseDeferred(tracked);
+    let withdrawn = false;
+    const done = this.confirm(tracked, first.done).finally(() => this.releasing.delete(done));
+    this.releasing.add(done);
+    return {
+      done,
+      held: first.held,
+      withdraw: () => {
+        if (withdrawn || this.closed || !first.withdraw()) return false;
+        withdrawn = true;
+        this.track(tracked);
+        return true;
+      },
+    };
   }
 
-  private unpark(lease: Lease): void {
-    const parked = this.handoffs.get(lease.channelId);
-    if (parked?.delete(lease) && parked.size === 0) this.handoffs.delete(lease.channelId);
-  }
-
-  /** Channels with a released slot that can still be handed off (its removal not sent yet). */
-  handoffChannels(): IterableIterator<string> {
-    return this.handoffs.keys();
-  }
-
-  get hasHandoffs(): boolean {
-    return this.handoffs.size > 0;
-  }
-
-  /**
-   * Hands a released slot on `channelId` to a new holder without a store command: the store takes back the removal
-   * it had not sent, and the lease (same token, same expiry, renewed as before) is live again. Only for a slot whose
-   * lease has at least half a TTL left by the local estimate and whose channel's max is not below the one it was
-   * acquired under. Undefined when there is none.
-   */
-  takeOver(channelId: string, max: number): Lease | undefined {
-    const parked = this.handoffs.get(channelId);
-    if (!parked) return undefined;
-    const now = this.clock.now();
-    const healthy = this.ttl() / 2;
-    let taken: Lease | undefined;
-    for (const lease of parked) {
-      if (lease.expiresAt - now < healthy || max < lease.max) continue;
-      parked.delete(lease);
-      if (this.store.withdrawRelease!(lease)) {
-        taken = lease;
-        break;
-      }
-    }
-    if (parked.size === 0) this.handoffs.delete(channelId);
-    if (!taken) return undefined;
-    this.releasing.delete(taken.token);
-    this.live.set(taken.token, taken);
-    this.perChannel.set(channelId, this.localCount(channelId) + 1);
+  private track(lease: Lease): void {
+    this.live.set(lease.token, lease);
+    this.perChannel.set(lease.channelId, this.localCount(lease.channelId) + 1);
     this.schedule();
-    return taken;
   }
 
   private forget(lease: Lease): void {
@@ -205,11 +183,13 @@ export class LeaseManager {
     else this.perChannel.delete(lease.channelId);
   }
 
-  private async releaseWithRetry(lease: Lease): Promise<void> {
+  /** Waits for the first removal, then retries with backoff until one is confirmed or the lease has expired. */
+  private async confirm(lease: Lease, first: Promise<boolean>): Promise<void> {
     let delay = 50;
-    for (let attempt = 1; ; attempt++) {
+    let attempt: Promise<boolean> = first;
+    for (let n = 1; ; n++) {
       try {
-        await this.store.release(lease);
+        await attempt;
         return;
       } catch (err) {
         const error = err as Error;
@@ -217,9 +197,16 @@ export class LeaseManager {
           this.emit({ type: 'release_abandoned', channelId: lease.channelId, token: lease.token, error });
           return;
         }
-        this.emit({ type: 'release_retry', channelId: lease.channelId, token: lease.token, attempt, error });
+        this.emit({
+          type: 'release_retry',
+          channelId: lease.channelId,
+          token: lease.token,
+          attempt: n,
+          error,
+        });
         await this.clock.sleep(delay);
         delay = Math.min(delay * 2, 2000);
+        attempt = this.store.release(lease);
       }
     }
   }
@@ -257,7 +244,7 @@ export class LeaseManager {
   /** Keeps one renewal timer running while leases are live. */
   private schedule(): void {
     if (this.timer || this.closed) return;
-    this.timer = setTimeout(
+    this.timer = this.clock.setTimer(
       () => {
         this.timer = undefined;
         void this.renewAll().finally(() => {
@@ -266,7 +253,6 @@ export class LeaseManager {
       },
       Math.max(1, Math.floor(this.ttl() / 3)),
     );
-    this.timer.unref();
   }
 
   /**
@@ -275,17 +261,9 @@ export class LeaseManager {
    */
   async close(timeoutMs = 5000): Promise<void> {
     this.closed = true;
-    clearTimeout(this.timer);
+    this.timer?.cancel();
     this.timer = undefined;
-    const all = [...this.live.values()].map((lease) => this.release(lease));
-    let timer: NodeJS.Timeout | undefined;
-    await Promise.race([
-      Promise.allSettled([...all, ...this.releasing.values()]),
-      new Promise<void>((resolve) => {
-        timer = setTimeout(resolve, timeoutMs);
-        timer.unref();
-      }),
-    ]);
-    clearTimeout(timer);
+    for (const lease of [...this.live.values()]) this.release(lease);
+    await within(this.clock, Promise.allSettled([...this.releasing]), timeoutMs);
   }
 }

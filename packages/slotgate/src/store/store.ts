@@ -3,7 +3,7 @@
  * (test/contract): RedisStore (shared by every instance) and MemoryStore (one process, the embedded default).
  */
 
-/** What a store command was issued for; stats and metrics count commands by purpose (spec §8). */
+/** What a store command was issued for; stats and metrics count commands by purpose. */
 export type Purpose = 'load_read' | 'acquire' | 'release' | 'renew' | 'wait' | 'cooldown' | 'settings';
 export const PURPOSES: readonly Purpose[] = [
   'load_read',
@@ -34,6 +34,24 @@ export interface AcquireOptions {
 export interface LeaseRef {
   channelId: string;
   token: string;
+}
+
+export interface PendingRelease {
+  /** Settles when the store has answered: true when the lease was there; rejects on a store failure. */
+  readonly done: Promise<boolean>;
+  /** Whether the removal waits for the end of this event-loop turn (only then can it be withdrawn). */
+  readonly held: boolean;
+  /**
+   * Takes the removal back while it is held: the slot stays taken under the same token and `done` resolves true, as
+   * if removed. False once it is on its way, for a removal that was not held, and for a token already withdrawn in
+   * this turn (a slot passes on at most once per turn, so a release-and-acquire loop yields to the event loop).
+   */
+  withdraw(): boolean;
+}
+
+/** A removal that was sent at once: nothing to withdraw. */
+export function sentRelease(done: Promise<boolean>): PendingRelease {
+  return { done, held: false, withdraw: () => false };
 }
 
 export interface ChannelLoad {
@@ -74,11 +92,10 @@ export interface SlotStore {
   release(lease: LeaseRef): Promise<boolean>;
 
   /**
-   * Takes back a release that has not been sent yet (a coalescing store holds the releases of one event-loop turn
-   * until the turn ends): the slot stays held under the same token and that release resolves true, as if removed.
-   * False when the release is already on its way (or the store sends every release at once: then it is absent).
+   * The same removal as `release`, as a handle that can take it back while it has not been sent: a store that sends
+   * the commands of one event-loop turn together holds it until the turn ends (`held`).
    */
-  withdrawRelease?(lease: LeaseRef): boolean;
+  releaseDeferred(lease: LeaseRef): PendingRelease;
 
   /** Extends every lease to now + leaseTtlMs; returns the leases that were missing (lost). Batches of ≤ 50. */
   renew(leases: readonly LeaseRef[], leaseTtlMs: number): Promise<LeaseRef[]>;
@@ -165,12 +182,5 @@ export function emptyCounts(): Record<Purpose, number> {
   return { load_read: 0, acquire: 0, release: 0, renew: 0, wait: 0, cooldown: 0, settings: 0 };
 }
 
-/** Batches of at most `size`, in order. */
-export function chunk<T>(items: readonly T[], size: number): T[][] {
-  const out: T[][] = [];
-  for (let i = 0; i < items.length; i += size) out.push(items.slice(i, i + size));
-  return out;
-}
-
-/** Channels read or renewed per pipeline / script call (spec §4.3, §3.2). */
+/** Channels read per load-read pipeline, renewed per renewal call, and tried per single-node acquire request. */
 export const BATCH_SIZE = 50;

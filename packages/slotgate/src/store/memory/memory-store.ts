@@ -5,12 +5,14 @@
 import { systemClock, type Clock } from '../../core/clock.js';
 import {
   emptyCounts,
+  sentRelease,
   type AcquireOptions,
   type AcquireReply,
   type AcquireTarget,
   type ChannelLoad,
   type CooldownInfo,
   type LeaseRef,
+  type PendingRelease,
   type Purpose,
   type Presence,
   type ReadLoadsOptions,
@@ -115,6 +117,10 @@ export class MemoryStore implements SlotStore {
     const removed = set?.members.delete(lease.token) ?? false;
     if (set && set.members.size === 0) this.slots.delete(lease.channelId);
     return removed;
+  }
+
+  releaseDeferred(lease: LeaseRef): PendingRelease {
+    return sentRelease(this.release(lease));
   }
 
   async renew(leases: readonly LeaseRef[], leaseTtlMs: number): Promise<LeaseRef[]> {

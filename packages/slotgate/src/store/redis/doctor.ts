@@ -1,5 +1,5 @@
 /**
- * The leftover-key check (spec §7.5): lists slotgate keys in Redis that no live owner will clean up — expired leases
+ * The leftover-key check: lists slotgate keys in Redis that no live owner will clean up — expired leases
  * and waiter registrations still stored, slots/waiters keys without an expiry, cooldown keys without a TTL, keys of
  * the wrong type and unknown key shapes under the prefix. Read-only unless asked to fix; a fix removes exactly what
  * was reported (expired members, not the live ones next to them), and only while it is still in the state reported:
@@ -9,7 +9,11 @@
  * `<prefix>:<more>`, e.g. `slotgate:staging:v1:...`) are listed as notes and never touched.
  */
 import type { Cluster, Redis } from 'ioredis';
+import { chunk } from '../../core/collections.js';
 import { KeyBuilder, SCHEMA_VERSION } from './keys.js';
+import { redisMs } from './redis-time.js';
+import { isCluster } from './topology.js';
+import { SCRIPTS } from './scripts.js';
 
 export type FindingKind =
   'expired_members' | 'no_expiry' | 'cooldown_without_ttl' | 'wrong_type' | 'unknown_key';
@@ -52,9 +56,7 @@ export function globEscape(text: string): string {
 const OTHER_PREFIX = /^[^{}\s]+?:v\d+:/;
 
 async function scanAll(client: Redis | Cluster, pattern: string): Promise<string[]> {
-  const nodes = (client as { isCluster?: boolean }).isCluster
-    ? (client as Cluster).nodes('master')
-    : [client as Redis];
+  const nodes = isCluster(client) ? client.nodes('master') : [client];
   const keys = new Set<string>();
   for (const node of nodes) {
     let cursor = '0';
@@ -68,8 +70,7 @@ async function scanAll(client: Redis | Cluster, pattern: string): Promise<string
 }
 
 async function redisNow(client: Redis | Cluster): Promise<number> {
-  const [s, us] = await client.time();
-  return Number(s) * 1000 + Math.floor(Number(us) / 1000);
+  return redisMs(await client.time());
 }
 
 async function pushUnknown(client: Redis | Cluster, findings: Finding[], key: string): Promise<void> {
@@ -141,46 +142,9 @@ export async function checkLeftovers(
 }
 
 /**
- * Undoes one finding if it still stands, in one script (one key, so it is Cluster-legal): expired members are removed
- * only while their score is still in the past on the Redis clock (a late renewal may have revived one); a key without
- * expiry gets the expiry of its newest member (or goes, when none is live); the other kinds are deleted while still of
- * the type (and TTL) reported. Returns the number of removals, expiries set counting as one.
+ * Undoes the findings that still stand, each in one script call that checks first (lua/fixLeftover-1.lua); returns
+ * the number of removals and expiries set.
  */
-const FIX_SCRIPT = `
-local kind = ARGV[1]
-local ktype = redis.call('TYPE', KEYS[1]).ok
-if kind == 'expired_members' then
-  if ktype ~= 'zset' then return 0 end
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  local n = 0
-  for i = 2, #ARGV do
-    local score = redis.call('ZSCORE', KEYS[1], ARGV[i])
-    if score and tonumber(score) <= now then n = n + redis.call('ZREM', KEYS[1], ARGV[i]) end
-  end
-  return n
-end
-if kind == 'no_expiry' then
-  if ktype ~= 'zset' or redis.call('PTTL', KEYS[1]) ~= -1 then return 0 end
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  local newest = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
-  if newest[2] and tonumber(newest[2]) > now then
-    return redis.call('PEXPIREAT', KEYS[1], newest[2])
-  end
-  return redis.call('DEL', KEYS[1])
-end
-if kind == 'cooldown_without_ttl' then
-  if ktype == 'string' and redis.call('PTTL', KEYS[1]) == -1 then
-    return redis.call('DEL', KEYS[1])
-  end
-  return 0
-end
-if ktype == ARGV[2] then return redis.call('DEL', KEYS[1]) end
-return 0
-`;
-
-/** Undoes the findings that still stand (see FIX_SCRIPT); returns the number of removals and expiries set. */
 export async function fixFindings(client: Redis | Cluster, findings: readonly Finding[]): Promise<number> {
   let fixed = 0;
   for (const f of findings) fixed += await fixOne(client, f);
@@ -191,12 +155,10 @@ export async function fixFindings(client: Redis | Cluster, findings: readonly Fi
 const FIX_BATCH = 500;
 
 async function fixOne(client: Redis | Cluster, f: Finding): Promise<number> {
-  if (f.kind !== 'expired_members')
-    return Number(await client.eval(FIX_SCRIPT, 1, f.key, f.kind, f.type ?? ''));
+  const fix = (args: string[]) => SCRIPTS.fixLeftover.call(client, [f.key], [f.kind, ...args]);
+  if (f.kind !== 'expired_members') return fix([f.type ?? '']);
   let n = 0;
-  const members = f.members ?? [];
-  for (let i = 0; i < members.length; i += FIX_BATCH)
-    n += Number(await client.eval(FIX_SCRIPT, 1, f.key, f.kind, ...members.slice(i, i + FIX_BATCH)));
+  for (const batch of chunk(f.members ?? [], FIX_BATCH)) n += await fix(batch);
   return n;
 }
 

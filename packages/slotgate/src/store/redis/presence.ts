@@ -3,6 +3,7 @@
  * The hash expires a minute after the last announcement, so a fleet that is gone leaves nothing behind.
  */
 import type { Cluster, Redis } from 'ioredis';
+import type { Clock } from '../../core/clock.js';
 import type { InstanceInfo, Presence, Purpose } from '../store.js';
 import type { KeyBuilder } from './keys.js';
 
@@ -14,6 +15,7 @@ export class RedisPresence implements Presence {
       client: Redis | Cluster;
       keys: KeyBuilder;
       count: (purpose: Purpose, n: number) => void;
+      clock: Clock;
     },
   ) {}
 
@@ -22,7 +24,7 @@ export class RedisPresence implements Presence {
     this.deps.count('settings', 4); // MULTI, HSET, PEXPIRE, EXEC
     await this.deps.client
       .multi()
-      .hset(key, info.id, JSON.stringify({ ...info, seen_at: new Date().toISOString() }))
+      .hset(key, info.id, JSON.stringify({ ...info, seen_at: new Date(this.deps.clock.now()).toISOString() }))
       .pexpire(key, HASH_TTL_MS)
       .exec();
   }
@@ -30,7 +32,7 @@ export class RedisPresence implements Presence {
   async list(maxAgeMs: number): Promise<Array<InstanceInfo & { seen_at: string }>> {
     this.deps.count('settings', 1);
     const all = await this.deps.client.hgetall(this.deps.keys.instances());
-    const fresh = Date.now() - maxAgeMs;
+    const fresh = this.deps.clock.now() - maxAgeMs;
     return Object.values(all)
       .map((v) => JSON.parse(v) as InstanceInfo & { seen_at: string })
       .filter((i) => Date.parse(i.seen_at) >= fresh)

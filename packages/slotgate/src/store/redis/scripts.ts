@@ -1,64 +1,111 @@
 /**
- * The Lua scripts, loaded from lua/*.lua and registered on an ioredis client with `defineCommand` (EVALSHA first,
- * EVAL on NOSCRIPT, so a restarted Redis reloads them transparently). Command names carry the schema version so two
- * releases sharing one Redis never run each other's scripts. Replies are mapped to results in exactly one place.
+ * The Lua scripts, loaded from lua/<verbNoun>-<keys>.lua (`n` for a variable number of keys) with their shared
+ * helpers from lua/includes/ spliced in where a script says `--- @include "name"`, and registered on an ioredis
+ * client with `defineCommand` (EVALSHA first, EVAL on NOSCRIPT, so a restarted Redis reloads them transparently; the
+ * same call works on a pipeline and on Cluster). Command names carry the key schema version, so two releases sharing
+ * one Redis never run each other's scripts. Each script has a typed wrapper; replies are mapped to results here.
  */
 import { readFileSync } from 'node:fs';
-import type { Cluster, Redis } from 'ioredis';
+import type { ChainableCommander, Cluster, Redis } from 'ioredis';
 import type { AcquireReply } from '../store.js';
 import { SCHEMA_VERSION } from './keys.js';
 
-function lua(name: string): string {
-  return readFileSync(new URL(`./lua/${name}.lua`, import.meta.url), 'utf8');
+type Client = Redis | Cluster;
+type Arg = string | number;
+
+const INCLUDE = /^--- @include "([A-Za-z0-9_-]+)"$/gm;
+
+function read(path: string): string {
+  return readFileSync(new URL(`./lua/${path}.lua`, import.meta.url), 'utf8');
+}
+
+/** A script's source with its includes spliced in (each include at most once). */
+export function loadLua(file: string): string {
+  const seen = new Set<string>();
+  return read(file).replace(INCLUDE, (_, name: string) => {
+    if (seen.has(name)) return '';
+    seen.add(name);
+    return read(`includes/${name}`).trimEnd();
+  });
+}
+
+/** One script: `call` runs it on a client, `queue` adds it to a pipeline. KEYS always travel as keys. */
+export class Script<Reply> {
+  readonly command: string;
+  private source: string | undefined;
+
+  constructor(
+    readonly file: string,
+    private readonly parse: (reply: unknown) => Reply,
+  ) {
+    this.command = `slotgate_${SCHEMA_VERSION}_${file.replace(/-.*$/, '')}`;
+  }
+
+  /** Registers the script on the client (idempotent: a client shared by several stores gets it once). */
+  define(client: Client): void {
+    if (typeof (client as unknown as Record<string, unknown>)[this.command] === 'function') return;
+    this.source ??= loadLua(this.file);
+    client.defineCommand(this.command, { lua: this.source });
+  }
+
+  async call(client: Client, keys: readonly string[], args: readonly Arg[]): Promise<Reply> {
+    this.define(client);
+    const run = (client as unknown as Record<string, (...a: Arg[]) => Promise<unknown>>)[this.command]!;
+    return this.parse(await run.call(client, keys.length, ...keys, ...args));
+  }
+
+  /** Adds the call to a pipeline of a client it is defined on; `parse` reads its slot of the pipeline's result. */
+  queue(pipeline: ChainableCommander, keys: readonly string[], args: readonly Arg[]): void {
+    const add = (pipeline as unknown as Record<string, (...a: Arg[]) => unknown>)[this.command]!;
+    add.call(pipeline, keys.length, ...keys, ...args);
+  }
+
+  /** The typed reply of a raw result (a pipeline's slot). */
+  reply(raw: unknown): Reply {
+    return this.parse(raw);
+  }
+}
+
+function numbers(reply: unknown): number[] {
+  if (!Array.isArray(reply)) throw new TypeError(`unexpected script reply ${JSON.stringify(reply)}`);
+  return reply.map(Number);
 }
 
 export const SCRIPTS = {
-  acquire: { name: `slotgate_${SCHEMA_VERSION}_acquire`, file: 'acquire', numberOfKeys: undefined },
-  renew: { name: `slotgate_${SCHEMA_VERSION}_renew`, file: 'renew', numberOfKeys: undefined },
-  registerWaiter: {
-    name: `slotgate_${SCHEMA_VERSION}_register_waiter`,
-    file: 'registerWaiter-1',
-    numberOfKeys: 1,
-  },
+  /** See lua/acquireSlots-n.lua: one flat list of reply codes for every request of the call. */
+  acquireSlots: new Script('acquireSlots-n', parseAcquireReply),
+  /** See lua/renewLeases-n.lua: the 1-based positions of the leases found missing. */
+  renewLeases: new Script('renewLeases-n', numbers),
+  /** See lua/registerWaiter-1.lua: true when registered, false when the queue is full. */
+  registerWaiter: new Script('registerWaiter-1', (reply) => Number(reply) === 1),
+  /** See lua/fixLeftover-1.lua: removals made (an expiry set counts as one). */
+  fixLeftover: new Script('fixLeftover-1', Number),
 } as const;
 
-type Reply = unknown;
-/** The script commands as they appear on a client after `defineScripts`. */
-export interface ScriptClient {
-  /** numkeys, KEYS..., ARGV... */
-  [SCRIPTS.acquire.name]: (...args: (string | number)[]) => Promise<Reply>;
-  [SCRIPTS.renew.name]: (...args: (string | number)[]) => Promise<Reply>;
-  [SCRIPTS.registerWaiter.name]: (...args: (string | number)[]) => Promise<Reply>;
-}
-
-const sources = new Map<string, string>();
-
-/** Registers every script on the client (idempotent). */
-export function defineScripts(client: Redis | Cluster): ScriptClient {
-  for (const script of Object.values(SCRIPTS)) {
-    if (typeof (client as unknown as Record<string, unknown>)[script.name] === 'function') continue;
-    let source = sources.get(script.file);
-    if (!source) sources.set(script.file, (source = lua(script.file)));
-    client.defineCommand(script.name, {
-      lua: source,
-      ...(script.numberOfKeys === undefined ? {} : { numberOfKeys: script.numberOfKeys }),
-    });
-  }
-  return client as unknown as ScriptClient;
+/** Registers every script on the client, so pipelines made from it carry them too. */
+export function defineScripts(client: Client): void {
+  for (const script of Object.values(SCRIPTS)) script.define(client);
 }
 
 const ACQUIRE_CODES: Record<number, AcquireReply> = { 0: 'full', 1: 'acquired', 2: 'cooling' };
 
+export function parseAcquireReply(reply: unknown): AcquireReply[] {
+  if (!Array.isArray(reply)) throw new TypeError(`unexpected acquire reply ${JSON.stringify(reply)}`);
+  return reply.map((code) => {
+    const parsed = ACQUIRE_CODES[Number(code)];
+    if (!parsed) throw new TypeError(`unexpected acquire reply code ${JSON.stringify(code)}`);
+    return parsed;
+  });
+}
+
 /**
- * Splits the acquire script's flat reply into one list of codes per request: a request's codes end at its first
- * "acquired" or after its channels.
+ * Splits the acquire script's flat codes into one list per request: a request's codes end at its first "acquired"
+ * or after its channels.
  */
 export function splitAcquireReply(
-  reply: Reply,
+  codes: readonly AcquireReply[],
   requests: readonly { targets: readonly unknown[] }[],
 ): AcquireReply[][] {
-  if (!Array.isArray(reply)) throw new TypeError(`unexpected acquire reply ${JSON.stringify(reply)}`);
-  const codes = parseAcquireReply(reply);
   const out: AcquireReply[][] = [];
   let at = 0;
   for (const { targets } of requests) {
@@ -69,16 +116,7 @@ export function splitAcquireReply(
     out.push(codes.slice(start, at));
   }
   if (at !== codes.length || out.some((c) => c.length === 0)) {
-    throw new TypeError(`unexpected acquire reply ${JSON.stringify(reply)} for ${requests.length} requests`);
+    throw new TypeError(`unexpected acquire reply ${JSON.stringify(codes)} for ${requests.length} requests`);
   }
   return out;
-}
-
-export function parseAcquireReply(reply: Reply): AcquireReply[] {
-  if (!Array.isArray(reply)) throw new TypeError(`unexpected acquire reply ${JSON.stringify(reply)}`);
-  return reply.map((code) => {
-    const parsed = ACQUIRE_CODES[Number(code)];
-    if (!parsed) throw new TypeError(`unexpected acquire reply code ${JSON.stringify(code)}`);
-    return parsed;
-  });
 }

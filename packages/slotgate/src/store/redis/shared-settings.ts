@@ -4,6 +4,7 @@
  * A hash whose content does not validate is rejected whole: the instance keeps what it has.
  */
 import type { Cluster, Redis } from 'ioredis';
+import type { Clock, Timer } from '../../core/clock.js';
 import type { Purpose, SharedSettings, SharedSettingsOptions } from '../store.js';
 import type { KeyBuilder } from './keys.js';
 
@@ -11,11 +12,13 @@ export interface RedisSharedSettingsDeps {
   client: Redis | Cluster;
   keys: KeyBuilder;
   count: (purpose: Purpose, n: number) => void;
+  clock: Clock;
 }
 
 export class RedisSharedSettings<T extends object> implements SharedSettings<T> {
   private subscriber: Redis | Cluster | undefined;
-  private timer: NodeJS.Timeout | undefined;
+  private timer: Timer | undefined;
+  private closed = false;
   private last = '';
 
   constructor(
@@ -69,8 +72,16 @@ export class RedisSharedSettings<T extends object> implements SharedSettings<T> 
     subscriber.on('ready', () => void this.refresh());
     subscriber.subscribe(this.deps.keys.settingsChannel()).catch((err: Error) => this.opts.onError?.(err));
     this.subscriber = subscriber;
-    this.timer = setInterval(() => void this.refresh(), this.opts.rereadMs ?? 5000);
-    this.timer.unref();
+    this.scheduleReread();
+  }
+
+  /** The fallback for a lost announcement: a re-read every `rereadMs`. */
+  private scheduleReread(): void {
+    if (this.closed) return;
+    this.timer = this.deps.clock.setTimer(() => {
+      void this.refresh();
+      this.scheduleReread();
+    }, this.opts.rereadMs ?? 5000);
   }
 
   private async refresh(): Promise<void> {
@@ -86,7 +97,8 @@ export class RedisSharedSettings<T extends object> implements SharedSettings<T> 
   }
 
   async close(): Promise<void> {
-    clearInterval(this.timer);
+    this.closed = true;
+    this.timer?.cancel();
     this.subscriber?.disconnect();
     this.subscriber = undefined;
   }

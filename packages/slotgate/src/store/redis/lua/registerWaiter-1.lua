@@ -10,8 +10,8 @@
   Returns 1 = registered, 0 = queue full.
   Cost: TIME, ZCARD (+ ZREMRANGEBYSCORE when it looks full), ZADD, PTTL (+ PEXPIRE when it extends).
 ]]
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+--- @include "redisNow"
+local now = redisNow()
 local max = tonumber(ARGV[2])
 local ttl = tonumber(ARGV[3])
 local n = redis.call('ZCARD', KEYS[1])

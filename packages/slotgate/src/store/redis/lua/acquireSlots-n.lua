@@ -1,5 +1,5 @@
 --[[
-  acquire: one or more acquire requests in one atomic call (on a single Redis node, the store coalesces the
+  acquireSlots: one or more acquire requests in one atomic call (on a single Redis node, the store coalesces the
   requests of one event-loop turn; on Cluster every call is one request for one channel). Each request tries its
   channels in order and is admitted into the first one with a free slot.
 
@@ -26,6 +26,7 @@
   cost of one PTTL + PEXPIRE per key per TTL/4 per instance; renewals (every TTL/3) extend it to a full TTL, and a
   crashed holder's channel leaves no key behind within one TTL.
 ]]
+--- @include "redisNow"
 local ttl = ARGV[1]
 local channels = tonumber(ARGV[3])
 local anyCooling = false
@@ -40,7 +41,7 @@ local cooling, count, swept, extended = {}, {}, {}, {}
 if channels == 1 then
   cooling[1] = anyCooling
 end
-local now, score = nil, nil
+local score = nil
 local codes = {}
 local a = 4 + 2 * channels
 while a <= #ARGV do
@@ -75,19 +76,11 @@ while a <= #ARGV do
       end
       if live >= max and not swept[c] then
         swept[c] = true
-        if not now then
-          local t = redis.call('TIME')
-          now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-        end
-        live = live - redis.call('ZREMRANGEBYSCORE', slots, '-inf', now)
+        live = live - redis.call('ZREMRANGEBYSCORE', slots, '-inf', redisNow())
       end
       if live < max then
         if not score then
-          if not now then
-            local t = redis.call('TIME')
-            now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-          end
-          score = string.format('%d', now + tonumber(ttl))
+          score = string.format('%d', redisNow() + tonumber(ttl))
         end
         redis.call('ZADD', slots, score, token)
         if live == 0 then

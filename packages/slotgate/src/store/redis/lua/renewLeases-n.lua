@@ -1,5 +1,5 @@
 --[[
-  renew: extend a batch of leases (at most 50) to now + TTL.
+  renewLeases: extend a batch of leases (at most 50) to now + TTL.
 
   KEYS[1..n]  distinct slots keys of the batch
   ARGV[1]     lease TTL in ms
@@ -10,8 +10,8 @@
   Only existing members are extended (ZADD XX), so a lost lease is never recreated.
   Cost: TIME, then ZADD XX CH per lease, PTTL (+ PEXPIRE when it extends) per key.
 ]]
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+--- @include "redisNow"
+local now = redisNow()
 local ttl = tonumber(ARGV[1])
 local lost = {}
 local touched = {}

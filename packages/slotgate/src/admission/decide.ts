@@ -1,0 +1,121 @@
+/**
+ * The pure decisions of admission, as functions of what the load view shows: the order a tier is tried in, which
+ * channels one store call tries, which queues a waiter tries, and what a waiter's poll tries besides its own channel.
+ * No store, no clock: unit tests call them directly.
+ */
+import { isBounded, priorityOf, type Candidate } from '../core/channel.js';
+import { LazyOrder, type Random } from '../core/order.js';
+import type { Settings } from '../core/settings.js';
+import type { ChannelLoad } from '../store/store.js';
+
+export type Loads = ReadonlyMap<string, ChannelLoad>;
+
+/** (active + waiting) / max by the view; 0 for an unlimited channel or one the view does not know. */
+export function loadRate(c: Candidate, loads: Loads): number {
+  if (!isBounded(c)) return 0;
+  const load = loads.get(c.id);
+  return load ? (load.active + load.waiting) / c.maxConcurrency! : 0;
+}
+
+/** Whether the view shows a free slot on a bounded channel (an unknown channel counts as free). */
+export function hasRoom(c: Candidate, loads: Loads): boolean {
+  const load = loads.get(c.id);
+  return !load || load.active < c.maxConcurrency!;
+}
+
+/** A tier without its cooling channels, lowest load rate first, a weighted shuffle among equal rates, lazily. */
+export function orderTier<C extends Candidate>(
+  tier: readonly C[],
+  loads: Loads,
+  cooling: (c: C) => boolean,
+  random: Random,
+): LazyOrder<C> {
+  return new LazyOrder(
+    tier.filter((c) => !cooling(c)),
+    (c) => loadRate(c, loads),
+    random,
+  );
+}
+
+export interface Batch<C extends Candidate> {
+  /** Bounded channels to try in one store call, in order. */
+  channels: C[];
+  /** The one the view shows room on, reserved while the call is out (concurrent passes spread out). */
+  expected: C | undefined;
+  /** The channel the walk goes on with after this batch (an unlimited one, or undefined at the end of the tier). */
+  after: C | undefined;
+}
+
+/**
+ * The run of bounded channels one store call tries, starting with `first`, as far as the budget and the store allow.
+ * It stops after the second channel the view shows room on (one spare for a stale view); with every channel full by
+ * the view it carries the whole remaining budget, saving round trips.
+ */
+export function nextBatch<C extends Candidate>(
+  first: C,
+  order: LazyOrder<C>,
+  room: number,
+  loads: Loads,
+): Batch<C> {
+  const channels: C[] = [first];
+  let roomy = hasRoom(first, loads) ? 1 : 0;
+  let after: C | undefined;
+  while (channels.length < room && roomy < 2) {
+    const next = order.next();
+    if (!next || !isBounded(next)) {
+      after = next;
+      break;
+    }
+    channels.push(next);
+    if (hasRoom(next, loads)) roomy++;
+  }
+  return { channels, expected: channels.find((c) => hasRoom(c, loads)), after };
+}
+
+/** Queues one waiter tries before it gives up with queue_full. */
+export const WAIT_QUEUE_TRIES = 3;
+
+/**
+ * The queues a waiter tries, emptiest first by the view relative to its size (stable for ties), at most
+ * WAIT_QUEUE_TRIES, so concurrent passes spread their waiters instead of filling one queue.
+ */
+export function waitQueues<C extends Candidate>(pool: readonly C[], loads: Loads): C[] {
+  const ratio = (c: C) => (loads.get(c.id)?.waiting ?? 0) / (c.maxWaiting ?? c.maxConcurrency!);
+  return [...pool].sort((a, b) => ratio(a) - ratio(b)).slice(0, WAIT_QUEUE_TRIES);
+}
+
+/** A channel's queue bound: its own maxWaiting, else max_waiting_per_channel when set, else its max concurrency. */
+export function maxWaitingOf(c: Candidate, settings: Settings): number {
+  return (
+    c.maxWaiting ??
+    (settings.max_waiting_per_channel > 0 ? settings.max_waiting_per_channel : c.maxConcurrency!)
+  );
+}
+
+/**
+ * Besides its own channel, the one channel a waiter's poll also tries: the best the view shows room on (higher
+ * priority first, then lower load), not cooling. Undefined when the view shows none.
+ */
+export function pollAlternative<C extends Candidate>(
+  bounded: readonly C[],
+  registeredOn: C,
+  loads: Loads,
+  cooling: (c: C) => boolean,
+): C | undefined {
+  let best: C | undefined;
+  let bestRate = Infinity;
+  for (const c of bounded) {
+    const load = loads.get(c.id);
+    if (c === registeredOn || !load || cooling(c) || !hasRoom(c, loads)) continue;
+    const rate = (load.active + load.waiting) / c.maxConcurrency!;
+    if (
+      !best ||
+      priorityOf(c) > priorityOf(best) ||
+      (priorityOf(c) === priorityOf(best) && rate < bestRate)
+    ) {
+      best = c;
+      bestRate = rate;
+    }
+  }
+  return best;
+}

@@ -1,0 +1,47 @@
+/**
+ * What the pass and the wait share: the instance's state holders, built once by the facade (admission.ts) and handed
+ * to the functions that decide. Nothing here decides anything.
+ */
+import type { Candidate } from '../core/channel.js';
+import type { Clock } from '../core/clock.js';
+import type { CapacityError, CapacityReason } from '../core/errors.js';
+import type { Random } from '../core/order.js';
+import type { Settings } from '../core/settings.js';
+import type { LeaseManager } from '../store/leases.js';
+import type { SlotStore } from '../store/store.js';
+import type { Cooldowns } from './cooldowns.js';
+import type { Handoff } from './handoff.js';
+import type { LoadView } from './load-view.js';
+import type { StatsRecorder } from './stats.js';
+import type { Tickets } from './tickets.js';
+import type { LocalWaiters } from './waiters.js';
+
+export interface Engine {
+  readonly store: SlotStore;
+  readonly clock: Clock;
+  readonly random: Random;
+  readonly leases: LeaseManager;
+  readonly view: LoadView;
+  readonly waiters: LocalWaiters;
+  readonly recorder: StatsRecorder;
+  readonly cooldowns: Cooldowns;
+  readonly handoff: Handoff;
+  readonly tickets: Tickets;
+  /** The settings in force (read once per pass: a change applies to the next pass). */
+  settings(): Settings;
+  capacityError(
+    reason: CapacityReason,
+    candidates: readonly Candidate[],
+    saturated: readonly Candidate[],
+    waitedOn?: Candidate,
+  ): CapacityError;
+}
+
+/** One acquire call over `batch` (one store call), counted for the stats. */
+export async function tryAcquire(engine: Engine, batch: readonly Candidate[], settings: Settings) {
+  const targets = batch.map((c) => ({ channelId: c.id, max: c.maxConcurrency! }));
+  engine.recorder.acquireCalls++;
+  const outcome = await engine.leases.acquireFirst(targets, settings.cooldown_enabled);
+  engine.recorder.acquireAttempts += outcome.replies.length;
+  return outcome;
+}

@@ -1,0 +1,157 @@
+/**
+ * The admission pass: walk the candidate set's tiers from the highest priority down, try bounded channels with the
+ * acquire script under one budget shared by every tier, admit an unlimited channel at once, and wait when every
+ * candidate is full. A store failure fails bounded channels closed while the walk goes on to an unlimited one.
+ */
+import { isBounded, type Candidate } from '../core/channel.js';
+import { StoreUnavailableError } from '../core/errors.js';
+import { weightedPick } from '../core/order.js';
+import type { Lease } from '../store/leases.js';
+import type { AcquireReply, ChannelLoad } from '../store/store.js';
+import type { Prepared } from './candidates.js';
+import { nextBatch, orderTier, waitQueues } from './decide.js';
+import { tryAcquire, type Engine } from './engine.js';
+import { abortable } from './load-view.js';
+import type { AcquireRequest, Ticket } from './types.js';
+import { waitForSlot } from './waiting.js';
+
+export async function runPass<C extends Candidate>(
+  engine: Engine,
+  prepared: Prepared<C>,
+  request: AcquireRequest<C>,
+): Promise<Ticket<C>> {
+  const { candidates, byTier, bounded, ids } = prepared;
+  const { signal } = request;
+  const { view, cooldowns, tickets, handoff } = engine;
+  const settings = engine.settings();
+
+  // No bounded channel: weighted random in the highest tier with a channel not cooling, zero store commands.
+  if (bounded.length === 0) {
+    for (const tier of byTier) {
+      const pick = weightedPick(
+        tier.filter((c) => !cooldowns.isCooling(c)),
+        engine.random,
+      );
+      if (pick) return tickets.unlimited(pick);
+    }
+    throw engine.capacityError('full', candidates, []);
+  }
+
+  const handoffOn = settings.slot_handoff_enabled;
+  /** A slot released in this turn on a channel of tier `t`, taken over with no store command. */
+  const takeHandoff = (t: number, loads: ReadonlyMap<string, ChannelLoad> | undefined) => {
+    if (signal?.aborted) return undefined;
+    const handed = handoff.take(
+      prepared,
+      (tier) => tier === t,
+      (c) => cooldowns.allowsHandoff(c, loads),
+    );
+    return handed && tickets.bounded(handed.channel, handed.lease, 0, signal);
+  };
+
+  // The first tier's parked slots are looked at before any load read: nothing ranks above that tier, and a handoff
+  // needs no load (cooling comes from the last snapshot and local cooldowns). With the cache off (the rollback mode),
+  // every selection reads the store first.
+  let firstTierChecked = false;
+  if (handoffOn && settings.load_cache_enabled && handoff.available) {
+    const handed = takeHandoff(0, view.peek(ids, false, true));
+    if (handed) return handed;
+    firstTierChecked = true;
+  }
+  let loads = view.peek(ids);
+  if (!loads) {
+    firstTierChecked = false; // slots may have been released while the read was under way
+    const read = await withAbort(engine, view.read(ids), signal);
+    // Peeked again after the wait: the passes that waited for the same fetch resume one after another, and each must
+    // see the slots the ones before it just reserved (the read's result was built before any of them ran).
+    loads = view.peek(ids, false) ?? read;
+  }
+
+  let budget = settings.max_acquire_attempts;
+  /** Channels a waiter could queue on: found full, or skipped for lack of budget (never cooling ones). */
+  const waitPool = new Set<C>();
+  const saturated: C[] = [];
+  let storeDown: StoreUnavailableError | undefined;
+  const cooling = (c: C) => cooldowns.isCooling(c, loads);
+
+  for (let t = 0; t < byTier.length; t++) {
+    const tier = byTier[t]!;
+    if (handoffOn && handoff.available && !storeDown && !(t === 0 && firstTierChecked)) {
+      const handed = takeHandoff(t, loads);
+      if (handed) return handed;
+    }
+    let order = orderTier(tier, loads, cooling, engine.random);
+    // Every channel of the tier filtered as cooling by a cached snapshot: read the tier fresh once (a cooldown may
+    // have ended). With the cache off every read is fresh already.
+    if (order.size === 0 && settings.load_cache_enabled && !storeDown) {
+      const tierBounded = tier.filter(isBounded);
+      if (tierBounded.some(cooling)) {
+        const fresh = await withAbort(engine, view.readFresh(tierBounded.map((c) => c.id)), signal);
+        if (fresh) {
+          for (const [id, load] of fresh) loads.set(id, load);
+          order = orderTier(tier, loads, cooling, engine.random);
+        }
+      }
+    }
+
+    let c = order.next();
+    while (c) {
+      if (!isBounded(c)) return tickets.unlimited(c);
+      if (storeDown || budget <= 0) {
+        if (!storeDown) waitPool.add(c);
+        c = order.next();
+        continue;
+      }
+      const batch = nextBatch(c, order, Math.min(budget, engine.store.maxChannelsPerAcquire), loads);
+      c = batch.after;
+      if (batch.expected) view.reserve(batch.expected.id, 1);
+      let outcome: { replies: AcquireReply[]; lease?: Lease };
+      try {
+        outcome = await tryAcquire(engine, batch.channels, settings);
+      } catch (err) {
+        if (!(err instanceof StoreUnavailableError)) throw err;
+        storeDown = err;
+        c ??= order.next();
+        continue;
+      } finally {
+        if (batch.expected) view.reserve(batch.expected.id, -1);
+      }
+      if (signal?.aborted) {
+        if (outcome.lease) void engine.leases.release(outcome.lease);
+        throw engine.capacityError('aborted', candidates, saturated);
+      }
+      budget -= outcome.replies.length;
+      outcome.replies.forEach((reply, k) => {
+        const channel = batch.channels[k]!;
+        if (reply === 'full') {
+          saturated.push(channel);
+          waitPool.add(channel);
+          view.noteFull(channel.id, channel.maxConcurrency!);
+          loads.set(channel.id, { ...loads.get(channel.id)!, active: channel.maxConcurrency! });
+        } else if (reply === 'cooling') {
+          view.noteCooling(channel.id, settings.load_cache_ttl_ms);
+        }
+      });
+      if (outcome.lease) {
+        return tickets.bounded(batch.channels[outcome.replies.length - 1]!, outcome.lease, 0, signal);
+      }
+      c ??= order.next();
+    }
+  }
+
+  if (storeDown) throw storeDown;
+  if (waitPool.size > 0 && settings.wait_enabled && settings.wait_timeout_ms > 0) {
+    return waitForSlot(engine, waitQueues([...waitPool], loads), prepared, saturated, settings, signal);
+  }
+  throw engine.capacityError('full', candidates, saturated);
+}
+
+/** Shared work seen through the caller's signal: an abort surfaces as CapacityError 'aborted'. */
+async function withAbort<T>(engine: Engine, work: Promise<T>, signal?: AbortSignal): Promise<T> {
+  try {
+    return await abortable(work, signal);
+  } catch (err) {
+    if (signal?.aborted) throw engine.capacityError('aborted', [], []);
+    throw err;
+  }
+}

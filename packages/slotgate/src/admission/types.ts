@@ -1,0 +1,80 @@
+/** The admission engine's public types. */
+import type { Candidate } from '../core/channel.js';
+import type { Clock } from '../core/clock.js';
+import type { Random } from '../core/order.js';
+import type { Settings, SettingsUpdate } from '../core/settings.js';
+import type { LeaseEvent } from '../store/leases.js';
+import type { ChannelLoad, SlotStore } from '../store/store.js';
+import type { AdmissionStats, Outcome } from './stats.js';
+
+export interface AdmissionOptions {
+  store: SlotStore;
+  /** Initial settings (validated; unknown keys or out-of-range values throw). */
+  settings?: SettingsUpdate;
+  /** Time and timers. @default the system clock */
+  clock?: Clock;
+  /** Uniform in [0, 1), for the weighted shuffles and the back-off jitter. @default Math.random */
+  random?: Random;
+  /** This instance's id, the prefix of its lease tokens. @default 12 random url-safe characters */
+  instanceId?: string;
+  /** Load fetch time-out, including the wait for a fetch slot. @default 3000 */
+  loadFetchTimeoutMs?: number;
+  /** Load fetch rounds at once. @default 2 */
+  maxConcurrentFetches?: number;
+  /** Lease troubles (lost, release retried or abandoned, uncertain acquire) and settings changes. */
+  onEvent?: (event: AdmissionEvent) => void;
+  /** Called once per acquire with its outcome and latency (metrics exporters observe histograms here). */
+  onAdmission?: (admission: AdmissionRecord) => void;
+}
+
+export interface AdmissionRecord {
+  outcome: Outcome;
+  latencyMs: number;
+  /** Time in the wait queue, when the pass waited. */
+  waitedMs?: number;
+}
+
+export type AdmissionEvent = LeaseEvent | { type: 'settings_changed'; settings: Settings };
+
+export interface AcquireRequest<C extends Candidate> {
+  candidates: readonly C[];
+  /** Abort while waiting → CapacityError reason 'aborted'. */
+  signal?: AbortSignal;
+  /** Channel ids to skip in this pass (already tried by the caller's retry chain). */
+  exclude?: ReadonlySet<string>;
+}
+
+export interface Ticket<C extends Candidate> {
+  channel: C;
+  /** The lease token for a bounded channel; undefined for an unlimited one. */
+  token: string | undefined;
+  /** Time spent in the wait queue (0 when admitted at once). */
+  waitedMs: number;
+  /**
+   * Gives the slot back exactly once (idempotent), detached from any request cancellation. `handoff: false` when the
+   * work it guarded may still be running where the caller cannot see it (an upstream call aborted mid-flight): the
+   * slot then goes back through the store, never straight to another request of this instance in the same turn.
+   */
+  release(options?: { handoff?: boolean }): Promise<void>;
+}
+
+export interface Admission {
+  acquire<C extends Candidate>(request: AcquireRequest<C>): Promise<Ticket<C>>;
+  /** Starts a cooldown: in the store for a bounded (or unknown) channel, in process memory for an unlimited one. */
+  cooldown(channel: string | Candidate, opts?: { ms?: number; reason?: string }): Promise<void>;
+  clearCooldown(channel: string | Candidate): Promise<void>;
+  /** Validates the whole update (throws SettingsError and changes nothing on bad input) and applies it. */
+  updateSettings(update: unknown): Settings;
+  readonly settings: Settings;
+  readonly instanceId: string;
+  /** Live loads straight from the store (admin views); unlimited channels from this process. */
+  readLoads(channels: readonly Candidate[]): Promise<Map<string, ChannelLoad>>;
+  /**
+   * Loads through the load view: cached snapshots with this instance's corrections, fetched (coalesced) when stale,
+   * in-memory fallback on store trouble. Free while the cache is warm; for dashboards and metrics.
+   */
+  viewLoads(channels: readonly Candidate[]): Promise<Map<string, ChannelLoad>>;
+  stats(): AdmissionStats;
+  /** Stops renewing and gives back every lease this instance holds (bounded to 5 s). */
+  close(): Promise<void>;
+}

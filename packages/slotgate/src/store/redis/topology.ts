@@ -1,0 +1,156 @@
+/**
+ * What differs between one Redis node and a Redis Cluster, in one place. On a single node the commands of one
+ * event-loop turn share a pipeline (TurnBatcher), one acquire call may try many channels, and a load read is one
+ * pipeline. On Cluster every script call must stay within one hash slot, so an acquire tries one channel per call,
+ * releases go out at once, renewals are grouped by channel, and load reads go out per key (ioredis's auto-pipelining
+ * groups them per node; cross-slot pipelines are not allowed).
+ */
+import type { Cluster, Redis } from 'ioredis';
+import { chunk, pushTo } from '../../core/collections.js';
+import {
+  BATCH_SIZE,
+  sentRelease,
+  type AcquireReply,
+  type ChannelLoad,
+  type LeaseRef,
+  type PendingRelease,
+  type Purpose,
+} from '../store.js';
+import type { AcquireCalls, AcquireRequest } from './acquire-call.js';
+import type { Deadlines } from './deadlines.js';
+import type { KeyBuilder } from './keys.js';
+import { SCRIPTS } from './scripts.js';
+import { TurnBatcher } from './turn-batcher.js';
+
+export interface TopologyDeps {
+  client: Redis | Cluster;
+  keys: KeyBuilder;
+  calls: AcquireCalls;
+  deadlines: Deadlines;
+  count: (purpose: Purpose, n: number) => void;
+}
+
+/** One batch of a load read: the loads in order, and the Redis TIME when it was asked to carry one. */
+export interface LoadBatch {
+  loads: ChannelLoad[];
+  time?: string[];
+}
+
+export interface Topology {
+  /** Channels one acquire call may try. */
+  readonly maxChannelsPerAcquire: number;
+  acquire(request: AcquireRequest): Promise<AcquireReply[]>;
+  release(lease: LeaseRef): PendingRelease;
+  /** Resolves once the commands queued in this turn have gone out (load reads go behind them). */
+  flushed(): Promise<void> | undefined;
+  /** Renewal batches of at most BATCH_SIZE leases, each one script call. */
+  renewBatches(leases: readonly LeaseRef[]): LeaseRef[][];
+  /** Active, waiting and cooldown of up to BATCH_SIZE channels, live members counted from `min` (exclusive). */
+  readLoadBatch(ids: readonly string[], min: string, withTime: boolean): Promise<LoadBatch>;
+}
+
+export function isCluster(client: Redis | Cluster): client is Cluster {
+  return (client as { isCluster?: boolean }).isCluster === true;
+}
+
+export function topologyOf(deps: TopologyDeps): Topology {
+  return isCluster(deps.client) ? new ClusterTopology(deps) : new SingleNode(deps);
+}
+
+export function toLoad(active: number, waiting: number, pttl: number): ChannelLoad {
+  const coolingDown = pttl !== -2;
+  return { active, waiting, coolingDown, cooldownRemainingMs: coolingDown ? pttl : 0 };
+}
+
+class SingleNode implements Topology {
+  readonly maxChannelsPerAcquire = BATCH_SIZE;
+  private readonly batcher: TurnBatcher;
+
+  constructor(private readonly deps: TopologyDeps) {
+    this.batcher = new TurnBatcher(deps);
+  }
+
+  acquire(request: AcquireRequest): Promise<AcquireReply[]> {
+    return this.batcher.acquire(request);
+  }
+
+  release(lease: LeaseRef): PendingRelease {
+    return this.batcher.release(lease);
+  }
+
+  flushed(): Promise<void> | undefined {
+    return this.batcher.flushed();
+  }
+
+  renewBatches(leases: readonly LeaseRef[]): LeaseRef[][] {
+    return chunk(leases, BATCH_SIZE);
+  }
+
+  async readLoadBatch(ids: readonly string[], min: string, withTime: boolean): Promise<LoadBatch> {
+    const { client, keys } = this.deps;
+    const pipeline = client.pipeline();
+    if (withTime) pipeline.time();
+    for (const id of ids) {
+      pipeline.zcount(keys.slots(id), min, '+inf');
+      pipeline.zcount(keys.waiters(id), min, '+inf');
+      pipeline.pttl(keys.cooldown(id));
+    }
+    const results = (await pipeline.exec()) ?? [];
+    for (const [err] of results) if (err) throw err;
+    const time = withTime ? (results.shift()![1] as string[]) : undefined;
+    const values = results.map(([, value]) => Number(value));
+    const loads = ids.map((_, i) => toLoad(values[3 * i]!, values[3 * i + 1]!, values[3 * i + 2]!));
+    return time ? { loads, time } : { loads };
+  }
+}
+
+class ClusterTopology implements Topology {
+  readonly maxChannelsPerAcquire = 1;
+
+  constructor(private readonly deps: TopologyDeps) {}
+
+  acquire(request: AcquireRequest): Promise<AcquireReply[]> {
+    const { client, calls, deadlines, count } = this.deps;
+    const call = calls.build([request]);
+    count('acquire', 1);
+    return deadlines
+      .run('acquire', () => SCRIPTS.acquireSlots.call(client, call.keys, call.args))
+      .then((codes) => call.read(codes)[0]!);
+  }
+
+  release(lease: LeaseRef): PendingRelease {
+    const { client, keys, deadlines, count } = this.deps;
+    count('release', 1);
+    return sentRelease(
+      deadlines
+        .run('release', () => client.zrem(keys.slots(lease.channelId), lease.token))
+        .then((removed) => removed === 1),
+    );
+  }
+
+  flushed(): undefined {
+    return undefined;
+  }
+
+  renewBatches(leases: readonly LeaseRef[]): LeaseRef[][] {
+    const byChannel = new Map<string, LeaseRef[]>();
+    for (const lease of leases) pushTo(byChannel, lease.channelId, lease);
+    return [...byChannel.values()].flatMap((group) => chunk(group, BATCH_SIZE));
+  }
+
+  async readLoadBatch(ids: readonly string[], min: string, withTime: boolean): Promise<LoadBatch> {
+    const { client, keys } = this.deps;
+    const time = withTime ? client.time() : undefined;
+    const loads = await Promise.all(
+      ids.map(async (id) => {
+        const [active, waiting, pttl] = await Promise.all([
+          client.zcount(keys.slots(id), min, '+inf'),
+          client.zcount(keys.waiters(id), min, '+inf'),
+          client.pttl(keys.cooldown(id)),
+        ]);
+        return toLoad(active, waiting, pttl);
+      }),
+    );
+    return time ? { loads, time: (await time) as unknown as string[] } : { loads };
+  }
+}
