@@ -1,5 +1,5 @@
 /**
- * The gateway's configuration file (YAML or JSON), spec §7.1: one zod schema, parsed once at the edge, then frozen.
+ * The gateway's configuration file (YAML or JSON): one zod schema, parsed once at the edge, then frozen.
  * Secrets may be written as `env:NAME`; they are resolved at load time and never printed. Every error names the path,
  * what was expected and the value received (secret values are masked).
  */
@@ -14,7 +14,7 @@ const ENV_REF = /^env:([A-Za-z_][A-Za-z0-9_]*)$/;
 /** A secret: a literal, or `env:NAME` resolved from the environment at load time. */
 const secret = z.string().min(1);
 
-const mockSchema = z.strictObject({
+export const mockSchema = z.strictObject({
   /** Time to the first byte (JSON) or first chunk (SSE). */
   latency_ms: z.int().min(0).max(600_000).default(200),
   /** Chunks in a streamed answer. */
@@ -304,4 +304,9 @@ export async function loadConfigFile(path: string, env?: NodeJS.ProcessEnv): Pro
     ]);
   }
   return parseConfigText(text, path, env);
+}
+
+/** The bundled demo configuration (mock channels, no Redis), run by `slotgate serve` without --config. */
+export async function readDemoConfigText(): Promise<string> {
+  return readFile(new URL('./demo.yaml', import.meta.url), 'utf8');
 }

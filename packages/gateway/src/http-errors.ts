@@ -1,5 +1,5 @@
 /**
- * The only error → HTTP status table of the gateway (spec §7.3), and the two body shapes: OpenAI
+ * The only error → HTTP status table of the gateway, and the two body shapes: OpenAI
  * `{"error":{"message","type","code"}}` and Anthropic `{"type":"error","error":{"type","message"}}`.
  * docs/errors.md is kept in step with GATEWAY_ERRORS by a test.
  */

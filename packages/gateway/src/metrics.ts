@@ -1,5 +1,5 @@
 /**
- * Prometheus metrics (spec §8): everything the admission engine counts, histograms of admission and wait latency,
+ * Prometheus metrics: everything the admission engine counts, histograms of admission and wait latency,
  * per-channel gauges (cluster-wide in flight, waiting, cooling; this instance's in flight), store health, and the
  * responses the gateway gave by source and status. Labels are channel ids, purposes, outcomes and status codes —
  * never tokens. Gauges and engine counters are read at scrape time; reading the per-channel loads goes through the

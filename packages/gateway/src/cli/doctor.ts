@@ -1,4 +1,4 @@
-/** `slotgate doctor --redis URL [--prefix P] [--fix]`: exit 1 when leftover keys are found (spec §7.5). */
+/** `slotgate doctor --redis URL [--prefix P] [--fix]`: exit 1 when leftover keys are found. */
 import { Redis } from 'ioredis';
 import { checkLeftovers, formatLeftoverReport as formatReport } from 'slotgate';
 

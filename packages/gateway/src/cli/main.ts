@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-/** The `slotgate` command line (spec §13). */
+/** The `slotgate` command line: `serve` runs the gateway, `doctor` checks Redis for leftover keys. */
 import { Command } from 'commander';
 import { doctor } from './doctor.js';
 import { serve, type ServeOptions } from './serve.js';

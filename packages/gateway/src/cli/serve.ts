@@ -1,6 +1,13 @@
-/** `slotgate serve`: runs the gateway (spec §13). */
-import { ConfigError, loadConfigFile, parseConfig, parseConfigText, type GatewayConfig } from '../config.js';
-import { createGateway, readDemoConfigText } from '../server.js';
+/** `slotgate serve`: runs the gateway until SIGTERM or SIGINT; SIGHUP reloads the config file. */
+import {
+  ConfigError,
+  loadConfigFile,
+  parseConfig,
+  parseConfigText,
+  readDemoConfigText,
+  type GatewayConfig,
+} from '../config.js';
+import { createGateway } from '../server.js';
 
 export interface ServeOptions {
   config?: string;

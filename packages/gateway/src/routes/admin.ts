@@ -1,14 +1,15 @@
 /**
- * Admin and operations routes (spec §7.5), behind the admin token (compared in constant time). No response ever
- * carries a channel key, a client token or the admin token.
+ * Admin and operations routes (settings, channels, cooldowns, status, stats), behind the admin token (compared in
+ * constant time). No response ever carries a channel key, a client token or the admin token.
  */
 import { createHash, timingSafeEqual } from 'node:crypto';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import type { Admission } from 'slotgate';
-import { gatewaySettings, type GatewaySettings, type GatewaySettingsUpdate } from './settings.js';
-import type { ChannelRegistry, GatewayChannel } from './channels.js';
-import type { GatewayConfig } from './config.js';
-import { HttpError } from './http-errors.js';
+import { gatewaySettings, type GatewaySettings, type GatewaySettingsUpdate } from '../settings.js';
+import type { ChannelRegistry, GatewayChannel } from '../channels.js';
+import type { GatewayConfig } from '../config.js';
+import { HttpError } from '../http-errors.js';
+import { parseJson, presentedToken } from '../proxy/request.js';
 
 export interface AdminContext {
   admission: Admission;
@@ -25,9 +26,7 @@ const digest = (s: string) => createHash('sha256').update(s).digest();
 /** Constant-time comparison of the presented token with the configured one (equal-length digests). */
 export function adminAuthorized(request: FastifyRequest, token: string | undefined): boolean {
   if (!token) return false;
-  const auth = request.headers.authorization;
-  const presented =
-    typeof auth === 'string' && /^bearer\s+/i.test(auth) ? auth.replace(/^bearer\s+/i, '').trim() : '';
+  const presented = presentedToken(request, 'admin') ?? '';
   return timingSafeEqual(digest(presented), digest(token)) && presented.length > 0;
 }
 
@@ -147,15 +146,4 @@ export function registerAdminRoutes(app: FastifyInstance, ctx: AdminContext): vo
 
     admin.get('/admin/stats', async () => ctx.admission.stats());
   });
-}
-
-function parseJson(raw: unknown): unknown {
-  if (raw === undefined || raw === null)
-    throw new HttpError('invalid_request_error', 'the request body is empty; expected a JSON object');
-  const text = Buffer.isBuffer(raw) ? raw.toString('utf8') : String(raw);
-  try {
-    return JSON.parse(text);
-  } catch {
-    throw new HttpError('invalid_request_error', 'the request body is not valid JSON');
-  }
 }

@@ -1,20 +1,15 @@
 /**
- * `mock` channels: a built-in simulated upstream for the demo and the benchmarks (spec §7.2). Configurable latency,
- * streamed chunks, error rate and status. They hold slots exactly like real channels; nothing leaves the process.
+ * `mock` channels: a built-in simulated upstream for the demo and the benchmarks. Configurable latency, streamed
+ * chunks, error rate and status. They hold slots exactly like real channels; nothing leaves the process.
  */
 import { Readable } from 'node:stream';
-import type { ApiShape } from './http-errors.js';
-import type { MockConfig } from './config.js';
-import type { UpstreamResponse } from './upstream.js';
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { ApiShape } from '../http-errors.js';
+import { mockSchema, type MockConfig } from '../config.js';
+import type { UpstreamResponse } from '../upstream.js';
 
-export const DEFAULT_MOCK: MockConfig = {
-  latency_ms: 200,
-  chunks: 12,
-  chunk_delay_ms: 40,
-  error_rate: 0,
-  error_status: 500,
-  reply: 'Hello from slotgate! This answer was streamed by a mock channel.',
-};
+/** A mock channel configured without a `mock` section: the schema's defaults. */
+export const DEFAULT_MOCK: MockConfig = Object.freeze(mockSchema.parse({}));
 
 export interface MockRequest {
   channelId: string;
@@ -22,21 +17,6 @@ export interface MockRequest {
   shape: ApiShape;
   body: Record<string, unknown>;
   signal: AbortSignal;
-}
-
-function sleep(ms: number, signal: AbortSignal): Promise<void> {
-  return new Promise((resolve, reject) => {
-    if (signal.aborted) return reject(new Error('aborted'));
-    const timer = setTimeout(() => {
-      signal.removeEventListener('abort', onAbort);
-      resolve();
-    }, ms);
-    const onAbort = () => {
-      clearTimeout(timer);
-      reject(new Error('aborted'));
-    };
-    signal.addEventListener('abort', onAbort, { once: true });
-  });
 }
 
 function pieces(text: string, n: number): string[] {
@@ -78,7 +58,7 @@ export async function mockRespond(
   req: MockRequest,
   random: () => number = Math.random,
 ): Promise<UpstreamResponse> {
-  await sleep(mock.latency_ms, req.signal);
+  await sleep(mock.latency_ms, undefined, { signal: req.signal });
   if (mock.error_rate > 0 && random() < mock.error_rate) return mockError(mock, req.shape, req.channelId);
   const model = typeof req.body.model === 'string' ? req.body.model : 'mock';
   const id = `mock-${Date.now().toString(36)}-${++seq}`;
@@ -156,7 +136,7 @@ export async function mockRespond(
   async function* stream() {
     let first = true;
     for (const event of events) {
-      if (!first && mock.chunk_delay_ms > 0) await sleep(mock.chunk_delay_ms, signal);
+      if (!first && mock.chunk_delay_ms > 0) await sleep(mock.chunk_delay_ms, undefined, { signal });
       first = false;
       yield Buffer.from(event);
     }

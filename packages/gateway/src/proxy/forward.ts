@@ -1,22 +1,24 @@
 /**
- * The client API (spec §7.2, §7.4): authenticate, pick candidates for (group, model), admit through slotgate, forward
+ * The client API's request path: authenticate, pick candidates for (group, model), admit through slotgate, forward
  * the body as-is, pass the answer through as it arrives, and give the slot back exactly once when the response has
  * fully ended, the client went away, or it failed. Retries on another channel before any byte reached the client.
  */
 import { finished } from 'node:stream';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { CapacityError, NoChannelError, type Admission, type Ticket } from 'slotgate';
-import type { GatewaySettings } from './settings.js';
-import type { ChannelRegistry, GatewayChannel } from './channels.js';
-import type { GatewayConfig } from './config.js';
-import { HttpError, errorBody, toHttpError, type ApiShape } from './http-errors.js';
-import { DEFAULT_MOCK, mockRespond } from './mock.js';
+import type { GatewaySettings } from '../settings.js';
+import type { ChannelRegistry, GatewayChannel } from '../channels.js';
+import type { GatewayConfig } from '../config.js';
+import { HttpError, errorBody, type ApiShape } from '../http-errors.js';
 import {
   UpstreamConnectError,
   UpstreamTimeoutError,
   type UpstreamClient,
   type UpstreamResponse,
-} from './upstream.js';
+} from '../upstream.js';
+import { DEFAULT_MOCK, mockRespond } from './mock.js';
+import { cooldownDecision } from './rate-limit.js';
+import { parseBody, presentedToken, shapeOf } from './request.js';
 
 export interface ProxyContext {
   admission: Admission;
@@ -59,36 +61,6 @@ const HOP_BY_HOP = new Set([
 ]);
 const ERROR_BODY_CAP = 1024 * 1024;
 
-export function bearerToken(request: FastifyRequest, shape: ApiShape): string | undefined {
-  const auth = request.headers.authorization;
-  if (typeof auth === 'string' && /^bearer\s+/i.test(auth)) return auth.replace(/^bearer\s+/i, '').trim();
-  const apiKey = request.headers['x-api-key'];
-  if (typeof apiKey === 'string' && (shape === 'anthropic' || !auth)) return apiKey.trim();
-  return undefined;
-}
-
-export function shapeOf(url: string): ApiShape {
-  return url.startsWith('/v1/messages') ? 'anthropic' : 'openai';
-}
-
-function parseBody(raw: unknown): { body: Buffer; json: Record<string, unknown> } {
-  const body = Buffer.isBuffer(raw) ? raw : Buffer.from(typeof raw === 'string' ? raw : '');
-  let json: unknown;
-  try {
-    json = JSON.parse(body.toString('utf8'));
-  } catch {
-    throw new HttpError('invalid_request_error', 'the request body is not valid JSON');
-  }
-  if (typeof json !== 'object' || json === null || Array.isArray(json)) {
-    throw new HttpError('invalid_request_error', 'the request body must be a JSON object');
-  }
-  const model = (json as Record<string, unknown>).model;
-  if (typeof model !== 'string' || model.length === 0) {
-    throw new HttpError('invalid_request_error', 'the request body has no `model` (a non-empty string)');
-  }
-  return { body, json: json as Record<string, unknown> };
-}
-
 async function readCapped(stream: NodeJS.ReadableStream, cap: number): Promise<Buffer> {
   const chunks: Buffer[] = [];
   let size = 0;
@@ -105,58 +77,6 @@ async function readCapped(stream: NodeJS.ReadableStream, cap: number): Promise<B
   return Buffer.concat(chunks);
 }
 
-/** Cooldown length from Retry-After (seconds or HTTP date) or rate-limit reset headers, bounded 1–3600 s. */
-export function cooldownFromHeaders(
-  headers: UpstreamResponse['headers'],
-  now = Date.now(),
-): number | undefined {
-  const first = (name: string) => {
-    const v = headers[name];
-    return Array.isArray(v) ? v[0] : v;
-  };
-  const clamp = (s: number) => Math.min(3600, Math.max(1, Math.ceil(s)));
-  const retryAfter = first('retry-after');
-  if (retryAfter) {
-    const seconds = Number(retryAfter);
-    if (Number.isFinite(seconds)) return clamp(seconds);
-    const date = Date.parse(retryAfter);
-    if (Number.isFinite(date)) return clamp((date - now) / 1000);
-  }
-  const retryAfterMs = Number(first('retry-after-ms'));
-  if (Number.isFinite(retryAfterMs) && retryAfterMs > 0) return clamp(retryAfterMs / 1000);
-  // OpenAI: x-ratelimit-reset-requests / -tokens like "6m0s", "1s", "250ms"
-  for (const name of ['x-ratelimit-reset-requests', 'x-ratelimit-reset-tokens', 'x-ratelimit-reset']) {
-    const v = first(name);
-    const seconds = v ? parseDuration(v) : undefined;
-    if (seconds !== undefined) return clamp(seconds);
-  }
-  // Anthropic: anthropic-ratelimit-*-reset as RFC 3339 time
-  for (const name of ['anthropic-ratelimit-requests-reset', 'anthropic-ratelimit-tokens-reset']) {
-    const v = first(name);
-    const date = v ? Date.parse(v) : NaN;
-    if (Number.isFinite(date)) return clamp((date - now) / 1000);
-  }
-  return undefined;
-}
-
-function parseDuration(text: string): number | undefined {
-  if (/^\d+(\.\d+)?$/.test(text)) return Number(text);
-  const re = /(\d+(?:\.\d+)?)(ms|h|m|s)/g;
-  let total = 0;
-  let matched = false;
-  for (const m of text.matchAll(re)) {
-    matched = true;
-    const n = Number(m[1]);
-    total += m[2] === 'h' ? n * 3600 : m[2] === 'm' ? n * 60 : m[2] === 's' ? n : n / 1000;
-  }
-  return matched ? total : undefined;
-}
-
-const matches = (text: string, patterns: readonly string[]) => {
-  const lower = text.toLowerCase();
-  return patterns.some((p) => lower.includes(p.toLowerCase()));
-};
-
 export async function proxyRequest(
   ctx: ProxyContext,
   request: FastifyRequest,
@@ -165,7 +85,7 @@ export async function proxyRequest(
 ): Promise<void> {
   const shape = shapeOf(path);
   const registry = ctx.registry();
-  const token = registry.authenticate(bearerToken(request, shape));
+  const token = registry.authenticate(presentedToken(request, shape));
   if (!token) throw new HttpError('invalid_api_key', 'missing or invalid API key');
   const { body, json } = parseBody(request.body);
   const model = json.model as string;
@@ -192,7 +112,7 @@ export async function proxyRequest(
     try {
       ticket = await ctx.admission.acquire({ candidates, signal: abort.signal, exclude: tried });
     } catch (err) {
-      // A capacity error never replaces a real upstream error (spec §7.3).
+      // The client learns more from the upstream's own error than from "no capacity left to retry on".
       if (lastUpstream && (err instanceof CapacityError || err instanceof NoChannelError)) {
         return sendLast(reply, lastUpstream, shape, ctx, tried, attempts, waitedMs);
       }
@@ -300,21 +220,16 @@ async function noteRateLimit(
   config: GatewayConfig,
   request: FastifyRequest,
 ): Promise<void> {
-  if (!settings.cooldown_enabled) return;
-  const text = answer.body.toString('utf8');
-  let reason: string | undefined;
-  if (answer.status === 429) {
-    if (matches(text, config.retry.quota_patterns)) {
-      request.log.warn({ channel: channel.id }, 'upstream 429 says quota/balance is exhausted: no cooldown');
-      return;
-    }
-    if (settings.cooldown_on_status_429) reason = 'upstream 429';
+  const decision = cooldownDecision(
+    { status: answer.status, headers: answer.headers, text: answer.body.toString('utf8') },
+    settings,
+    config.retry,
+  );
+  if (decision.kind === 'quota') {
+    request.log.warn({ channel: channel.id }, 'upstream 429 says quota/balance is exhausted: no cooldown');
   }
-  if (!reason && settings.cooldown_on_message_match && matches(text, config.retry.rate_limit_patterns)) {
-    reason = `upstream ${answer.status} with rate-limit wording`;
-  }
-  if (!reason) return;
-  const seconds = cooldownFromHeaders(answer.headers) ?? settings.cooldown_seconds;
+  if (decision.kind !== 'cooldown') return;
+  const { seconds, reason } = decision;
   try {
     await ctx.admission.cooldown(channel, { ms: seconds * 1000, reason });
     request.log.warn({ channel: channel.id, seconds, reason }, 'channel cooling down');
@@ -351,5 +266,3 @@ function sendLast(
   if (channel) reply.header('x-slotgate-channel', channel);
   return reply.send(last.body);
 }
-
-export { toHttpError };

@@ -1,0 +1,135 @@
+/**
+ * The gateway's HTTP surface: one Fastify instance with its hooks, error and not-found handlers, body parser and
+ * every route, built from explicit dependencies. It opens no port and no store connection of its own, so tests drive
+ * it through `app.inject()` on a MemoryStore.
+ */
+import { randomUUID } from 'node:crypto';
+import Fastify, { type FastifyError, type FastifyInstance } from 'fastify';
+import type { Admission } from 'slotgate';
+import type { ChannelRegistry } from './channels.js';
+import type { GatewayConfig } from './config.js';
+import { HttpError, errorBody, toHttpError } from './http-errors.js';
+import type { GatewayMetrics } from './metrics.js';
+import type { ProxyResult } from './proxy/forward.js';
+import { shapeOf } from './proxy/request.js';
+import { registerAdminRoutes } from './routes/admin.js';
+import { registerClientRoutes } from './routes/client.js';
+import { registerDashboardRoutes } from './routes/dashboard.js';
+import { registerMetricsRoute } from './routes/metrics.js';
+import { registerModelRoutes } from './routes/models.js';
+import type { GatewaySettings, GatewaySettingsUpdate } from './settings.js';
+import type { UpstreamClient } from './upstream.js';
+
+export interface AppDeps {
+  admission: Admission;
+  /** Getters: a config reload swaps the registry and the config between two requests. */
+  registry: () => ChannelRegistry;
+  config: () => GatewayConfig;
+  settings: () => GatewaySettings;
+  /** Applies a validated settings update: to the store (every instance) or to this process. */
+  putSettings: (update: GatewaySettingsUpdate) => Promise<GatewaySettings>;
+  /** The body of GET /admin/status. */
+  status: () => Promise<Record<string, unknown>>;
+  metrics: GatewayMetrics;
+  upstream: UpstreamClient;
+  /** pino logger options, or false for none. @default from config.server.log_level */
+  logger?: boolean | Record<string, unknown>;
+  onResult?: (result: ProxyResult) => void;
+}
+
+const REDACT = [
+  'req.headers.authorization',
+  'req.headers["x-api-key"]',
+  'headers.authorization',
+  'headers["x-api-key"]',
+];
+
+/** Apps shutting down through closeApp: each of their connections closes as soon as its last response has ended. */
+const draining = new WeakSet<FastifyInstance>();
+
+export function buildApp(deps: AppDeps): FastifyInstance {
+  const config = deps.config();
+  // Fixed at build time (like the rest of `server`): a reload does not change the limit Fastify enforces.
+  const bodyLimit = config.server.body_limit_bytes;
+  const app = Fastify({
+    logger:
+      deps.logger === false
+        ? false
+        : {
+            level: config.server.log_level,
+            redact: { paths: REDACT, censor: '[redacted]' },
+            ...(typeof deps.logger === 'object' ? deps.logger : {}),
+          },
+    bodyLimit,
+    requestIdHeader: 'x-request-id',
+    genReqId: () => randomUUID(),
+    forceCloseConnections: 'idle',
+  });
+
+  // One parser for every body: the raw bytes, forwarded as-is; the handlers parse what they need.
+  app.removeAllContentTypeParsers();
+  app.addContentTypeParser('*', { parseAs: 'buffer' }, (_request, body, done) => done(null, body));
+
+  app.addHook('onSend', async (request, reply) => {
+    reply.header('x-request-id', request.id);
+  });
+
+  app.addHook('onResponse', async () => {
+    if (draining.has(app)) setImmediate(() => app.server.closeIdleConnections());
+  });
+
+  app.setErrorHandler((err: FastifyError, request, reply) => {
+    const shape = shapeOf(request.url);
+    let httpError: HttpError;
+    if (err.code === 'FST_ERR_CTP_BODY_TOO_LARGE') {
+      httpError = new HttpError('request_too_large', `the request body is larger than ${bodyLimit} bytes`);
+    } else if (typeof err.code === 'string' && err.code.startsWith('FST_ERR_CTP')) {
+      httpError = new HttpError('invalid_request_error', err.message);
+    } else {
+      httpError = toHttpError(err);
+    }
+    if (httpError.code === 'internal_error') request.log.error({ err }, 'internal error');
+    if (request.url.startsWith('/v1/')) deps.metrics.countResponse('gateway', httpError.status);
+    if (reply.sent || reply.raw.headersSent) return;
+    void reply.code(httpError.status).headers(httpError.headers).send(errorBody(httpError, shape));
+  });
+
+  app.setNotFoundHandler((request, reply) => {
+    const err = new HttpError('not_found', `no route ${request.method} ${request.url.split('?')[0]}`);
+    void reply.code(404).send(errorBody(err, shapeOf(request.url)));
+  });
+
+  registerClientRoutes(app, {
+    admission: deps.admission,
+    registry: deps.registry,
+    config: deps.config,
+    upstream: deps.upstream,
+    settings: deps.settings,
+    onResult: (result) => {
+      deps.metrics.countResponse(result.source, result.status);
+      deps.onResult?.(result);
+    },
+  });
+  registerModelRoutes(app, deps.registry);
+  registerDashboardRoutes(app);
+  registerMetricsRoute(app, deps.metrics);
+  registerAdminRoutes(app, deps);
+  return app;
+}
+
+/**
+ * Stops accepting and waits for in-flight requests, up to `forceAfterMs`, then drops every connection. On close, the
+ * HTTP server drops only the keep-alive connections idle at that moment; one whose response was still streaming
+ * would stay open until keepAliveTimeout (72 s) or the forced close and hold the shutdown with it, so while draining each connection is
+ * dropped as soon as its last response has ended.
+ */
+export async function closeApp(app: FastifyInstance, forceAfterMs: number): Promise<void> {
+  draining.add(app);
+  const force = setTimeout(() => app.server.closeAllConnections?.(), forceAfterMs);
+  force.unref();
+  try {
+    await app.close();
+  } finally {
+    clearTimeout(force);
+  }
+}

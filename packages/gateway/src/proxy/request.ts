@@ -1,0 +1,58 @@
+/**
+ * What the gateway reads from a client request before admission: the API shape of the route, the caller's token and
+ * the JSON body. The body arrives as raw bytes (one content-type parser for every route) and is forwarded as-is.
+ */
+import type { FastifyRequest } from 'fastify';
+import { HttpError, type ApiShape } from '../http-errors.js';
+
+/** Whose token a route reads: a client API shape, or the admin API (`Authorization: Bearer` only). */
+export type TokenReader = ApiShape | 'admin';
+
+const BEARER = /^bearer\s+/i;
+
+export function shapeOf(url: string): ApiShape {
+  return url.startsWith('/v1/messages') ? 'anthropic' : 'openai';
+}
+
+/**
+ * The token the caller presents: `Authorization: Bearer <token>` first. Anthropic clients send `x-api-key`, read
+ * beside any other Authorization scheme; OpenAI routes read `x-api-key` only when no Authorization header came at all;
+ * admin routes never read it.
+ */
+export function presentedToken(request: FastifyRequest, reader: TokenReader): string | undefined {
+  const auth = request.headers.authorization;
+  if (typeof auth === 'string' && BEARER.test(auth)) return auth.replace(BEARER, '').trim();
+  if (reader === 'admin') return undefined;
+  const apiKey = request.headers['x-api-key'];
+  if (typeof apiKey === 'string' && (reader === 'anthropic' || !auth)) return apiKey.trim();
+  return undefined;
+}
+
+function decodeJson(text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch {
+    throw new HttpError('invalid_request_error', 'the request body is not valid JSON');
+  }
+}
+
+/** An admin request body as JSON; a missing body is an error of its own. */
+export function parseJson(raw: unknown): unknown {
+  if (raw === undefined || raw === null)
+    throw new HttpError('invalid_request_error', 'the request body is empty; expected a JSON object');
+  return decodeJson(Buffer.isBuffer(raw) ? raw.toString('utf8') : String(raw));
+}
+
+/** A client API body: the bytes to forward and the JSON object they hold, with a non-empty string `model`. */
+export function parseBody(raw: unknown): { body: Buffer; json: Record<string, unknown> } {
+  const body = Buffer.isBuffer(raw) ? raw : Buffer.from(typeof raw === 'string' ? raw : '');
+  const json = decodeJson(body.toString('utf8'));
+  if (typeof json !== 'object' || json === null || Array.isArray(json)) {
+    throw new HttpError('invalid_request_error', 'the request body must be a JSON object');
+  }
+  const model = (json as Record<string, unknown>).model;
+  if (typeof model !== 'string' || model.length === 0) {
+    throw new HttpError('invalid_request_error', 'the request body has no `model` (a non-empty string)');
+  }
+  return { body, json: json as Record<string, unknown> };
+}

@@ -1,0 +1,222 @@
+/**
+ * What the gateway runs on besides HTTP: the store (the config's Redis, the in-process MemoryStore, or one given),
+ * the admission engine, the settings in force, the presence heartbeat, the data of /admin/status, and the order
+ * things close in. The store is used only through its public interface (health, sharedSettings, presence).
+ */
+import { hostname } from 'node:os';
+import type { FastifyBaseLogger } from 'fastify';
+import {
+  MemoryStore,
+  RedisStore,
+  createAdmission,
+  type Admission,
+  type AdmissionEvent,
+  type InstanceInfo,
+  type SharedSettings,
+  type SlotStore,
+} from 'slotgate';
+import type { ChannelRegistry } from './channels.js';
+import type { GatewayConfig } from './config.js';
+import { GatewayMetrics } from './metrics.js';
+import { ConfigInForce } from './reload.js';
+import {
+  admissionPart,
+  gatewaySettings,
+  type GatewaySettings,
+  type GatewaySettingsUpdate,
+} from './settings.js';
+import { UpstreamClient } from './upstream.js';
+
+/** Every instance announces itself this often for the dashboard's instance list. */
+const HEARTBEAT_MS = 5000;
+/** An instance not heard of for this long drops out of the instance list (three missed heartbeats). */
+const INSTANCE_MAX_AGE_MS = 15_000;
+/**
+ * A raw client call on a Redis that is down can take seconds to fail (ioredis holds it for a reconnect); the admin
+ * status and shutdown wait no longer than this for the instance list.
+ */
+const PRESENCE_WAIT_MS = 1000;
+
+export interface RuntimeOptions {
+  config: GatewayConfig;
+  /** Use this store instead of the one the config describes; the runtime then leaves it open on close. */
+  store?: SlotStore;
+}
+
+function storeFor(config: GatewayConfig): SlotStore {
+  return config.redis
+    ? new RedisStore({
+        url: config.redis.url,
+        prefix: config.redis.prefix,
+        timeoutMs: config.redis.timeout_ms,
+      })
+    : new MemoryStore();
+}
+
+/** Rejects after `ms`; the work goes on, detached. */
+function settleWithin<T>(work: Promise<T>, ms: number): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  return Promise.race([
+    work,
+    new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new Error(`no answer within ${ms} ms`)), ms);
+    }),
+  ]).finally(() => clearTimeout(timer));
+}
+
+export class GatewayRuntime {
+  readonly store: SlotStore;
+  readonly admission: Admission;
+  readonly metrics: GatewayMetrics;
+  readonly upstream: UpstreamClient;
+  /** The configuration in force; a reload replaces its content. */
+  readonly current: ConfigInForce;
+  private readonly ownsStore: boolean;
+  private readonly sync: SharedSettings<GatewaySettingsUpdate>;
+  private readonly startedAt = Date.now();
+  private readonly self: InstanceInfo;
+  private overrides: GatewaySettingsUpdate = {};
+  private inForce: GatewaySettings;
+  private heartbeat: NodeJS.Timeout | undefined;
+  /** Set by start(); nothing logs before, since no request and no store callback comes earlier. */
+  private log: FastifyBaseLogger | undefined;
+
+  constructor(options: RuntimeOptions) {
+    const config = options.config;
+    this.current = new ConfigInForce(config);
+    this.ownsStore = !options.store;
+    this.store = options.store ?? storeFor(config);
+    const store = this.store;
+    this.metrics = new GatewayMetrics({
+      // read at scrape time, after the engine below exists
+      admission: () => this.admission,
+      channels: () => this.current.registry,
+      storeKind: store.kind,
+      storeUp: async () => (await store.health()).healthy,
+      configVersion: () => this.current.version,
+    });
+    // Settings: defaults < config file < overrides (admin PUT; shared with every instance on the store).
+    this.inForce = gatewaySettings.merge(gatewaySettings.defaults, config.settings);
+    this.admission = createAdmission({
+      store,
+      settings: admissionPart(this.inForce),
+      onEvent: this.onEvent,
+      onAdmission: this.metrics.observeAdmission,
+    });
+    this.sync = store.sharedSettings({
+      parse: gatewaySettings.parse,
+      onOverrides: (o) => {
+        this.overrides = o;
+        this.applySettings();
+        this.log?.info({ overrides: o }, 'settings applied');
+      },
+      onError: (err) => this.log?.error({ err: err.message }, 'settings sync'),
+    });
+    this.upstream = new UpstreamClient(config.timeouts);
+    this.self = {
+      id: this.admission.instanceId,
+      host: hostname(),
+      pid: process.pid,
+      started_at: new Date(this.startedAt).toISOString(),
+    };
+  }
+
+  get config(): GatewayConfig {
+    return this.current.config;
+  }
+
+  get registry(): ChannelRegistry {
+    return this.current.registry;
+  }
+
+  /** The settings in force: defaults < config file < overrides shared through the store. */
+  get settings(): GatewaySettings {
+    return this.inForce;
+  }
+
+  /** Follows the shared settings and starts the presence heartbeat; logs through `log` from now on. */
+  async start(log: FastifyBaseLogger): Promise<void> {
+    this.log = log;
+    try {
+      await this.sync.start();
+    } catch (err) {
+      log.error(
+        { err: (err as Error).message },
+        'settings sync could not start; using the configured settings',
+      );
+    }
+    const beat = () =>
+      void this.store.presence
+        .announce(this.self)
+        .catch((err: Error) => log.warn({ err: err.message }, 'instance heartbeat failed'));
+    beat();
+    this.heartbeat = setInterval(beat, HEARTBEAT_MS);
+    this.heartbeat.unref();
+  }
+
+  /** Recomputes the settings after the overrides or the config file changed. */
+  applySettings = (): GatewaySettings => {
+    this.inForce = gatewaySettings.merge(gatewaySettings.defaults, {
+      ...this.current.config.settings,
+      ...this.overrides,
+    });
+    this.admission.updateSettings(admissionPart(this.inForce));
+    return this.inForce;
+  };
+
+  /** Writes a settings update for every instance; a bad combination is rejected before anything changes. */
+  putSettings = async (update: GatewaySettingsUpdate): Promise<GatewaySettings> => {
+    const merged = { ...this.overrides, ...update };
+    await this.sync.write(update);
+    this.overrides = merged;
+    return this.applySettings();
+  };
+
+  status = async (): Promise<Record<string, unknown>> => ({
+    instance_id: this.admission.instanceId,
+    uptime_s: Math.round((Date.now() - this.startedAt) / 1000),
+    store: this.store.kind,
+    redis: await this.redisHealth(),
+    config: this.current.describe(),
+    settings_overrides: this.overrides,
+    instances: await settleWithin(this.store.presence.list(INSTANCE_MAX_AGE_MS), PRESENCE_WAIT_MS).catch(
+      () => [],
+    ),
+    live_leases: this.admission.stats().liveLeases,
+  });
+
+  /**
+   * Leaves the instance list, lets `closeHttp` finish the in-flight requests, then closes admission (releasing every
+   * lease), the settings sync, the upstream connections and the store it opened.
+   */
+  async close(closeHttp: () => Promise<void>): Promise<void> {
+    clearInterval(this.heartbeat);
+    await settleWithin(this.store.presence.leave(this.self.id), PRESENCE_WAIT_MS).catch(() => {});
+    try {
+      await closeHttp();
+    } finally {
+      await this.admission.close();
+      await this.sync.close();
+      await this.upstream.close().catch(() => {});
+      if (this.ownsStore) await this.store.close();
+    }
+  }
+
+  private async redisHealth(): Promise<Record<string, unknown> | null> {
+    if (this.store.kind !== 'redis') return null;
+    const health = await this.store.health();
+    return health.healthy
+      ? { healthy: true, latency_ms: health.latencyMs }
+      : { healthy: false, error: health.error };
+  }
+
+  private onEvent = (event: AdmissionEvent): void => {
+    if (event.type === 'settings_changed') return;
+    const level = event.type === 'lease_lost' || event.type === 'release_abandoned' ? 'error' : 'warn';
+    const { type, ...rest } = event;
+    this.log?.[level](
+      { event: type, ...('error' in rest ? { ...rest, error: rest.error.message } : rest) },
+      `admission: ${type}`,
+    );
+  };
+}
