@@ -1,5 +1,5 @@
 /**
- * `slotgate bench` / `npm run bench`: every scenario against every contender on one Redis, in one run, with
+ * `npm run bench`: every scenario against every contender on one Redis, in one run, with
  * markdown on stdout (progress on stderr), and JSON, SVG and markdown files in the output directory.
  * An oversell anywhere fails the run (exit 1) after the tables and files are written.
  */
@@ -32,7 +32,7 @@ import type { Contender } from './types.js';
 export interface BenchOptions {
   /** Scenario ids (default: all). */
   only?: readonly string[];
-  /** Contender ids (default: all that can be loaded). */
+  /** Contender ids (default: all). */
   contenders?: readonly string[];
   /** Contender objects used in-process in addition (tests); scale-out and HTTP use ids only. */
   extraContenders?: readonly Contender[];

@@ -1,15 +1,6 @@
-/** Child processes of the benchmark: forked with an IPC channel, TypeScript children run through tsx. */
+/** Child processes of the benchmark: its sibling modules, forked with an IPC channel and run from source by tsx. */
 import { fork, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
-
-/** The sibling module `name` (without extension) of this directory, as .ts in a checkout or .js in dist/. */
-export function siblingPath(name: string): { path: string; execArgv: string[] } {
-  const ts = import.meta.url.endsWith('.ts');
-  return {
-    path: fileURLToPath(new URL(`./${name}${ts ? '.ts' : '.js'}`, import.meta.url)),
-    execArgv: ts ? ['--conditions=slotgate-source', '--import', 'tsx'] : [],
-  };
-}
 
 export interface Child {
   proc: ChildProcess;
@@ -19,10 +10,10 @@ export interface Child {
   kill(): Promise<void>;
 }
 
+/** Forks bench/<name>.ts. */
 export function forkChild(name: string): Child {
-  const { path, execArgv } = siblingPath(name);
-  const proc = fork(path, [], {
-    execArgv,
+  const proc = fork(fileURLToPath(new URL(`./${name}.ts`, import.meta.url)), [], {
+    execArgv: ['--conditions=slotgate-source', '--import', 'tsx'],
     serialization: 'advanced',
     stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
   });

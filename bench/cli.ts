@@ -1,5 +1,6 @@
-/** The `bench` command (spec §13): options here, the work in bench.ts (loaded only when the command runs). */
+/** The options of `npm run bench`; the work is in bench.ts. */
 import { Command } from 'commander';
+import { runBench } from './bench.js';
 
 export interface BenchCommandOptions {
   only?: string;
@@ -26,18 +27,17 @@ function seconds(value: string | undefined, name: string): number | undefined {
   return n;
 }
 
-export function benchCommand(defaults: { out?: string } = {}): Command {
+export function benchCommand(): Command {
   return new Command('bench')
     .description(
-      'measure what slotgate costs a Redis, next to what you would use instead (spec §11): scenarios W1–W4, ' +
+      'measure what slotgate costs a Redis, next to what you would use instead: scenarios W1–W4, ' +
         'a load sweep, scale-out and HTTP; markdown tables with their parameters on stdout, JSON + SVG in --out. ' +
         'Needs redis-server on the PATH (a private one is started) unless --redis/REDIS_URL is given.',
     )
     .option('--only <ids>', 'scenarios to run, comma-separated: W1,W2,W3,W4,W1-75,scale,http (default: all)')
     .option(
       '--contenders <ids>',
-      'slotgate,slotgate-no-handoff,slotgate-rollback,redis-semaphore,bottleneck (default: all that load; the peers need a source ' +
-        'checkout with devDependencies)',
+      'slotgate,slotgate-no-handoff,slotgate-rollback,redis-semaphore,bottleneck (default: all)',
     )
     .option('-d, --duration <s>', 'seconds measured per W run', '10')
     .option(
@@ -50,13 +50,8 @@ export function benchCommand(defaults: { out?: string } = {}): Command {
       '--redis <url>',
       'measure this Redis instead of a private redis-server (env REDIS_URL); its other traffic counts too',
     )
-    .option(
-      '--out <dir>',
-      'directory for the JSON, SVG and README-table files',
-      defaults.out ?? 'slotgate-bench-results',
-    )
+    .option('--out <dir>', 'directory for the JSON, SVG and README-table files', 'bench/results')
     .action(async (opts: BenchCommandOptions) => {
-      const { runBench } = await import('./bench.js');
       try {
         const report = await runBench({
           ...(opts.only ? { only: list(opts.only)! } : {}),

@@ -1,7 +1,7 @@
 /**
  * One gateway instance for the HTTP scenario: the real gateway (createGateway) on a RedisStore whose client is
- * counted, `openai` channels pointing at the benchmark's upstream. Used in the benchmark process and, for the
- * second instance, in a child (gateway-worker.ts).
+ * counted, `openai` channels pointing at the benchmark's upstream. Each instance runs in its own child process
+ * (gateway-worker.ts).
  */
 import { RedisStore, type AdmissionStats } from 'slotgate';
 import { createGateway, parseConfig } from 'slotgate-gateway';

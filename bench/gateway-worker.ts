@@ -1,5 +1,5 @@
 /**
- * The second gateway instance of the HTTP scenario, in its own process (forked by http.ts):
+ * One gateway instance of the HTTP scenario, in its own process (forked by http.ts):
  *   { type: 'start', spec }  → { type: 'listening', url }
  *   { type: 'counters' }     → { type: 'counters', counters }
  *   { type: 'stop' }         → closes the gateway, { type: 'stopped' }, exits

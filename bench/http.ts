@@ -1,68 +1,18 @@
 /**
- * The HTTP scenario: the real gateway (1 or 2 instances, each in its own child process) in front of an upstream here that holds every request `holdMs` and counts, per channel (by its key), how many it
- * has in flight — the oversell check is what the upstream saw. Load comes from autocannon's programmatic API when
- * it is installed, else from an in-process keep-alive loop generator (undici).
+ * The HTTP scenario: the real gateway (1 or 2 instances, each in its own child process) in front of the counting
+ * upstream (test/helpers/fake-upstream.ts), which holds every request `holdMs` and counts, per channel (by its key),
+ * how many it has in flight — the oversell check is what the upstream saw. Load comes from autocannon's programmatic
+ * API when it is installed, else from an in-process keep-alive loop generator (undici).
  */
-import { createServer, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import type { HistogramSnapshot } from 'slotgate';
 import { request } from 'undici';
-import { LATENCY_BUCKETS_MS } from '../packages/slotgate/src/core/histogram.js';
+import { FakeUpstream } from '../test/helpers/fake-upstream.js';
 import { forkChild, type Child } from './children.js';
 import { channelKey, type GatewayCounters, type GatewaySpec } from './gateway-node.js';
 import { percentile } from './load.js';
 import type { RedisUnderTest, ServerSnapshot } from './redis.js';
-import { deltaOf, newNamespace, paramsOf, summarize, type RunRecord } from './run.js';
-import type { Scenario } from './scenarios.js';
-
-interface Upstream {
-  url: string;
-  highest: Record<string, number>;
-  close(): Promise<void>;
-}
-
-function startUpstream(holdMs: number, keyToChannel: Map<string, string>): Promise<Upstream> {
-  const current = new Map<string, number>();
-  const highest: Record<string, number> = {};
-  const body = JSON.stringify({ id: 'bench', object: 'chat.completion', choices: [] });
-  const server: Server = createServer((req, res) => {
-    req.resume();
-    const key = String(req.headers.authorization ?? '').replace(/^Bearer /, '');
-    const id = keyToChannel.get(key) ?? `unknown:${key.slice(0, 12)}`;
-    const n = (current.get(id) ?? 0) + 1;
-    current.set(id, n);
-    if (n > (highest[id] ?? 0)) highest[id] = n;
-    let out = false;
-    const countOut = () => {
-      if (out) return;
-      out = true;
-      current.set(id, current.get(id)! - 1);
-    };
-    // A request the gateway gave up on (its client left, the connection is closed) is over for the upstream too: a
-    // gateway that aborted its call may hand the slot on at once.
-    res.once('close', countOut);
-    setTimeout(() => {
-      if (out) return;
-      // counted out before the answer leaves, so the gateway's release always follows this decrement
-      countOut();
-      res.writeHead(200, { 'content-type': 'application/json' }).end(body);
-    }, holdMs);
-  });
-  server.keepAliveTimeout = 30_000;
-  return new Promise((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () =>
-      resolve({
-        url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
-        highest,
-        close: () =>
-          new Promise<void>((r) => {
-            server.closeAllConnections();
-            server.close(() => r());
-          }),
-      }),
-    );
-  });
-}
+import { addCounts, deltaOf, newNamespace, paramsOf, summarize, type RunRecord } from './run.js';
+import { acquirersOf, type Scenario } from './scenarios.js';
 
 export interface GeneratorResult {
   requests: number;
@@ -77,6 +27,7 @@ export type LoadGenerator = {
 };
 
 const BODY = JSON.stringify({ model: 'bench', messages: [{ role: 'user', content: 'hi' }] });
+const ANSWER = JSON.stringify({ id: 'bench', object: 'chat.completion', choices: [] });
 const PATH = '/v1/chat/completions';
 
 async function loadGenerator(): Promise<LoadGenerator> {
@@ -156,16 +107,16 @@ export function inProcessGenerator(): LoadGenerator {
   };
 }
 
-/** Quantile from the difference of two cumulative histogram snapshots (upper bound of the bucket). */
-function histogramQuantile(before: readonly number[], after: readonly number[], q: number): number {
-  const counts = after.map((n, i) => n - (before[i] ?? 0));
+/** Quantile from the difference of two histogram snapshots (the upper bound of its bucket). */
+function histogramQuantile(before: HistogramSnapshot, after: HistogramSnapshot, q: number): number {
+  const counts = after.counts.map((n, i) => n - (before.counts[i] ?? 0));
   const total = counts.reduce((a, b) => a + b, 0);
   if (total === 0) return NaN;
   const rank = Math.ceil(q * total);
   let seen = 0;
   for (let i = 0; i < counts.length; i++) {
     seen += counts[i]!;
-    if (seen >= rank) return LATENCY_BUCKETS_MS[i] ?? Infinity;
+    if (seen >= rank) return after.buckets[i] ?? Infinity;
   }
   return Infinity;
 }
@@ -207,14 +158,18 @@ export async function runHttp(
   durationS: number,
   warmupS = 1,
 ): Promise<RunRecord> {
-  const keyToChannel = new Map<string, string>();
-  for (let i = 0; i < scenario.channels; i++) keyToChannel.set(channelKey(`c${i}`), `c${i}`);
-  const upstream = await startUpstream(scenario.holdMs, keyToChannel);
+  const ids = Array.from({ length: scenario.channels }, (_, i) => `c${i}`);
+  const upstream = await FakeUpstream.start({
+    keys: Object.fromEntries(ids.map((id) => [channelKey(id), id])),
+    reply: { delayMs: scenario.holdMs, body: ANSWER },
+    keepRequests: false,
+    keepAliveTimeoutMs: 30_000,
+  });
   const namespace = newNamespace(`http${instances}`, contender.id);
   const spec: GatewaySpec = {
     redisUrl: redis.url,
     namespace,
-    upstreamUrl: upstream.url,
+    upstreamUrl: upstream.origin,
     channels: scenario.channels,
     max: scenario.max,
     cache: contender.id === 'slotgate',
@@ -224,8 +179,7 @@ export async function runHttp(
     // Every instance in its own process, so no gateway shares its event loop with the load generator and upstream.
     nodes.push(...(await Promise.all(Array.from({ length: instances }, () => childInstance(spec)))));
     const generator = await loadGenerator();
-    const split = (i: number) =>
-      Math.floor(scenario.acquirers / instances) + (i < scenario.acquirers % instances ? 1 : 0);
+    const split = (i: number) => acquirersOf(scenario, instances, i); // HTTP connections of instance i
     if (warmupS > 0) await Promise.all(nodes.map((n, i) => generator.run(n.url, split(i), warmupS)));
 
     const countersBefore = await Promise.all(nodes.map((n) => n.counters()));
@@ -236,8 +190,7 @@ export async function runHttp(
     const windowS = (after.at - before.at) / 1000;
 
     const statuses: Record<string, number> = {};
-    for (const r of results)
-      for (const [k, v] of Object.entries(r.statuses)) statuses[k] = (statuses[k] ?? 0) + v;
+    for (const r of results) addCounts(statuses, r.statuses);
     const purposes: Record<string, number> = {};
     const refusals: Record<string, number> = {};
     const errors: Record<string, number> = {};
@@ -253,7 +206,7 @@ export async function runHttp(
         { ...b.stats.commands, fetch_rounds: b.stats.loadView.fetches },
         { ...a.stats.commands, fetch_rounds: a.stats.loadView.fetches },
       )!;
-      for (const [k, v] of Object.entries(commands)) purposes[k] = (purposes[k] ?? 0) + v;
+      addCounts(purposes, commands);
       for (const [k, v] of Object.entries(outcomes)) {
         if (k.startsWith('capacity_') && v > 0) refusals[k.slice(9)] = (refusals[k.slice(9)] ?? 0) + v;
         if ((k === 'store_unavailable' || k === 'no_channel') && v > 0) errors[k] = (errors[k] ?? 0) + v;
@@ -269,8 +222,8 @@ export async function runHttp(
         socketWrites: a.writes - b.writes,
         clientCpuMs: (a.cpuUs - b.cpuUs) / 1000,
         purposes: commands,
-        p50Ms: histogramQuantile(b.stats.admissionLatencyMs.counts, a.stats.admissionLatencyMs.counts, 0.5),
-        p99Ms: histogramQuantile(b.stats.admissionLatencyMs.counts, a.stats.admissionLatencyMs.counts, 0.99),
+        p50Ms: histogramQuantile(b.stats.admissionLatencyMs, a.stats.admissionLatencyMs, 0.5),
+        p99Ms: histogramQuantile(b.stats.admissionLatencyMs, a.stats.admissionLatencyMs, 0.99),
         refusals: Object.entries(outcomes)
           .filter(([k]) => k.startsWith('capacity_'))
           .reduce((s, [, v]) => s + v, 0),
@@ -292,7 +245,7 @@ export async function runHttp(
         roundTrips,
         socketWrites,
         clientCpuMs,
-        highest: { ...upstream.highest },
+        highest: upstream.highest(),
         purposes,
         instances: perInstance,
       },

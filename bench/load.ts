@@ -5,6 +5,7 @@
  * as an interval on the machine-wide monotonic clock so a parent can find overlaps across processes.
  */
 import { performance } from 'node:perf_hooks';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { Refused, type BenchChannel, type Session } from './types.js';
 
 export interface LoadOptions {
@@ -43,7 +44,6 @@ export interface LoadResult {
   intervals?: Record<string, number[]>;
 }
 
-const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 const monotonicUs = () => Number(process.hrtime.bigint() / 1000n);
 
 export async function runLoad(opts: LoadOptions): Promise<LoadResult> {

@@ -1,9 +1,9 @@
 /**
- * `npm run bench`: every scenario against slotgate, its rollback mode, redis-semaphore and Bottleneck on one Redis
- * (the same runner as `slotgate bench`, run from the source so the peers load). Results go to bench/results/.
+ * `npm run bench`: every scenario against slotgate, its rollback mode, redis-semaphore and Bottleneck on one Redis,
+ * run from the source. Results go to bench/results/.
  *
  *   npm run bench -- [--only W1,W4] [--duration 3] [--contenders slotgate,redis-semaphore] [--redis URL]
  */
 import { benchCommand } from './cli.js';
 
-await benchCommand({ out: 'bench/results' }).parseAsync(process.argv);
+await benchCommand().parseAsync(process.argv);

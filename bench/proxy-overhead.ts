@@ -1,16 +1,17 @@
 /**
- * Stage 3 measurement: the gateway's added latency per request against a local upstream, and requests/s on one
- * instance with mock channels. Embedded store (no Redis) unless --redis URL is given.
+ * The gateway's added latency per request against a local upstream that answers at once (the counting upstream of
+ * test/helpers/fake-upstream.ts), and requests/s on one instance with a mock channel and with that upstream.
+ * Embedded store (no Redis) unless --redis URL is given.
  *
- *   npx tsx bench/proxy-overhead.ts [--requests 2000] [--concurrency 64] [--duration 5] [--redis URL]
+ *   npm run bench:proxy -- [--requests 2000] [--concurrency 64] [--duration 5] [--redis URL]
  */
-import http from 'node:http';
 import os from 'node:os';
 import { performance } from 'node:perf_hooks';
+import { parseArgs } from 'node:util';
 import { Agent, request } from 'undici';
 import { createGateway, parseConfig } from 'slotgate-gateway';
-import { parseArgs } from 'node:util';
 import { percentile } from './load.js';
+import { FakeUpstream } from '../test/helpers/fake-upstream.js';
 import { fmt } from './report.js';
 
 const { values: flags } = parseArgs({
@@ -31,15 +32,8 @@ const ANSWER = JSON.stringify({
   choices: [{ index: 0, message: { role: 'assistant', content: 'ok' } }],
 });
 
-const upstream = http.createServer((req, res) => {
-  req.resume();
-  req.on('end', () => {
-    res.writeHead(200, { 'content-type': 'application/json' });
-    res.end(ANSWER);
-  });
-});
-await new Promise<void>((r) => upstream.listen(0, '127.0.0.1', r));
-const upstreamUrl = `http://127.0.0.1:${(upstream.address() as { port: number }).port}`;
+const upstream = await FakeUpstream.start({ reply: { body: ANSWER }, keepRequests: false });
+const upstreamUrl = upstream.url('real');
 
 const config = parseConfig(
   {
@@ -125,4 +119,4 @@ console.log(`| requests/s through slotgate, local upstream | ${fmt(rpsReal, 0)} 
 
 await gateway.close();
 await agent.close();
-upstream.close();
+await upstream.close();

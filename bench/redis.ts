@@ -1,13 +1,13 @@
 /**
- * The Redis the benchmark measures — a private redis-server on a free port (`--save '' --appendonly no`), or one
- * given by URL — and the two instruments on it: server-side deltas from INFO (commandstats, which counts the
+ * The Redis the benchmark measures — a private redis-server (the tests' launcher, test/helpers/redis-server.ts), or
+ * one given by URL — and the two instruments on it: server-side deltas from INFO (commandstats, which counts the
  * commands run inside Lua scripts too, and used_cpu_user + used_cpu_sys), and client-side round trips (socket
  * writes of every ioredis client the contenders open).
  */
-import { spawn, type ChildProcess } from 'node:child_process';
-import { createServer } from 'node:net';
 import { Redis } from 'ioredis';
+// Internal: every contender's clients get the options slotgate's RedisStore gives its own (not public API).
 import { defaultRedisOptions } from '../packages/slotgate/src/store/redis/redis-store.js';
+import { parseCommandstats, RedisServer } from '../test/helpers/redis-server.js';
 
 export interface ServerSnapshot {
   /** calls per command name (INFO commandstats) */
@@ -30,73 +30,17 @@ export interface RedisUnderTest {
   close(): Promise<void>;
 }
 
-/** A port nobody listens on right now (the OS picks it). */
-export function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.unref();
-    server.on('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address();
-      const port = typeof address === 'object' && address ? address.port : 0;
-      server.close(() => resolve(port));
-    });
-  });
-}
-
-async function startPrivateServer(): Promise<{ url: string; child: ChildProcess }> {
-  const port = await freePort();
-  const child = spawn(
-    'redis-server',
-    ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'],
-    { stdio: 'ignore' },
-  );
-  const failed = new Promise<never>((_, reject) =>
-    child.once('error', (err) =>
-      reject(
-        new Error(
-          `cannot start redis-server (${err.message}): install it (apt-get install -y redis-server, brew install redis) ` +
-            'or pass --redis URL / REDIS_URL',
-          { cause: err },
-        ),
-      ),
-    ),
-  );
-  failed.catch(() => {});
-  const url = `redis://127.0.0.1:${port}`;
-  const deadline = Date.now() + 5000;
-  for (;;) {
-    const probe = new Redis(url, { lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null });
-    probe.on('error', () => {});
-    try {
-      await Promise.race([probe.connect().then(() => probe.ping()), failed]);
-      return { url, child };
-    } catch (err) {
-      if (
-        Date.now() > deadline ||
-        child.exitCode !== null ||
-        (err as Error).message.startsWith('cannot start')
-      )
-        throw err;
-      await new Promise((r) => setTimeout(r, 25));
-    } finally {
-      probe.disconnect();
-    }
-  }
-}
-
-export function parseCommandstats(info: string): Record<string, number> {
-  const stats: Record<string, number> = {};
-  for (const line of info.split('\n')) {
-    const m = /^cmdstat_([^:]+):calls=(\d+)/.exec(line.trim());
-    if (m) stats[m[1]!] = Number(m[2]);
-  }
-  return stats;
-}
-
+/** The Redis at `url`, or a private redis-server started for the run. */
 export async function openRedis(url?: string): Promise<RedisUnderTest> {
-  let child: ChildProcess | undefined;
-  if (!url) ({ url, child } = await startPrivateServer());
+  let own: RedisServer | undefined;
+  if (!url) {
+    try {
+      own = await RedisServer.start();
+    } catch (err) {
+      throw new Error(`${(err as Error).message} The benchmark also takes --redis URL.`, { cause: err });
+    }
+    url = own.url;
+  }
   const admin = new Redis(url, { maxRetriesPerRequest: 1 });
   const server = await admin.info('server');
   const version = /redis_version:(\S+)/.exec(server)?.[1] ?? '?';
@@ -104,8 +48,8 @@ export async function openRedis(url?: string): Promise<RedisUnderTest> {
   return {
     url,
     version,
-    isPrivate: child !== undefined,
-    label: child
+    isPrivate: own !== undefined,
+    label: own
       ? `private redis-server ${version} on 127.0.0.1 (same machine)`
       : `redis ${version} at ${host} (given URL; other clients' traffic would count too)`,
     async snapshot() {
@@ -115,7 +59,7 @@ export async function openRedis(url?: string): Promise<RedisUnderTest> {
       return { commands: parseCommandstats(stats), cpuSeconds: user + sys, at: performance.now() };
     },
     async cleanup(namespace) {
-      if (child) {
+      if (own) {
         await admin.flushall();
         return;
       }
@@ -128,11 +72,7 @@ export async function openRedis(url?: string): Promise<RedisUnderTest> {
     },
     async close() {
       admin.disconnect();
-      if (child && child.exitCode === null) {
-        const exited = new Promise((resolve) => child.once('exit', resolve));
-        child.kill('SIGKILL');
-        await exited;
-      }
+      await own?.stop();
     },
   };
 }

@@ -1,6 +1,6 @@
 /**
- * What the benchmark prints and writes: markdown tables (parameters above each), a legend, the targets of the
- * issue evaluated on this run's numbers, a README-ready table, and the JSON document.
+ * What the benchmark prints and writes: markdown tables (parameters above each), a legend, the acceptance targets
+ * evaluated on this run's numbers, a README-ready table, and the JSON document.
  */
 import type { RunRecord } from './run.js';
 import type { Scenario } from './scenarios.js';
@@ -106,42 +106,60 @@ export function paramsLine(s: Scenario, r: RunRecord, meta: Meta): string {
   );
 }
 
-export function loadTable(runs: readonly RunRecord[]): string {
+/** A table column: its header and its cell for one run. */
+interface Column {
+  header: string;
+  cell: (r: RunRecord, f: Figures) => string | number;
+}
+
+const column = (header: string, cell: Column['cell']): Column => ({ header, cell });
+/** The same cell under another header. */
+const renamed = (c: Column, header: string): Column => ({ ...c, header });
+
+const COLUMNS = {
+  contender: column('contender', (r) => r.label),
+  instances: column('instances', (r) => r.params.instances),
+  admPerS: column('admissions/s', (_, f) => fmt(f.admPerS, 0)),
+  cmdsPerAdm: column('Redis cmds/adm', (_, f) => fmt(f.cmdsPerAdm, 2)),
+  cmdsPerS: column('Redis cmds/s', (_, f) => fmt(f.cmdsPerS, 0)),
+  cpuUsPerAdm: column('Redis CPU µs/adm', (_, f) => fmt(f.cpuUsPerAdm, 1)),
+  cpuPct: column('Redis CPU %', (_, f) => fmt(f.cpuPct, 1)),
+  clientCpu: column('client CPU µs/adm', (_, f) => fmt(f.clientCpuUsPerAdm, 0)),
+  rtPerAdm: column('round trips/adm', (_, f) => fmt(f.rtPerAdm, 2)),
+  writesPerAdm: column('socket writes/adm', (_, f) => fmt(f.writesPerAdm, 3)),
+  p50: column('p50 ms', (r) => fmt(r.latency.p50, 2)),
+  p99: column('p99 ms', (r) => fmt(r.latency.p99, 2)),
+  refusals: column('429 ratio', refusalText),
+  highest: column('highest/max', highestText),
+};
+
+function figureTable(runs: readonly RunRecord[], columns: readonly Column[]): string {
   return table(
-    [
-      'contender',
-      'admissions/s',
-      'Redis cmds/adm',
-      'Redis cmds/s',
-      'Redis CPU µs/adm',
-      'Redis CPU %',
-      'client CPU µs/adm',
-      'round trips/adm',
-      'socket writes/adm',
-      'p50 ms',
-      'p99 ms',
-      '429 ratio',
-      'highest/max',
-    ],
+    columns.map((c) => c.header),
     runs.map((r) => {
       const f = figures(r);
-      return [
-        r.label,
-        fmt(f.admPerS, 0),
-        fmt(f.cmdsPerAdm, 2),
-        fmt(f.cmdsPerS, 0),
-        fmt(f.cpuUsPerAdm, 1),
-        fmt(f.cpuPct, 1),
-        fmt(f.clientCpuUsPerAdm, 0),
-        fmt(f.rtPerAdm, 2),
-        fmt(f.writesPerAdm, 3),
-        fmt(r.latency.p50, 2),
-        fmt(r.latency.p99, 2),
-        refusalText(r, f),
-        highestText(r, f),
-      ];
+      return columns.map((c) => c.cell(r, f));
     }),
   );
+}
+
+export function loadTable(runs: readonly RunRecord[]): string {
+  const c = COLUMNS;
+  return figureTable(runs, [
+    c.contender,
+    c.admPerS,
+    c.cmdsPerAdm,
+    c.cmdsPerS,
+    c.cpuUsPerAdm,
+    c.cpuPct,
+    c.clientCpu,
+    c.rtPerAdm,
+    c.writesPerAdm,
+    c.p50,
+    c.p99,
+    c.refusals,
+    c.highest,
+  ]);
 }
 
 const PURPOSES = ['load_read', 'acquire', 'release', 'wait', 'renew', 'settings', 'cooldown'];
@@ -182,92 +200,55 @@ export function serverCommandTable(runs: readonly RunRecord[]): string {
 }
 
 export function scaleTable(runs: readonly RunRecord[]): string {
-  return table(
-    [
-      'contender',
-      'instances',
-      'admissions/s total',
-      'admissions/s per instance',
-      'Redis cmds/s',
-      'Redis cmds/adm',
-      'Redis CPU µs/adm',
-      'Redis CPU %',
-      'client CPU µs/adm',
-      'load_read cmds/s per instance',
-      'round trips/adm',
-      'p50 ms',
-      'p99 ms',
-      '429 ratio',
-      'highest/max (all processes)',
-    ],
-    runs.map((r) => {
-      const f = figures(r);
-      return [
-        r.label,
-        r.params.instances,
-        fmt(f.admPerS, 0),
-        (r.instances ?? []).map((i) => fmt(i.admissionsPerS, 0)).join(' / '),
-        fmt(f.cmdsPerS, 0),
-        fmt(f.cmdsPerAdm, 2),
-        fmt(f.cpuUsPerAdm, 1),
-        fmt(f.cpuPct, 1),
-        fmt(f.clientCpuUsPerAdm, 0),
-        r.instances?.some((i) => i.purposes)
-          ? r.instances.map((i) => fmt((i.purposes?.load_read ?? 0) / r.windowS, 0)).join(' / ')
-          : '–',
-        fmt(f.rtPerAdm, 2),
-        fmt(r.latency.p50, 2),
-        fmt(r.latency.p99, 2),
-        refusalText(r, f),
-        highestText(r, f),
-      ];
-    }),
-  );
+  const c = COLUMNS;
+  return figureTable(runs, [
+    c.contender,
+    c.instances,
+    renamed(c.admPerS, 'admissions/s total'),
+    column('admissions/s per instance', (r) =>
+      (r.instances ?? []).map((i) => fmt(i.admissionsPerS, 0)).join(' / '),
+    ),
+    c.cmdsPerS,
+    c.cmdsPerAdm,
+    c.cpuUsPerAdm,
+    c.cpuPct,
+    c.clientCpu,
+    column('load_read cmds/s per instance', (r) =>
+      r.instances?.some((i) => i.purposes)
+        ? r.instances.map((i) => fmt((i.purposes?.load_read ?? 0) / r.windowS, 0)).join(' / ')
+        : '–',
+    ),
+    c.rtPerAdm,
+    c.p50,
+    c.p99,
+    c.refusals,
+    renamed(c.highest, 'highest/max (all processes)'),
+  ]);
 }
 
 export function httpTable(runs: readonly RunRecord[]): string {
-  return table(
-    [
-      'contender',
-      'instances',
-      'responses/s',
-      'statuses',
-      'HTTP p50 / p99 ms',
-      'admission p50 / p99 ms (≤ bucket)',
-      'admissions/s',
-      'Redis cmds/adm',
-      'Redis cmds/s',
-      'Redis CPU µs/adm',
-      'Redis CPU %',
-      'gateway CPU µs/adm',
-      'round trips/adm',
-      'load_read cmds/s per instance',
-      'upstream highest/max',
-    ],
-    runs.map((r) => {
-      const f = figures(r);
-      const h = r.http!;
-      return [
-        r.label,
-        r.params.instances,
-        fmt(h.requests / r.windowS, 0),
-        Object.entries(h.statuses)
-          .map(([k, v]) => `${k}: ${v}`)
-          .join(', '),
-        `${fmt(h.p50Ms, 1)} / ${fmt(h.p99Ms, 1)}`,
-        `${fmt(r.latency.p50, 1)} / ${fmt(r.latency.p99, 1)}`,
-        fmt(f.admPerS, 0),
-        fmt(f.cmdsPerAdm, 2),
-        fmt(f.cmdsPerS, 0),
-        fmt(f.cpuUsPerAdm, 1),
-        fmt(f.cpuPct, 1),
-        fmt(f.clientCpuUsPerAdm, 0),
-        fmt(f.rtPerAdm, 2),
-        fmt(f.loadReadPerSPerInstance, 0),
-        highestText(r, f),
-      ];
-    }),
-  );
+  const c = COLUMNS;
+  return figureTable(runs, [
+    c.contender,
+    c.instances,
+    column('responses/s', (r) => fmt(r.http!.requests / r.windowS, 0)),
+    column('statuses', (r) =>
+      Object.entries(r.http!.statuses)
+        .map(([k, v]) => `${k}: ${v}`)
+        .join(', '),
+    ),
+    column('HTTP p50 / p99 ms', (r) => `${fmt(r.http!.p50Ms, 1)} / ${fmt(r.http!.p99Ms, 1)}`),
+    column('admission p50 / p99 ms (≤ bucket)', (r) => `${fmt(r.latency.p50, 1)} / ${fmt(r.latency.p99, 1)}`),
+    c.admPerS,
+    c.cmdsPerAdm,
+    c.cmdsPerS,
+    c.cpuUsPerAdm,
+    c.cpuPct,
+    renamed(c.clientCpu, 'gateway CPU µs/adm'),
+    c.rtPerAdm,
+    column('load_read cmds/s per instance', (_, f) => fmt(f.loadReadPerSPerInstance, 0)),
+    renamed(c.highest, 'upstream highest/max'),
+  ]);
 }
 
 export interface TargetResult {
@@ -412,39 +393,23 @@ export function targetsTable(targets: readonly TargetResult[]): string {
 export function readmeTable(runs: readonly RunRecord[], meta: Meta): string | undefined {
   const picked = runs.filter((r) => ['W1', 'W2', 'W4'].includes(r.scenario));
   if (picked.length === 0) return undefined;
-  const rows = picked.map((r) => {
-    const f = figures(r);
-    return [
-      r.scenario,
-      r.label,
-      fmt(f.admPerS, 0),
-      fmt(f.cmdsPerAdm, 2),
-      fmt(f.cpuUsPerAdm, 1),
-      fmt(f.rtPerAdm, 2),
-      fmt(r.latency.p99, 1),
-      fmt(100 * f.refusalRatio, 1) + '%',
-      `${f.highestMax}/${r.params.max}`,
-    ];
-  });
+  const c = COLUMNS;
   return [
     `50 bounded channels × max 4, one candidate set, hold 20 ms (W4: 0), 150 acquirers (W2: 300), ` +
       `${meta.durations.load} s per run, 1 instance; Redis: ${meta.redis}; Node ${meta.node}; ${meta.cpu}; ` +
       `measured ${meta.startedAt.slice(0, 10)} with \`npm run bench\`.`,
     '',
-    table(
-      [
-        'scenario',
-        'contender',
-        'admissions/s',
-        'Redis cmds/adm',
-        'Redis CPU µs/adm',
-        'round trips/adm',
-        'p99 ms',
-        '429',
-        'highest/max',
-      ],
-      rows,
-    ),
+    figureTable(picked, [
+      column('scenario', (r) => r.scenario),
+      c.contender,
+      c.admPerS,
+      c.cmdsPerAdm,
+      c.cpuUsPerAdm,
+      c.rtPerAdm,
+      column('p99 ms', (r) => fmt(r.latency.p99, 1)),
+      column('429', (_, f) => fmt(100 * f.refusalRatio, 1) + '%'),
+      column('highest/max', (r, f) => `${f.highestMax}/${r.params.max}`),
+    ]),
   ].join('\n');
 }
 

@@ -7,7 +7,7 @@ import { randomBytes } from 'node:crypto';
 import { runLoad, percentile, type LoadResult } from './load.js';
 import { commandDelta, RoundTripCounter, type RedisUnderTest, type ServerSnapshot } from './redis.js';
 import { candidateSetsOf, channelsOf, describeSets, type Scenario } from './scenarios.js';
-import type { Contender } from './types.js';
+import type { Contender, Session } from './types.js';
 
 export interface InstanceFigures {
   admissions: number;
@@ -91,6 +91,11 @@ export function deltaOf(
   return out;
 }
 
+/** Adds each count of `from` into `into`. */
+export function addCounts(into: Record<string, number>, from: Record<string, number> | undefined): void {
+  for (const [k, v] of Object.entries(from ?? {})) into[k] = (into[k] ?? 0) + v;
+}
+
 export function oversoldOf(highest: Record<string, number>, max: number): RunRecord['oversold'] {
   return Object.entries(highest)
     .filter(([, n]) => n > max)
@@ -146,6 +151,44 @@ export function summarize(
   return record;
 }
 
+/** What one process measures on its own side of a window: its clients' round trips and writes, its CPU, purposes. */
+export interface ClientFigures {
+  roundTrips: number;
+  socketWrites: number;
+  clientCpuMs: number;
+  purposes?: Record<string, number>;
+}
+
+/** Takes the client-side figures of `session` (whose clients `counter` watches) between start() and end(). */
+export function clientMeter(counter: RoundTripCounter, session: Session) {
+  let rt = { requests: 0, writes: 0 };
+  let cpu = process.cpuUsage();
+  let before: Record<string, number> | undefined;
+  let after: Record<string, number> | undefined;
+  return {
+    start(): void {
+      rt = counter.snapshot();
+      cpu = process.cpuUsage();
+      before = session.purposes?.();
+    },
+    end(): void {
+      const now = counter.snapshot();
+      rt = { requests: now.requests - rt.requests, writes: now.writes - rt.writes };
+      cpu = process.cpuUsage(cpu);
+      after = session.purposes?.();
+    },
+    figures(): ClientFigures {
+      const purposes = deltaOf(before, after);
+      return {
+        roundTrips: rt.requests,
+        socketWrites: rt.writes,
+        clientCpuMs: (cpu.user + cpu.system) / 1000,
+        ...(purposes ? { purposes } : {}),
+      };
+    },
+  };
+}
+
 /** A run in this process: one instance. A short unmeasured warm-up first (connections, scripts, JIT). */
 export async function runInProcess(
   redis: RedisUnderTest,
@@ -165,12 +208,9 @@ export async function runInProcess(
     namespace,
     client: () => counter.client(redis.url),
   });
+  const meter = clientMeter(counter, session);
   let before: ServerSnapshot | undefined;
   let after: ServerSnapshot | undefined;
-  let rt = { requests: 0, writes: 0 };
-  let cpu = process.cpuUsage();
-  let purposesBefore: Record<string, number> | undefined;
-  let purposesAfter: Record<string, number> | undefined;
   let load: LoadResult;
   try {
     const warmupMs = opts.warmupMs ?? 500;
@@ -184,15 +224,10 @@ export async function runInProcess(
       durationMs: durationS * 1000,
       onWindowStart: async () => {
         before = await redis.snapshot();
-        rt = counter.snapshot();
-        cpu = process.cpuUsage();
-        purposesBefore = session.purposes?.();
+        meter.start();
       },
       onWindowEnd: async () => {
-        const now = counter.snapshot();
-        rt = { requests: now.requests - rt.requests, writes: now.writes - rt.writes };
-        cpu = process.cpuUsage(cpu);
-        purposesAfter = session.purposes?.();
+        meter.end();
         after = await redis.snapshot();
       },
     });
@@ -200,7 +235,6 @@ export async function runInProcess(
     await session.close();
     await redis.cleanup(namespace);
   }
-  const purposes = deltaOf(purposesBefore, purposesAfter);
   return summarize(
     {
       scenario: scenario.id,
@@ -210,12 +244,6 @@ export async function runInProcess(
     },
     load,
     { before: before!, after: after! },
-    {
-      roundTrips: rt.requests,
-      socketWrites: rt.writes,
-      clientCpuMs: (cpu.user + cpu.system) / 1000,
-      highest: load.highest,
-      ...(purposes ? { purposes } : {}),
-    },
+    { ...meter.figures(), highest: load.highest },
   );
 }

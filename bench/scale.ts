@@ -6,8 +6,8 @@
 import { forkChild, type Child } from './children.js';
 import { highestOverlap, percentile } from './load.js';
 import type { RedisUnderTest, ServerSnapshot } from './redis.js';
-import { candidateSetsOf, channelsOf, type Scenario } from './scenarios.js';
-import { newNamespace, paramsOf, summarize, type InstanceFigures, type RunRecord } from './run.js';
+import { acquirersOf, candidateSetsOf, channelsOf, type Scenario } from './scenarios.js';
+import { addCounts, newNamespace, paramsOf, summarize, type InstanceFigures, type RunRecord } from './run.js';
 import type { WorkerResult, WorkerSetup } from './worker.js';
 
 const sleepUntil = (wallMs: number) =>
@@ -29,8 +29,6 @@ export async function runScaleOut(
     for (let i = 0; i < instances; i++) children.push(forkChild('worker'));
     await Promise.all(
       children.map((child, i) => {
-        const acquirers =
-          Math.floor(scenario.acquirers / instances) + (i < scenario.acquirers % instances ? 1 : 0);
         child.send({
           type: 'setup',
           contender: contender.id,
@@ -38,7 +36,7 @@ export async function runScaleOut(
           namespace,
           channels,
           candidateSets,
-          acquirers,
+          acquirers: acquirersOf(scenario, instances, i),
           holdMs: scenario.holdMs,
           durationMs: durationS * 1000,
           warmupMs,
@@ -62,9 +60,9 @@ export async function runScaleOut(
     const errors: Record<string, number> = {};
     const purposes: Record<string, number> = {};
     for (const r of results) {
-      for (const [k, v] of Object.entries(r.load.refusals)) refusals[k] = (refusals[k] ?? 0) + v;
-      for (const [k, v] of Object.entries(r.load.errors)) errors[k] = (errors[k] ?? 0) + v;
-      for (const [k, v] of Object.entries(r.purposes ?? {})) purposes[k] = (purposes[k] ?? 0) + v;
+      addCounts(refusals, r.load.refusals);
+      addCounts(errors, r.load.errors);
+      addCounts(purposes, r.purposes);
     }
     const highest = highestOverlap(results.map((r) => r.load.intervals ?? {}));
     const perInstance: InstanceFigures[] = results.map((r) => ({

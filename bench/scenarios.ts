@@ -1,7 +1,8 @@
 /**
- * The scenarios of spec §11's benchmark. Every one prints its parameters beside its results.
+ * The scenarios of the benchmark. Every one prints its parameters beside its results.
  */
 import type { BenchChannel } from './types.js';
+// Internal (not public API): the library's seeded PRNG, reused rather than copied; it fixes W3's candidate sets.
 import { seededRandom as prng } from '../packages/slotgate/src/core/order.js';
 
 export type ScenarioKind = 'load' | 'scale' | 'http';
@@ -65,6 +66,11 @@ export const SCENARIOS: readonly Scenario[] = [
 
 export function findScenario(id: string): Scenario | undefined {
   return SCENARIOS.find((s) => s.id.toLowerCase() === id.toLowerCase());
+}
+
+/** Instance i's share of the scenario's acquirers (or connections), split as evenly as possible over `instances`. */
+export function acquirersOf(s: Scenario, instances: number, i: number): number {
+  return Math.floor(s.acquirers / instances) + (i < s.acquirers % instances ? 1 : 0);
 }
 
 export function channelsOf(s: Scenario): BenchChannel[] {

@@ -11,6 +11,7 @@
 import { loadContender } from './contenders/index.js';
 import { runLoad, type LoadResult } from './load.js';
 import { RoundTripCounter } from './redis.js';
+import { clientMeter, type ClientFigures } from './run.js';
 import type { BenchChannel, Session } from './types.js';
 
 export interface WorkerSetup {
@@ -26,13 +27,9 @@ export interface WorkerSetup {
   warmupMs: number;
 }
 
-export interface WorkerResult {
+export interface WorkerResult extends ClientFigures {
   type: 'result';
   load: LoadResult;
-  roundTrips: number;
-  socketWrites: number;
-  clientCpuMs: number;
-  purposes?: Record<string, number>;
 }
 
 type Message = WorkerSetup | { type: 'start'; startAt: number };
@@ -69,10 +66,7 @@ async function onMessage(message: Message): Promise<void> {
     return;
   }
   const s = setup!;
-  let rt = { requests: 0, writes: 0 };
-  let cpu = process.cpuUsage();
-  let before: Record<string, number> | undefined;
-  let after: Record<string, number> | undefined;
+  const meter = clientMeter(counter, session!);
   const load = await runLoad({
     session: session!,
     candidateSets: s.candidateSets,
@@ -81,31 +75,10 @@ async function onMessage(message: Message): Promise<void> {
     durationMs: s.durationMs,
     recordIntervals: true,
     startAt: message.startAt,
-    onWindowStart: () => {
-      rt = counter.snapshot();
-      cpu = process.cpuUsage();
-      before = session!.purposes?.();
-    },
-    onWindowEnd: () => {
-      const now = counter.snapshot();
-      rt = { requests: now.requests - rt.requests, writes: now.writes - rt.writes };
-      cpu = process.cpuUsage(cpu);
-      after = session!.purposes?.();
-    },
+    onWindowStart: () => meter.start(),
+    onWindowEnd: () => meter.end(),
   });
-  let purposes: Record<string, number> | undefined;
-  if (before && after) {
-    purposes = {};
-    for (const [k, v] of Object.entries(after)) purposes[k] = v - (before[k] ?? 0);
-  }
-  await send({
-    type: 'result',
-    load,
-    roundTrips: rt.requests,
-    socketWrites: rt.writes,
-    clientCpuMs: (cpu.user + cpu.system) / 1000,
-    ...(purposes ? { purposes } : {}),
-  } satisfies WorkerResult);
+  await send({ type: 'result', load, ...meter.figures() } satisfies WorkerResult);
   await session!.close();
   process.exit(0);
 }

@@ -1,6 +1,7 @@
+import { setTimeout as sleep } from 'node:timers/promises';
 import { Redis } from 'ioredis';
 import { RedisStore } from '../../packages/slotgate/src/store/redis/redis-store.js';
-import { redisUrl, sleep, uniquePrefix } from '../helpers/redis.js';
+import { redisUrl, uniquePrefix } from '../helpers/redis.js';
 import { runStoreContract } from './store-contract.js';
 
 runStoreContract('RedisStore', async () => {

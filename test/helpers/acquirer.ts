@@ -5,21 +5,23 @@
  *
  * It connects a RedisStore, prints `{"ready":true}`, waits for a `go` line on stdin (so every child starts its burst
  * at the same moment), then runs `acquirers` concurrent loops. Each loop takes a ticket on one of the channels, calls
- * the test's upstream with the channel id while holding it, releases it, and repeats until it has `admissions`
+ * the test's upstream on that channel's URL while holding it, releases it, and repeats until it has `admissions`
  * admissions (or the deadline passes). Finally it prints one summary line `{"summary":{...}}` and exits.
  * It exits at once when its stdin closes, so a parent that dies never leaves it behind.
  */
 import { createInterface } from 'node:readline';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { createAdmission } from '../../packages/slotgate/src/admission/admission.js';
 import { CapacityError } from '../../packages/slotgate/src/core/errors.js';
 import type { SettingsUpdate } from '../../packages/slotgate/src/core/settings.js';
 import { RedisStore } from '../../packages/slotgate/src/store/redis/redis-store.js';
+import { channelUrl } from './fake-upstream.js';
 
 export interface AcquirerOptions {
   redisUrl: string;
   prefix: string;
-  /** Port of the upstream on 127.0.0.1; the channel id travels as `?channel=`. */
-  upstreamPort: number;
+  /** The origin of the test's FakeUpstream; each channel is called on its own URL there (`channelUrl`). */
+  upstream: string;
   acquirers: number;
   admissions: number;
   channels: number;
@@ -44,7 +46,6 @@ export interface AcquirerSummary {
   unfinished: number;
 }
 
-const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 const bump = (record: Record<string, number>, key: string) => (record[key] = (record[key] ?? 0) + 1);
 
 async function main(): Promise<void> {
@@ -102,7 +103,7 @@ async function main(): Promise<void> {
       if (ticket.waitedMs > 0) summary.waited++;
       done++;
       try {
-        const res = await fetch(`http://127.0.0.1:${opts.upstreamPort}/hold?channel=${ticket.channel.id}`);
+        const res = await fetch(`${channelUrl(opts.upstream, ticket.channel.id)}/hold`);
         await res.text();
         if (res.status !== 200) summary.upstreamErrors++;
       } catch {

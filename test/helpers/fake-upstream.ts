@@ -1,12 +1,17 @@
 /**
- * A fake LLM upstream for the gateway tests: one `http.createServer()` on 127.0.0.1 and a free port, serving any number
- * of channels. Each channel has its own base URL (`url(channel)` = `http://127.0.0.1:<port>/c/<channel>`), so a
- * request's channel is the first path segment after `/c/`, and the rest is the API path (`/v1/chat/completions`).
+ * The counting upstream of the tests and the benchmark: one `http.createServer()` on 127.0.0.1 and a free port,
+ * serving any number of channels, that counts itself how many requests each channel has in flight — so a test
+ * asserts what the upstream saw, not what the gateway believes.
  *
- * Behaviour is programmable per channel and per path (status, headers, a JSON or raw body, SSE chunks with delays or
- * gates in between, a hold before the headers). For each channel it records what the gateway did: the requests
- * received (headers and raw body), the current and highest number in flight (from arrival until the response ended or
- * was closed), and whether each request was closed by the gateway before its response was finished.
+ * A request's channel is the first path segment after `/c/` (`url(channel)` is that channel's base URL), or, with
+ * the `keys` option, the channel its `Authorization: Bearer <key>` names (every channel then shares `origin`).
+ * A request counts as in flight from its arrival until right before the last byte of its answer is written — the
+ * gateway can only release its slot after that byte, so a release never precedes the decrement it stands for — or
+ * until the gateway closes the connection first.
+ *
+ * Answers are programmable per channel and per path (status, headers, a JSON or raw body, SSE chunks with delays or
+ * gates in between, a hold before the headers). Each channel's record keeps the requests received (headers and raw
+ * body) and whether each was closed by the gateway before its answer was finished.
  */
 import {
   createServer,
@@ -16,6 +21,7 @@ import {
   type ServerResponse,
 } from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
+import { setTimeout as sleep } from 'node:timers/promises';
 
 /** One step of a streamed answer: a chunk written as it is, or a function awaited before the next step. */
 export type Part = string | (() => Promise<unknown>);
@@ -26,7 +32,7 @@ export interface Reply {
   headers?: Record<string, string>;
   /** A JSON body (content-type application/json). */
   json?: unknown;
-  /** A raw body. */
+  /** A raw body (content-type application/json unless `headers` say otherwise). */
   body?: string | Buffer;
   /** A streamed body (content-type text/event-stream): the headers are flushed at once, then each part in turn. */
   sse?: readonly Part[];
@@ -36,14 +42,16 @@ export interface Reply {
   delayMs?: number;
 }
 
+/** An answer, or a function of the request returning one; a function that throws lists the request in `bad`. */
 export type Handler = Reply | ((request: ReceivedRequest) => Reply | Promise<Reply>);
 
 export interface ReceivedRequest {
   channel: string;
-  /** The API path, without the `/c/<channel>` part (e.g. `/v1/chat/completions`). */
+  /** The API path, without the `/c/<channel>` part (e.g. `/v1/chat/completions`); with `keys`, the URL's path. */
   path: string;
   method: string;
   headers: IncomingHttpHeaders;
+  /** The raw body; left unread (empty) when neither `keepRequests` nor a handler function needs it. */
   body: Buffer;
   /** Closed by the gateway before the response was finished. */
   aborted: boolean;
@@ -54,12 +62,33 @@ export interface ReceivedRequest {
 }
 
 export interface ChannelRecord {
+  /** Requests in flight now. */
   current: number;
+  /** The highest `current` seen. */
   max: number;
+  /** Requests received (counted with `keepRequests` off too). */
+  received: number;
+  /** Every request received; empty with `keepRequests` off. */
   requests: ReceivedRequest[];
 }
 
-const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+export interface UpstreamOptions {
+  /**
+   * Bearer key → channel id: a request belongs to the channel its key names. A request with another key is
+   * answered 401 and listed in `bad`. Without this option, channels are told apart by path (`url(channel)`).
+   */
+  keys?: Readonly<Record<string, string>>;
+  /** The answer of a channel that has no handler of its own (see `on`). @default 200 `{"channel": <id>}` */
+  reply?: Handler;
+  /** Keep every request in its channel's record; off for load runs, where only the counts matter. @default true */
+  keepRequests?: boolean;
+  /** @default 5000 */
+  keepAliveTimeoutMs?: number;
+}
+
+/** The base URL of `channel` on an upstream at `origin`, when channels are told apart by path. */
+export const channelUrl = (origin: string, channel: string): string =>
+  `${origin}/c/${encodeURIComponent(channel)}`;
 
 /** An SSE `data:` event for an OpenAI-style chunk. */
 export const sseData = (obj: unknown): string => `data: ${JSON.stringify(obj)}\n\n`;
@@ -71,7 +100,35 @@ export function gate(): { promise: Promise<void>; open: () => void } {
   return { promise, open };
 }
 
+const defaultReply: Handler = (request) => ({ json: { channel: request.channel } });
+
+/** Resolves after `ms`, or as soon as `res` closes. */
+function pause(ms: number, res: ServerResponse): Promise<void> {
+  return new Promise((resolve) => {
+    const timer = setTimeout(() => {
+      res.off('close', stop);
+      resolve();
+    }, ms);
+    const stop = () => {
+      clearTimeout(timer);
+      resolve();
+    };
+    res.once('close', stop);
+  });
+}
+
+function readBody(req: IncomingMessage): Promise<Buffer> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (chunk: Buffer) => chunks.push(chunk));
+    req.once('end', () => resolve(Buffer.concat(chunks)));
+    req.once('error', reject);
+  });
+}
+
 export class FakeUpstream {
+  /** Requests the upstream could not attribute to a channel, or whose handler threw. */
+  readonly bad: string[] = [];
   private readonly handlers = new Map<string, Handler>();
   private readonly records = new Map<string, ChannelRecord>();
   private readonly sockets = new Set<Socket>();
@@ -79,15 +136,17 @@ export class FakeUpstream {
   private constructor(
     private readonly server: Server,
     readonly port: number,
+    private readonly options: UpstreamOptions,
   ) {}
 
-  static async start(): Promise<FakeUpstream> {
+  static async start(options: UpstreamOptions = {}): Promise<FakeUpstream> {
     const server = createServer();
+    server.keepAliveTimeout = options.keepAliveTimeoutMs ?? 5000;
     await new Promise<void>((resolve, reject) => {
       server.once('error', reject);
       server.listen(0, '127.0.0.1', () => resolve());
     });
-    const upstream = new FakeUpstream(server, (server.address() as AddressInfo).port);
+    const upstream = new FakeUpstream(server, (server.address() as AddressInfo).port, options);
     server.on('connection', (socket) => {
       upstream.sockets.add(socket);
       socket.once('close', () => upstream.sockets.delete(socket));
@@ -96,12 +155,17 @@ export class FakeUpstream {
     return upstream;
   }
 
-  /** The base_url of a channel. */
-  url(channel: string): string {
-    return `http://127.0.0.1:${this.port}/c/${encodeURIComponent(channel)}`;
+  /** `http://127.0.0.1:<port>`: the base URL of every channel with the `keys` option. */
+  get origin(): string {
+    return `http://127.0.0.1:${this.port}`;
   }
 
-  /** Programs a channel, or one path of a channel. Without a handler a channel answers 200 `{"channel": id}`. */
+  /** The base URL of a channel told apart by path. */
+  url(channel: string): string {
+    return channelUrl(this.origin, channel);
+  }
+
+  /** Programs a channel, or one path of a channel. */
   on(channel: string, handler: Handler, path?: string): this {
     this.handlers.set(path ? `${channel} ${path}` : channel, handler);
     return this;
@@ -109,7 +173,7 @@ export class FakeUpstream {
 
   record(channel: string): ChannelRecord {
     let record = this.records.get(channel);
-    if (!record) this.records.set(channel, (record = { current: 0, max: 0, requests: [] }));
+    if (!record) this.records.set(channel, (record = { current: 0, max: 0, received: 0, requests: [] }));
     return record;
   }
 
@@ -117,10 +181,28 @@ export class FakeUpstream {
     return this.record(channel).requests;
   }
 
-  /** Forgets every handler and every record (between the tests of one file sharing one upstream). */
+  /** The channels that have a record (every channel that received a request). */
+  channels(): string[] {
+    return [...this.records.keys()];
+  }
+
+  /** The highest number in flight at once, per channel. */
+  highest(): Record<string, number> {
+    return Object.fromEntries([...this.records].map(([id, r]) => [id, r.max]));
+  }
+
+  /** Requests received on every channel. */
+  total(): number {
+    let n = 0;
+    for (const r of this.records.values()) n += r.received;
+    return n;
+  }
+
+  /** Forgets every handler, record and bad request (between the tests of one file sharing one upstream). */
   reset(): void {
     this.handlers.clear();
     this.records.clear();
+    this.bad.length = 0;
   }
 
   /** Every request received, on every channel. */
@@ -128,17 +210,38 @@ export class FakeUpstream {
     return [...this.records.values()].flatMap((r) => r.requests);
   }
 
-  private async serve(req: IncomingMessage, res: ServerResponse): Promise<void> {
+  private attribute(req: IncomingMessage): { channel: string; path: string } | undefined {
+    const { keys } = this.options;
+    if (keys) {
+      const key = /^Bearer (.+)$/.exec(req.headers.authorization ?? '')?.[1];
+      const channel = key === undefined ? undefined : keys[key];
+      return channel === undefined ? undefined : { channel, path: (req.url ?? '/').replace(/\?.*$/, '') };
+    }
     const m = /^\/c\/([^/]+)(\/[^?]*)/.exec(req.url ?? '');
-    if (!m) {
-      res.writeHead(404).end('not a channel path');
+    return m ? { channel: decodeURIComponent(m[1]!), path: m[2]! } : undefined;
+  }
+
+  private async serve(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const attributed = this.attribute(req);
+    if (!attributed) {
+      req.resume();
+      const keyed = this.options.keys !== undefined;
+      this.bad.push(`${req.method} ${req.url}: ${keyed ? 'unknown key' : 'not a channel path'}`);
+      res.writeHead(keyed ? 401 : 404, { 'content-type': 'application/json' });
+      res.end(JSON.stringify({ error: { message: keyed ? 'unknown key' : 'not a channel path' } }));
       return;
     }
-    const channel = decodeURIComponent(m[1]!);
-    const path = m[2]!;
+    const { channel, path } = attributed;
     const record = this.record(channel);
     record.current++;
+    record.received++;
     record.max = Math.max(record.max, record.current);
+    let inFlight = true;
+    const countOut = () => {
+      if (!inFlight) return;
+      inFlight = false;
+      record.current--;
+    };
     let closed!: () => void;
     const received: ReceivedRequest = {
       channel,
@@ -150,29 +253,39 @@ export class FakeUpstream {
       finished: false,
       done: new Promise<void>((resolve) => (closed = resolve)),
     };
-    record.requests.push(received);
-    const isClosed = new Promise<void>((resolve) =>
-      res.once('close', () => {
-        record.current--;
-        received.finished = res.writableFinished;
-        received.aborted = !res.writableFinished;
-        resolve();
-        closed();
-      }),
-    );
+    if (this.options.keepRequests !== false) record.requests.push(received);
+    res.once('close', () => {
+      countOut(); // a connection the gateway tore down early is no longer in flight either
+      received.finished = res.writableFinished;
+      received.aborted = !res.writableFinished;
+      closed();
+    });
+    const done = received.done;
 
-    const chunks: Buffer[] = [];
-    try {
-      for await (const chunk of req) chunks.push(chunk as Buffer);
-    } catch {
-      return; // the gateway went away while sending the body
+    const handler =
+      this.handlers.get(`${channel} ${path}`) ??
+      this.handlers.get(channel) ??
+      this.options.reply ??
+      defaultReply;
+    if (typeof handler === 'function' || this.options.keepRequests !== false) {
+      const body = await Promise.race([readBody(req).catch(() => undefined), done.then(() => undefined)]);
+      if (body === undefined) return; // the gateway went away while sending the body
+      received.body = body;
+    } else {
+      req.resume(); // nobody looks at the body
     }
-    received.body = Buffer.concat(chunks);
-
-    const handler = this.handlers.get(`${channel} ${path}`) ?? this.handlers.get(channel);
-    const reply: Reply =
-      typeof handler === 'function' ? await handler(received) : (handler ?? { json: { channel } });
-    if (reply.delayMs) await Promise.race([sleep(reply.delayMs), isClosed]);
+    let reply: Reply;
+    try {
+      reply = typeof handler === 'function' ? await handler(received) : handler;
+    } catch (err) {
+      this.bad.push(
+        `${req.method} ${req.url} on ${channel}: ${err instanceof Error ? err.message : String(err)}`,
+      );
+      countOut();
+      res.writeHead(500).end();
+      return;
+    }
+    if (reply.delayMs) await pause(reply.delayMs, res);
     if (res.destroyed) return;
 
     const status = reply.status ?? 200;
@@ -183,28 +296,33 @@ export class FakeUpstream {
         ...reply.headers,
       });
       res.flushHeaders();
+      const parts = reply.sse;
       let first = true;
-      for (const part of reply.sse) {
+      for (const [i, part] of parts.entries()) {
         if (res.destroyed) return;
         if (typeof part === 'function') {
-          await Promise.race([part(), isClosed]);
+          await Promise.race([part(), done]);
           continue;
         }
-        if (!first && reply.chunkDelayMs) await Promise.race([sleep(reply.chunkDelayMs), isClosed]);
+        if (!first && reply.chunkDelayMs) await pause(reply.chunkDelayMs, res);
         first = false;
         if (res.destroyed) return;
-        res.write(part);
+        if (i < parts.length - 1) {
+          res.write(part);
+        } else {
+          countOut();
+          res.end(part);
+          return;
+        }
       }
-      if (!res.destroyed) res.end();
+      if (res.destroyed) return;
+      countOut();
+      res.end();
       return;
     }
-    if (reply.json !== undefined) {
-      res.writeHead(status, { 'content-type': 'application/json', ...reply.headers });
-      res.end(JSON.stringify(reply.json));
-      return;
-    }
+    countOut();
     res.writeHead(status, { 'content-type': 'application/json', ...reply.headers });
-    res.end(reply.body ?? '');
+    res.end(reply.json !== undefined ? JSON.stringify(reply.json) : (reply.body ?? ''));
   }
 
   async close(): Promise<void> {
@@ -212,4 +330,41 @@ export class FakeUpstream {
     for (const socket of this.sockets) socket.destroy();
     await closing;
   }
+}
+
+/** The text of chunk i of a streamed `chatAnswer`; tests rebuild the whole text to check nothing was lost. */
+export const chunkText = (i: number): string => `c${i} `;
+
+/**
+ * An OpenAI-shaped answer to `POST …/chat/completions` (anything else throws, so it is listed in `bad`): with
+ * `"stream": true` in the body, `chunks` content chunks each after `chunkDelayMs`, then `data: [DONE]`; otherwise a
+ * chat.completion saying `hello from <channel>` after `holdMs`.
+ */
+export function chatAnswer(opts: { holdMs: number; chunks: number; chunkDelayMs: number }): Handler {
+  let n = 0;
+  return (request) => {
+    if (request.method !== 'POST' || !request.path.endsWith('/chat/completions')) {
+      throw new Error('not a chat completion');
+    }
+    const body = JSON.parse(request.body.toString('utf8')) as { stream?: unknown; model?: unknown };
+    const id = `chatcmpl-${request.channel}-${++n}`;
+    if (body.stream !== true) {
+      const message = { role: 'assistant', content: `hello from ${request.channel}` };
+      return {
+        delayMs: opts.holdMs,
+        json: { id, object: 'chat.completion', model: body.model, choices: [{ index: 0, message }] },
+      };
+    }
+    const pause = () => sleep(opts.chunkDelayMs);
+    const chunk = (i: number) =>
+      sseData({
+        id,
+        object: 'chat.completion.chunk',
+        model: body.model,
+        choices: [{ index: 0, delta: { content: chunkText(i) }, finish_reason: null }],
+      });
+    return {
+      sse: [...Array.from({ length: opts.chunks }, (_, i) => [pause, chunk(i)]).flat(), 'data: [DONE]\n\n'],
+    };
+  };
 }

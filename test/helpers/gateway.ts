@@ -10,12 +10,13 @@ import {
   type IncomingMessage,
 } from 'node:http';
 import { Writable } from 'node:stream';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, expect } from 'vitest';
 import { Redis } from 'ioredis';
 import { request as undiciRequest, type Dispatcher } from 'undici';
 import { createGateway, type Gateway, type GatewayOptions } from '../../packages/gateway/src/server.js';
 import { parseConfig, type GatewayConfig } from '../../packages/gateway/src/config.js';
-import { redisUrl, sleep, uniquePrefix } from './redis.js';
+import { redisUrl, uniquePrefix } from './redis.js';
 
 /** Secrets used by every gateway test config. None may ever appear in a response body, admin output or log line. */
 export const SECRETS = {

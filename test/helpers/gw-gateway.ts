@@ -66,7 +66,7 @@ export async function spawnGateway(opts: SpawnOptions = {}): Promise<GwProcess> 
   const entry =
     opts.cli === 'dist'
       ? ['packages/gateway/dist/cli/main.js']
-      : ['--import', 'tsx', 'packages/gateway/src/cli/main.ts'];
+      : ['--conditions=slotgate-source', '--import', 'tsx', 'packages/gateway/src/cli/main.ts'];
   const args = [
     ...entry,
     'serve',

@@ -1,13 +1,15 @@
 /**
- * A private redis-server child process on a free port (`--save '' --appendonly no`), with the controls outage tests
- * need: stop, start again on the same port, pause (SIGSTOP) and resume (SIGCONT), and INFO commandstats.
+ * A private redis-server child process on a free port (`--save '' --appendonly no`), for the tests and the
+ * benchmark, with the controls outage tests need: stop, start again on the same port, pause (SIGSTOP) and resume
+ * (SIGCONT), and INFO commandstats.
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { createServer } from 'node:net';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { Redis } from 'ioredis';
-import { freePort, parseCommandstats } from '../../bench/redis.js';
 
 export const INSTALL_HINT =
-  'redis-server was not found on PATH. The tests need a real Redis: install it with `apt-get install -y redis-server` ' +
+  'redis-server was not found on PATH. A real Redis is needed: install it with `apt-get install -y redis-server` ' +
   '(Debian/Ubuntu) or `brew install redis` (macOS), or set REDIS_URL to a Redis you own.';
 
 export function assertRedisServerInstalled(): void {
@@ -15,30 +17,54 @@ export function assertRedisServerInstalled(): void {
   if (probe.error || probe.status !== 0) throw new Error(INSTALL_HINT);
 }
 
-export { freePort };
+/** A port nobody listens on right now (the OS picks it). */
+export function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.unref();
+    server.on('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const address = server.address();
+      const port = typeof address === 'object' && address ? address.port : 0;
+      server.close(() => resolve(port));
+    });
+  });
+}
 
-async function waitForPing(url: string, timeoutMs = 5000): Promise<void> {
+/** INFO commandstats as { command: calls }; the commands run inside Lua scripts count too. */
+export function parseCommandstats(info: string): Record<string, number> {
+  const stats: Record<string, number> = {};
+  for (const line of info.split('\n')) {
+    const m = /^cmdstat_([^:]+):calls=(\d+)/.exec(line.trim());
+    if (m) stats[m[1]!] = Number(m[2]);
+  }
+  return stats;
+}
+
+/** Resolves once the server at `url` answers PING; rejects as soon as `failed()` names a reason, or after `timeoutMs`. */
+async function waitForPing(url: string, failed: () => Error | undefined, timeoutMs = 5000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const client = new Redis(url, { lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null });
     client.on('error', () => {});
+    let error: unknown;
     try {
       await client.connect();
       await client.ping();
       return;
     } catch (err) {
-      if (Date.now() > deadline) {
-        throw new Error(`redis-server at ${url} did not answer: ${(err as Error).message}`, { cause: err });
-      }
-      await new Promise((r) => setTimeout(r, 25));
+      error = err;
     } finally {
       client.disconnect();
     }
+    const failure = failed();
+    if (failure)
+      throw new Error(`redis-server for ${url} did not start: ${failure.message}`, { cause: failure });
+    if (Date.now() > deadline) {
+      throw new Error(`redis-server at ${url} did not answer: ${(error as Error).message}`, { cause: error });
+    }
+    await sleep(25);
   }
-}
-
-export interface CommandStat {
-  calls: number;
 }
 
 export class RedisServer {
@@ -79,16 +105,25 @@ export class RedisServer {
       { stdio: 'ignore' },
     );
     this.child = child;
-    child.on('exit', () => {
+    let failure: Error | undefined;
+    child.on('error', (err) => (failure ??= err));
+    child.on('exit', (code, signal) => {
+      failure ??= new Error(`it exited (code ${code}, signal ${signal})`);
       if (this.child === child) this.child = undefined;
     });
-    await waitForPing(this.url);
+    try {
+      await waitForPing(this.url, () => failure);
+    } catch (err) {
+      await this.stop();
+      throw err;
+    }
   }
 
   async stop(): Promise<void> {
     const child = this.child;
     if (!child) return;
     this.child = undefined;
+    if (child.pid === undefined || child.exitCode !== null || child.signalCode !== null) return; // never ran or gone
     const exited = new Promise((resolve) => child.once('exit', resolve));
     child.kill('SIGCONT');
     child.kill('SIGKILL');
@@ -109,7 +144,7 @@ export class RedisServer {
     this.child?.kill('SIGCONT');
   }
 
-  /** INFO commandstats as { command: calls }; Lua-internal commands count too. */
+  /** INFO commandstats as { command: calls }. */
   async commandstats(): Promise<Record<string, number>> {
     const client = new Redis(this.url, { maxRetriesPerRequest: 0 });
     try {
@@ -119,5 +154,3 @@ export class RedisServer {
     }
   }
 }
-
-export { parseCommandstats };

@@ -62,5 +62,3 @@ export async function countingClient(url = redisUrl(), options: RedisOptions = {
     },
   };
 }
-
-export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));

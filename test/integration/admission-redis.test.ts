@@ -1,6 +1,7 @@
 /**
  * The admission engine on a real Redis, with every command counted by a wrapper around the client (spec §10).
  */
+import { setTimeout as sleep } from 'node:timers/promises';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { Redis } from 'ioredis';
 import { createAdmission, type AdmissionEngine } from '../../packages/slotgate/src/admission/admission.js';
@@ -12,7 +13,7 @@ import { admissionSettings } from '../../packages/slotgate/src/core/settings.js'
 import type { Candidate } from '../../packages/slotgate/src/core/channel.js';
 import { RedisStore } from '../../packages/slotgate/src/store/redis/redis-store.js';
 import type { ChannelLoad, SlotStore } from '../../packages/slotgate/src/store/store.js';
-import { countingClient, redisUrl, sleep, uniquePrefix, type CountingClient } from '../helpers/redis.js';
+import { countingClient, redisUrl, uniquePrefix, type CountingClient } from '../helpers/redis.js';
 import { RedisServer } from '../helpers/redis-server.js';
 import { useCleanups } from '../helpers/cleanups.js';
 

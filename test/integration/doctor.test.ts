@@ -8,12 +8,13 @@ import { describe, expect, it } from 'vitest';
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
 import { fileURLToPath } from 'node:url';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { Redis } from 'ioredis';
 import { checkLeftovers, fixFindings, type Finding } from '../../packages/slotgate/src/store/redis/doctor.js';
 import { KeyBuilder } from '../../packages/slotgate/src/store/redis/keys.js';
 import { LeaseManager, type LeaseEvent } from '../../packages/slotgate/src/store/leases.js';
 import { RedisStore } from '../../packages/slotgate/src/store/redis/redis-store.js';
-import { redisUrl, sleep, uniquePrefix } from '../helpers/redis.js';
+import { redisUrl, uniquePrefix } from '../helpers/redis.js';
 import { useCleanups } from '../helpers/cleanups.js';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));

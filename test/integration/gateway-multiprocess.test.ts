@@ -7,6 +7,7 @@
 import { execFile } from 'node:child_process';
 import { connect } from 'node:net';
 import { promisify } from 'node:util';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { Redis } from 'ioredis';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { RedisStore } from '../../packages/slotgate/src/store/redis/redis-store.js';
@@ -20,8 +21,8 @@ import {
   writeConfig,
   type GwProcess,
 } from '../helpers/gw-gateway.js';
-import { gwChunkText, startGwUpstream, type GwUpstream } from '../helpers/gw-upstream.js';
-import { redisUrl, sleep, uniquePrefix } from '../helpers/redis.js';
+import { FakeUpstream, chatAnswer, chunkText } from '../helpers/fake-upstream.js';
+import { redisUrl, uniquePrefix } from '../helpers/redis.js';
 
 const ADMIN_TOKEN = 'adm-multiprocess-test-token';
 const CLIENT_TOKEN = 'sk-client-multiprocess-test';
@@ -208,7 +209,7 @@ describe('two gateway processes on one Redis: settings', () => {
 });
 
 describe('two gateway processes on one Redis: concurrency', () => {
-  let upstream: GwUpstream | undefined;
+  let upstream: FakeUpstream | undefined;
   afterEach(async () => {
     await upstream?.close();
     upstream = undefined;
@@ -218,7 +219,11 @@ describe('two gateway processes on one Redis: concurrency', () => {
     const prefix = newPrefix('gw-burst');
     const MAX = 2;
     const keys = { 'sk-upstream-ch-a': 'ch-a', 'sk-upstream-ch-b': 'ch-b' };
-    upstream = await startGwUpstream({ keys, holdMs: 50, chunks: 5, chunkDelayMs: 10 });
+    upstream = await FakeUpstream.start({
+      keys,
+      reply: chatAnswer({ holdMs: 50, chunks: 5, chunkDelayMs: 10 }),
+      keepRequests: false,
+    });
     const config = {
       redis: { url: redisUrl(), prefix },
       admin: { token: ADMIN_TOKEN },
@@ -226,7 +231,7 @@ describe('two gateway processes on one Redis: concurrency', () => {
       channels: Object.entries(keys).map(([key, id]) => ({
         id,
         type: 'openai',
-        base_url: upstream!.baseUrl,
+        base_url: upstream!.origin,
         key,
         models: ['gpt-test'],
         max_concurrency: MAX,
@@ -250,7 +255,7 @@ describe('two gateway processes on one Redis: concurrency', () => {
       });
       expect(warm.status, warm.text).toBe(200);
     }
-    const warmUps = upstream.totalRequests();
+    const warmUps = upstream.total();
 
     // Watch Redis during the burst: the gateways must really be using this prefix.
     let sampling = true;
@@ -283,7 +288,7 @@ describe('two gateway processes on one Redis: concurrency', () => {
           results.map((r, i) => `gw${i % 2}: ${String((r.json.error as Json | undefined)?.message)}`),
         ),
       ],
-      seen: Object.fromEntries(upstream.seen),
+      seen: Object.fromEntries(upstream.channels().map((id) => [id, upstream!.record(id)])),
       bad: upstream.bad,
     });
     const ok = results.filter((r) => r.status === 200);
@@ -308,7 +313,7 @@ describe('two gateway processes on one Redis: concurrency', () => {
                 .content,
           )
           .join('');
-        expect(content).toBe([0, 1, 2, 3, 4].map(gwChunkText).join(''));
+        expect(content).toBe([0, 1, 2, 3, 4].map(chunkText).join(''));
         expect(r.text.trimEnd().endsWith('data: [DONE]')).toBe(true);
       } else {
         expect(r.json.choices, r.text).toEqual([
@@ -321,11 +326,11 @@ describe('two gateway processes on one Redis: concurrency', () => {
     // streamed and non-streamed answers both went through, and every admitted request reached the upstream once.
     expect(upstream.bad, report).toEqual([]);
     for (const id of ['ch-a', 'ch-b']) {
-      const s = upstream.seen.get(id);
-      expect(s?.highest, `${id}: ${report}`).toBe(MAX);
-      expect(s?.current, id).toBe(0);
+      const s = upstream.record(id);
+      expect(s.max, `${id}: ${report}`).toBe(MAX);
+      expect(s.current, id).toBe(0);
     }
-    expect(upstream.totalRequests() - warmUps, report).toBe(ok.length);
+    expect(upstream.total() - warmUps, report).toBe(ok.length);
     expect(ok.some((r) => r.stream)).toBe(true);
     expect(ok.some((r) => !r.stream)).toBe(true);
     for (const [i, gw] of gateways.entries()) {
@@ -355,13 +360,15 @@ describe('two gateway processes on one Redis: concurrency', () => {
     console.info(
       `burst: ${ok.length} × 200 (${ok.filter((r) => r.gateway === 0).length} via gateway 0), ` +
         `${capacity.length} × 429; upstream highest per channel ` +
-        [...upstream.seen].map(([id, s]) => `${id}=${s.highest}`).join(', '),
+        Object.entries(upstream.highest())
+          .map(([id, n]) => `${id}=${n}`)
+          .join(', '),
     );
   }, 40_000);
 });
 
 describe('graceful shutdown', () => {
-  let upstream: GwUpstream | undefined;
+  let upstream: FakeUpstream | undefined;
   afterEach(async () => {
     await upstream?.close();
     upstream = undefined;
@@ -383,11 +390,9 @@ describe('graceful shutdown', () => {
   it('SIGTERM lets a streaming request finish, refuses new connections, exits 0 and releases the lease', async () => {
     const prefix = newPrefix('gw-shutdown');
     const CHUNKS = 30;
-    upstream = await startGwUpstream({
+    upstream = await FakeUpstream.start({
       keys: { 'sk-upstream-long': 'ch-long' },
-      holdMs: 0,
-      chunks: CHUNKS,
-      chunkDelayMs: 100,
+      reply: chatAnswer({ holdMs: 0, chunks: CHUNKS, chunkDelayMs: 100 }),
     });
     const config = {
       // A long lease TTL: a lease released only by expiry would still count as active after the exit.
@@ -397,7 +402,7 @@ describe('graceful shutdown', () => {
         {
           id: 'ch-long',
           type: 'openai',
-          base_url: upstream.baseUrl,
+          base_url: upstream.origin,
           key: 'sk-upstream-long',
           models: ['gpt-test'],
           max_concurrency: 1,
@@ -421,7 +426,7 @@ describe('graceful shutdown', () => {
     const reader = res.body!.getReader();
     const decoder = new TextDecoder();
     let text = '';
-    while (!text.includes(gwChunkText(0))) {
+    while (!text.includes(chunkText(0))) {
       const { value, done } = await reader.read();
       if (done) throw new Error(`the stream ended before its first chunk: ${text}`);
       text += decoder.decode(value, { stream: true });
@@ -459,7 +464,7 @@ describe('graceful shutdown', () => {
           (JSON.parse(l.slice(6)) as { choices: [{ delta: { content: string } }] }).choices[0].delta.content,
       )
       .join('');
-    expect(content).toBe(Array.from({ length: CHUNKS }, (_, i) => gwChunkText(i)).join(''));
+    expect(content).toBe(Array.from({ length: CHUNKS }, (_, i) => chunkText(i)).join(''));
     expect(text.trimEnd().endsWith('data: [DONE]')).toBe(true);
 
     const exit = await exitWithin(gw, 15_000);
@@ -470,7 +475,7 @@ describe('graceful shutdown', () => {
     // Right after the exit, not one lease TTL later.
     expect(await readLoad(prefix, 'ch-long')).toMatchObject({ active: 0, waiting: 0 });
     expect(await leaseKeys(redis, prefix)).toEqual([]);
-    expect(upstream.totalRequests()).toBe(1);
+    expect(upstream.total()).toBe(1);
     expect(logLines(gw.output()).some((l) => String(l.msg).startsWith('shutting down'))).toBe(true);
   }, 30_000);
 });

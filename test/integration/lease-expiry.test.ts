@@ -6,10 +6,11 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
 import { fileURLToPath } from 'node:url';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { Redis } from 'ioredis';
 import { LeaseManager, type LeaseEvent } from '../../packages/slotgate/src/store/leases.js';
 import { RedisStore } from '../../packages/slotgate/src/store/redis/redis-store.js';
-import { redisUrl, sleep, uniquePrefix } from '../helpers/redis.js';
+import { redisUrl, uniquePrefix } from '../helpers/redis.js';
 import { useCleanups } from '../helpers/cleanups.js';
 
 const HOLDER = fileURLToPath(new URL('../helpers/lease-holder.ts', import.meta.url));

@@ -5,13 +5,12 @@
  * itself, so the assertions are about what the upstream saw, not what the engines believe.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { createServer, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { Redis } from 'ioredis';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { RedisStore } from '../../packages/slotgate/src/store/redis/redis-store.js';
 import type { AcquirerOptions, AcquirerSummary } from '../helpers/acquirer.js';
+import { FakeUpstream } from '../helpers/fake-upstream.js';
 import { redisUrl, uniquePrefix } from '../helpers/redis.js';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
@@ -20,55 +19,6 @@ const ACQUIRERS = 100;
 const ADMISSIONS = 5;
 const CHANNELS = 20;
 const MAX = 2;
-
-interface ChannelSeen {
-  current: number;
-  highest: number;
-  requests: number;
-  /** Times a request arrived while `MAX` were already in flight. */
-  overMax: number;
-}
-
-/** The upstream: holds each request 20–30 ms, tracking current and highest in-flight count per channel. */
-function startUpstream(): Promise<{
-  server: Server;
-  port: number;
-  seen: Map<string, ChannelSeen>;
-  bad: string[];
-}> {
-  const seen = new Map<string, ChannelSeen>();
-  const bad: string[] = [];
-  const server = createServer((req, res) => {
-    const id = new URL(req.url ?? '/', 'http://upstream').searchParams.get('channel');
-    if (!id || !/^ch\d+$/.test(id)) {
-      bad.push(String(req.url));
-      res.writeHead(400).end();
-      return;
-    }
-    let s = seen.get(id);
-    if (!s) seen.set(id, (s = { current: 0, highest: 0, requests: 0, overMax: 0 }));
-    if (s.current >= MAX) s.overMax++;
-    s.current++;
-    s.requests++;
-    s.highest = Math.max(s.highest, s.current);
-    const channel = s;
-    setTimeout(
-      () => {
-        // Counted out before the answer leaves, so the holder's release always follows this decrement.
-        channel.current--;
-        res.writeHead(200, { 'content-type': 'text/plain' }).end('ok');
-      },
-      20 + Math.random() * 10,
-    );
-  });
-  server.keepAliveTimeout = 5000;
-  return new Promise((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () =>
-      resolve({ server, port: (server.address() as AddressInfo).port, seen, bad }),
-    );
-  });
-}
 
 interface Child {
   proc: ChildProcess;
@@ -151,10 +101,18 @@ function within<T>(work: Promise<T>, ms: number, what: string): Promise<T> {
 
 describe('several processes on one Redis', () => {
   const prefix = uniquePrefix('multiproc');
-  let upstream: Awaited<ReturnType<typeof startUpstream>>;
+  let upstream: FakeUpstream;
 
   beforeAll(async () => {
-    upstream = await startUpstream();
+    // Holds each request 20–30 ms.
+    upstream = await FakeUpstream.start({
+      reply: () => ({
+        delayMs: 20 + Math.random() * 10,
+        body: 'ok',
+        headers: { 'content-type': 'text/plain' },
+      }),
+      keepRequests: false,
+    });
   });
 
   afterEach(() => {
@@ -163,10 +121,7 @@ describe('several processes on one Redis', () => {
 
   afterAll(async () => {
     killAll();
-    await new Promise<void>((resolve) => {
-      upstream?.server.closeAllConnections();
-      upstream?.server.close(() => resolve());
-    });
+    await upstream?.close();
     const admin = new Redis(redisUrl());
     try {
       const keys = await admin.keys(`${prefix}:*`);
@@ -180,7 +135,7 @@ describe('several processes on one Redis', () => {
     const opts: AcquirerOptions = {
       redisUrl: redisUrl(),
       prefix,
-      upstreamPort: upstream.port,
+      upstream: upstream.origin,
       acquirers: ACQUIRERS,
       admissions: ADMISSIONS,
       channels: CHANNELS,
@@ -197,19 +152,22 @@ describe('several processes on one Redis', () => {
 
     const admitted = summaries.reduce((n, s) => n + s.admitted, 0);
     const waited = summaries.reduce((n, s) => n + s.waited, 0);
-    const requests = [...upstream.seen.values()].reduce((n, s) => n + s.requests, 0);
+    const channels = upstream.channels();
     const report = {
       summaries,
-      channels: Object.fromEntries([...upstream.seen].map(([id, s]) => [id, `${s.highest}/${s.requests}`])),
+      channels: Object.fromEntries(
+        channels.map((id) => [id, `${upstream.record(id).max}/${upstream.record(id).received}`]),
+      ),
     };
 
     // I1, as the upstream saw it.
-    const over = [...upstream.seen].filter(([, s]) => s.highest > MAX || s.overMax > 0);
+    const over = channels.filter((id) => upstream.record(id).max > MAX);
     expect(over, JSON.stringify(report)).toEqual([]);
 
     // The load was real: every acquirer finished, every admission reached the upstream exactly once, the
     // channels were driven to their maximum, and the burst had to queue.
     expect(upstream.bad).toEqual([]);
+    expect(channels.filter((id) => !/^ch\d+$/.test(id))).toEqual([]);
     expect(new Set(summaries.map((s) => s.instanceId)).size).toBe(PROCESSES);
     for (const s of summaries) {
       expect(s.unfinished, JSON.stringify(s)).toBe(0);
@@ -217,8 +175,8 @@ describe('several processes on one Redis', () => {
       expect(s.otherErrors, JSON.stringify(s)).toEqual({});
     }
     expect(admitted).toBe(PROCESSES * ACQUIRERS * ADMISSIONS);
-    expect(requests).toBe(admitted);
-    const atMax = [...upstream.seen.values()].filter((s) => s.highest === MAX).length;
+    expect(upstream.total()).toBe(admitted);
+    const atMax = channels.filter((id) => upstream.record(id).max === MAX).length;
     expect(atMax, JSON.stringify(report)).toBeGreaterThanOrEqual(15);
     expect(waited).toBeGreaterThan(0);
 

@@ -3,13 +3,14 @@
  * same port): the store fails closed with StoreUnavailableError and never hangs, an acquire whose outcome is unknown
  * is cleaned up, and the same store instance recovers by itself when Redis is back (scripts reloaded transparently).
  */
+import { setTimeout as sleep } from 'node:timers/promises';
 import { describe, expect, it } from 'vitest';
 import { Redis } from 'ioredis';
 import { StoreUnavailableError } from '../../packages/slotgate/src/core/errors.js';
 import { LeaseManager, type LeaseEvent } from '../../packages/slotgate/src/store/leases.js';
 import { RedisStore } from '../../packages/slotgate/src/store/redis/redis-store.js';
 import { RedisServer } from '../helpers/redis-server.js';
-import { countingClient, sleep, uniquePrefix, type CountingClient } from '../helpers/redis.js';
+import { countingClient, uniquePrefix, type CountingClient } from '../helpers/redis.js';
 import { useCleanups } from '../helpers/cleanups.js';
 
 const cleanups = useCleanups();

@@ -4,6 +4,7 @@
  * this engine's waiters. Real time is used only where the engine sleeps (waiting), with small intervals and
  * generous bounds; everything else runs on a ManualClock or needs no clock at all.
  */
+import { setTimeout as sleep } from 'node:timers/promises';
 import { afterEach, describe, expect, it } from 'vitest';
 import { createAdmission } from '../../packages/slotgate/src/admission/admission.js';
 import type { Admission, AdmissionOptions, Ticket } from '../../packages/slotgate/src/admission/types.js';
@@ -14,8 +15,6 @@ import type { SettingsUpdate } from '../../packages/slotgate/src/core/settings.j
 import { MemoryStore } from '../../packages/slotgate/src/store/memory/memory-store.js';
 import { PURPOSES } from '../../packages/slotgate/src/store/store.js';
 import { seededRandom as mulberry32 } from '../../packages/slotgate/src/core/order.js';
-
-const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
 const opened: Admission[] = [];
 afterEach(async () => {
