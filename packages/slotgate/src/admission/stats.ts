@@ -46,7 +46,7 @@ export const OUTCOMES: readonly Outcome[] = [
   'no_channel',
 ];
 
-export function emptyOutcomes(): Record<Outcome, number> {
+function emptyOutcomes(): Record<Outcome, number> {
   return {
     acquired: 0,
     capacity_full: 0,

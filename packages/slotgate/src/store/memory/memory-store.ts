@@ -4,6 +4,7 @@
  */
 import { systemClock, type Clock } from '../../core/clock.js';
 import {
+  BATCH_SIZE,
   emptyCounts,
   sentRelease,
   type AcquireOptions,
@@ -125,7 +126,7 @@ export class MemoryStore implements SlotStore {
 
   async renew(leases: readonly LeaseRef[], leaseTtlMs: number): Promise<LeaseRef[]> {
     if (leases.length === 0) return [];
-    this.counts.renew += Math.ceil(leases.length / 50);
+    this.counts.renew += Math.ceil(leases.length / BATCH_SIZE);
     const expiry = this.clock.now() + leaseTtlMs;
     const lost: LeaseRef[] = [];
     for (const lease of leases) {
