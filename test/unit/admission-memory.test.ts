@@ -1,8 +1,8 @@
 /**
  * The admission engine (spec §2, §5, §7.4 cooldowns) on MemoryStore. A second engine on the same store plays
  * "another instance": it holds slots this engine's load view does not know about and releases them without waking
- * this engine's waiters. Real time is used only where the engine sleeps (waiting), with small intervals and
- * generous bounds; everything else runs on a ManualClock or needs no clock at all.
+ * this engine's waiters. Every engine and store here runs on a ManualClock: waits, polls, time-outs and aborts are
+ * asserted at the exact instant they happen, and a `random` of 0 makes every poll sleep exactly half its interval.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -14,23 +14,34 @@ import { CapacityError, NoChannelError } from '../../packages/slotgate/src/core/
 import type { SettingsUpdate } from '../../packages/slotgate/src/core/settings.js';
 import { MemoryStore } from '../../packages/slotgate/src/store/memory/memory-store.js';
 import { PURPOSES } from '../../packages/slotgate/src/store/store.js';
-import { seededRandom as mulberry32 } from '../../packages/slotgate/src/core/order.js';
+import { seededRandom as mulberry32, weightedPick } from '../../packages/slotgate/src/core/order.js';
+import { elapse, flush, track, type Settled } from './manual-time.js';
 
 const opened: Admission[] = [];
 afterEach(async () => {
   await Promise.all(opened.splice(0).map((a) => a.close()));
 });
 
-function engine(store: MemoryStore, settings: SettingsUpdate = {}, extra: Partial<AdmissionOptions> = {}) {
-  const admission = createAdmission({ store, settings, ...extra });
+/** A MemoryStore on its own ManualClock. */
+function memory() {
+  const clock = new ManualClock();
+  return { clock, store: new MemoryStore({ clock }) };
+}
+
+function engine(
+  { clock, store }: { clock: ManualClock; store: MemoryStore },
+  settings: SettingsUpdate = {},
+  extra: Partial<AdmissionOptions> = {},
+) {
+  const admission = createAdmission({ store, clock, settings, ...extra });
   opened.push(admission);
   return admission;
 }
 
-/** A store plus this engine and "another instance" on it. */
+/** A store plus this engine and "another instance" on it, on one ManualClock. */
 function setup(settings: SettingsUpdate = {}, extra: Partial<AdmissionOptions> = {}) {
-  const store = new MemoryStore(extra.clock ? { clock: extra.clock } : {});
-  return { store, admission: engine(store, settings, extra), other: engine(store, settings, extra) };
+  const m = memory();
+  return { ...m, admission: engine(m, settings, extra), other: engine(m, settings, extra) };
 }
 
 const totalCommands = (store: MemoryStore) => PURPOSES.reduce((n, p) => n + store.commands[p], 0);
@@ -42,6 +53,12 @@ async function capacityError(p: Promise<unknown>): Promise<CapacityError> {
   );
   expect(err).toBeInstanceOf(CapacityError);
   return err as CapacityError;
+}
+
+/** The CapacityError a tracked acquire failed with. */
+function failedWith(outcome: Settled<unknown>): CapacityError {
+  expect(outcome.error).toBeInstanceOf(CapacityError);
+  return outcome.error as CapacityError;
 }
 
 async function load(store: MemoryStore, id: string) {
@@ -57,22 +74,28 @@ async function hold(admission: Admission, channel: Candidate, n = 1): Promise<Ti
 
 describe('unlimited channels', () => {
   it('1,000 acquires and releases on an unlimited-only set issue zero store commands and pick only the highest tier, by weight', async () => {
-    const store = new MemoryStore();
-    const admission = engine(store, {}, { random: mulberry32(1) });
+    const m = memory();
+    const { store } = m;
+    const admission = engine(m, {}, { random: mulberry32(1) });
     const candidates: Candidate[] = [
       { id: 'top-3', priority: 10, weight: 3 },
       { id: 'top-1', priority: 10, weight: 1, maxConcurrency: 0 },
       { id: 'mid', priority: 5, weight: 1000 },
       { id: 'low' },
     ];
+    // The same seed replayed over the top tier alone: the engine draws once per acquire, from that tier only.
+    const replay = mulberry32(1);
+    const topTier = candidates.slice(0, 2);
     const picks: Record<string, number> = {};
     for (let i = 0; i < 1000; i++) {
       const ticket = await admission.acquire({ candidates });
       expect(ticket.token).toBeUndefined();
+      expect(ticket.channel.id).toBe(weightedPick(topTier, replay)!.id);
       picks[ticket.channel.id] = (picks[ticket.channel.id] ?? 0) + 1;
       await ticket.release();
     }
     expect(Object.keys(picks).sort()).toEqual(['top-1', 'top-3']);
+    // A fixed seed: the share is one number, not a sample; 3:1 puts it near 0.75.
     expect(picks['top-3']! / 1000).toBeGreaterThan(0.7);
     expect(picks['top-3']! / 1000).toBeLessThan(0.8);
     expect(totalCommands(store)).toBe(0);
@@ -212,21 +235,27 @@ describe('tiers and the acquire budget', () => {
   });
 
   it('budget exhaustion recovers through waiting: 4 full channels of max 1, budget 2, releases after 50 ms', async () => {
-    const { admission, other } = setup({
-      max_acquire_attempts: 2,
-      wait_interval_ms: 10,
-      wait_timeout_ms: 3000,
-    });
+    const { clock, admission, other } = setup(
+      { max_acquire_attempts: 2, wait_interval_ms: 10, wait_timeout_ms: 3000 },
+      { random: () => 0 },
+    );
     const channels = ['w1', 'w2', 'w3', 'w4'].map((id) => ({ id, maxConcurrency: 1 }));
     const held = [];
     for (const c of channels) held.push(...(await hold(other, c)));
 
-    const pending = admission.acquire({ candidates: channels });
-    await sleep(50);
+    const t0 = clock.now();
+    const pending = track(clock, admission.acquire({ candidates: channels }));
+    await elapse(clock, 50);
+    expect(pending.at).toBeUndefined(); // polls at +5, +15 and +35 found every slot still held
     for (const t of held) await t.release();
-    const ticket = await pending;
+    // Another instance's release wakes nobody here: the next poll (sleeps 5, 10, 20, 40 ms) finds the slot at +75.
+    await elapse(clock, 24);
+    expect(pending.at).toBeUndefined();
+    await elapse(clock, 1);
+    expect(pending.at).toBe(t0 + 75);
+    const ticket = pending.value!;
     expect(channels.map((c) => c.id)).toContain(ticket.channel.id);
-    expect(ticket.waitedMs).toBeGreaterThan(0);
+    expect(ticket.waitedMs).toBe(75);
     await ticket.release();
   });
 });
@@ -234,41 +263,52 @@ describe('tiers and the acquire budget', () => {
 describe('waiting', () => {
   /**
    * Holds every slot of `channel` on another instance, fills its queue with `foreign` waiters of other instances,
-   * then lets this engine try: it either waits (and times out) or finds the queue full.
+   * then lets this engine try: it either waits (and times out after wait_timeout_ms, 40 ms here) or finds the queue
+   * full at once. Returns the reason and how long after the call it failed.
    */
   async function probeQueue(channel: Candidate, settings: SettingsUpdate, foreign: number) {
-    const { store, admission, other } = setup({ wait_timeout_ms: 40, wait_interval_ms: 10, ...settings });
+    const { clock, store, admission, other } = setup(
+      { wait_timeout_ms: 40, wait_interval_ms: 10, ...settings },
+      { random: () => 0 },
+    );
     const held = await hold(other, channel, channel.maxConcurrency);
     for (let i = 0; i < foreign; i++) {
       expect(await store.registerWaiter(channel.id, `foreign:${i}`, 10_000, 60_000)).toBe(true);
     }
-    const err = await capacityError(admission.acquire({ candidates: [channel] }));
+    const t0 = clock.now();
+    const outcome = track(clock, admission.acquire({ candidates: [channel] }));
+    await elapse(clock, 40);
+    const { reason } = failedWith(outcome);
+    await flush();
     // Nothing leaked: only the foreign waiters and the held slots remain.
-    await expect.poll(async () => (await load(store, channel.id)).waiting, { timeout: 500 }).toBe(foreign);
+    expect((await load(store, channel.id)).waiting).toBe(foreign);
     expect((await load(store, channel.id)).active).toBe(channel.maxConcurrency);
     for (const t of held) await t.release();
-    return err.reason;
+    return { reason, afterMs: outcome.at! - t0 };
   }
+
+  const timedOut = { reason: 'wait_timeout', afterMs: 40 };
+  const queueFull = { reason: 'queue_full', afterMs: 0 };
 
   it('queue_full at the channel max_waiting, which wins over the setting and max_concurrency', async () => {
     const channel = { id: 'q', maxConcurrency: 1, maxWaiting: 2 };
     const settings = { max_waiting_per_channel: 5 };
-    expect(await probeQueue(channel, settings, 1)).toBe('wait_timeout');
-    expect(await probeQueue(channel, settings, 2)).toBe('queue_full');
+    expect(await probeQueue(channel, settings, 1)).toEqual(timedOut);
+    expect(await probeQueue(channel, settings, 2)).toEqual(queueFull);
   });
 
   it('queue_full at max_waiting_per_channel when the channel sets none (and the setting is > 0)', async () => {
     const channel = { id: 'q', maxConcurrency: 1 };
     const settings = { max_waiting_per_channel: 3 };
-    expect(await probeQueue(channel, settings, 2)).toBe('wait_timeout');
-    expect(await probeQueue(channel, settings, 3)).toBe('queue_full');
+    expect(await probeQueue(channel, settings, 2)).toEqual(timedOut);
+    expect(await probeQueue(channel, settings, 3)).toEqual(queueFull);
   });
 
   it('queue_full at max_concurrency when neither the channel nor the setting bounds the queue', async () => {
     const channel = { id: 'q', maxConcurrency: 2 };
     const settings = { max_waiting_per_channel: 0 };
-    expect(await probeQueue(channel, settings, 1)).toBe('wait_timeout');
-    expect(await probeQueue(channel, settings, 2)).toBe('queue_full');
+    expect(await probeQueue(channel, settings, 1)).toEqual(timedOut);
+    expect(await probeQueue(channel, settings, 2)).toEqual(queueFull);
   });
 
   it('queue_full is counted and names the channel', async () => {
@@ -285,40 +325,55 @@ describe('waiting', () => {
   });
 
   it('wait_timeout after wait_timeout_ms, with the registration removed and the held slot untouched', async () => {
-    const { store, admission, other } = setup({ wait_timeout_ms: 120, wait_interval_ms: 10 });
+    const { clock, store, admission, other } = setup(
+      { wait_timeout_ms: 120, wait_interval_ms: 10 },
+      { random: () => 0 },
+    );
     const channel = { id: 'slow', maxConcurrency: 1 };
     const held = await hold(other, channel);
-    const started = Date.now();
-    const pending = admission.acquire({ candidates: [channel] });
-    await sleep(30);
+    const t0 = clock.now();
+    const pending = track(clock, admission.acquire({ candidates: [channel] }));
+    await elapse(clock, 30);
     expect((await load(store, 'slow')).waiting).toBe(1); // it really registered
     expect(admission.stats().channels.slow?.waiting).toBe(1);
-    const err = await capacityError(pending);
+    // Polls at +5, +15, +35, +75, +115; the last sleep is cut to the 5 ms left, so the last poll is at the deadline.
+    await elapse(clock, 89);
+    expect(pending.at).toBeUndefined();
+    await elapse(clock, 1);
+    expect(pending.at).toBe(t0 + 120);
+    const err = failedWith(pending);
     expect(err.reason).toBe('wait_timeout');
     expect(err.channels).toEqual(['slow']);
-    expect(Date.now() - started).toBeGreaterThanOrEqual(110);
-    expect(Date.now() - started).toBeLessThan(3000);
-    await expect.poll(async () => (await load(store, 'slow')).waiting, { timeout: 500 }).toBe(0);
+    await flush();
+    expect((await load(store, 'slow')).waiting).toBe(0);
     expect((await load(store, 'slow')).active).toBe(1);
     expect(admission.stats().outcomes.capacity_wait_timeout).toBe(1);
+    expect(admission.stats().waitTimeMs).toMatchObject({ count: 1, sum: 120 });
     expect(admission.stats().liveLeases).toBe(0);
     for (const t of held) await t.release();
   });
 
   it('aborted when the caller aborts during the wait, at once, with nothing leaked', async () => {
-    const { store, admission, other } = setup({ wait_timeout_ms: 10_000, wait_interval_ms: 1000 });
+    const { clock, store, admission, other } = setup(
+      { wait_timeout_ms: 10_000, wait_interval_ms: 1000 },
+      { random: () => 0 },
+    );
     const channel = { id: 'ab', maxConcurrency: 1 };
     const held = await hold(other, channel);
     const controller = new AbortController();
-    const pending = admission.acquire({ candidates: [channel], signal: controller.signal });
-    await sleep(30);
+    const pending = track(clock, admission.acquire({ candidates: [channel], signal: controller.signal }));
+    await elapse(clock, 30);
     expect((await load(store, 'ab')).waiting).toBe(1);
-    const started = Date.now();
+    const timers = clock.pending;
+    const abortedAt = clock.now();
     controller.abort();
-    const err = await capacityError(pending);
+    await flush();
+    // Not after the 500 ms poll, nor the 10 s deadline: with no time passing, and its sleep timer cancelled.
+    expect(pending.at).toBe(abortedAt);
+    expect(clock.pending).toBe(timers - 1);
+    const err = failedWith(pending);
     expect(err.reason).toBe('aborted');
-    expect(Date.now() - started).toBeLessThan(400); // not after the ≥ 500 ms poll, nor the 10 s deadline
-    await expect.poll(async () => (await load(store, 'ab')).waiting, { timeout: 500 }).toBe(0);
+    expect((await load(store, 'ab')).waiting).toBe(0);
     expect((await load(store, 'ab')).active).toBe(1);
     expect(admission.stats().outcomes.capacity_aborted).toBe(1);
     expect(admission.stats().liveLeases).toBe(0);
@@ -338,32 +393,44 @@ describe('waiting', () => {
     for (const t of held) await t.release();
   });
 
-  it('a release on this instance wakes its waiter at once (wait_interval_ms 1000: first poll ≥ 500 ms)', async () => {
-    const { store, admission } = setup({ wait_interval_ms: 1000, wait_timeout_ms: 5000 });
+  it('a release on this instance wakes its waiter at once (wait_interval_ms 1000: first poll at +500 ms)', async () => {
+    const { clock, store, admission } = setup(
+      { wait_interval_ms: 1000, wait_timeout_ms: 5000 },
+      { random: () => 0 },
+    );
     const channel = { id: 'wake', maxConcurrency: 1 };
     const [holder] = await hold(admission, channel);
-    const pending = admission.acquire({ candidates: [channel] });
-    await sleep(40);
+    const t0 = clock.now();
+    const pending = track(clock, admission.acquire({ candidates: [channel] }));
+    await elapse(clock, 40);
     expect((await load(store, 'wake')).waiting).toBe(1);
-    const released = Date.now();
     await holder!.release();
-    const ticket = await pending;
+    await flush();
+    expect(pending.at).toBe(t0 + 40); // at the release, with no time passing
+    const ticket = pending.value!;
     expect(ticket.channel.id).toBe('wake');
-    expect(Date.now() - released).toBeLessThan(400);
-    expect(ticket.waitedMs).toBeLessThan(450);
+    expect(ticket.waitedMs).toBe(40);
     await ticket.release();
   });
 
   it('a release on another instance is only seen at the next poll (the contrast to the local wake-up)', async () => {
-    const { store, admission, other } = setup({ wait_interval_ms: 1000, wait_timeout_ms: 5000 });
+    const { clock, store, admission, other } = setup(
+      { wait_interval_ms: 1000, wait_timeout_ms: 5000 },
+      { random: () => 0 },
+    );
     const channel = { id: 'remote', maxConcurrency: 1 };
     const [holder] = await hold(other, channel);
-    const pending = admission.acquire({ candidates: [channel] });
-    await sleep(40);
+    const t0 = clock.now();
+    const pending = track(clock, admission.acquire({ candidates: [channel] }));
+    await elapse(clock, 40);
     expect((await load(store, 'remote')).waiting).toBe(1);
     await holder!.release();
-    const ticket = await pending;
-    expect(ticket.waitedMs).toBeGreaterThanOrEqual(450);
+    await elapse(clock, 459);
+    expect(pending.at).toBeUndefined(); // +499: the slot is free, but nothing told this instance
+    await elapse(clock, 1);
+    expect(pending.at).toBe(t0 + 500);
+    const ticket = pending.value!;
+    expect(ticket.waitedMs).toBe(500);
     await ticket.release();
   });
 });
@@ -404,9 +471,9 @@ describe('tickets', () => {
 
 describe('cooldowns', () => {
   it('cooldown() of an unlimited channel keeps it out of selection with zero store commands, until it ends', async () => {
-    const clock = new ManualClock();
-    const store = new MemoryStore({ clock });
-    const admission = engine(store, {}, { clock, random: mulberry32(4) });
+    const m = memory();
+    const { clock, store } = m;
+    const admission = engine(m, {}, { random: mulberry32(4) });
     const hot = { id: 'hot', weight: 1000 };
     const cold = { id: 'cold', weight: 1 };
     const candidates = [hot, cold];
@@ -511,9 +578,10 @@ describe('cooldowns', () => {
 
 describe('aborts that land while a store call is in flight', () => {
   it('an abort during the last poll ends the wait at once, not after the next sleep', async () => {
-    const store = new MemoryStore();
+    const m = memory();
+    const { clock, store } = m;
     // random() = 0: every sleep is exactly interval / 2 = 500 ms, so a missed abort costs one more 500 ms sleep
-    const admission = engine(store, { wait_interval_ms: 1000, wait_timeout_ms: 10_000 }, { random: () => 0 });
+    const admission = engine(m, { wait_interval_ms: 1000, wait_timeout_ms: 10_000 }, { random: () => 0 });
     const channel = { id: 'slow', maxConcurrency: 1 };
     const holder = await admission.acquire({ candidates: [channel] });
     const ac = new AbortController();
@@ -524,12 +592,18 @@ describe('aborts that land while a store call is in flight', () => {
       if (++polls === 2) ac.abort();
       return acquireFirst(targets, opts);
     };
-    const started = Date.now();
-    const err = await capacityError(admission.acquire({ candidates: [channel], signal: ac.signal }));
+    const t0 = clock.now();
+    const pending = track(clock, admission.acquire({ candidates: [channel], signal: ac.signal }));
+    await elapse(clock, 499);
+    expect(polls).toBe(1); // the pass's own try; the waiter is in its first 500 ms sleep
+    expect(pending.at).toBeUndefined();
+    await elapse(clock, 1);
+    expect(polls).toBe(2);
+    expect(pending.at).toBe(t0 + 500); // it slept once, and ended with the poll the abort landed in
+    const err = failedWith(pending);
     expect(err.reason).toBe('aborted');
-    const elapsed = Date.now() - started;
-    expect(elapsed).toBeGreaterThanOrEqual(490); // it did sleep once
-    expect(elapsed).toBeLessThan(950); // one 500 ms sleep, not two
+    await elapse(clock, 1000);
+    expect(polls).toBe(2); // no poll after the abort
     expect((await store.readLoads(['slow'])).get('slow')).toMatchObject({ active: 1, waiting: 0 });
     await holder.release();
   });
@@ -537,8 +611,9 @@ describe('aborts that land while a store call is in flight', () => {
 
 describe('store failures with unlimited channels in the candidate set (I4)', () => {
   it('a failing bounded acquire in a higher tier still lets a lower-tier unlimited channel serve', async () => {
-    const store = new MemoryStore();
-    const admission = engine(store);
+    const m = memory();
+    const { store } = m;
+    const admission = engine(m);
     store.acquireFirst = async () => {
       throw new (await import('../../packages/slotgate/src/core/errors.js')).StoreUnavailableError(
         'acquire',
@@ -563,8 +638,7 @@ describe('store failures with unlimited channels in the candidate set (I4)', () 
 
 describe('candidate sets passed again', () => {
   it('a caller that changes its array or its channels in place is never served a stale candidate set', async () => {
-    const store = new MemoryStore();
-    const admission = engine(store);
+    const admission = engine(memory());
     const a: Candidate = { id: 'a', maxConcurrency: 1, priority: 10 };
     const b: Candidate = { id: 'b', maxConcurrency: 1, priority: 0 };
     const set: Candidate[] = [a, b];
@@ -592,8 +666,9 @@ describe('candidate sets passed again', () => {
 
 describe('candidate validation', () => {
   it('rejects a malformed candidate with the field, the expectation and the value, and changes nothing', async () => {
-    const store = new MemoryStore();
-    const admission = engine(store);
+    const m = memory();
+    const { store } = m;
+    const admission = engine(m);
     const cases: [Candidate, RegExp][] = [
       [{ id: '' }, /`id` to be a non-empty string, got ""/],
       [{ id: 'a', maxConcurrency: 1.5 }, /`maxConcurrency of a` to be an integer .* got 1.5/],

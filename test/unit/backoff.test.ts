@@ -3,16 +3,18 @@
  */
 import { describe, expect, it } from 'vitest';
 import { backoffCap, jitter, nextInterval } from '../../packages/slotgate/src/core/backoff.js';
+import { seededRandom } from '../../packages/slotgate/src/core/order.js';
 import { DEFAULT_SETTINGS } from '../../packages/slotgate/src/core/settings.js';
 
 describe('jitter()', () => {
-  it('200 samples for interval 100 ms with Math.random all lie in [50, 100)', () => {
-    const samples = Array.from({ length: 200 }, () => jitter(100, Math.random));
+  it('200 samples for interval 100 ms from a seeded random all lie in [50, 100)', () => {
+    const random = seededRandom(31);
+    const samples = Array.from({ length: 200 }, () => jitter(100, random));
     for (const s of samples) {
       expect(s).toBeGreaterThanOrEqual(50);
       expect(s).toBeLessThan(100);
     }
-    // Jitter, not a constant: 200 draws from Math.random are not all equal.
+    // Jitter, not a constant: 200 draws are not all equal.
     expect(new Set(samples).size).toBeGreaterThan(1);
   });
 
@@ -93,9 +95,11 @@ describe('polls in a 5 s window with the default settings', () => {
     const worst = pollTimes(100, 5000, () => 0).length;
     // random() = 0.5: sleeps of 3/4 of each interval.
     expect(pollTimes(100, 5000, () => 0.5).length).toBeLessThanOrEqual(12);
+    // A seeded random: the mean below is one fixed number, not a sample that could land past 12 by chance.
+    const random = seededRandom(47);
     let total = 0;
     for (let n = 0; n < 500; n++) {
-      const count = pollTimes(100, 5000, Math.random).length;
+      const count = pollTimes(100, 5000, random).length;
       expect(count).toBeLessThanOrEqual(worst);
       total += count;
     }

@@ -5,6 +5,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { createAdmission } from '../../packages/slotgate/src/admission/admission.js';
+import { ManualClock } from '../../packages/slotgate/src/core/clock.js';
 import { CapacityError, SettingsError } from '../../packages/slotgate/src/core/errors.js';
 import {
   DEFAULT_SETTINGS,
@@ -13,6 +14,7 @@ import {
 } from '../../packages/slotgate/src/core/settings.js';
 import { gatewaySettings } from '../../packages/gateway/src/settings.js';
 import { MemoryStore } from '../../packages/slotgate/src/store/memory/memory-store.js';
+import { elapse, flush, track } from './manual-time.js';
 
 /** The settings reference (docs/configuration.md), copied: key → [default, min, max] (booleans: [default]). */
 const SPEC_TABLE = {
@@ -284,28 +286,37 @@ describe('settings of an admission engine', () => {
   });
 
   it('wait_enabled=false turns a wait into an immediate CapacityError reason full', async () => {
-    const store = new MemoryStore();
+    const clock = new ManualClock();
+    const store = new MemoryStore({ clock });
     const admission = createAdmission({
       store,
+      clock,
       settings: { wait_timeout_ms: 50, wait_interval_ms: 10 },
+      random: () => 0, // polls at +5, +15, +35, then at the deadline
     });
     const candidates = [full('solo')];
     const holder = await admission.acquire({ candidates });
 
-    const waited = await admission.acquire({ candidates }).catch((e: unknown) => e);
-    expect(waited).toBeInstanceOf(CapacityError);
-    expect((waited as CapacityError).reason).toBe('wait_timeout');
+    const t0 = clock.now();
+    const waited = track(clock, admission.acquire({ candidates }));
+    await elapse(clock, 49);
+    expect(waited.at).toBeUndefined();
+    await elapse(clock, 1);
+    expect(waited.at).toBe(t0 + 50);
+    expect(waited.error).toBeInstanceOf(CapacityError);
+    expect((waited.error as CapacityError).reason).toBe('wait_timeout');
     expect(store.commands.wait).toBe(2); // register + unregister
 
     // Had wait_enabled been ignored, this pass would sit out a 5 s wait.
     admission.updateSettings({ wait_enabled: false, wait_timeout_ms: 5000 });
-    const started = Date.now();
-    const immediate = await admission.acquire({ candidates }).catch((e: unknown) => e);
-    expect(immediate).toBeInstanceOf(CapacityError);
-    expect((immediate as CapacityError).reason).toBe('full');
-    expect((immediate as CapacityError).channels).toEqual(['solo']);
+    const t1 = clock.now();
+    const immediate = track(clock, admission.acquire({ candidates }));
+    await flush();
+    expect(immediate.at).toBe(t1); // failed with no time passing
+    expect(immediate.error).toBeInstanceOf(CapacityError);
+    expect((immediate.error as CapacityError).reason).toBe('full');
+    expect((immediate.error as CapacityError).channels).toEqual(['solo']);
     expect(store.commands.wait).toBe(2); // no registration this time
-    expect(Date.now() - started).toBeLessThan(2000);
 
     await holder.release();
     await admission.close();
