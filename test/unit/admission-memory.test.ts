@@ -4,7 +4,6 @@
  * this engine's waiters. Every engine and store here runs on a ManualClock: waits, polls, time-outs and aborts are
  * asserted at the exact instant they happen, and a `random` of 0 makes every poll sleep exactly half its interval.
  */
-import { setTimeout as sleep } from 'node:timers/promises';
 import { afterEach, describe, expect, it } from 'vitest';
 import { createAdmission } from '../../packages/slotgate/src/admission/admission.js';
 import type { Admission, AdmissionOptions, Ticket } from '../../packages/slotgate/src/admission/types.js';

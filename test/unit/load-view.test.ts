@@ -26,13 +26,14 @@ function controlReads(store: MemoryStore) {
   const real = store.readLoads.bind(store);
   const reads = {
     calls: [] as string[][],
-    mode: 'answer' as 'answer' | 'hold' | 'fail',
+    mode: 'answer' as 'answer' | 'hold' | 'fail' | 'throw',
     held: [] as HeldRead[],
   };
   store.readLoads = (ids, opts) => {
     reads.calls.push([...ids]);
     if (reads.mode === 'answer') return real(ids, opts);
     if (reads.mode === 'fail') return Promise.reject(new Error('store down'));
+    if (reads.mode === 'throw') throw new Error('store broken');
     return new Promise<Loads>((resolve, reject) => {
       let sent: Promise<Loads> | undefined;
       const send = () => (sent ??= real(ids, opts));
@@ -334,6 +335,17 @@ describe('the fetch bound and the fallback', () => {
     reads.mode = 'answer';
     expect(await view.read(['b'])).toEqual(new Map([['b', load(0)]]));
     expect(reads.calls).toEqual([['a'], ['b'], ['b']]);
+  });
+
+  it('a store that throws at once (no promise) falls back and gives its fetch slot back', async () => {
+    const { reads, local, view } = fixture({ maxConcurrentFetches: 1 });
+    local.active.set('a', 2);
+    reads.mode = 'throw';
+    expect(await view.read(['a'])).toEqual(new Map([['a', load(2)]]));
+    reads.mode = 'answer';
+    // with the only fetch slot kept by the throw, this read would fall back again without reaching the store
+    expect(await view.read(['a'])).toEqual(new Map([['a', load(0)]]));
+    expect(reads.calls).toEqual([['a'], ['a']]);
   });
 
   it('an aborted caller gets its own rejection at once; the shared fetch completes for the others', async () => {

@@ -206,7 +206,12 @@ export class LoadView {
       // emptier, than it is (a reservation is never part of the base).
       const snapshot = () => ids.map((id) => ({ ...(this.net.get(id) ?? ZERO) }));
       let bases = snapshot();
-      const read = this.opts.store.readLoads(ids, { onSent: () => (bases = snapshot()) });
+      let read: Promise<Map<string, ChannelLoad>>;
+      try {
+        read = this.opts.store.readLoads(ids, { onSent: () => (bases = snapshot()) });
+      } catch (err) {
+        read = Promise.reject(err as Error); // a store that throws at once must not keep the fetch slot
+      }
       // The slot is held until the store call itself settles, so slow reads never pile up past the bound.
       void read.then(
         () => this.fetchSlots.release(),
