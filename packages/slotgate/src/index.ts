@@ -15,7 +15,7 @@ export { OUTCOMES, type AdmissionStats, type ChannelStats, type Outcome } from '
 export type { LoadViewCounters } from './admission/load-view.js';
 export type { LeaseEvent } from './store/leases.js';
 export type { Candidate } from './core/channel.js';
-export type { Clock } from './core/clock.js';
+export type { Clock, Timer } from './core/clock.js';
 export type { Random } from './core/order.js';
 export type { HistogramSnapshot } from './core/histogram.js';
 export {
@@ -49,6 +49,13 @@ export { RedisStore, type RedisStoreOptions } from './store/redis/redis-store.js
 export {
   PURPOSES,
   type SlotStore,
+  type AcquireTarget,
+  type AcquireOptions,
+  type AcquireReply,
+  type LeaseRef,
+  type PendingRelease,
+  type ReadLoadsOptions,
+  type CooldownInfo,
   type ChannelLoad,
   type Purpose,
   type StoreHealth,

@@ -1,6 +1,6 @@
 /**
  * The error hierarchy of slotgate. Every error has a stable string `code`; the gateway maps codes to HTTP statuses in
- * exactly one table (src/gateway/http-errors.ts). Messages never carry secrets.
+ * exactly one table (the gateway's http-errors.ts). Messages never carry secrets.
  */
 
 export type CapacityReason = 'full' | 'queue_full' | 'wait_timeout' | 'aborted';

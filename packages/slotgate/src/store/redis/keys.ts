@@ -4,7 +4,7 @@
  *   <prefix>:v1:{<channel>}:slots     sorted set  member = lease token,  score = lease expiry (ms, Redis clock)
  *   <prefix>:v1:{<channel>}:waiters   sorted set  member = waiter token, score = registration expiry
  *   <prefix>:v1:{<channel>}:cooldown  string      value = reason, PX = cooldown length
- *   <prefix>:v1:settings              hash        channel_concurrency_setting
+ *   <prefix>:v1:settings              hash        settings overrides shared by every instance
  *   <prefix>:v1:settings:changed      pub/sub     announces settings changes
  *   <prefix>:v1:instances             hash        gateway instance id → JSON heartbeat (dashboard's instance list)
  *
