@@ -10,6 +10,7 @@ import { promisify } from 'node:util';
 import { Redis } from 'ioredis';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { RedisStore } from '../../packages/slotgate/src/store/redis/redis-store.js';
+import { lockBuiltPackages } from '../helpers/dist-lock.js';
 import {
   ROOT,
   cleanEnv,
@@ -476,9 +477,12 @@ describe('graceful shutdown', () => {
 });
 
 describe('slotgate serve without --config (the built CLI)', () => {
+  let unlock: (() => void) | undefined;
   beforeAll(async () => {
+    unlock = await lockBuiltPackages();
     await promisify(execFile)('npm', ['run', 'build'], { cwd: ROOT });
-  }, 120_000);
+  }, 360_000);
+  afterAll(() => unlock?.());
 
   it('serves the bundled demo: a streamed chat completion with the demo token', async () => {
     const gw = await spawnGateway({ cli: 'dist' });
