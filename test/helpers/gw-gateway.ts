@@ -1,6 +1,6 @@
 /**
- * Real `slotgate serve` child processes for test/integration/gateway-multiprocess.test.ts: write a config file, start
- * the CLI (through tsx from src/, or the built dist/cli/main.js) on a port picked by freePort(), wait for its
+ * Real `slotgate serve` child processes for the integration tests: write a config file, start the CLI (through tsx
+ * from src/, or an installed package's bin) on a port picked by freePort(), wait for its
  * "slotgate listening" log line, and kill whatever is still running when a test ends — or when the test process
  * itself exits, so a crashed run leaves no gateway behind.
  */
@@ -31,8 +31,14 @@ export interface GwProcess {
 export interface SpawnOptions {
   /** Path of the config file; omitted = no --config (the bundled demo, unless SLOTGATE_CONFIG is set). */
   configPath?: string;
-  /** `tsx` runs src/cli/main.ts; `dist` runs the built dist/cli/main.js. @default 'tsx' */
-  cli?: 'tsx' | 'dist';
+  /**
+   * A `slotgate` command to run, e.g. the bin of an installed package. By default the CLI's source runs through tsx
+   * with the library's source (the `slotgate-source` condition: without it the gateway's `import 'slotgate'` would
+   * load the library's dist/, which may be missing, stale, or being rebuilt by the pack test).
+   */
+  bin?: string;
+  /** The child's working directory. @default the repository root */
+  cwd?: string;
   /** @default freePort() */
   port?: number;
   /** Extra arguments after `serve`. */
@@ -63,10 +69,9 @@ export function cleanEnv(extra: NodeJS.ProcessEnv = {}): NodeJS.ProcessEnv {
 
 export async function spawnGateway(opts: SpawnOptions = {}): Promise<GwProcess> {
   const port = opts.port ?? (await freePort());
-  const entry =
-    opts.cli === 'dist'
-      ? ['packages/gateway/dist/cli/main.js']
-      : ['--conditions=slotgate-source', '--import', 'tsx', 'packages/gateway/src/cli/main.ts'];
+  const entry = opts.bin
+    ? [opts.bin]
+    : ['--conditions=slotgate-source', '--import', 'tsx', join(ROOT, 'packages/gateway/src/cli/main.ts')];
   const args = [
     ...entry,
     'serve',
@@ -76,7 +81,7 @@ export async function spawnGateway(opts: SpawnOptions = {}): Promise<GwProcess> 
     ...(opts.args ?? []),
   ];
   const proc = spawn(process.execPath, args, {
-    cwd: ROOT,
+    cwd: opts.cwd ?? ROOT,
     env: opts.env ?? cleanEnv(),
     stdio: ['ignore', 'pipe', 'pipe'],
   });

@@ -79,7 +79,14 @@ function cli(...args: string[]): Promise<CliResult> {
   return new Promise((resolve) => {
     execFile(
       process.execPath,
-      ['--import', 'tsx', 'packages/gateway/src/cli/main.ts', 'doctor', ...args],
+      [
+        '--conditions=slotgate-source',
+        '--import',
+        'tsx',
+        'packages/gateway/src/cli/main.ts',
+        'doctor',
+        ...args,
+      ],
       { cwd: ROOT, timeout: 15_000 },
       (err, stdout, stderr) => {
         const code = err ? (typeof err.code === 'number' ? err.code : -1) : 0;

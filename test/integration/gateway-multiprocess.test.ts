@@ -4,15 +4,12 @@
  * shutdown on SIGTERM; the bundled demo from the built CLI; and an invalid config file at start. Every child is
  * SIGKILLed when its test ends, passed or failed.
  */
-import { execFile } from 'node:child_process';
 import { connect } from 'node:net';
-import { promisify } from 'node:util';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Redis } from 'ioredis';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { RedisStore } from '../../packages/slotgate/src/store/redis/redis-store.js';
 import {
-  ROOT,
   cleanEnv,
   killAllGateways,
   logLines,
@@ -477,45 +474,6 @@ describe('graceful shutdown', () => {
     expect(await leaseKeys(redis, prefix)).toEqual([]);
     expect(upstream.total()).toBe(1);
     expect(logLines(gw.output()).some((l) => String(l.msg).startsWith('shutting down'))).toBe(true);
-  }, 30_000);
-});
-
-describe('slotgate serve without --config (the built CLI)', () => {
-  beforeAll(async () => {
-    await promisify(execFile)('npm', ['run', 'build'], { cwd: ROOT });
-  }, 120_000);
-
-  it('serves the bundled demo: a streamed chat completion with the demo token', async () => {
-    const gw = await spawnGateway({ cli: 'dist' });
-    await gw.ready;
-    const listening = logLines(gw.output()).find((l) => String(l.msg).startsWith('slotgate listening'));
-    expect(listening).toMatchObject({ store: 'memory', config: '<built-in demo>' });
-
-    // The README's first curl.
-    const res = await call(gw, 'POST', '/v1/chat/completions', {
-      token: 'sk-slotgate-demo',
-      body: { model: 'gpt-4o-mini', stream: true, messages: [{ role: 'user', content: 'Hi' }] },
-    });
-    expect(res.status, res.text).toBe(200);
-    expect(res.headers.get('content-type')).toMatch(/^text\/event-stream/);
-    const events = res.text.split('\n\n').filter((e) => e.startsWith('data: '));
-    expect(events.at(-1)).toBe('data: [DONE]');
-    const chunks = events
-      .slice(0, -1)
-      .map(
-        (e) => JSON.parse(e.slice(6)) as { object: string; choices: Array<{ delta: { content?: string } }> },
-      );
-    expect(chunks.length).toBeGreaterThan(1);
-    for (const c of chunks) expect(c.object).toBe('chat.completion.chunk');
-    const content = chunks.map((c) => c.choices[0]?.delta.content ?? '').join('');
-    expect(content).toMatch(/^Hello from .*slotgate/);
-
-    // Auth is on: no token, no answer.
-    const anonymous = await call(gw, 'POST', '/v1/chat/completions', {
-      body: { model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'Hi' }] },
-    });
-    expect(anonymous.status).toBe(401);
-    expect((anonymous.json.error as Json).code).toBe('invalid_api_key');
   }, 30_000);
 });
 
