@@ -1,5 +1,5 @@
 /**
- * The admission engine on a real Redis, with every command counted by a wrapper around the client (spec §10).
+ * The admission engine on a real Redis, with every command counted by a wrapper around the client.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';

@@ -1,5 +1,5 @@
 /**
- * `slotgate doctor` (spec §7.5, §13) against the test Redis: planted leftovers are found exactly, a read-only run
+ * `slotgate doctor` against the test Redis: planted leftovers are found exactly, a read-only run
  * changes nothing, --fix removes exactly what was reported (live members, other versions and other prefixes survive),
  * the command line exits 1 with findings and 0 when clean, and real traffic leaves nothing behind once its holder is
  * gone and one lease TTL has passed — while a crashed holder next to a live one leaves exactly its own leases.

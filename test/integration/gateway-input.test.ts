@@ -1,5 +1,5 @@
 /**
- * What the gateway does with bad input (spec §7.1, §7.3, §7.5), on a real Redis: malformed or incomplete bodies,
+ * What the gateway does with bad input, on a real Redis: malformed or incomplete bodies,
  * unknown models, missing or wrong tokens (OpenAI and Anthropic error shapes), oversized bodies, invalid settings
  * updates (rejected whole), admin routes without the admin token, and config files that turn invalid on reload.
  */

@@ -1,5 +1,5 @@
 /**
- * `slotgate serve` as real child processes (spec §6, §7, §13): several gateways on the shared test Redis, each with
+ * `slotgate serve` as real child processes: several gateways on the shared test Redis, each with
  * its own key prefix; an upstream run here in the test that counts in-flight requests per channel itself; graceful
  * shutdown on SIGTERM; the bundled demo from the built CLI; and an invalid config file at start. Every child is
  * SIGKILLed when its test ends, passed or failed.

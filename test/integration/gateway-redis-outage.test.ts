@@ -1,5 +1,5 @@
 /**
- * The gateway with its Redis stopped and started again (spec §7.3, §9 I4), on a private redis-server: bounded channels
+ * The gateway with its Redis stopped and started again, on a private redis-server: bounded channels
  * fail closed with 503 admission_store_unavailable and `Retry-After: 1`, unlimited channels keep serving with no
  * Redis at all, and once Redis is back bounded channels serve again without a restart.
  */

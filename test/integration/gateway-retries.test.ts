@@ -1,5 +1,5 @@
 /**
- * Upstream errors through the gateway (spec §7.3, §7.4), on a real Redis with a fake upstream: an upstream 429 cools
+ * Upstream errors through the gateway, on a real Redis with a fake upstream: an upstream 429 cools
  * the channel down for its Retry-After and the request is served by another channel; a 5xx other than 504 and a
  * connection error are retried elsewhere, a 504 is not; a quota 429 starts no cooldown; when the retries are used up
  * the client gets the upstream's own status and body, never a slotgate 429 in its place.

@@ -1,5 +1,5 @@
 /**
- * The client API (spec §7.2) against a fake upstream and mock channels, on real sockets and a real Redis: every OpenAI
+ * The client API against a fake upstream and mock channels, on real sockets and a real Redis: every OpenAI
  * route and /v1/messages reach the channel's own path with the channel's own credentials and never the client's token;
  * the body arrives byte for byte as sent; GET /v1/models lists what the caller's group may use.
  */

@@ -1,5 +1,5 @@
 /**
- * Secrets never leave the gateway (spec §7.5): after a run through every kind of request — served, streamed, dropped,
+ * Secrets never leave the gateway: after a run through every kind of request — served, streamed, dropped,
  * retried, cooled down, refused for every reason, every admin route, /metrics, /dashboard, and config reloads that
  * fail on a file full of secrets in the wrong places — no channel key, client token, admin token, channel header value
  * or base_url credential appears in any response (status line, headers, body) or in any log line at trace level.

@@ -1,6 +1,6 @@
 /**
  * Streaming through the gateway on real sockets, with a real Redis and a fake upstream that counts its own
- * concurrency (spec §7.2, §9 I1/I5): the upstream never sees more than max_concurrency at once, whatever the burst and
+ * concurrency: the upstream never sees more than max_concurrency at once, whatever the burst and
  * however many gateway instances share the Redis; every client gets its whole stream or a 429 it can act on; a client
  * that goes away frees its slot (or its waiter place) and aborts the upstream request; SSE passes through as it comes.
  */

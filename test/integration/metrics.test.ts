@@ -1,6 +1,6 @@
 /**
  * GET /metrics under real traffic on the test Redis: the exposition is parsed line by line (test/helpers/prom-text.ts)
- * and every engine counter of spec §8 is checked against what the test itself sent and against admission.stats();
+ * and every engine counter is checked against what the test itself sent and against admission.stats();
  * histograms are cumulative and count every admission; per-channel gauges are current in the same scrape; labels
  * carry channel ids, purposes and outcomes, never a token or a key.
  */
@@ -182,7 +182,7 @@ describe('GET /metrics', () => {
     expect(() => parsePrometheusText('# TYPE a gauge\na one')).toThrow(/bad value/);
   });
 
-  it('exports every §8 counter, moving with traffic and equal to what was sent and to admission.stats()', async () => {
+  it('exports every engine counter, moving with traffic and equal to what was sent and to admission.stats()', async () => {
     const { gw } = await startGateway();
 
     // First scrape, before any traffic: every configured channel already has its gauges.
@@ -257,7 +257,7 @@ describe('GET /metrics', () => {
       expect(valueOf(s1.exp, 'slotgate_redis_commands_total', { purpose }), purpose).toBe(
         before.commands[purpose],
       );
-    // One release command per bounded admission (spec §11); the unlimited channel costs none.
+    // One release command per bounded admission; the unlimited channel costs none.
     expect(valueOf(s1.exp, 'slotgate_redis_commands_total', { purpose: 'release' })).toBe(11);
     // 10 + 1 sequential acquires, then the burst of 3, whose acquires may share one coalesced call
     const acquireCommands = valueOf(s1.exp, 'slotgate_redis_commands_total', { purpose: 'acquire' });

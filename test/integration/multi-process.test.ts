@@ -1,5 +1,5 @@
 /**
- * Invariant I1 across real processes (spec §9, §10 item 14): three child processes, each an admission engine with
+ * No oversell across real processes: three child processes, each an admission engine with
  * 100 concurrent acquirers, share one Redis and 20 channels of max 2 (one candidate set, one priority). Every holder
  * calls an upstream run here in the test while it holds its slot; the upstream counts in-flight requests per channel
  * itself, so the assertions are about what the upstream saw, not what the engines believe.

@@ -1,5 +1,5 @@
 /**
- * The admission engine (spec §2, §5, §7.4 cooldowns) on MemoryStore. A second engine on the same store plays
+ * The admission engine on MemoryStore. A second engine on the same store plays
  * "another instance": it holds slots this engine's load view does not know about and releases them without waking
  * this engine's waiters. Every engine and store here runs on a ManualClock: waits, polls, time-outs and aborts are
  * asserted at the exact instant they happen, and a `random` of 0 makes every poll sleep exactly half its interval.

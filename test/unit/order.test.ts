@@ -1,20 +1,36 @@
 /**
- * Tier ordering, weighted picks and weighted shuffles (spec §2.2, §2.3.1). Randomness is a seeded PRNG, so every
+ * Tier ordering, weighted picks and the lazy order of a tier (lowest load first, a weighted shuffle among equal
+ * loads), drained whole here to check its distribution. Randomness is a seeded PRNG, so every
  * statistical bound below is checked against one fixed sequence: it cannot flake, and each bound is tight enough
  * (many standard deviations narrower than the gap to a wrong answer) that a broken weighting fails it.
  */
 import { describe, expect, it } from 'vitest';
 import type { Candidate } from '../../packages/slotgate/src/core/channel.js';
 import {
-  orderByLoad,
+  LazyOrder,
   seededRandom as mulberry32,
   tiers,
   weightedPick,
-  weightedShuffle,
   type Random,
 } from '../../packages/slotgate/src/core/order.js';
 
 const ch = (id: string, extra: Partial<Candidate> = {}): Candidate => ({ id, ...extra });
+
+/** A tier's whole order: its LazyOrder drained. */
+function orderByLoad<C extends Candidate>(
+  items: readonly C[],
+  loadRate: (c: C) => number,
+  random: Random,
+): C[] {
+  const order = new LazyOrder(items, loadRate, random);
+  const out: C[] = [];
+  for (let c = order.next(); c; c = order.next()) out.push(c);
+  return out;
+}
+
+/** Equal loads: a weighted random order without replacement, weight-0 channels last. */
+const weightedShuffle = <C extends Candidate>(items: readonly C[], random: Random) =>
+  orderByLoad(items, () => 0, random);
 const ids = (cs: readonly Candidate[]) => cs.map((c) => c.id);
 
 function shares(draws: readonly (string | undefined)[]): Record<string, number> {

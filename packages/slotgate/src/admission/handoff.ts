@@ -44,7 +44,7 @@ export class Handoff {
     let set = this.parked.get(lease.channelId);
     if (!set) this.parked.set(lease.channelId, (set = new Set()));
     set.add(entry);
-    void release.done.finally(() => this.unpark(entry));
+    void release.done.then(() => this.unpark(entry)); // never rejects
     return true;
   }
 

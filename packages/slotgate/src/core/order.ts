@@ -43,11 +43,6 @@ export function weightedPick<C extends Candidate>(items: readonly C[], random: R
   return items.findLast((c) => weightOf(c) > 0);
 }
 
-/** Weighted random order without replacement; weight-0 channels last, in random order (all rates equal). */
-export function weightedShuffle<C extends Candidate>(items: readonly C[], random: Random): C[] {
-  return orderByLoad(items, () => 0, random);
-}
-
 /**
  * The order of a tier, produced one channel at a time: lowest load rate first, and among equal rates a weighted
  * random pick without replacement (weight-0 channels last). Each `next()` is one O(n) scan, so a pass that admits
@@ -107,16 +102,4 @@ export class LazyOrder<C extends Candidate> {
     this.left--;
     return this.items[pick];
   }
-}
-
-/** Sorts by load rate ascending, with a weighted shuffle among channels of equal load (a drained LazyOrder). */
-export function orderByLoad<C extends Candidate>(
-  items: readonly C[],
-  loadRate: (c: C) => number,
-  random: Random,
-): C[] {
-  const order = new LazyOrder(items, loadRate, random);
-  const out: C[] = [];
-  for (let c = order.next(); c; c = order.next()) out.push(c);
-  return out;
 }

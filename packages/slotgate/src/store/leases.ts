@@ -156,7 +156,11 @@ export class LeaseManager {
     this.forget(tracked);
     const first = this.store.releaseDeferred(tracked);
     let withdrawn = false;
-    const done = this.confirm(tracked, first.done).finally(() => this.releasing.delete(done));
+    // One continuation on the common path (confirmed or withdrawn at once); the retries only on a failure.
+    const settled = () => void this.releasing.delete(done);
+    const done: Promise<void> = first.done.then(settled, (err: unknown) =>
+      this.retry(tracked, err as Error).then(settled),
+    );
     this.releasing.add(done);
     return {
       done,
@@ -183,30 +187,23 @@ export class LeaseManager {
     else this.perChannel.delete(lease.channelId);
   }
 
-  /** Waits for the first removal, then retries with backoff until one is confirmed or the lease has expired. */
-  private async confirm(lease: Lease, first: Promise<boolean>): Promise<void> {
+  /** Retries a failed removal with backoff until one is confirmed or the lease has expired anyway. */
+  private async retry(lease: Lease, firstError: Error): Promise<void> {
     let delay = 50;
-    let attempt: Promise<boolean> = first;
-    for (let n = 1; ; n++) {
+    let error = firstError;
+    for (let attempt = 1; ; attempt++) {
+      if (this.clock.now() + delay >= lease.expiresAt) {
+        this.emit({ type: 'release_abandoned', channelId: lease.channelId, token: lease.token, error });
+        return;
+      }
+      this.emit({ type: 'release_retry', channelId: lease.channelId, token: lease.token, attempt, error });
+      await this.clock.sleep(delay);
+      delay = Math.min(delay * 2, 2000);
       try {
-        await attempt;
+        await this.store.release(lease);
         return;
       } catch (err) {
-        const error = err as Error;
-        if (this.clock.now() + delay >= lease.expiresAt) {
-          this.emit({ type: 'release_abandoned', channelId: lease.channelId, token: lease.token, error });
-          return;
-        }
-        this.emit({
-          type: 'release_retry',
-          channelId: lease.channelId,
-          token: lease.token,
-          attempt: n,
-          error,
-        });
-        await this.clock.sleep(delay);
-        delay = Math.min(delay * 2, 2000);
-        attempt = this.store.release(lease);
+        error = err as Error;
       }
     }
   }
