@@ -10,7 +10,6 @@ import { ALL_IDS, loadContenders } from './contenders/index.js';
 import { runHttp } from './http.js';
 import { openRedis, type RedisUnderTest } from './redis.js';
 import {
-  evaluateTargets,
   figures,
   httpTable,
   legend,
@@ -20,9 +19,9 @@ import {
   readmeTable,
   scaleTable,
   serverCommandTable,
-  targetsTable,
   type Meta,
 } from './report.js';
+import { evaluateTargets, targetsTable } from './targets.js';
 import { OversellError, runInProcess, type RunRecord } from './run.js';
 import { runScaleOut } from './scale.js';
 import { SCENARIOS, findScenario, type Scenario } from './scenarios.js';
