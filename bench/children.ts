@@ -1,6 +1,38 @@
-/** Child processes of the benchmark: its sibling modules, forked with an IPC channel and run from source by tsx. */
+/**
+ * Child processes of the benchmark: its sibling modules, forked with an IPC channel and run from source by tsx; the
+ * child's side of the channel; and the clock they share (performance.timeOrigin + performance.now(): wall time at
+ * monotonic resolution, one time base for every process of the machine).
+ */
 import { fork, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
+
+export const wallNow = (): number => performance.timeOrigin + performance.now();
+
+export const sleepUntil = (wallMs: number): Promise<void> =>
+  new Promise((r) => setTimeout(r, Math.max(0, wallMs - wallNow())));
+
+/** In a child: sends a message to the parent; resolves once it is written. */
+export const sendToParent = (message: unknown): Promise<void> =>
+  new Promise((resolve, reject) =>
+    process.send!(message, undefined, {}, (err) => (err ? reject(err) : resolve())),
+  );
+
+/**
+ * In a child: handles the parent's messages one by one as they come; a failure goes to the parent as
+ * { type: 'error', message } and ends the child, as does the parent going away.
+ */
+export function serveParent<M>(handle: (message: M) => Promise<void>): void {
+  process.on('message', (message: M) => {
+    handle(message).catch(async (err: unknown) => {
+      await sendToParent({
+        type: 'error',
+        message: err instanceof Error ? (err.stack ?? err.message) : String(err),
+      }).catch(() => {});
+      process.exit(1);
+    });
+  });
+  process.on('disconnect', () => process.exit(0));
+}
 
 export interface Child {
   proc: ChildProcess;
@@ -8,6 +40,21 @@ export interface Child {
   /** The next message of this type (rejects on an error message or an early exit). */
   next<T>(type: string, timeoutMs?: number): Promise<T>;
   kill(): Promise<void>;
+}
+
+/** Sends each child its message (by index) and waits for every child's reply of type `reply`. */
+export function askAll<T>(
+  children: readonly Child[],
+  message: (i: number) => unknown,
+  reply: string,
+  timeoutMs?: number,
+): Promise<T[]> {
+  return Promise.all(
+    children.map((child, i) => {
+      child.send(message(i));
+      return child.next<T>(reply, timeoutMs);
+    }),
+  );
 }
 
 /** Forks bench/<name>.ts. */

@@ -8,6 +8,7 @@ export interface BenchCommandOptions {
   duration: string;
   scaleDuration?: string;
   httpDuration?: string;
+  openDuration?: string;
   budget: string;
   redis?: string;
   out: string;
@@ -31,13 +32,20 @@ export function benchCommand(): Command {
   return new Command('bench')
     .description(
       'measure what slotgate costs a Redis, next to what you would use instead: scenarios W1–W4, ' +
-        'a load sweep, scale-out and HTTP; markdown tables with their parameters on stdout, JSON + SVG in --out. ' +
+        'a load sweep, scale-out, HTTP, and fleet scenarios (open loop and fairness across instances, next to an ideal ' +
+        'FIFO scheduler); markdown tables with their parameters on stdout, JSON + SVG in --out. ' +
         'Needs redis-server on the PATH (a private one is started) unless --redis/REDIS_URL is given.',
     )
-    .option('--only <ids>', 'scenarios to run, comma-separated: W1,W2,W3,W4,W1-75,scale,http (default: all)')
+    .option(
+      '--only <ids>',
+      'scenarios to run, comma-separated (default: all): W1,W2,W3,W4,W1-75,scale,http (closed loop); ' +
+        'open60, open200 (open loop at 60 % / 200 % of capacity on 2 channels × max 4, 1/2/4 instances), ' +
+        'open200w (200 % on 10 channels × max 4, 4 instances), fair2 (closed loop, 2 instances, staggered start)',
+    )
     .option(
       '--contenders <ids>',
-      'slotgate,slotgate-no-handoff,slotgate-rollback,redis-semaphore,bottleneck (default: all)',
+      'slotgate,slotgate-no-handoff,slotgate-rollback,redis-semaphore,bottleneck (default: all; fleet ' +
+        'scenarios: slotgate, slotgate-no-handoff, redis-semaphore; open loop never runs Bottleneck, which has no wait time-out)',
     )
     .option('-d, --duration <s>', 'seconds measured per W run', '10')
     .option(
@@ -45,7 +53,11 @@ export function benchCommand(): Command {
       'seconds per scale-out run (default: --duration, shortened to fit --budget)',
     )
     .option('--http-duration <s>', 'seconds per HTTP run (default: --duration, shortened to fit --budget)')
-    .option('--budget <s>', 'whole-run time the scale-out and HTTP runs are shortened to fit', '570')
+    .option(
+      '--open-duration <s>',
+      'seconds of arrivals per open-loop run, and of the common window of fair2 (default: 10, shortened to fit --budget)',
+    )
+    .option('--budget <s>', 'whole-run time the scale-out, HTTP and fleet runs are shortened to fit', '900')
     .option(
       '--redis <url>',
       'measure this Redis instead of a private redis-server (env REDIS_URL); its other traffic counts too',
@@ -59,6 +71,7 @@ export function benchCommand(): Command {
           durationS: seconds(opts.duration, 'duration')!,
           ...(opts.scaleDuration ? { scaleDurationS: seconds(opts.scaleDuration, 'scale-duration')! } : {}),
           ...(opts.httpDuration ? { httpDurationS: seconds(opts.httpDuration, 'http-duration')! } : {}),
+          ...(opts.openDuration ? { openDurationS: seconds(opts.openDuration, 'open-duration')! } : {}),
           budgetS: seconds(opts.budget, 'budget')!,
           ...((opts.redis ?? process.env.REDIS_URL)
             ? { redisUrl: opts.redis ?? process.env.REDIS_URL! }

@@ -12,7 +12,7 @@ export interface Meta {
   cpu: string;
   os: string;
   redis: string;
-  durations: { load: number; scale: number; http: number; warmupMs: number };
+  durations: { load: number; scale: number; http: number; open?: number; warmupMs: number };
   contenders: { id: string; label: string; behaviour: string }[];
   notes: string[];
 }

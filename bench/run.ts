@@ -7,6 +7,7 @@ import { randomBytes } from 'node:crypto';
 import { runLoad, percentile, type LoadResult } from './load.js';
 import { commandDelta, RoundTripCounter, type RedisUnderTest, type ServerSnapshot } from './redis.js';
 import { candidateSetsOf, channelsOf, describeSets, type Scenario } from './scenarios.js';
+import type { FleetRecord } from './fleet.js';
 import type { Contender, Session } from './types.js';
 
 export interface InstanceFigures {
@@ -65,6 +66,8 @@ export interface RunRecord {
     admissionP50Ms?: number;
     admissionP99Ms?: number;
   };
+  /** Fleet runs (fleet.ts): the per-request figures, fairness and the ideal scheduler's figures. */
+  fleet?: FleetRecord;
 }
 
 export class OversellError extends Error {

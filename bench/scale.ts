@@ -3,15 +3,12 @@
  * INFO snapshots over the common window; the children report their own figures; the cross-process oversell check
  * sweeps every hold interval of every child on the machine's monotonic clock.
  */
-import { forkChild, type Child } from './children.js';
+import { askAll, forkChild, sleepUntil, type Child } from './children.js';
 import { highestOverlap, percentile } from './load.js';
 import type { RedisUnderTest, ServerSnapshot } from './redis.js';
 import { acquirersOf, candidateSetsOf, channelsOf, type Scenario } from './scenarios.js';
 import { addCounts, newNamespace, paramsOf, summarize, type InstanceFigures, type RunRecord } from './run.js';
 import type { WorkerResult, WorkerSetup } from './worker.js';
-
-const sleepUntil = (wallMs: number) =>
-  new Promise<void>((r) => setTimeout(r, Math.max(0, wallMs - (performance.timeOrigin + performance.now()))));
 
 export async function runScaleOut(
   redis: RedisUnderTest,
@@ -27,22 +24,21 @@ export async function runScaleOut(
   const children: Child[] = [];
   try {
     for (let i = 0; i < instances; i++) children.push(forkChild('worker'));
-    await Promise.all(
-      children.map((child, i) => {
-        child.send({
-          type: 'setup',
-          contender: contender.id,
-          redisUrl: redis.url,
-          namespace,
-          channels,
-          candidateSets,
-          acquirers: acquirersOf(scenario, instances, i),
-          holdMs: scenario.holdMs,
-          durationMs: durationS * 1000,
-          warmupMs,
-        } satisfies WorkerSetup);
-        return child.next('ready');
+    await askAll(
+      children,
+      (i): WorkerSetup => ({
+        type: 'setup',
+        contender: contender.id,
+        redisUrl: redis.url,
+        namespace,
+        channels,
+        candidateSets,
+        acquirers: acquirersOf(scenario, instances, i),
+        holdMs: scenario.holdMs,
+        durationMs: durationS * 1000,
+        warmupMs,
       }),
+      'ready',
     );
     const startAt = performance.timeOrigin + performance.now() + 300;
     for (const child of children) child.send({ type: 'start', startAt });

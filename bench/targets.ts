@@ -2,6 +2,7 @@
  * The acceptance targets, evaluated on one run's numbers: every ratio compares contenders measured in the same run on
  * the same machine, so a busy machine moves both sides of it.
  */
+import { evaluateFleetTargets } from './fleet-targets.js';
 import { figures, fmt, table } from './report.js';
 import type { RunRecord } from './run.js';
 
@@ -123,6 +124,7 @@ export function evaluateTargets(runs: readonly RunRecord[]): TargetResult[] {
       });
     }
   }
+  if (runs.some((r) => r.fleet)) out.push(...evaluateFleetTargets(runs).filter((t) => t.verdict !== 'n/a'));
   {
     const oversold = runs.filter((r) => r.oversold.length > 0);
     out.push({

@@ -37,6 +37,11 @@ export interface SetupContext {
    * Every client a contender opens must come from here.
    */
   client(): Redis;
+  /**
+   * The fleet scenarios' wait time-out: a request every candidate refuses may wait this long for a slot, then it is
+   * refused. Undefined: the contender's own closed-loop behaviour.
+   */
+  waitTimeoutMs?: number;
 }
 
 export interface Session {
@@ -53,5 +58,7 @@ export interface Contender {
   label: string;
   /** How it picks a channel and what it does when every candidate is full (printed in the legend). */
   behaviour: string;
+  /** How it waits when given SetupContext.waitTimeoutMs; contenders without it are left out of the fleet scenarios. */
+  boundedWait?: string;
   setup(ctx: SetupContext): Promise<Session>;
 }

@@ -8,6 +8,7 @@
  * commands by purpose over the same window and records every hold as an interval for the cross-process oversell
  * check.
  */
+import { sendToParent as send, serveParent } from './children.js';
 import { loadContender } from './contenders/index.js';
 import { runLoad, type LoadResult } from './load.js';
 import { RoundTripCounter } from './redis.js';
@@ -33,11 +34,6 @@ export interface WorkerResult extends ClientFigures {
 }
 
 type Message = WorkerSetup | { type: 'start'; startAt: number };
-
-const send = (message: unknown) =>
-  new Promise<void>((resolve, reject) =>
-    process.send!(message, undefined, {}, (err) => (err ? reject(err) : resolve())),
-  );
 
 let setup: WorkerSetup | undefined;
 let session: Session | undefined;
@@ -83,13 +79,4 @@ async function onMessage(message: Message): Promise<void> {
   process.exit(0);
 }
 
-process.on('message', (message: Message) => {
-  onMessage(message).catch(async (err: unknown) => {
-    await send({
-      type: 'error',
-      message: err instanceof Error ? (err.stack ?? err.message) : String(err),
-    }).catch(() => {});
-    process.exit(1);
-  });
-});
-process.on('disconnect', () => process.exit(0));
+serveParent(onMessage);

@@ -20,14 +20,20 @@ function slotgate(cache: boolean, handoff = true): Contender {
       (handoff
         ? '; a slot released in the same event-loop turn passes straight to the next request of the instance'
         : '; no slot handoff: every admission goes through the acquire script') +
-      '; when every tried channel is full it waits in the bounded per-channel queue ' +
-      '(max waiting = max concurrency, up to 5 s); a full queue or a wait time-out is the 429',
+      '; when every tried channel is full it joins the FIFO queues of two of them in Redis (max waiting = max ' +
+      'concurrency, up to 5 s) and is granted the next slot freed there, in arrival order across instances; ' +
+      'a full queue or a wait time-out is the 429',
+    boundedWait: 'wait_timeout_ms = the wait time-out (other settings as above)',
     async setup(ctx: SetupContext): Promise<Session> {
       const client = ctx.client();
       const store = new RedisStore({ client, prefix: ctx.namespace });
       const admission = createAdmission({
         store,
-        settings: { load_cache_enabled: cache, slot_handoff_enabled: handoff },
+        settings: {
+          load_cache_enabled: cache,
+          slot_handoff_enabled: handoff,
+          ...(ctx.waitTimeoutMs !== undefined ? { wait_timeout_ms: ctx.waitTimeoutMs } : {}),
+        },
       });
       // Candidate objects are built once per channel, as a gateway's registry does.
       const candidates = new Map<string, Candidate>(

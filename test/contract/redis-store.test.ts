@@ -2,10 +2,10 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { Redis } from 'ioredis';
 import { RedisStore } from '../../packages/slotgate/src/store/redis/redis-store.js';
 import { redisUrl, uniquePrefix } from '../helpers/redis.js';
-import { runStoreContract } from './store-contract.js';
+import { CLAIM_MS, runStoreContract } from './store-contract.js';
 
 runStoreContract('RedisStore', async () => {
-  const store = new RedisStore({ url: redisUrl(), prefix: uniquePrefix('contract') });
+  const store = new RedisStore({ url: redisUrl(), prefix: uniquePrefix('contract'), claimMs: CLAIM_MS });
   return {
     store,
     sleep,

@@ -1,11 +1,19 @@
 /**
  * The store contract: one suite, run against every SlotStore implementation (MemoryStore and RedisStore).
- * `sleep` moves the store's time: a ManualClock for MemoryStore, real time for Redis (whose scripts read TIME).
+ * `f.sleep` moves the store's time: a ManualClock for MemoryStore, real time for Redis (whose scripts read TIME).
+ * Messages (grants, queue news) are awaited on real time for both: MemoryStore sends them on a microtask.
  * On real time, the steps that must happen before a TTL runs out have half a second or more to spare (a busy machine
  * can stall a test for a good part of that); a sleep meant to outlast a TTL is longer than it, so a stall only helps.
  */
 import { describe, expect, it, beforeEach, afterEach } from 'vitest';
-import type { AcquireTarget, SlotStore } from '../../packages/slotgate/src/store/store.js';
+import { setTimeout as sleep } from 'node:timers/promises';
+import type {
+  AcquireTarget,
+  EnqueueOptions,
+  Listening,
+  SlotStore,
+  WaiterRef,
+} from '../../packages/slotgate/src/store/store.js';
 
 export interface StoreFixture {
   store: SlotStore;
@@ -19,6 +27,24 @@ const opts = (token: string, leaseTtlMs = 60_000, checkCooldown = true) => ({
   checkCooldown,
 });
 const one = (channelId: string, max: number): AcquireTarget[] => [{ channelId, max }];
+const w = (channelId: string, token: string, max = 1): WaiterRef => ({ channelId, token, max });
+const queueOpts = (maxWaiting: number, ttlMs = 60_000): EnqueueOptions => ({
+  maxWaiting,
+  ttlMs,
+  leaseTtlMs: 60_000,
+});
+/** The claim deadline the fixtures give their store. */
+export const CLAIM_MS = 800;
+/** Lets messages in flight arrive (a microtask for MemoryStore, a pub/sub delivery for Redis). */
+const settle = () => sleep(50);
+
+async function until(check: () => boolean, ms = 5000): Promise<void> {
+  const deadline = Date.now() + ms;
+  while (!check()) {
+    if (Date.now() > deadline) throw new Error('the expected message did not arrive');
+    await sleep(5);
+  }
+}
 
 export function runStoreContract(name: string, make: () => Promise<StoreFixture>): void {
   describe(`SlotStore contract: ${name}`, () => {
@@ -28,9 +54,34 @@ export function runStoreContract(name: string, make: () => Promise<StoreFixture>
       f = await make();
       store = f.store;
     });
+    const listening: Listening[] = [];
     afterEach(async () => {
+      for (const l of listening.splice(0)) await l.stop();
       await f.close();
     });
+
+    /** What one instance hears: its grants and the channels where a queue formed. */
+    function listen(instanceId: string) {
+      const heard = { grants: [] as [string, string][], queued: [] as string[] };
+      const l = store.listen(instanceId, {
+        grant: (channelId, token) => heard.grants.push([channelId, token]),
+        queued: (channelId) => heard.queued.push(channelId),
+      });
+      listening.push(l);
+      return { ...heard, ready: l.ready, grants: heard.grants, queued: heard.queued };
+    }
+
+    let filled = 0;
+    /** Takes `n` slots of the channel (max `max`) under tokens of instance `owner`; returns the tokens. */
+    async function fill(channelId: string, n: number, max = n, owner = 'holder'): Promise<string[]> {
+      const tokens: string[] = [];
+      for (let i = 0; i < n; i++) {
+        const token = `${owner}:${++filled}`;
+        expect(await store.acquireFirst(one(channelId, max), opts(token))).toEqual(['acquired']);
+        tokens.push(token);
+      }
+      return tokens;
+    }
 
     it('acquires up to max and replies full beyond it', async () => {
       const replies = [];
@@ -165,35 +216,143 @@ export function runStoreContract(name: string, make: () => Promise<StoreFixture>
       expect(await store.acquireFirst([], opts('walk:3'))).toEqual([]);
     });
 
-    it('the waiter guard admits up to max waiting; unregister frees a place; registrations expire', async () => {
-      expect(await store.registerWaiter('w', 'w:1', 2, 60_000)).toBe(true);
-      expect(await store.registerWaiter('w', 'w:2', 2, 800)).toBe(true);
-      expect(await store.registerWaiter('w', 'w:3', 2, 60_000)).toBe(false);
+    it('the queue admits up to max waiting; leaving frees a place; registrations expire', async () => {
+      await fill('w', 1);
+      expect(await store.enqueue(w('w', 'w:1'), queueOpts(2))).toBe('queued');
+      expect(await store.enqueue(w('w', 'w:2'), queueOpts(2, 800))).toBe('queued');
+      expect(await store.enqueue(w('w', 'w:3'), queueOpts(2))).toBe('queue_full');
       expect((await store.readLoads(['w'])).get('w')!.waiting).toBe(2);
-      await store.unregisterWaiter('w', 'w:1');
-      await store.unregisterWaiter('w', 'w:1');
-      expect(await store.registerWaiter('w', 'w:3', 2, 60_000)).toBe(true);
-      expect(await store.registerWaiter('w', 'w:4', 2, 60_000)).toBe(false);
-      await f.sleep(900); // w:2 expired
+      expect(await store.leaveQueue(w('w', 'w:1'), 60_000)).toBe(false);
+      expect(await store.leaveQueue(w('w', 'w:1'), 60_000)).toBe(false);
+      expect(await store.enqueue(w('w', 'w:3'), queueOpts(2))).toBe('queued');
+      expect(await store.enqueue(w('w', 'w:4'), queueOpts(2))).toBe('queue_full');
+      await f.sleep(900); // w:2's registration expired
       expect((await store.readLoads(['w'])).get('w')!.waiting).toBe(1);
-      expect(await store.registerWaiter('w', 'w:4', 2, 60_000)).toBe(true);
+      expect(await store.enqueue(w('w', 'w:4'), queueOpts(2))).toBe('queued');
     });
 
-    it('20 concurrent waiter registrations against max waiting 3 register exactly 3', async () => {
+    it('20 concurrent enqueues against max waiting 3 register exactly 3', async () => {
+      await fill('burst', 1);
       const results = await Promise.all(
-        Array.from({ length: 20 }, (_, i) => store.registerWaiter('burst', `b:${i}`, 3, 60_000)),
+        Array.from({ length: 20 }, (_, i) => store.enqueue(w('burst', `b:${i}`), queueOpts(3))),
       );
-      expect(results.filter(Boolean)).toHaveLength(3);
+      expect(results.filter((r) => r === 'queued')).toHaveLength(3);
+      expect(results.filter((r) => r === 'queue_full')).toHaveLength(17);
       expect((await store.readLoads(['burst'])).get('burst')!.waiting).toBe(3);
     });
 
+    it('a waiter with nobody ahead and a slot free holds it at once, with no message', async () => {
+      const heard = listen('gi');
+      await heard.ready;
+      expect(await store.enqueue(w('g0', 'gi:1'), queueOpts(2))).toBe('granted');
+      expect((await store.readLoads(['g0'])).get('g0')).toMatchObject({ active: 1, waiting: 0 });
+      // the grant is claimed like a lease: renewed, then released
+      expect(await store.renew([{ channelId: 'g0', token: 'gi:1' }], 60_000)).toEqual([]);
+      expect(await store.release({ channelId: 'g0', token: 'gi:1' })).toBe(true);
+      await settle();
+      expect(heard.grants).toEqual([]);
+    });
+
+    it('releases grant the slots to the waiters in arrival order, each told on its instance', async () => {
+      const a = listen('ia');
+      const b = listen('ib');
+      await Promise.all([a.ready, b.ready]);
+      const [h1, h2] = await fill('fifo', 2);
+      expect(await store.enqueue(w('fifo', 'ib:1', 2), queueOpts(5))).toBe('queued');
+      expect(await store.enqueue(w('fifo', 'ia:1', 2), queueOpts(5))).toBe('queued');
+      expect(await store.enqueue(w('fifo', 'ib:2', 2), queueOpts(5))).toBe('queued');
+      await store.release({ channelId: 'fifo', token: h1!, ttlMs: 60_000 });
+      await until(() => b.grants.length === 1);
+      expect(b.grants).toEqual([['fifo', 'ib:1']]);
+      expect(a.grants).toEqual([]);
+      await store.release({ channelId: 'fifo', token: h2!, ttlMs: 60_000 });
+      await until(() => a.grants.length === 1);
+      expect(a.grants).toEqual([['fifo', 'ia:1']]);
+      expect(b.grants).toEqual([['fifo', 'ib:1']]);
+      // each grant holds a slot until it is claimed or its deadline passes; the third waiter still waits
+      expect((await store.readLoads(['fifo'])).get('fifo')).toMatchObject({ active: 2, waiting: 1 });
+      expect(await store.pollWaiter(w('fifo', 'ib:1', 2), 60_000)).toBe('granted');
+      expect(await store.pollWaiter(w('fifo', 'ib:2', 2), 60_000)).toBe('queued');
+      expect(await store.pollWaiter(w('fifo', 'ib:9', 2), 60_000)).toBe('gone');
+    });
+
+    it('no barging: while someone waits, an acquire is answered queued, and a slot freed by expiry goes to the oldest', async () => {
+      const a = listen('nb');
+      await a.ready;
+      // a slot held by a lease that ends by expiry (its holder died): nobody released it
+      expect(await store.acquireFirst(one('nb', 1), opts('dead:1', 800))).toEqual(['acquired']);
+      expect(await store.enqueue(w('nb', 'nb:1', 1), queueOpts(5))).toBe('queued');
+      expect(await store.enqueue(w('nb', 'nb:2', 1), queueOpts(5))).toBe('queued');
+      await f.sleep(900);
+      // the newcomer finds the slot free by expiry, grants it to the oldest waiter, and queues behind the other
+      expect(await store.acquireFirst(one('nb', 1), opts('late:1'))).toEqual(['queued']);
+      await until(() => a.grants.length === 1);
+      expect(a.grants).toEqual([['nb', 'nb:1']]);
+      expect((await store.readLoads(['nb'])).get('nb')).toMatchObject({ active: 1, waiting: 1 });
+      expect(store.queued('nb')).toBe(true);
+    });
+
+    it('a waiter waits under its own max: a head waiting under max 1 is not granted past one slot in use', async () => {
+      const a = listen('om');
+      await a.ready;
+      await fill('om', 1, 2); // one slot of 2 in use
+      expect(await store.enqueue(w('om', 'om:1', 1), queueOpts(5))).toBe('queued');
+      expect(await store.acquireFirst(one('om', 2), opts('om-late:1'))).toEqual(['queued']);
+      await settle();
+      expect(a.grants).toEqual([]);
+    });
+
+    it('a grant nobody claims passes to the next waiter after the claim deadline', async () => {
+      const a = listen('cl');
+      await a.ready;
+      const [held] = await fill('cl', 1);
+      await store.enqueue(w('cl', 'cl:1', 1), queueOpts(5));
+      await store.enqueue(w('cl', 'cl:2', 1), queueOpts(5));
+      await store.release({ channelId: 'cl', token: held!, ttlMs: 60_000 });
+      await until(() => a.grants.length === 1);
+      await f.sleep(CLAIM_MS + 300); // cl:1's instance never claims
+      expect(await store.pollWaiter(w('cl', 'cl:2', 1), 60_000)).toBe('granted');
+      expect(await store.renew([{ channelId: 'cl', token: 'cl:1' }], 60_000)).toHaveLength(1); // too late
+      expect((await store.readLoads(['cl'])).get('cl')).toMatchObject({ active: 1, waiting: 0 });
+    });
+
+    it('a waiter that leaves gives its grant back, and it passes on at once', async () => {
+      const a = listen('lv');
+      await a.ready;
+      const [held] = await fill('lv', 1);
+      await store.enqueue(w('lv', 'lv:1', 1), queueOpts(5));
+      await store.enqueue(w('lv', 'lv:2', 1), queueOpts(5));
+      await store.release({ channelId: 'lv', token: held!, ttlMs: 60_000 });
+      await until(() => a.grants.length === 1);
+      expect(await store.leaveQueue(w('lv', 'lv:1', 1), 60_000)).toBe(true);
+      await until(() => a.grants.length === 2);
+      expect(a.grants).toEqual([
+        ['lv', 'lv:1'],
+        ['lv', 'lv:2'],
+      ]);
+      expect((await store.readLoads(['lv'])).get('lv')).toMatchObject({ active: 1, waiting: 0 });
+    });
+
+    it('when a queue forms, each instance holding a slot of the channel is told once', async () => {
+      const h = listen('hq');
+      const o = listen('oq');
+      await Promise.all([h.ready, o.ready]);
+      await fill('qf', 2, 2, 'hq');
+      expect(await store.enqueue(w('qf', 'oq:1', 2), queueOpts(5))).toBe('queued');
+      expect(await store.enqueue(w('qf', 'oq:2', 2), queueOpts(5))).toBe('queued');
+      await until(() => h.queued.length > 0);
+      await settle();
+      expect(h.queued).toEqual(['qf']);
+      expect(o.queued).toEqual([]);
+      expect(store.queued('qf')).toBe(true);
+    });
+
     it('readLoads returns one load per distinct channel, zeros for unknown channels', async () => {
-      await store.acquireFirst(one('l1', 4), opts('a:1'));
-      await store.acquireFirst(one('l1', 4), opts('a:2'));
-      await store.registerWaiter('l1', 'w:1', 5, 60_000);
+      await fill('l1', 4, 4);
+      await store.enqueue(w('l1', 'w:1', 4), queueOpts(5));
       const loads = await store.readLoads(['l1', 'unknown', 'l1']);
       expect(loads.size).toBe(2);
-      expect(loads.get('l1')).toEqual({ active: 2, waiting: 1, coolingDown: false, cooldownRemainingMs: 0 });
+      expect(loads.get('l1')).toEqual({ active: 4, waiting: 1, coolingDown: false, cooldownRemainingMs: 0 });
       expect(loads.get('unknown')).toEqual({
         active: 0,
         waiting: 0,
@@ -226,8 +385,8 @@ export function runStoreContract(name: string, make: () => Promise<StoreFixture>
       const before = { ...store.commands };
       await store.acquireFirst(one('k', 1), opts('k:1'));
       await store.release({ channelId: 'k', token: 'k:1' });
-      await store.registerWaiter('k', 'w', 1, 1000);
-      await store.unregisterWaiter('k', 'w');
+      await store.enqueue(w('k', 'k:w'), queueOpts(1, 1000));
+      await store.leaveQueue(w('k', 'k:w'), 60_000);
       await store.setCooldown('k', 1000, 'r');
       await store.readLoads(['k', 'j']);
       const after = store.commands;

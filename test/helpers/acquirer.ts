@@ -29,6 +29,11 @@ export interface AcquirerOptions {
   settings: SettingsUpdate;
   /** Loops stop trying after this long (ms from `go`), so a stuck run ends with a partial summary. */
   deadlineMs: number;
+  /**
+   * Run for this long (ms from `go`) instead of a number of admissions: each loop takes tickets until then, and a
+   * loop stopped by it is not unfinished (for the fairness tests, which compare how much each instance got).
+   */
+  durationMs?: number;
 }
 
 export interface AcquirerSummary {
@@ -84,10 +89,11 @@ async function main(): Promise<void> {
     unfinished: 0,
   };
   const deadline = Date.now() + opts.deadlineMs;
+  const end = opts.durationMs === undefined ? Infinity : Date.now() + opts.durationMs;
 
   async function loop(): Promise<void> {
     let done = 0;
-    while (done < opts.admissions) {
+    while (done < opts.admissions && Date.now() < end) {
       if (Date.now() > deadline) {
         summary.unfinished++;
         return;

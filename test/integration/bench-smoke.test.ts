@@ -1,10 +1,15 @@
 /**
  * The benchmark harness (src/bench, bench/contenders) on the shared test Redis: one tiny run per contender proves
  * each one admits, releases and is measured; a contender that admits max + 1 must fail the run (the oversell check
- * cannot pass vacuously); and the cross-process overlap sweep counts what it should.
+ * cannot pass vacuously); the cross-process overlap sweep counts what it should; and a tiny open-loop fleet run on
+ * two worker processes reports every request and the ideal scheduler's figures next to its own.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ALL_IDS, loadContender } from '../../bench/contenders/index.js';
+import { fleetInstanceTable, fleetTable } from '../../bench/fleet-report.js';
+import { fleetTargetMatrix } from '../../bench/fleet-targets.js';
+import { runFleet, WorkerPool } from '../../bench/fleet.js';
+import { traceOf, type OpenScenario } from '../../bench/openloop.js';
 import { highestOverlap } from '../../bench/load.js';
 import { openRedis, type RedisUnderTest } from '../../bench/redis.js';
 import { runBench } from '../../bench/bench.js';
@@ -126,5 +131,63 @@ describe('bench harness', () => {
     expect(r.instances!.every((i) => i.admissions > 0)).toBe(true);
     expect(r.oversold).toEqual([]);
     expect(Math.max(...Object.values(r.highest))).toBe(TINY.max);
+  });
+
+  it('runs a tiny open loop on two worker processes: every request reported, the ideal beside it, no oversell', async () => {
+    const scenario: OpenScenario = {
+      kind: 'open',
+      id: 'smoke-open',
+      title: 'smoke open loop',
+      channels: 2,
+      max: 2,
+      instances: [2],
+      loadPct: 150,
+      hold: { medianMs: 40, sigma: 0.5, capMs: 150 },
+      seed: 5,
+      waitTimeoutMs: 300,
+      maxInFlight: 500,
+    };
+    const pool = new WorkerPool();
+    let r;
+    try {
+      const contender = loadContender('slotgate');
+      r = await runFleet(redis, pool, { contender, scenario, instances: 2, durationS: 1.5, warmupMs: 100 });
+    } finally {
+      await pool.close();
+    }
+    const requests = traceOf(scenario, 1.5, 2).length;
+    const fleet = r.fleet!;
+    expect(r.scenario).toBe('smoke-open×2');
+    expect(fleet.figures.requests).toBe(requests);
+    expect(fleet.ideal!.requests).toBe(requests);
+    expect(fleet.figures.perInstance).toHaveLength(2);
+    expect(fleet.figures.perInstance.map((p) => p.requests)).toEqual([
+      Math.ceil(requests / 2),
+      Math.floor(requests / 2),
+    ]);
+    expect(fleet.figures.admitted).toBeGreaterThan(0);
+    expect(fleet.figures.admitted + Object.values(fleet.figures.refusals).reduce((a, b) => a + b, 0)).toBe(
+      requests,
+    );
+    expect(fleet.ideal!.overtaken).toBe(0);
+    for (const key of [
+      'jain',
+      'share',
+      'utilisation',
+      'waiters',
+      'overtaken',
+      'grantLatency',
+      'wait',
+    ] as const) {
+      expect(fleet.figures).toHaveProperty(key);
+    }
+    expect(fleet.capHits).toBe(0);
+    expect(r.errors).toEqual({});
+    expect(r.oversold).toEqual([]);
+    expect(Math.max(...Object.values(r.highest))).toBeLessThanOrEqual(scenario.max);
+    expect(Object.values(r.serverCommands).reduce((a, b) => a + b, 0)).toBeGreaterThan(0);
+    expect(fleetTable(scenario, [r])).toMatch(/ideal FIFO/);
+    expect(fleetInstanceTable([r])).toMatch(/slotgate/);
+    expect(fleetTargetMatrix([r])).toMatch(/smoke-open×2 slotgate/);
   });
 });

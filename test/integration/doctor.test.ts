@@ -1,8 +1,9 @@
 /**
- * `slotgate doctor` against the test Redis: planted leftovers are found exactly, a read-only run
- * changes nothing, --fix removes exactly what was reported (live members, other versions and other prefixes survive),
- * the command line exits 1 with findings and 0 when clean, and real traffic leaves nothing behind once its holder is
- * gone and one lease TTL has passed — while a crashed holder next to a live one leaves exactly its own leases.
+ * `slotgate doctor` against the test Redis: planted leftovers (a queue key without expiry among them) are found
+ * exactly, a read-only run changes nothing, --fix removes exactly what was reported (live members, other versions and
+ * other prefixes survive), the command line exits 1 with findings and 0 when clean, and real traffic (waiters
+ * included) leaves nothing behind once its holder is gone and one lease TTL has passed — while a crashed holder next
+ * to a live one leaves exactly its own leases.
  */
 import { describe, expect, it } from 'vitest';
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
@@ -110,6 +111,8 @@ async function plant(redis: Redis, prefix: string) {
     leases: k.slots('leases'), // live and expired members, with an expiry
     noExpiry: k.slots('no-expiry'), // live member, no expiry
     waiters: k.waiters('leases'), // live and expired waiters, with an expiry
+    queue: k.queue('leases'), // arrival scores (µs, all in the past: not expiries), with an expiry
+    queueNoExpiry: k.queue('no-expiry'), // a queue key without an expiry
     coolingForever: k.cooldown('forever'), // a cooldown without TTL
     cooling: k.cooldown('cooling'), // a proper cooldown
     wrongType: k.waiters('wrong'), // a string where a sorted set belongs
@@ -125,6 +128,9 @@ async function plant(redis: Redis, prefix: string) {
     .zadd(key.noExpiry, now + 60_000, 'live:2')
     .zadd(key.waiters, now + 60_000, 'w-live', now - 2_000, 'w-dead')
     .pexpire(key.waiters, 60_000)
+    .zadd(key.queue, now * 1000 - 3_000_000, '2|w-live', now * 1000 - 2_000_000, '2|w-dead')
+    .pexpire(key.queue, 60_000)
+    .zadd(key.queueNoExpiry, now * 1000 - 1_000_000, '1|w-stuck')
     .set(key.coolingForever, 'upstream 429')
     .set(key.cooling, 'upstream 429', 'PX', 60_000)
     .set(key.wrongType, 'oops')
@@ -137,6 +143,7 @@ async function plant(redis: Redis, prefix: string) {
     { key: key.leases, kind: 'expired_members', detail: '', members: ['dead:1', 'dead:2'] },
     { key: key.noExpiry, kind: 'no_expiry', detail: '' },
     { key: key.waiters, kind: 'expired_members', detail: '', members: ['w-dead'] },
+    { key: key.queueNoExpiry, kind: 'no_expiry', detail: '' },
     { key: key.coolingForever, kind: 'cooldown_without_ttl', detail: '' },
     { key: key.wrongType, kind: 'wrong_type', detail: '' },
     { key: key.unknown, kind: 'unknown_key', detail: '' },
@@ -168,8 +175,8 @@ describe('slotgate doctor', () => {
 
     const report = await checkLeftovers(redis, prefix, true);
     expect(sortFindings(report.findings)).toEqual(expected);
-    // 2 + 1 expired members, 1 expiry set, 3 keys deleted
-    expect(report.fixed).toBe(7);
+    // 2 + 1 expired members, 2 expiries set, 3 keys deleted
+    expect(report.fixed).toBe(8);
 
     const after = await snapshot(redis, prefix);
     const removedKeys = Object.keys(before).filter((k) => !(k in after));
@@ -178,8 +185,12 @@ describe('slotgate doctor', () => {
     expect(after[key.waiters]).toEqual({ type: 'zset', expires: true, content: ['w-live'] });
     // The key without expiry keeps its live member and now expires with it.
     expect(after[key.noExpiry]).toEqual({ type: 'zset', expires: true, content: ['live:2'] });
-    // Untouched: the healthy cooldown, the settings, the other schema version and the other prefix.
-    for (const k of [key.cooling, key.settings, key.otherVersion, key.otherPrefix])
+    // The queue key without expiry keeps its waiter and now expires past any wait deadline.
+    expect(after[key.queueNoExpiry]).toEqual({ type: 'zset', expires: true, content: ['1|w-stuck'] });
+    expect(await redis.pttl(key.queueNoExpiry)).toBeGreaterThan(60_000);
+    // Untouched: the healthy cooldown, the queue (its scores are arrivals, not expiries), the settings, the other
+    // schema version and the other prefix.
+    for (const k of [key.cooling, key.queue, key.settings, key.otherVersion, key.otherPrefix])
       expect(after[k], k).toEqual(before[k]);
 
     const again = await checkLeftovers(redis, prefix);
@@ -223,7 +234,7 @@ describe('slotgate doctor', () => {
 
     const fixed = await cli('--redis', redisUrl(), '--prefix', prefix, '--fix');
     expect(fixed.code, fixed.stderr).toBe(0);
-    expect(fixed.stdout).toContain('fixed: 7 removal(s) for 6 finding(s)');
+    expect(fixed.stdout).toContain('fixed: 8 removal(s) for 7 finding(s)');
 
     const clean = await cli('--redis', redisUrl(), '--prefix', prefix);
     expect(clean.code, clean.stdout).toBe(0);
@@ -262,15 +273,18 @@ describe('slotgate doctor', () => {
     const leases = new LeaseManager({ store, leaseTtlMs: () => TTL, onEvent: (e) => events.push(e) });
     cleanups.push(() => leases.close());
 
-    // In-process traffic: leases taken and given back, a waiter registered and removed, a short cooldown.
+    // In-process traffic: leases taken and given back, a waiter queued and removed, a short cooldown.
     for (let i = 0; i < 5; i++) {
       const got = await leases.acquireFirst([{ channelId: 'busy', max: 3 }], true);
       expect(got.lease).toBeDefined();
       if (i % 2 === 0) await leases.release(got.lease!);
     }
-    expect(await store.registerWaiter('busy', 'waiter:1', 3, TTL)).toBe(true);
-    await store.unregisterWaiter('busy', 'waiter:1');
-    expect(await store.registerWaiter('busy', 'waiter:2', 3, TTL)).toBe(true); // never unregistered: expires
+    // two leases held: waiters under max 2 queue
+    const waiter = (token: string) => ({ channelId: 'busy', token, max: 2 });
+    const wait = { maxWaiting: 3, ttlMs: TTL, leaseTtlMs: TTL };
+    expect(await store.enqueue(waiter('waiter:1'), wait)).toBe('queued');
+    expect(await store.leaveQueue(waiter('waiter:1'), TTL)).toBe(false);
+    expect(await store.enqueue(waiter('waiter:2'), wait)).toBe('queued'); // never leaves: its registration expires
     await store.setCooldown('cooled', TTL, 'test');
 
     // A second instance in its own process holds two leases on another channel.
@@ -297,6 +311,8 @@ describe('slotgate doctor', () => {
     expect(await redis.zcard(new KeyBuilder(prefix).slots('crash'))).toBe(2); // not cleaned by anyone yet
 
     await sleep(TTL + 200); // one lease TTL (the waiter's and the cooldown's too) plus a margin
+    const k = new KeyBuilder(prefix);
+    expect(await redis.exists(k.waiters('busy'), k.queue('busy'), k.slots('busy'))).toBe(0);
     const after = await checkLeftovers(redis, prefix);
     expect(after.findings).toEqual([]);
     expect(after.scanned).toBe(0);

@@ -4,100 +4,23 @@
  * calls an upstream run here in the test while it holds its slot; the upstream counts in-flight requests per channel
  * itself, so the assertions are about what the upstream saw, not what the engines believe.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
-import { fileURLToPath } from 'node:url';
 import { Redis } from 'ioredis';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { RedisStore } from '../../packages/slotgate/src/store/redis/redis-store.js';
-import type { AcquirerOptions, AcquirerSummary } from '../helpers/acquirer.js';
+import type { AcquirerOptions } from '../helpers/acquirer.js';
+import {
+  killAcquirers as killAll,
+  startAcquirer as startChild,
+  within,
+} from '../helpers/acquirer-process.js';
 import { FakeUpstream } from '../helpers/fake-upstream.js';
 import { redisUrl, uniquePrefix } from '../helpers/redis.js';
 
-const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const PROCESSES = 3;
 const ACQUIRERS = 100;
 const ADMISSIONS = 5;
 const CHANNELS = 20;
 const MAX = 2;
-
-interface Child {
-  proc: ChildProcess;
-  stdout: string;
-  stderr: string;
-  ready: Promise<void>;
-  summary: Promise<AcquirerSummary>;
-}
-
-const children: Child[] = [];
-
-function startChild(opts: AcquirerOptions): Child {
-  const proc = spawn(
-    process.execPath,
-    ['--import', 'tsx', 'test/helpers/acquirer.ts', JSON.stringify(opts)],
-    {
-      cwd: ROOT,
-      stdio: ['pipe', 'pipe', 'pipe'],
-    },
-  );
-  const child = { proc, stdout: '', stderr: '' } as Child;
-  const exited = new Promise<number | null>((resolve) => proc.once('exit', (code) => resolve(code)));
-  const lines: Array<Record<string, unknown>> = [];
-  const waiters: Array<() => void> = [];
-  proc.stdout!.setEncoding('utf8');
-  proc.stderr!.setEncoding('utf8');
-  proc.stderr!.on('data', (d: string) => (child.stderr += d));
-  proc.stdout!.on('data', (d: string) => {
-    child.stdout += d;
-    const parts = child.stdout.split('\n');
-    child.stdout = parts.pop()!;
-    for (const line of parts) {
-      try {
-        lines.push(JSON.parse(line) as Record<string, unknown>);
-      } catch {
-        child.stderr += `[stdout] ${line}\n`;
-      }
-    }
-    for (const w of waiters.splice(0)) w();
-  });
-  const line = (key: string) =>
-    new Promise<Record<string, unknown>>((resolve, reject) => {
-      const check = () => {
-        const found = lines.find((l) => key in l);
-        if (found) resolve(found);
-        else waiters.push(check);
-      };
-      check();
-      void exited.then((code) => {
-        const found = lines.find((l) => key in l);
-        if (found) resolve(found);
-        else
-          reject(
-            new Error(`acquirer exited with ${code} before printing "${key}"; stderr:\n${child.stderr}`),
-          );
-      });
-    });
-  child.ready = line('ready').then(() => undefined);
-  child.summary = line('summary').then((l) => l.summary as AcquirerSummary);
-  children.push(child);
-  return child;
-}
-
-function killAll(): void {
-  for (const c of children.splice(0)) {
-    if (c.proc.exitCode === null && c.proc.signalCode === null) c.proc.kill('SIGKILL');
-  }
-}
-
-/** Rejects after `ms` with `what`, so a hang fails with a message instead of the test time-out. */
-function within<T>(work: Promise<T>, ms: number, what: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  return Promise.race([
-    work.finally(() => clearTimeout(timer)),
-    new Promise<never>((_, reject) => {
-      timer = setTimeout(() => reject(new Error(`${what} took longer than ${ms} ms`)), ms);
-    }),
-  ]);
-}
 
 describe('several processes on one Redis', () => {
   const prefix = uniquePrefix('multiproc');

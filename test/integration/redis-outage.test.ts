@@ -1,14 +1,16 @@
 /**
  * Redis outages against a real redis-server that each test owns (paused with SIGSTOP, killed, started again on the
- * same port): the store fails closed with StoreUnavailableError and never hangs, an acquire whose outcome is unknown
- * is cleaned up, and the same store instance recovers by itself when Redis is back (scripts reloaded transparently).
+ * same port): the store fails closed with StoreUnavailableError and never hangs, an acquire or a waiter registration
+ * whose outcome is unknown is cleaned up (and a grant it got passes on), and the same store instance recovers by itself when Redis is back (scripts reloaded transparently).
  */
+import { createHash } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { describe, expect, it } from 'vitest';
 import { Redis } from 'ioredis';
 import { StoreUnavailableError } from '../../packages/slotgate/src/core/errors.js';
 import { LeaseManager, type LeaseEvent } from '../../packages/slotgate/src/store/leases.js';
 import { RedisStore } from '../../packages/slotgate/src/store/redis/redis-store.js';
+import { SCRIPTS, loadLua } from '../../packages/slotgate/src/store/redis/scripts.js';
 import { RedisServer } from '../helpers/redis-server.js';
 import { countingClient, uniquePrefix, type CountingClient } from '../helpers/redis.js';
 import { useCleanups } from '../helpers/cleanups.js';
@@ -55,6 +57,40 @@ async function stats(admin: Redis): Promise<Record<string, { calls: number; fail
 }
 
 const opts = (token: string) => ({ token, leaseTtlMs: 60_000, checkCooldown: true });
+/** A waiter under max 1, and the options of its enqueue. */
+const waiter = (channelId: string, token: string) => ({ channelId, token, max: 1 });
+const wait = { maxWaiting: 3, ttlMs: 60_000, leaseTtlMs: 60_000 };
+/** The SHA1 a script is called by (EVALSHA). */
+const sha = (file: string) => createHash('sha1').update(loadLua(file)).digest('hex');
+
+/**
+ * A store (time bound 200 ms) on a private server, its queue scripts loaded on its connection (so later calls are
+ * EVALSHAs), holding the one slot of `channelId` (max 1): a waiter there queues.
+ */
+async function queueStore(channelId: string) {
+  const server = await privateServer();
+  const admin = await adminClient(server);
+  const cc = await counting(server);
+  const store = new RedisStore({ client: cc.client, prefix: uniquePrefix('outage'), timeoutMs: 200 });
+  cleanups.push(() => store.close());
+  await store.acquireFirst([{ channelId, max: 1 }], opts('h:1'));
+  await store.enqueue(waiter('warm', 'warm:w'), wait);
+  await store.leaveQueue(waiter('warm', 'warm:w'), 60_000);
+  return { server, admin, cc, store };
+}
+
+/** Freezes the server (SIGSTOP); the returned function resumes it, and a cleanup does if the test did not. */
+function freeze(server: RedisServer): () => void {
+  server.pause();
+  let resumed = false;
+  cleanups.push(() => {
+    if (!resumed) server.resume();
+  });
+  return () => {
+    resumed = true;
+    server.resume();
+  };
+}
 
 describe('Redis outages', () => {
   it('an acquire that timed out against a frozen Redis is cleaned up once Redis answers again', async () => {
@@ -78,11 +114,7 @@ describe('Redis outages', () => {
     await admin.slowlog('RESET');
     const before = await stats(admin);
 
-    server.pause();
-    let resumed = false;
-    cleanups.push(() => {
-      if (!resumed) server.resume();
-    });
+    const resume = freeze(server);
     const started = Date.now();
     const error = await leases.acquireFirst([{ channelId: 'u', max: 1 }], true).catch((e: unknown) => e);
     expect(error).toBeInstanceOf(StoreUnavailableError);
@@ -97,8 +129,7 @@ describe('Redis outages', () => {
     const uncertain = events.find((e) => e.type === 'acquire_uncertain')!;
     expect(uncertain).toMatchObject({ channelIds: ['u'], token: 'frozen:1', cleaned: false });
 
-    server.resume();
-    resumed = true;
+    resume();
     const slots = store.keys.slots('u');
     // Redis now runs what was already on the wire: the acquire (which admits the token), then the removal
     expect(
@@ -123,36 +154,83 @@ describe('Redis outages', () => {
     expect(zremId!).toBeGreaterThan(evalId!);
   });
 
-  it('a waiter registration that timed out against a frozen Redis does not stay registered', async () => {
-    const server = await privateServer();
-    const admin = await adminClient(server);
-    const store = new RedisStore({ url: server.url, prefix: uniquePrefix('outage'), timeoutMs: 200 });
-    cleanups.push(() => store.close());
-    await store.registerWaiter('warm', 'warm:w', 1, 60_000); // load the script on the store's connection
+  it('a waiter registration that timed out against a frozen Redis is removed once Redis answers again', async () => {
+    const { server, admin, store } = await queueStore('q');
+    await admin.config('SET', 'slowlog-log-slower-than', '0');
+    await admin.config('SET', 'slowlog-max-len', '1000');
+    await admin.slowlog('RESET');
     const before = await stats(admin);
+    const waitBefore = store.commands.wait;
 
-    server.pause();
-    let resumed = false;
-    cleanups.push(() => {
-      if (!resumed) server.resume();
-    });
-    const error = await store.registerWaiter('q', 'frozen:w', 3, 60_000).catch((e: unknown) => e);
+    const resume = freeze(server);
+    const error = await store.enqueue(waiter('q', 'frozen:w'), wait).catch((e: unknown) => e);
     expect(error).toBeInstanceOf(StoreUnavailableError);
+    expect((error as StoreUnavailableError).operation).toBe('wait_register');
     await sleep(100);
-    server.resume();
-    resumed = true;
+    resume();
 
-    // the registration was on the wire and runs now; the caller was told it failed, so nobody will unregister it
+    // the registration was on the wire and runs now; the caller was told it failed, so it will never leave the
+    // queue itself: the store sent the removal behind it, on the same connection
     expect(
       await eventually(async () => {
         const s = await stats(admin);
-        return (s.zadd?.calls ?? 0) > (before.zadd?.calls ?? 0);
+        return (s.evalsha?.calls ?? 0) - (before.evalsha?.calls ?? 0) >= 2;
       }, 5_000),
     ).toBe(true);
-    expect(
-      await eventually(async () => (await admin.zscore(store.keys.waiters('q'), 'frozen:w')) === null, 2_000),
-    ).toBe(true);
+    const after = await stats(admin);
+    expect((after.evalsha?.calls ?? 0) - (before.evalsha?.calls ?? 0)).toBe(2);
+    expect((after.zadd?.calls ?? 0) - (before.zadd?.calls ?? 0)).toBe(2); // the script did register it
+    expect(store.commands.wait - waitBefore).toBe(2);
+    expect(await admin.exists(store.keys.queue('q'), store.keys.waiters('q'))).toBe(0);
+    expect(await admin.zrange(store.keys.slots('q'), 0, -1)).toEqual(['h:1']);
     expect((await store.readLoads(['q'])).get('q')!.waiting).toBe(0);
+    // and in that order: the slow log (threshold 0) records every command with an increasing id
+    const log = (await admin.slowlog('GET', 1000)) as [number, number, number, string[]][];
+    const idOf = (file: string) =>
+      log.find(([, , , args]) => args[1] === sha(file) && args.includes('1|frozen:w'))?.[0];
+    const enqueueId = idOf(SCRIPTS.enqueueWaiter.file);
+    const leaveId = idOf(SCRIPTS.leaveQueue.file);
+    expect(enqueueId).toBeDefined();
+    expect(leaveId).toBeDefined();
+    expect(leaveId!).toBeGreaterThan(enqueueId!);
+  });
+
+  it('a grant the timed-out registration got meanwhile passes on to the next waiter', async () => {
+    const { server, admin, cc, store } = await queueStore('g');
+    const keys = store.keys;
+    const feed = new Redis(server.url, { maxRetriesPerRequest: 1 });
+    cleanups.push(() => feed.disconnect());
+    const heard: string[] = [];
+    feed.on('pmessage', (_p: string, channel: string, message: string) =>
+      heard.push(`${channel.slice(keys.grants().length)} ${message.replace(/\n/g, ' ')}`),
+    );
+    await feed.psubscribe(`${keys.grants()}*`);
+
+    const resume = freeze(server);
+    // On the store's connection, in this order: the registration, another instance's waiter behind it, and the
+    // release of the slot, which grants it to the registration. The store's removal follows at its time-out.
+    const failed = store.enqueue(waiter('g', 'frozen:w'), wait).catch((e: unknown) => e);
+    const queueKeys = [keys.slots('g'), keys.waiters('g'), keys.queue('g')];
+    const args = (first: string) => [first, 5_000, 60_000, keys.grants(), 'g'];
+    const next = SCRIPTS.enqueueWaiter.call(cc.client, queueKeys, [...args('1|next:w'), 5, 60_000]);
+    const released = SCRIPTS.releaseSlot.call(cc.client, queueKeys, args('h:1'));
+    const error = await failed;
+    expect(error).toBeInstanceOf(StoreUnavailableError);
+    resume();
+
+    expect(await next).toBe('queued');
+    expect(await released).toBe(true);
+    expect(
+      await eventually(async () => {
+        const slots = await admin.zrange(keys.slots('g'), 0, -1);
+        return slots.length === 1 && slots[0] === 'next:w';
+      }, 5_000),
+    ).toBe(true);
+    expect(await admin.exists(keys.queue('g'), keys.waiters('g'))).toBe(0);
+    // every message is in before a marker published after the removal ran
+    await admin.publish(`${keys.grants()}~`, 'marker');
+    expect(await eventually(async () => heard.includes('~ marker'), 5_000)).toBe(true);
+    expect(heard).toEqual(['h q g', 'frozen g frozen:w g', 'next g next:w g', '~ marker']);
   });
 
   it('with Redis stopped every operation fails fast; the same store works again once Redis is back', async () => {
@@ -167,7 +245,7 @@ describe('Redis outages', () => {
     const attempts: [string, () => Promise<unknown>][] = [
       ['acquire', () => store.acquireFirst([{ channelId: 'down', max: 2 }], opts('down:1'))],
       ['load_read', () => store.readLoads(['down', 'b'])],
-      ['wait_register', () => store.registerWaiter('down', 'w:1', 2, 10_000)],
+      ['wait_register', () => store.enqueue(waiter('down', 'w:1'), wait)],
       ['release', () => store.release({ channelId: 'down', token: 'before:1' })],
       ['renew', () => store.renew([{ channelId: 'down', token: 'before:1' }], 60_000)],
       ['cooldown', () => store.setCooldown('down', 1_000, 'x')],
@@ -202,16 +280,19 @@ describe('Redis outages', () => {
     expect(s.eval?.calls).toBeGreaterThanOrEqual(1);
     expect(await admin.zrange(store.keys.slots('a'), 0, -1)).toContain('after:1');
     // the other operations work again too
-    expect(await store.registerWaiter('a', 'w:2', 2, 10_000)).toBe(true);
+    expect(await store.enqueue({ channelId: 'a', token: 'w:2', max: 1 }, wait)).toBe('queued');
     const load = (await store.readLoads(['a'])).get('a')!;
     expect(load.waiting).toBe(1);
     expect(load.active).toBeGreaterThanOrEqual(1);
     expect(await store.release({ channelId: 'a', token: 'after:1' })).toBe(true);
     // whether the failed registration on `down` was dropped with ioredis's offline queue or ran after the reconnect,
     // its cleanup removal went the same way behind it: no waiter is left
-    expect(await eventually(async () => (await admin.zcard(store.keys.waiters('down'))) === 0, 3_000)).toBe(
-      true,
-    );
+    expect(
+      await eventually(
+        async () => (await admin.exists(store.keys.waiters('down'), store.keys.queue('down'))) === 0,
+        3_000,
+      ),
+    ).toBe(true);
   });
 
   it('a script cache flushed under a live connection (NOSCRIPT) is reloaded transparently', async () => {

@@ -1,16 +1,23 @@
 /**
  * The Lua scripts, called directly on a plain ioredis client against the real redis-server (no RedisStore in
- * between): edge cases of acquire, renew and registerWaiter, and the key-expiry rule (a key's expiry is set and
- * only ever extended).
+ * between): edge cases of acquire, renew and the wait queue (enqueue, grants, poll, leave, and the messages they
+ * publish), the key-expiry rule (a key's expiry is set and only ever extended), and that every call stays within one
+ * channel's hash slot on Cluster.
  */
+import { createHash } from 'node:crypto';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { Redis } from 'ioredis';
-import { KeyBuilder } from '../../packages/slotgate/src/store/redis/keys.js';
+import { fixFindings } from '../../packages/slotgate/src/store/redis/doctor.js';
+import { KeyBuilder, encodeChannelId } from '../../packages/slotgate/src/store/redis/keys.js';
+import { RedisStore } from '../../packages/slotgate/src/store/redis/redis-store.js';
 import { SCRIPTS, loadLua } from '../../packages/slotgate/src/store/redis/scripts.js';
 import { redisMs } from '../../packages/slotgate/src/store/redis/redis-time.js';
 import { redisUrl, uniquePrefix } from '../helpers/redis.js';
+import { useCleanups } from '../helpers/cleanups.js';
 
+const cleanups = useCleanups();
 let client: Redis;
+let prefix: string;
 let keys: KeyBuilder;
 
 beforeAll(async () => {
@@ -22,7 +29,8 @@ afterAll(() => {
 });
 
 beforeEach(() => {
-  keys = new KeyBuilder(uniquePrefix('scripts'));
+  prefix = uniquePrefix('scripts');
+  keys = new KeyBuilder(prefix);
 });
 
 afterEach(async () => {
@@ -35,7 +43,21 @@ async function redisNow(): Promise<number> {
   return redisMs(await client.time());
 }
 
-const CODE = { full: 0, acquired: 1, cooling: 2 } as const;
+/** The Redis clock in µs (the unit of a queue's arrival scores). */
+async function redisNowUs(): Promise<number> {
+  const [s, us] = await client.time();
+  return Number(s) * 1_000_000 + Number(us);
+}
+
+/** Waits until the Redis clock has passed `ms` (an order of events, not a time window). */
+async function untilRedisPasses(ms: number): Promise<void> {
+  await expect.poll(redisNow, { timeout: 10_000, interval: 20 }).toBeGreaterThan(ms);
+}
+
+const CODE = { full: 0, acquired: 1, cooling: 2, queued: 3 } as const;
+/** The claim deadline and lease TTL the scripts get unless a test passes its own. */
+const CLAIM_MS = 5_000;
+const LEASE_TTL_MS = 60_000;
 
 interface Target {
   id: string;
@@ -44,25 +66,29 @@ interface Target {
 
 /**
  * Raw acquire of several requests in one call (the store's coalesced form): returns the flat list of numeric codes
- * (1 acquired, 0 full, 2 cooling), each request's codes ending at its first 1 or after its channels. Every channel
- * asks for an extension of its key's expiry unless `extend` is false.
+ * (1 acquired, 0 full, 2 cooling, 3 queued), each request's codes ending at its first 1 or after its channels. Every
+ * channel asks for an extension of its key's expiry unless `extend` is false.
  */
 async function acquireMany(
   requests: { token: string; targets: Target[] }[],
   ttlMs: number,
-  { check = true, extend = true }: { check?: boolean; extend?: boolean } = {},
+  {
+    check = true,
+    extend = true,
+    claimMs = CLAIM_MS,
+  }: { check?: boolean; extend?: boolean; claimMs?: number } = {},
 ): Promise<number[]> {
   const index = new Map<string, number>();
   const k: string[] = [];
-  const channelArgs: number[] = [];
+  const channelArgs: (string | number)[] = [];
   const requestArgs: (string | number)[] = [];
   for (const { token, targets } of requests) {
     requestArgs.push(token);
     targets.forEach((t, i) => {
       if (!index.has(t.id)) {
         index.set(t.id, index.size + 1);
-        k.push(keys.slots(t.id), keys.cooldown(t.id));
-        channelArgs.push(t.max, extend ? 1 : 0);
+        k.push(keys.slots(t.id), keys.cooldown(t.id), keys.waiters(t.id), keys.queue(t.id));
+        channelArgs.push(t.max, extend ? 1 : 0, t.id);
       }
       requestArgs.push(i === targets.length - 1 ? -index.get(t.id)! : index.get(t.id)!);
     });
@@ -71,6 +97,8 @@ async function acquireMany(
     ttlMs,
     check ? 1 : 0,
     index.size,
+    claimMs,
+    keys.grants(),
     ...channelArgs,
     ...requestArgs,
   ]);
@@ -80,6 +108,12 @@ async function acquireMany(
 /** Raw acquire of one request: its codes. */
 async function acquire(targets: Target[], token: string, ttlMs: number, check = true): Promise<number[]> {
   return acquireMany([{ token, targets }], ttlMs, { check });
+}
+
+/** Fills the channel (max = the number of tokens) with live leases. */
+async function hold(id: string, ...tokens: string[]): Promise<void> {
+  for (const token of tokens)
+    expect(await acquire([{ id, max: tokens.length }], token, LEASE_TTL_MS)).toEqual([1]);
 }
 
 /** Raw renew: leases as [channel, token]; returns the 1-based positions reported lost. */
@@ -94,8 +128,76 @@ async function renew(leases: [string, string][], ttlMs: number): Promise<number[
   return SCRIPTS.renewLeases.call(client, [...index.keys()], args);
 }
 
-async function registerWaiter(id: string, token: string, max: number, ttlMs: number): Promise<number> {
-  return (await SCRIPTS.registerWaiter.call(client, [keys.waiters(id)], [token, max, ttlMs])) ? 1 : 0;
+interface QueueOptions {
+  claimMs?: number;
+  leaseTtlMs?: number;
+}
+
+/** A waiter's member in a queue: the max it waits under, and its token. */
+const member = (token: string, max: number) => `${max}|${token}`;
+const queueKeys = (id: string) => [keys.slots(id), keys.waiters(id), keys.queue(id)];
+const queueArgs = (id: string, first: string, o: QueueOptions) => [
+  first,
+  o.claimMs ?? CLAIM_MS,
+  o.leaseTtlMs ?? LEASE_TTL_MS,
+  keys.grants(),
+  id,
+];
+
+function enqueue(
+  id: string,
+  token: string,
+  max: number,
+  { maxWaiting = 10, ttlMs = 60_000, ...o }: QueueOptions & { maxWaiting?: number; ttlMs?: number } = {},
+) {
+  return SCRIPTS.enqueueWaiter.call(client, queueKeys(id), [
+    ...queueArgs(id, member(token, max), o),
+    maxWaiting,
+    ttlMs,
+  ]);
+}
+
+function releaseSlot(id: string, token: string, o: QueueOptions = {}) {
+  return SCRIPTS.releaseSlot.call(client, queueKeys(id), queueArgs(id, token, o));
+}
+
+function pollWaiter(id: string, token: string, max: number, o: QueueOptions = {}) {
+  return SCRIPTS.pollWaiter.call(client, queueKeys(id), queueArgs(id, member(token, max), o));
+}
+
+function leaveQueue(id: string, token: string, max: number, o: QueueOptions = {}) {
+  return SCRIPTS.leaveQueue.call(client, queueKeys(id), queueArgs(id, member(token, max), o));
+}
+
+/** Puts a waiter whose registration has expired at the head of the channel's queue (arrived an hour ago). */
+async function plantExpiredWaiter(id: string, queued: string): Promise<void> {
+  await client.zadd(keys.waiters(id), (await redisNow()) - 1, queued);
+  await client.zadd(keys.queue(id), (await redisNowUs()) - 3_600_000_000, queued);
+}
+
+/**
+ * Every message published on this test's grants channels, as "<instance> <kind> <token/channel…>", in order.
+ * `settle` publishes a marker after everything the test ran and returns the messages once the marker is back: Redis
+ * delivers a connection's messages in publish order, so none published before it is missing.
+ */
+async function grantsFeed(): Promise<{ settle(): Promise<string[]> }> {
+  const sub = new Redis(redisUrl(), { maxRetriesPerRequest: 1 });
+  cleanups.push(() => sub.disconnect());
+  const channelPrefix = keys.grants();
+  const seen: string[] = [];
+  sub.on('pmessage', (_pattern: string, channel: string, message: string) =>
+    seen.push(`${channel.slice(channelPrefix.length)} ${message.replace(/\n/g, ' ')}`),
+  );
+  await sub.psubscribe(`${channelPrefix}*`);
+  let markers = 0;
+  return {
+    async settle() {
+      const marker = `~ marker ${++markers}`;
+      await client.publish(`${channelPrefix}~`, `marker ${markers}`);
+      await expect.poll(() => seen.includes(marker), { timeout: 10_000, interval: 10 }).toBe(true);
+      return seen.filter((m) => !m.startsWith('~ marker'));
+    },
+  };
 }
 
 async function members(key: string): Promise<string[]> {
@@ -354,42 +456,385 @@ describe('renew script', () => {
   });
 });
 
-describe('registerWaiter script', () => {
-  it('registers up to max waiting, then replies queue full without adding', async () => {
-    expect(await registerWaiter('w', 'w:1', 2, 60_000)).toBe(1);
-    expect(await registerWaiter('w', 'w:2', 2, 60_000)).toBe(1);
-    expect(await registerWaiter('w', 'w:3', 2, 60_000)).toBe(0);
-    expect(await members(keys.waiters('w'))).toEqual(['w:1', 'w:2']);
+describe('enqueueWaiter script', () => {
+  it('queues behind a full channel up to max waiting, then replies queue full without adding', async () => {
+    await hold('w', 'h:1');
+    expect(await enqueue('w', 'w:1', 1, { maxWaiting: 2 })).toBe('queued');
+    expect(await enqueue('w', 'w:2', 1, { maxWaiting: 2 })).toBe('queued');
+    expect(await enqueue('w', 'w:3', 1, { maxWaiting: 2 })).toBe('queue_full');
+    expect(await members(keys.queue('w'))).toEqual(['1|w:1', '1|w:2']);
+    expect(await members(keys.waiters('w'))).toEqual(['1|w:1', '1|w:2']);
+    expect(await members(keys.slots('w'))).toEqual(['h:1']);
+  });
+
+  it('20 concurrent enqueues with max waiting 3 register exactly 3', async () => {
+    await hold('burst', 'h:1');
+    const replies = await Promise.all(
+      Array.from({ length: 20 }, (_, i) => enqueue('burst', `b:${i}`, 1, { maxWaiting: 3 })),
+    );
+    expect(replies.filter((r) => r === 'queued')).toHaveLength(3);
+    expect(replies.filter((r) => r === 'queue_full')).toHaveLength(17);
+    expect(await client.zcard(keys.queue('burst'))).toBe(3);
+    expect(await client.zcard(keys.waiters('burst'))).toBe(3);
+  });
+
+  it('scores a waiter by arrival (µs) in the queue and by registration expiry (ms) in the waiters set', async () => {
+    await hold('s', 'h:1');
+    const [beforeUs, before] = [await redisNowUs(), await redisNow()];
+    expect(await enqueue('s', 'w:1', 1, { ttlMs: 45_000 })).toBe('queued');
+    const [afterUs, after] = [await redisNowUs(), await redisNow()];
+    const arrival = Number(await client.zscore(keys.queue('s'), '1|w:1'));
+    expect(arrival).toBeGreaterThanOrEqual(beforeUs);
+    expect(arrival).toBeLessThanOrEqual(afterUs);
+    const expiry = Number(await client.zscore(keys.waiters('s'), '1|w:1'));
+    expect(expiry).toBeGreaterThanOrEqual(before + 45_000);
+    expect(expiry).toBeLessThanOrEqual(after + 45_000);
   });
 
   it('drops expired registrations when the queue looks full and registers into the freed place', async () => {
-    const now = await redisNow();
-    await client.zadd(keys.waiters('w'), now - 2_000, 'dead:1', now - 1, 'dead:2');
-    expect(await registerWaiter('w', 'w:1', 2, 60_000)).toBe(1);
-    expect(await members(keys.waiters('w'))).toEqual(['w:1']);
+    await hold('w', 'h:1');
+    const [now, nowUs] = [await redisNow(), await redisNowUs()];
+    await client.zadd(keys.waiters('w'), now - 2_000, '1|dead:1', now - 1, '1|dead:2');
+    await client.zadd(keys.queue('w'), nowUs - 3_000_000, '1|dead:1', nowUs - 2_000_000, '1|dead:2');
+    expect(await enqueue('w', 'w:1', 1, { maxWaiting: 2 })).toBe('queued');
+    expect(await members(keys.queue('w'))).toEqual(['1|w:1']);
+    expect(await members(keys.waiters('w'))).toEqual(['1|w:1']);
   });
 
   it('replies queue full when the expired ones do not free enough places', async () => {
-    const now = await redisNow();
+    await hold('w', 'h:1');
+    const [now, nowUs] = [await redisNow(), await redisNowUs()];
     await client.zadd(
       keys.waiters('w'),
       now - 2_000,
-      'dead:1',
+      '1|dead:1',
       now + 60_000,
-      'live:1',
+      '1|live:1',
       now + 60_000,
-      'live:2',
+      '1|live:2',
     );
-    expect(await registerWaiter('w', 'w:1', 2, 60_000)).toBe(0);
+    await client.zadd(keys.queue('w'), nowUs - 3, '1|dead:1', nowUs - 2, '1|live:1', nowUs - 1, '1|live:2');
+    expect(await enqueue('w', 'w:1', 1, { maxWaiting: 2 })).toBe('queue_full');
     // the sweep still happened, the new waiter was not added
-    expect(await members(keys.waiters('w'))).toEqual(['live:1', 'live:2']);
+    expect(await members(keys.queue('w'))).toEqual(['1|live:1', '1|live:2']);
+    expect(await members(keys.waiters('w'))).toEqual(['1|live:1', '1|live:2']);
   });
 
-  it('on a missing key creates the waiters set with its registration expiry', async () => {
-    expect(await registerWaiter('fresh', 'w:1', 1, 8_000)).toBe(1);
-    const pttl = await client.pttl(keys.waiters('fresh'));
-    expect(pttl).toBeGreaterThan(5_000);
-    expect(pttl).toBeLessThanOrEqual(8_000);
+  it('a registration expires by itself: the queue then no longer holds it (poll answers gone)', async () => {
+    await hold('x', 'h:1');
+    expect(await enqueue('x', 'w:1', 1, { ttlMs: 100 })).toBe('queued');
+    const expiry = Number(await client.zscore(keys.waiters('x'), '1|w:1'));
+    await untilRedisPasses(expiry);
+    expect(await pollWaiter('x', 'w:1', 1)).toBe('gone');
+    expect(await client.exists(keys.queue('x'), keys.waiters('x'))).toBe(0);
+    // and it no longer takes a place: max waiting 1 admits the next
+    expect(await enqueue('x', 'w:2', 1, { maxWaiting: 1 })).toBe('queued');
+  });
+
+  it('granted at once when a slot is free and nobody waits: the slot is its own until the claim deadline, quietly', async () => {
+    const feed = await grantsFeed();
+    await hold('g', 'h:1');
+    await client.zrem(keys.slots('g'), 'h:1'); // a slot is free; the key is gone with its last member
+    const before = await redisNow();
+    expect(await enqueue('g', 'w:1', 1, { claimMs: 3_000 })).toBe('granted');
+    const after = await redisNow();
+    const score = Number(await client.zscore(keys.slots('g'), 'w:1'));
+    expect(score).toBeGreaterThanOrEqual(before + 3_000);
+    expect(score).toBeLessThanOrEqual(after + 3_000);
+    // no queue is left, so nobody is told anything: not the waiter (it has the reply), not the holders
+    expect(await client.exists(keys.queue('g'), keys.waiters('g'))).toBe(0);
+    expect(await feed.settle()).toEqual([]);
+  });
+
+  it('a newcomer behind a live waiter queues and takes nothing, even with a slot free; the next look grants the waiter ahead', async () => {
+    await hold('n', 'h:1', 'h:2');
+    expect(await enqueue('n', 'w:1', 2)).toBe('queued');
+    await client.zrem(keys.slots('n'), 'h:1'); // freed without a grant (a release by a store that did not know)
+    // behind a live waiter the enqueue checks nothing (a slot freed is granted when it frees): cheap under overload
+    expect(await enqueue('n', 'w:2', 2)).toBe('queued');
+    expect(await members(keys.slots('n'))).toEqual(['h:2']);
+    expect(await members(keys.queue('n'))).toEqual(['2|w:1', '2|w:2']);
+    // the waiter ahead's safety poll finds the free slot and takes it; the newcomer still waits
+    expect(await pollWaiter('n', 'w:1', 2)).toBe('granted');
+    expect(await members(keys.slots('n'))).toEqual(['h:2', 'w:1']);
+    expect(await members(keys.queue('n'))).toEqual(['2|w:2']);
+  });
+});
+
+describe('grants: a freed slot goes to the oldest live waiter', () => {
+  it('releases grant in arrival order, each told on its own instance channel, exactly once', async () => {
+    const feed = await grantsFeed();
+    await hold('f', 'h:1');
+    for (const token of ['a:1', 'b:1', 'c:1']) expect(await enqueue('f', token, 1)).toBe('queued');
+    expect(await releaseSlot('f', 'h:1')).toBe(true);
+    expect(await members(keys.slots('f'))).toEqual(['a:1']);
+    expect(await releaseSlot('f', 'h:1')).toBe(false); // released before: changes nothing
+    expect(await members(keys.slots('f'))).toEqual(['a:1']);
+    expect(await releaseSlot('f', 'a:1')).toBe(true);
+    expect(await members(keys.slots('f'))).toEqual(['b:1']);
+    expect(await releaseSlot('f', 'b:1')).toBe(true);
+    expect(await members(keys.slots('f'))).toEqual(['c:1']);
+    expect(await client.exists(keys.queue('f'), keys.waiters('f'))).toBe(0);
+    expect(await releaseSlot('f', 'c:1')).toBe(true);
+    expect(await client.exists(keys.slots('f'))).toBe(0);
+    expect(await feed.settle()).toEqual(['h q f', 'a g a:1 f', 'b g b:1 f', 'c g c:1 f']);
+  });
+
+  it('a grant is a lease until the claim deadline; the instance is the token before its last colon', async () => {
+    const feed = await grantsFeed();
+    await hold('d', 'h:1');
+    expect(await enqueue('d', 'gw-1:host:7', 1)).toBe('queued');
+    const before = await redisNow();
+    expect(await releaseSlot('d', 'h:1', { claimMs: 2_500 })).toBe(true);
+    const after = await redisNow();
+    const score = Number(await client.zscore(keys.slots('d'), 'gw-1:host:7'));
+    expect(score).toBeGreaterThanOrEqual(before + 2_500);
+    expect(score).toBeLessThanOrEqual(after + 2_500);
+    expect(await feed.settle()).toEqual(['h q d', 'gw-1:host g gw-1:host:7 d']);
+  });
+
+  it('several slots freed at once go to as many waiters, oldest first', async () => {
+    const feed = await grantsFeed();
+    await hold('m', 'h:1', 'h:2', 'h:3');
+    for (const token of ['a:1', 'b:1', 'c:1']) expect(await enqueue('m', token, 3)).toBe('queued');
+    await client.zrem(keys.slots('m'), 'h:1', 'h:2'); // two slots freed without a grant
+    expect(await releaseSlot('m', 'ghost:1')).toBe(false); // a release that finds nothing still grants what is free
+    expect(await members(keys.slots('m'))).toEqual(['a:1', 'b:1', 'h:3']);
+    expect(await members(keys.queue('m'))).toEqual(['3|c:1']);
+    expect(await feed.settle()).toEqual(['h q m', 'a g a:1 m', 'b g b:1 m']);
+  });
+
+  it("respects each waiter's own max; a head that cannot be granted keeps everyone behind it waiting", async () => {
+    const feed = await grantsFeed();
+    await hold('o', 'h:1', 'h:2', 'h:3');
+    expect(await enqueue('o', 'low:1', 2)).toBe('queued'); // waits under a max lowered to 2
+    expect(await enqueue('o', 'high:1', 3)).toBe('queued');
+    // 2 in use: too many for the head's max 2, and high:1 (max 3) may not pass it
+    expect(await releaseSlot('o', 'h:3')).toBe(true);
+    expect(await members(keys.slots('o'))).toEqual(['h:1', 'h:2']);
+    expect(await members(keys.queue('o'))).toEqual(['2|low:1', '3|high:1']);
+    // 1 in use: low:1 gets the second slot, high:1 the third (its max allows it)
+    expect(await releaseSlot('o', 'h:2')).toBe(true);
+    expect(await members(keys.slots('o'))).toEqual(['h:1', 'high:1', 'low:1']);
+    expect(await feed.settle()).toEqual(['h q o', 'low g low:1 o', 'high g high:1 o']);
+  });
+
+  it('an expired lease is swept for a later waiter under a lower max', async () => {
+    const now = await redisNow();
+    await client.zadd(keys.slots('sw'), now - 1_000, 'dead:1');
+    await client.zadd(keys.waiters('sw'), now + 60_000, '3|a:1', now + 60_000, '2|b:1');
+    const nowUs = await redisNowUs();
+    await client.zadd(keys.queue('sw'), nowUs - 2, '3|a:1', nowUs - 1, '2|b:1');
+    // a:1 (max 3) fits beside the expired lease; b:1 (max 2) only once it is swept
+    expect(await releaseSlot('sw', 'ghost:1')).toBe(false);
+    expect(await members(keys.slots('sw'))).toEqual(['a:1', 'b:1']);
+    expect(await client.exists(keys.queue('sw'))).toBe(0);
+  });
+
+  it('an expired waiter is skipped (and dropped); the next live one is granted', async () => {
+    const feed = await grantsFeed();
+    await hold('e', 'h:1');
+    expect(await enqueue('e', 'live:1', 1)).toBe('queued');
+    await plantExpiredWaiter('e', '1|dead:1');
+    expect(await members(keys.queue('e'))).toEqual(['1|dead:1', '1|live:1']);
+    expect(await releaseSlot('e', 'h:1')).toBe(true);
+    expect(await members(keys.slots('e'))).toEqual(['live:1']);
+    expect(await client.exists(keys.queue('e'), keys.waiters('e'))).toBe(0);
+    expect(await feed.settle()).toEqual(['h q e', 'live g live:1 e']);
+  });
+
+  // (not an enqueue behind live waiters: it checks nothing, see above)
+  it.each(['acquireSlots', 'pollWaiter', 'releaseSlot'] as const)(
+    'a grant never claimed expires at its claim deadline; the next script touching the channel (%s) grants the slot on',
+    async (touch) => {
+      const feed = await grantsFeed();
+      await hold('u', 'h:1');
+      expect(await enqueue('u', 'a:1', 1)).toBe('queued');
+      expect(await enqueue('u', 'b:1', 1)).toBe('queued');
+      const before = await redisNow();
+      expect(await releaseSlot('u', 'h:1', { claimMs: 150 })).toBe(true);
+      const after = await redisNow();
+      expect(await members(keys.slots('u'))).toEqual(['a:1']);
+      const deadline = Number(await client.zscore(keys.slots('u'), 'a:1'));
+      expect(deadline).toBeGreaterThanOrEqual(before + 150);
+      expect(deadline).toBeLessThanOrEqual(after + 150);
+      // a:1 never claims
+      await untilRedisPasses(deadline);
+      if (touch === 'acquireSlots') expect(await acquire([{ id: 'u', max: 1 }], 'n:1', 60_000)).toEqual([0]);
+      if (touch === 'pollWaiter') expect(await pollWaiter('u', 'b:1', 1)).toBe('granted');
+      if (touch === 'releaseSlot') expect(await releaseSlot('u', 'ghost:1')).toBe(false);
+      expect(await members(keys.slots('u'))).toEqual(['b:1']);
+      // the poller learns of its grant from the reply
+      const told = {
+        acquireSlots: ['b g b:1 u'],
+        pollWaiter: [],
+        releaseSlot: ['b g b:1 u'],
+      };
+      expect(await feed.settle()).toEqual(['h q u', 'a g a:1 u', ...told[touch]]);
+      // a late claim of the expired grant finds it gone
+      expect(await renew([['u', 'a:1']], 60_000)).toEqual([1]);
+    },
+  );
+});
+
+describe('acquireSlots with a queue: no barging', () => {
+  it('answers 3 while a live waiter is queued, even with a slot free; the free slot goes to the oldest waiter in that call', async () => {
+    const feed = await grantsFeed();
+    await hold('nb', 'h:1', 'h:2');
+    expect(await enqueue('nb', 'w:1', 2)).toBe('queued');
+    expect(await enqueue('nb', 'w:2', 2)).toBe('queued');
+    await client.zrem(keys.slots('nb'), 'h:1'); // freed without a grant
+    expect(await acquire([{ id: 'nb', max: 2 }], 'n:1', 60_000)).toEqual([3]);
+    expect(await members(keys.slots('nb'))).toEqual(['h:2', 'w:1']);
+    expect(await members(keys.queue('nb'))).toEqual(['2|w:2']);
+    // the next request finds the channel full; it waits in the queue, it does not take the next slot
+    expect(await acquire([{ id: 'nb', max: 9 }], 'n:2', 60_000)).toEqual([3]);
+    expect(await members(keys.slots('nb'))).toEqual(['h:2', 'w:1']);
+    expect(await feed.settle()).toEqual(['h q nb', 'w g w:1 nb']);
+  });
+
+  it('when the grants empty the queue, the request is answered as the channel now stands', async () => {
+    await hold('one', 'h:1');
+    expect(await enqueue('one', 'w:1', 1)).toBe('queued');
+    await client.zrem(keys.slots('one'), 'h:1');
+    expect(await acquire([{ id: 'one', max: 1 }], 'n:1', 60_000)).toEqual([0]); // the slot went to w:1
+    expect(await members(keys.slots('one'))).toEqual(['w:1']);
+    expect(await acquire([{ id: 'one', max: 2 }], 'n:2', 60_000)).toEqual([1]); // no queue left: room under max 2
+  });
+
+  it('every request of a call for a queued channel answers 3 and moves on to its next channel', async () => {
+    await hold('qd', 'h:1');
+    expect(await enqueue('qd', 'w:1', 1)).toBe('queued');
+    const codes = await acquireMany(
+      [
+        { token: 'r:1', targets: [{ id: 'qd', max: 5 }] },
+        {
+          token: 'r:2',
+          targets: [
+            { id: 'qd', max: 5 },
+            { id: 'free', max: 1 },
+          ],
+        },
+        { token: 'r:3', targets: [{ id: 'free', max: 1 }] },
+      ],
+      60_000,
+    );
+    expect(codes).toEqual([3, 3, 1, 0]);
+    expect(await members(keys.slots('qd'))).toEqual(['h:1']);
+    expect(await members(keys.slots('free'))).toEqual(['r:2']);
+  });
+
+  it('one channel tells its cooldown and its queue apart from the first EXISTS alone', async () => {
+    await hold('cq', 'h:1');
+    expect(await enqueue('cq', 'w:1', 1)).toBe('queued');
+    await client.zrem(keys.slots('cq'), 'h:1');
+    await client.set(keys.cooldown('cq'), 'x', 'PX', 30_000);
+    // cooling first: no grant is made by a request that does not look at the queue
+    expect(await acquire([{ id: 'cq', max: 1 }], 'n:1', 60_000)).toEqual([2]);
+    expect(await client.exists(keys.slots('cq'))).toBe(0);
+    // with the cooldown check off the queue is seen: its waiter gets the slot, the request is full
+    expect(await acquire([{ id: 'cq', max: 1 }], 'n:2', 60_000, false)).toEqual([0]);
+    expect(await members(keys.slots('cq'))).toEqual(['w:1']);
+    // cooling, no queue left
+    expect(await acquire([{ id: 'cq', max: 5 }], 'n:3', 60_000)).toEqual([2]);
+    // neither: admitted
+    await client.del(keys.cooldown('cq'));
+    expect(await acquire([{ id: 'cq', max: 5 }], 'n:4', 60_000)).toEqual([1]);
+  });
+
+  it('a queue of expired waiters only is dropped and the request admitted', async () => {
+    await hold('old', 'h:1');
+    expect(await enqueue('old', 'w:1', 1, { ttlMs: 100 })).toBe('queued');
+    await untilRedisPasses(Number(await client.zscore(keys.waiters('old'), '1|w:1')));
+    expect(await acquire([{ id: 'old', max: 2 }], 'n:1', 60_000)).toEqual([1]);
+    expect(await members(keys.slots('old'))).toEqual(['h:1', 'n:1']);
+    expect(await client.exists(keys.queue('old'), keys.waiters('old'))).toBe(0);
+  });
+});
+
+describe('pollWaiter and leaveQueue scripts', () => {
+  it('pollWaiter answers 1 while queued, 2 once granted, 0 when the queue no longer holds the waiter', async () => {
+    await hold('p', 'h:1');
+    expect(await enqueue('p', 'w:1', 1)).toBe('queued');
+    expect(await pollWaiter('p', 'w:1', 1)).toBe('queued');
+    expect(await releaseSlot('p', 'h:1')).toBe(true);
+    expect(await pollWaiter('p', 'w:1', 1)).toBe('granted');
+    expect(await pollWaiter('p', 'never:1', 1)).toBe('gone');
+    expect(await leaveQueue('p', 'w:1', 1)).toBe(true);
+    expect(await pollWaiter('p', 'w:1', 1)).toBe('gone');
+  });
+
+  it('pollWaiter grants what is free, its own grant quietly (the reply says it)', async () => {
+    const feed = await grantsFeed();
+    await hold('pg', 'h:1', 'h:2');
+    expect(await enqueue('pg', 'a:1', 2)).toBe('queued');
+    expect(await enqueue('pg', 'b:1', 2)).toBe('queued');
+    await client.zrem(keys.slots('pg'), 'h:1', 'h:2'); // freed without a grant: only a poll finds out
+    expect(await pollWaiter('pg', 'b:1', 2)).toBe('granted');
+    expect(await members(keys.slots('pg'))).toEqual(['a:1', 'b:1']);
+    expect(await feed.settle()).toEqual(['h q pg', 'a g a:1 pg']);
+  });
+
+  it('leaveQueue takes a queued waiter out of both sets and grants nothing', async () => {
+    const feed = await grantsFeed();
+    await hold('l', 'h:1');
+    expect(await enqueue('l', 'w:1', 1)).toBe('queued');
+    expect(await enqueue('l', 'w:2', 1)).toBe('queued');
+    expect(await leaveQueue('l', 'w:1', 1)).toBe(false);
+    expect(await leaveQueue('l', 'w:1', 1)).toBe(false); // twice: a no-op
+    expect(await members(keys.queue('l'))).toEqual(['1|w:2']);
+    expect(await members(keys.waiters('l'))).toEqual(['1|w:2']);
+    expect(await members(keys.slots('l'))).toEqual(['h:1']);
+    expect(await leaveQueue('l', 'w:2', 1)).toBe(false);
+    expect(await client.exists(keys.queue('l'), keys.waiters('l'))).toBe(0);
+    expect(await feed.settle()).toEqual(['h q l']);
+  });
+
+  it('leaveQueue gives back a grant it holds, and the slot passes on to the next waiter', async () => {
+    const feed = await grantsFeed();
+    await hold('lg', 'h:1');
+    expect(await enqueue('lg', 'a:1', 1)).toBe('queued');
+    expect(await enqueue('lg', 'b:1', 1)).toBe('queued');
+    expect(await releaseSlot('lg', 'h:1')).toBe(true);
+    expect(await members(keys.slots('lg'))).toEqual(['a:1']);
+    expect(await leaveQueue('lg', 'a:1', 1)).toBe(true);
+    expect(await members(keys.slots('lg'))).toEqual(['b:1']);
+    expect(await feed.settle()).toEqual(['h q lg', 'a g a:1 lg', 'b g b:1 lg']);
+  });
+});
+
+describe('queue news: the "q" message', () => {
+  it('reaches each instance holding a slot once, when the queue forms, and again when it forms anew', async () => {
+    const feed = await grantsFeed();
+    await hold('qn', 'a:1', 'a:2', 'b:1');
+    expect(await enqueue('qn', 'w:1', 3)).toBe('queued');
+    expect(await feed.settle()).toEqual(['a q qn', 'b q qn']);
+    expect(await enqueue('qn', 'w:2', 3)).toBe('queued'); // the queue was there: nobody is told again
+    expect(await feed.settle()).toEqual(['a q qn', 'b q qn']);
+    expect(await leaveQueue('qn', 'w:1', 3)).toBe(false);
+    expect(await leaveQueue('qn', 'w:2', 3)).toBe(false);
+    expect(await enqueue('qn', 'w:3', 3)).toBe('queued');
+    expect(await feed.settle()).toEqual(['a q qn', 'b q qn', 'a q qn', 'b q qn']);
+  });
+
+  it('a queue of expired waiters only counts as none: the next waiter forms it', async () => {
+    const feed = await grantsFeed();
+    await hold('qe', 'a:1');
+    // a waiter came and went, and one whose registration expired is left: the keys outlive it
+    expect(await enqueue('qe', 'gone:1', 1)).toBe('queued');
+    await plantExpiredWaiter('qe', '1|dead:1');
+    expect(await leaveQueue('qe', 'gone:1', 1)).toBe(false);
+    expect(await members(keys.queue('qe'))).toEqual(['1|dead:1']);
+    expect(await enqueue('qe', 'w:1', 1)).toBe('queued');
+    expect(await feed.settle()).toEqual(['a q qe', 'a q qe']);
+    expect(await members(keys.queue('qe'))).toEqual(['1|w:1']);
+  });
+
+  it('a waiter granted at once forms no queue: the holders are not told', async () => {
+    const feed = await grantsFeed();
+    await hold('qg', 'a:1');
+    expect(await enqueue('qg', 'w:1', 2)).toBe('granted');
+    expect(await feed.settle()).toEqual([]);
   });
 });
 
@@ -440,13 +885,47 @@ describe('key expiry: set, and only ever extended', () => {
     expect(await client.pttl(keys.slots('k'))).toBeLessThanOrEqual(2_000);
   });
 
-  it('registerWaiter with a long TTL then a short TTL does not shorten the waiters key', async () => {
-    expect(await registerWaiter('k', 'w:1', 5, 600_000)).toBe(1);
-    expect(await registerWaiter('k', 'w:2', 5, 1_000)).toBe(1);
-    expect(await client.pttl(keys.waiters('k'))).toBeGreaterThan(590_000);
-    expect(await registerWaiter('k2', 'w:1', 5, 1_000)).toBe(1);
-    expect(await registerWaiter('k2', 'w:2', 5, 600_000)).toBe(1);
-    expect(await client.pttl(keys.waiters('k2'))).toBeGreaterThan(590_000);
+  it('enqueue sets the waiters and queue keys to at least the registration TTL, never shortening them', async () => {
+    await hold('k', 'h:1');
+    expect(await enqueue('k', 'w:1', 1, { ttlMs: 8_000 })).toBe('queued');
+    for (const key of [keys.waiters('k'), keys.queue('k')]) {
+      const pttl = await client.pttl(key);
+      expect(pttl).toBeGreaterThan(5_000);
+      expect(pttl).toBeLessThanOrEqual(8_000);
+    }
+    expect(await enqueue('k', 'w:2', 1, { ttlMs: 600_000 })).toBe('queued');
+    expect(await enqueue('k', 'w:3', 1, { ttlMs: 1_000 })).toBe('queued');
+    for (const key of [keys.waiters('k'), keys.queue('k')])
+      expect(await client.pttl(key)).toBeGreaterThan(590_000);
+  });
+
+  it('a queue-full enqueue leaves the expiries as they were', async () => {
+    await hold('kf', 'h:1');
+    expect(await enqueue('kf', 'w:1', 1, { ttlMs: 5_000, maxWaiting: 1 })).toBe('queued');
+    expect(await enqueue('kf', 'w:2', 1, { ttlMs: 600_000, maxWaiting: 1 })).toBe('queue_full');
+    for (const key of [keys.waiters('kf'), keys.queue('kf')])
+      expect(await client.pttl(key)).toBeLessThanOrEqual(5_000);
+  });
+
+  it('a grant keeps the slots key at least a lease TTL, never shortening it', async () => {
+    await hold('kg', 'h:1', 'h:2');
+    expect(await enqueue('kg', 'w:1', 2)).toBe('queued');
+    expect(await enqueue('kg', 'w:2', 2)).toBe('queued');
+    await client.pexpire(keys.slots('kg'), 1_000);
+    expect(await releaseSlot('kg', 'h:1', { leaseTtlMs: 60_000 })).toBe(true);
+    expect(await members(keys.slots('kg'))).toEqual(['h:2', 'w:1']);
+    expect(await client.pttl(keys.slots('kg'))).toBeGreaterThan(55_000);
+    await client.pexpire(keys.slots('kg'), 600_000);
+    expect(await leaveQueue('kg', 'w:1', 2, { leaseTtlMs: 1_000 })).toBe(true); // passes the grant to w:2
+    expect(await members(keys.slots('kg'))).toEqual(['h:2', 'w:2']);
+    expect(await client.pttl(keys.slots('kg'))).toBeGreaterThan(590_000);
+  });
+
+  it('a grant at once on a channel without a slots key creates it with a lease TTL', async () => {
+    expect(await enqueue('kn', 'w:1', 1, { leaseTtlMs: 30_000 })).toBe('granted');
+    const pttl = await client.pttl(keys.slots('kn'));
+    expect(pttl).toBeGreaterThan(25_000);
+    expect(pttl).toBeLessThanOrEqual(30_000);
   });
 
   it('a short-lived slots key disappears by itself once its newest lease has expired', async () => {
@@ -465,5 +944,78 @@ describe('script sources', () => {
       expect(source.match(/local function redisNow\(\)/g)).toHaveLength(1);
       expect(source.match(/redis\.call\('TIME'\)/g)).toHaveLength(1);
     }
+  });
+
+  it('splice the queue helpers into every script that grants, once', () => {
+    const granting = [SCRIPTS.acquireSlots, SCRIPTS.enqueueWaiter, SCRIPTS.releaseSlot, SCRIPTS.pollWaiter];
+    for (const script of [...granting, SCRIPTS.leaveQueue]) {
+      expect(loadLua(script.file).match(/local function grantFree\(/g), script.file).toHaveLength(1);
+    }
+  });
+});
+
+/** The hash tag of a key as Redis Cluster reads it: the text between the first `{` and the next `}`, if not empty. */
+function hashTag(key: string): string {
+  const open = key.indexOf('{');
+  const close = key.indexOf('}', open + 1);
+  return open >= 0 && close > open + 1 ? key.slice(open + 1, close) : key;
+}
+
+describe('Cluster: every script call stays within one hash slot', () => {
+  it("the store's calls of every script, in its Cluster mode, carry only keys of one channel's hash tag", async () => {
+    // A single node dressed as a Cluster client: the store takes its Cluster path (one channel per acquire call,
+    // releases sent at once, renewals grouped by channel), and every command it sends is recorded.
+    const fake = new Redis(redisUrl(), { enableAutoPipelining: false, maxRetriesPerRequest: 1 });
+    cleanups.push(() => fake.disconnect());
+    (fake as unknown as { isCluster: boolean }).isCluster = true;
+    const calls: { sha: string; keys: string[] }[] = [];
+    const send = fake.sendCommand.bind(fake);
+    fake.sendCommand = ((command: { name: string; args: unknown[] }, ...rest: unknown[]) => {
+      if (command.name === 'evalsha' || command.name === 'eval') {
+        const n = Number(command.args[1]);
+        calls.push({ sha: String(command.args[0]), keys: command.args.slice(2, 2 + n).map(String) });
+      }
+      return (send as (...a: unknown[]) => unknown)(command, ...rest);
+    }) as typeof fake.sendCommand;
+    const store = new RedisStore({ client: fake, prefix });
+    cleanups.push(() => store.close());
+    expect(store.maxChannelsPerAcquire).toBe(1);
+
+    const id = 'odd {id}:%'; // braces of its own must not move the tag
+    const other = 'other';
+    const opts = (token: string) => ({ token, leaseTtlMs: 60_000, checkCooldown: true });
+    const waiter = { channelId: id, token: 'w:1', max: 1 };
+    const wait = { maxWaiting: 5, ttlMs: 60_000, leaseTtlMs: 60_000 };
+    expect(await store.acquireFirst([{ channelId: id, max: 1 }], opts('c:1'))).toEqual(['acquired']);
+    expect(await store.acquireFirst([{ channelId: other, max: 1 }], opts('c:2'))).toEqual(['acquired']);
+    expect(await store.enqueue(waiter, wait)).toBe('queued');
+    expect(await store.acquireFirst([{ channelId: id, max: 1 }], opts('c:3'))).toEqual(['queued']);
+    expect(await store.pollWaiter(waiter, 60_000)).toBe('queued');
+    expect(await store.release({ channelId: id, token: 'c:1' })).toBe(true); // through the queue: a grant
+    expect(await store.leaveQueue(waiter, 60_000)).toBe(true);
+    expect(
+      await store.renew(
+        [
+          { channelId: id, token: 'c:1' },
+          { channelId: other, token: 'c:2' },
+        ],
+        60_000,
+      ),
+    ).toEqual([{ channelId: id, token: 'c:1' }]);
+    await client.persist(keys.slots(other));
+    expect(await fixFindings(fake, [{ key: keys.slots(other), kind: 'no_expiry', detail: '' }])).toBe(1);
+
+    const tags = new Set([encodeChannelId(id), encodeChannelId(other)]);
+    expect(hashTag(keys.slots(id))).toBe(encodeChannelId(id));
+    for (const k of [keys.waiters(id), keys.queue(id), keys.cooldown(id)])
+      expect(hashTag(k)).toBe(hashTag(keys.slots(id)));
+    for (const call of calls) {
+      expect(call.keys.length).toBeGreaterThan(0);
+      expect(new Set(call.keys.map(hashTag)).size, call.keys.join(' ')).toBe(1);
+      expect(tags.has(hashTag(call.keys[0]!))).toBe(true);
+    }
+    const sha = (file: string) => createHash('sha1').update(loadLua(file)).digest('hex');
+    const called = new Set(calls.map((c) => c.sha));
+    for (const script of Object.values(SCRIPTS)) expect(called.has(sha(script.file)), script.file).toBe(true);
   });
 });

@@ -34,6 +34,9 @@ const opts = (token: string, leaseTtlMs = 60_000, checkCooldown = true) => ({
   leaseTtlMs,
   checkCooldown,
 });
+/** A waiter on the channel under `max`, and the options of its enqueue. */
+const waiter = (channelId: string, token: string, max: number) => ({ channelId, token, max });
+const waitOpts = (maxWaiting = 5) => ({ maxWaiting, ttlMs: 60_000, leaseTtlMs: 60_000 });
 
 let server: RedisServer;
 let cc: CountingClient;
@@ -45,11 +48,14 @@ beforeAll(async () => {
   // Default client options (auto-pipelining on), as a store created from a URL would use.
   cc = await countingClient(server.url);
   store = new RedisStore({ client: cc.client, prefix });
-  // The first call of each script on a connection is sent as EVAL with the body (ioredis); warm all three up so
+  // The first call of each script on a connection is sent as EVAL with the body (ioredis); warm every one up so
   // the measurements below show the steady state (EVALSHA).
   await store.acquireFirst([{ channelId: 'warm', max: 1 }], opts('warm:1'));
   await store.renew([{ channelId: 'warm', token: 'warm:1' }], 60_000);
-  await store.registerWaiter('warm', 'warm:w', 1, 60_000);
+  expect(await store.enqueue(waiter('warm', 'warm:w', 1), waitOpts())).toBe('queued');
+  expect(await store.pollWaiter(waiter('warm', 'warm:w', 1), 60_000)).toBe('queued');
+  expect(await store.release({ channelId: 'warm', token: 'warm:1' })).toBe(true); // releaseSlot: a grant
+  expect(await store.leaveQueue(waiter('warm', 'warm:w', 1), 60_000)).toBe(true);
 });
 
 afterAll(async () => {
@@ -120,7 +126,8 @@ describe('RedisStore command cost (client and server side)', () => {
       const ids = Array.from({ length: 125 }, (_, i) => `load-${i}`);
       await store.acquireFirst([{ channelId: 'load-7', max: 4 }], opts('l:1'));
       await store.acquireFirst([{ channelId: 'load-7', max: 4 }], opts('l:2'));
-      await store.registerWaiter('load-60', 'w:1', 3, 60_000);
+      await store.acquireFirst([{ channelId: 'load-60', max: 1 }], opts('l:3'));
+      expect(await store.enqueue(waiter('load-60', 'w:1', 1), waitOpts())).toBe('queued');
       await store.setCooldown('load-124', 30_000, 'x');
       let loads = new Map();
       const m = await measure(
@@ -131,7 +138,7 @@ describe('RedisStore command cost (client and server side)', () => {
       );
       expect(loads.size).toBe(125);
       expect(loads.get('load-7')).toMatchObject({ active: 2, waiting: 0, coolingDown: false });
-      expect(loads.get('load-60')).toMatchObject({ active: 0, waiting: 1, coolingDown: false });
+      expect(loads.get('load-60')).toMatchObject({ active: 1, waiting: 1, coolingDown: false });
       expect(loads.get('load-124')).toMatchObject({ active: 0, waiting: 0, coolingDown: true });
       expect(loads.get('load-0')).toEqual({
         active: 0,
@@ -159,7 +166,7 @@ describe('RedisStore command cost (client and server side)', () => {
     await Promise.all([
       store.acquireFirst([{ channelId: 'mix', max: 3 }], opts('m:1')),
       store.acquireFirst([{ channelId: 'mix', max: 3 }], opts('m:2')),
-      store.registerWaiter('mix', 'w:1', 2, 60_000),
+      store.enqueue(waiter('mix', 'w:1', 3), waitOpts()),
       store.readLoads(['mix', 'other', 'third']),
       store.setCooldown('mix-c', 1_000, 'r'),
       store.readCooldown('mix-c'),
@@ -169,7 +176,7 @@ describe('RedisStore command cost (client and server side)', () => {
         60_000,
       ),
     ]);
-    await store.unregisterWaiter('mix', 'w:1');
+    await store.leaveQueue(waiter('mix', 'w:1', 3), 60_000);
     await store.clearCooldown('mix-c');
     const delta = emptyCounts();
     for (const p of PURPOSES) delta[p] = store.commands[p] - before[p];
@@ -184,8 +191,9 @@ describe('RedisStore command cost (client and server side)', () => {
       settings: 0,
     });
     expect(cc.sent).toHaveLength(Object.values(delta).reduce((a, b) => a + b, 0));
-    expect(cc.count('evalsha')).toBe(1 + 2 + 1);
-    expect(cc.count('zrem')).toBe(2);
+    // acquire, renew ×2, enqueue and leave are script calls; the release (no queue known) a plain ZREM
+    expect(cc.count('evalsha')).toBe(1 + 2 + 2);
+    expect(cc.count('zrem')).toBe(1);
   });
 
   describe('per operation (the table in docs/redis.md)', () => {
@@ -202,7 +210,8 @@ describe('RedisStore command cost (client and server side)', () => {
         store.acquireFirst([{ channelId: 'ok-nc', max: 2 }], opts('a:1', 60_000, false)),
       );
       expect(m.sent).toEqual(['evalsha']);
-      expect(m.server).toEqual({ evalsha: 1, time: 1, zcard: 1, zadd: 1, pexpire: 1 });
+      // the queue is checked whatever the cooldown setting: one EXISTS
+      expect(m.server).toEqual({ evalsha: 1, exists: 1, time: 1, zcard: 1, zadd: 1, pexpire: 1 });
     });
 
     it('acquire that finds the channel full', async () => {
@@ -227,16 +236,36 @@ describe('RedisStore command cost (client and server side)', () => {
         expect(await store.acquireFirst(targets, opts('p:2'))).toEqual(['full', 'cooling', 'acquired']);
       });
       expect(m.sent).toEqual(['evalsha']);
-      // one EXISTS over the three cooldown keys finds one, then one per channel tried
+      // one EXISTS over the three cooldown and three queue keys finds one, then one per channel tried and kind (the
+      // cooling channel's queue is not looked at)
       expect(m.server).toEqual({
         evalsha: 1,
-        exists: 1 + 3,
+        exists: 1 + 3 + 2,
         time: 1,
         zcard: 2,
         zremrangebyscore: 1,
         zadd: 1,
         pexpire: 1,
       });
+    });
+
+    it('acquire that finds a queue (one channel): one EXISTS, then the grant check', async () => {
+      await store.acquireFirst([{ channelId: 'aq', max: 1 }], opts('h:1'));
+      expect(await store.enqueue(waiter('aq', 'w:1', 1), waitOpts())).toBe('queued');
+      const m = await measure(async () => {
+        expect(await store.acquireFirst([{ channelId: 'aq', max: 1 }], opts('n:1'))).toEqual(['queued']);
+      });
+      expect(m.sent).toEqual(['evalsha']);
+      expect(m.server).toEqual({
+        evalsha: 1,
+        exists: 1,
+        time: 1,
+        zrange: 1,
+        zscore: 1,
+        zcard: 1,
+        zremrangebyscore: 1,
+      });
+      expect(m.counted).toEqual({ acquire: 1 });
     });
 
     it('release (and a second release of the same lease)', async () => {
@@ -247,6 +276,7 @@ describe('RedisStore command cost (client and server side)', () => {
       expect(m.sent).toEqual(['zrem']);
       expect(m.server).toEqual({ zrem: 1 });
       expect(m.counted).toEqual({ release: 1 });
+      expect(store.queued('rel')).toBe(false); // so a plain ZREM, not releaseSlot
       const again = await measure(async () => {
         expect(await store.release({ channelId: 'rel', token: 'r:1' })).toBe(false);
       });
@@ -389,22 +419,126 @@ describe('RedisStore command cost (client and server side)', () => {
       expect(m.server).toEqual({ evalsha: 1, time: 1, zadd: 1, zscore: 1 });
     });
 
-    it('register waiter (admitted, then queue full) and unregister', async () => {
+    it('enqueue (queued, then queue full), poll and leave', async () => {
+      await store.acquireFirst([{ channelId: 'wq', max: 1 }], opts('h:1'));
       const ok = await measure(async () => {
-        expect(await store.registerWaiter('wq', 'w:1', 1, 60_000)).toBe(true);
+        expect(await store.enqueue(waiter('wq', 'w:1', 1), waitOpts(1))).toBe('queued');
       });
       expect(ok.sent).toEqual(['evalsha']);
-      expect(ok.server).toEqual({ evalsha: 1, time: 1, zcard: 1, zadd: 1, pttl: 1, pexpire: 1 });
+      // the queue forms: one message to the one instance holding a slot; the grant check sweeps the full set
+      expect(ok.server).toEqual({
+        evalsha: 1,
+        zcard: 2,
+        time: 1,
+        zadd: 2,
+        pttl: 1,
+        pexpire: 2,
+        zrange: 2,
+        zscore: 1,
+        zremrangebyscore: 1,
+        publish: 1,
+      });
       expect(ok.counted).toEqual({ wait: 1 });
       const full = await measure(async () => {
-        expect(await store.registerWaiter('wq', 'w:2', 1, 60_000)).toBe(false);
+        expect(await store.enqueue(waiter('wq', 'w:2', 1), waitOpts(1))).toBe('queue_full');
       });
       expect(full.sent).toEqual(['evalsha']);
-      expect(full.server).toEqual({ evalsha: 1, time: 1, zcard: 1, zremrangebyscore: 1 });
-      const un = await measure(() => store.unregisterWaiter('wq', 'w:1'));
-      expect(un.sent).toEqual(['zrem']);
-      expect(un.server).toEqual({ zrem: 1 });
-      expect(un.counted).toEqual({ wait: 1 });
+      expect(full.server).toEqual({ evalsha: 1, time: 1, zcard: 1, zrangebyscore: 1 });
+      const poll = await measure(async () => {
+        expect(await store.pollWaiter(waiter('wq', 'w:1', 1), 60_000)).toBe('queued');
+      });
+      expect(poll.sent).toEqual(['evalsha']);
+      expect(poll.server).toEqual({
+        evalsha: 1,
+        exists: 1,
+        time: 1,
+        zrange: 1,
+        zscore: 3,
+        zcard: 1,
+        zremrangebyscore: 1,
+      });
+      expect(poll.counted).toEqual({ wait: 1 });
+      const leave = await measure(async () => {
+        expect(await store.leaveQueue(waiter('wq', 'w:1', 1), 60_000)).toBe(false);
+      });
+      expect(leave.sent).toEqual(['evalsha']);
+      expect(leave.server).toEqual({ evalsha: 1, zrem: 3 });
+      expect(leave.counted).toEqual({ wait: 1 });
+    });
+
+    it('enqueue granted at once: no queue forms, no message is sent', async () => {
+      const m = await measure(async () => {
+        expect(await store.enqueue(waiter('wg', 'w:1', 1), waitOpts())).toBe('granted');
+      });
+      expect(m.sent).toEqual(['evalsha']);
+      expect(m.server).toEqual({
+        evalsha: 1,
+        zcard: 2,
+        time: 1,
+        zadd: 3,
+        pttl: 2,
+        pexpire: 3,
+        zrange: 2,
+        zscore: 1,
+        zrem: 2,
+      });
+      expect(store.queued('wg')).toBe(false);
+    });
+
+    it("a release on a channel the store knows has a queue is one releaseSlot call in the turn's pipeline", async () => {
+      await store.acquireFirst([{ channelId: 'rq', max: 1 }], opts('r:1'));
+      expect(store.queued('rq')).toBe(false);
+      expect(await store.enqueue(waiter('rq', 'w:1', 1), waitOpts())).toBe('queued');
+      expect(store.queued('rq')).toBe(true);
+      const m = await measure(async () => {
+        const [released, newcomer] = await Promise.all([
+          store.release({ channelId: 'rq', token: 'r:1', ttlMs: 120_000 }),
+          store.acquireFirst([{ channelId: 'rq', max: 1 }], opts('n:1')),
+        ]);
+        expect(released).toBe(true);
+        // the release goes first and grants the slot to the waiter: the newcomer of the same turn finds it taken
+        expect(newcomer).toEqual(['full']);
+      });
+      expect(m.sent).toEqual(['evalsha', 'evalsha']);
+      expect(m.pipelines).toEqual([2]);
+      expect(m.counted).toEqual({ release: 1, acquire: 1 });
+      // releaseSlot: ZREM, EXISTS, one grant (its PUBLISH included); the acquire: EXISTS finds no queue left, full
+      expect(m.server).toEqual({
+        evalsha: 2,
+        zrem: 3,
+        exists: 2,
+        time: 2,
+        zrange: 2,
+        zscore: 1,
+        zcard: 2,
+        zadd: 1,
+        pttl: 1,
+        pexpire: 1,
+        publish: 1,
+        zremrangebyscore: 1,
+      });
+      expect(await cc.client.zrange(store.keys.slots('rq'), 0, -1)).toEqual(['w:1']);
+    });
+
+    it('a release on a channel the store knows no queue of is a plain ZREM; the next acquire grants the slot', async () => {
+      // another instance's waiter: this store has not heard of the queue
+      const other = new RedisStore({ url: server.url, prefix });
+      try {
+        await store.acquireFirst([{ channelId: 'rz', max: 1 }], opts('r:1'));
+        expect(await other.enqueue(waiter('rz', 'o:1', 1), waitOpts())).toBe('queued');
+        expect(store.queued('rz')).toBe(false);
+        const m = await measure(async () => {
+          expect(await store.release({ channelId: 'rz', token: 'r:1' })).toBe(true);
+        });
+        expect(m.sent).toEqual(['zrem']);
+        expect(m.server).toEqual({ zrem: 1 });
+        expect(await cc.client.zcard(store.keys.slots('rz'))).toBe(0); // freed, not granted yet
+        // the next acquire grants the free slot to the waiter first, and the newcomer waits behind nobody: full
+        expect(await store.acquireFirst([{ channelId: 'rz', max: 1 }], opts('n:1'))).toEqual(['full']);
+        expect(await cc.client.zrange(store.keys.slots('rz'), 0, -1)).toEqual(['o:1']);
+      } finally {
+        await other.close();
+      }
     });
 
     it('readLoads of 1 and of 50 channels: TIME only when the clock reading is a second old', async () => {
@@ -458,6 +592,62 @@ describe('RedisStore command cost (client and server side)', () => {
       expect(second.server.eval).toBeUndefined();
     } finally {
       await fresh.close();
+    }
+  });
+});
+
+describe("the store's queued() hint", () => {
+  it('follows the acquire replies, its own enqueues, the "q" messages and the load reads', async () => {
+    const ch = 'hint';
+    const b = new RedisStore({ url: server.url, prefix });
+    const c = new RedisStore({ url: server.url, prefix });
+    const heard: string[] = [];
+    const listening = b.listen('b', {
+      grant: (channelId, token) => heard.push(`g ${token} ${channelId}`),
+      queued: (channelId) => heard.push(`q ${channelId}`),
+    });
+    const stop = () => listening.stop();
+    try {
+      await listening.ready;
+      expect((await cc.client.pubsub('NUMSUB', b.keys.grants('b')))[1]).toBe(1);
+      expect(await b.acquireFirst([{ channelId: ch, max: 1 }], opts('b:1'))).toEqual(['acquired']);
+      expect([store.queued(ch), b.queued(ch), c.queued(ch)]).toEqual([false, false, false]);
+
+      // its own enqueue that queues
+      expect(await store.enqueue(waiter(ch, 'a:1', 1), waitOpts())).toBe('queued');
+      expect(store.queued(ch)).toBe(true);
+      // the "q" message: b holds a slot where the queue formed
+      await expect.poll(() => b.queued(ch), { timeout: 10_000 }).toBe(true);
+      expect(heard).toEqual([`q ${ch}`]);
+      // an acquire reply: c has heard nothing, and its acquire answers queued
+      expect(c.queued(ch)).toBe(false);
+      expect(await c.acquireFirst([{ channelId: ch, max: 1 }], opts('c:1'))).toEqual(['queued']);
+      expect(c.queued(ch)).toBe(true);
+
+      // leaving says nothing of other waiters; a load read that finds none clears the hint
+      expect(await store.leaveQueue(waiter(ch, 'a:1', 1), 60_000)).toBe(false);
+      expect(store.queued(ch)).toBe(true);
+      expect((await store.readLoads([ch])).get(ch)!.waiting).toBe(0);
+      expect(store.queued(ch)).toBe(false);
+      // and one that finds a waiter sets it
+      expect(await c.enqueue(waiter(ch, 'c:w', 1), waitOpts())).toBe('queued');
+      expect((await store.readLoads([ch])).get(ch)!.waiting).toBe(1);
+      expect(store.queued(ch)).toBe(true);
+      expect(await c.leaveQueue(waiter(ch, 'c:w', 1), 60_000)).toBe(false);
+
+      // an acquire that is admitted: no queue there
+      expect(await b.release({ channelId: ch, token: 'b:1' })).toBe(true);
+      expect(await c.acquireFirst([{ channelId: ch, max: 1 }], opts('c:2'))).toEqual(['acquired']);
+      expect(c.queued(ch)).toBe(false);
+      // its own enqueue granted at once: no queue either
+      expect(await store.enqueue(waiter(ch, 'a:2', 2), waitOpts())).toBe('granted');
+      expect(store.queued(ch)).toBe(false);
+      // b was told once per queue formed, and never of a grant (it had no waiter)
+      expect(heard).toEqual([`q ${ch}`, `q ${ch}`]);
+    } finally {
+      await stop();
+      await b.close();
+      await c.close();
     }
   });
 });

@@ -1,75 +1,26 @@
 /**
- * The admission engine on MemoryStore. A second engine on the same store plays
- * "another instance": it holds slots this engine's load view does not know about and releases them without waking
- * this engine's waiters. Every engine and store here runs on a ManualClock: waits, polls, time-outs and aborts are
- * asserted at the exact instant they happen, and a `random` of 0 makes every poll sleep exactly half its interval.
+ * The admission engine on MemoryStore: selection, tiers and the acquire budget, tickets, cooldowns, store failures and
+ * candidate validation (waiting has its own file, admission-waiting.test.ts). A second engine on the same store plays
+ * "another instance" (admission-fixture.ts). Every engine and store here runs on a ManualClock.
  */
 import { afterEach, describe, expect, it } from 'vitest';
-import { createAdmission } from '../../packages/slotgate/src/admission/admission.js';
-import type { Admission, AdmissionOptions, Ticket } from '../../packages/slotgate/src/admission/types.js';
 import type { Candidate } from '../../packages/slotgate/src/core/channel.js';
-import { ManualClock } from '../../packages/slotgate/src/core/clock.js';
-import { CapacityError, NoChannelError } from '../../packages/slotgate/src/core/errors.js';
-import type { SettingsUpdate } from '../../packages/slotgate/src/core/settings.js';
-import { MemoryStore } from '../../packages/slotgate/src/store/memory/memory-store.js';
+import { NoChannelError } from '../../packages/slotgate/src/core/errors.js';
 import { PURPOSES } from '../../packages/slotgate/src/store/store.js';
 import { seededRandom as mulberry32, weightedPick } from '../../packages/slotgate/src/core/order.js';
-import { elapse, flush, track, type Settled } from './manual-time.js';
+import {
+  capacityError,
+  closeEngines,
+  engine,
+  hold,
+  load,
+  memory,
+  setup,
+  totalCommands,
+} from './admission-fixture.js';
+import { elapse, flush, track } from './manual-time.js';
 
-const opened: Admission[] = [];
-afterEach(async () => {
-  await Promise.all(opened.splice(0).map((a) => a.close()));
-});
-
-/** A MemoryStore on its own ManualClock. */
-function memory() {
-  const clock = new ManualClock();
-  return { clock, store: new MemoryStore({ clock }) };
-}
-
-function engine(
-  { clock, store }: { clock: ManualClock; store: MemoryStore },
-  settings: SettingsUpdate = {},
-  extra: Partial<AdmissionOptions> = {},
-) {
-  const admission = createAdmission({ store, clock, settings, ...extra });
-  opened.push(admission);
-  return admission;
-}
-
-/** A store plus this engine and "another instance" on it, on one ManualClock. */
-function setup(settings: SettingsUpdate = {}, extra: Partial<AdmissionOptions> = {}) {
-  const m = memory();
-  return { ...m, admission: engine(m, settings, extra), other: engine(m, settings, extra) };
-}
-
-const totalCommands = (store: MemoryStore) => PURPOSES.reduce((n, p) => n + store.commands[p], 0);
-
-async function capacityError(p: Promise<unknown>): Promise<CapacityError> {
-  const err = await p.then(
-    () => new Error('expected a CapacityError, the acquire succeeded'),
-    (e: unknown) => e,
-  );
-  expect(err).toBeInstanceOf(CapacityError);
-  return err as CapacityError;
-}
-
-/** The CapacityError a tracked acquire failed with. */
-function failedWith(outcome: Settled<unknown>): CapacityError {
-  expect(outcome.error).toBeInstanceOf(CapacityError);
-  return outcome.error as CapacityError;
-}
-
-async function load(store: MemoryStore, id: string) {
-  return (await store.readLoads([id])).get(id)!;
-}
-
-/** Takes `n` slots of `channel` through `admission` (for another instance: slots this engine never saw taken). */
-async function hold(admission: Admission, channel: Candidate, n = 1): Promise<Ticket<Candidate>[]> {
-  const tickets = [];
-  for (let i = 0; i < n; i++) tickets.push(await admission.acquire({ candidates: [channel] }));
-  return tickets;
-}
+afterEach(closeEngines);
 
 describe('unlimited channels', () => {
   it('1,000 acquires and releases on an unlimited-only set issue zero store commands and pick only the highest tier, by weight', async () => {
@@ -233,8 +184,8 @@ describe('tiers and the acquire budget', () => {
     for (const t of held) await t.release();
   });
 
-  it('budget exhaustion recovers through waiting: 4 full channels of max 1, budget 2, releases after 50 ms', async () => {
-    const { clock, admission, other } = setup(
+  it('budget exhaustion recovers through waiting: 4 full channels of max 1, budget 2, released after 50 ms', async () => {
+    const { clock, store, admission, other } = setup(
       { max_acquire_attempts: 2, wait_interval_ms: 10, wait_timeout_ms: 3000 },
       { random: () => 0 },
     );
@@ -244,192 +195,28 @@ describe('tiers and the acquire budget', () => {
 
     const t0 = clock.now();
     const pending = track(clock, admission.acquire({ candidates: channels }));
-    await elapse(clock, 50);
-    expect(pending.at).toBeUndefined(); // polls at +5, +15 and +35 found every slot still held
-    for (const t of held) await t.release();
-    // Another instance's release wakes nobody here: the next poll (sleeps 5, 10, 20, 40 ms) finds the slot at +75.
-    await elapse(clock, 24);
+    await elapse(clock, 49);
     expect(pending.at).toBeUndefined();
+    expect(admission.stats().acquireAttempts).toBe(2); // the budget: two tried, two skipped, all four wait options
+    // It queued on two of them (QUEUES_PER_WAITER), with one enqueue each and no poll yet (the first is at +500).
+    const waiting: number[] = [];
+    for (const c of channels) waiting.push((await load(store, c.id)).waiting);
+    expect(waiting.reduce((a, b) => a + b)).toBe(2);
+    expect(store.commands.wait).toBe(2);
+    const queuedOn = channels.filter((_, i) => waiting[i] === 1);
     await elapse(clock, 1);
-    expect(pending.at).toBe(t0 + 75);
+    for (const t of held) await t.release(); // w1, w2, w3, w4 in turn: the first of its queues released is granted
+    await flush();
+    expect(pending.at).toBe(t0 + 50);
     const ticket = pending.value!;
-    expect(channels.map((c) => c.id)).toContain(ticket.channel.id);
-    expect(ticket.waitedMs).toBe(75);
-    await ticket.release();
-  });
-});
-
-describe('waiting', () => {
-  /**
-   * Holds every slot of `channel` on another instance, fills its queue with `foreign` waiters of other instances,
-   * then lets this engine try: it either waits (and times out after wait_timeout_ms, 40 ms here) or finds the queue
-   * full at once. Returns the reason and how long after the call it failed.
-   */
-  async function probeQueue(channel: Candidate, settings: SettingsUpdate, foreign: number) {
-    const { clock, store, admission, other } = setup(
-      { wait_timeout_ms: 40, wait_interval_ms: 10, ...settings },
-      { random: () => 0 },
+    expect(ticket.channel.id).toBe(queuedOn[0]!.id);
+    expect(ticket.waitedMs).toBe(50);
+    // Its other queue was left, the grant it got there given back: one lease in all, nobody waiting.
+    const loads = await store.readLoads(channels.map((c) => c.id));
+    expect([...loads.values()].map((l) => [l.active, l.waiting])).toEqual(
+      channels.map((c) => [c.id === ticket.channel.id ? 1 : 0, 0]),
     );
-    const held = await hold(other, channel, channel.maxConcurrency);
-    for (let i = 0; i < foreign; i++) {
-      expect(await store.registerWaiter(channel.id, `foreign:${i}`, 10_000, 60_000)).toBe(true);
-    }
-    const t0 = clock.now();
-    const outcome = track(clock, admission.acquire({ candidates: [channel] }));
-    await elapse(clock, 40);
-    const { reason } = failedWith(outcome);
-    await flush();
-    // Nothing leaked: only the foreign waiters and the held slots remain.
-    expect((await load(store, channel.id)).waiting).toBe(foreign);
-    expect((await load(store, channel.id)).active).toBe(channel.maxConcurrency);
-    for (const t of held) await t.release();
-    return { reason, afterMs: outcome.at! - t0 };
-  }
-
-  const timedOut = { reason: 'wait_timeout', afterMs: 40 };
-  const queueFull = { reason: 'queue_full', afterMs: 0 };
-
-  it('queue_full at the channel max_waiting, which wins over the setting and max_concurrency', async () => {
-    const channel = { id: 'q', maxConcurrency: 1, maxWaiting: 2 };
-    const settings = { max_waiting_per_channel: 5 };
-    expect(await probeQueue(channel, settings, 1)).toEqual(timedOut);
-    expect(await probeQueue(channel, settings, 2)).toEqual(queueFull);
-  });
-
-  it('queue_full at max_waiting_per_channel when the channel sets none (and the setting is > 0)', async () => {
-    const channel = { id: 'q', maxConcurrency: 1 };
-    const settings = { max_waiting_per_channel: 3 };
-    expect(await probeQueue(channel, settings, 2)).toEqual(timedOut);
-    expect(await probeQueue(channel, settings, 3)).toEqual(queueFull);
-  });
-
-  it('queue_full at max_concurrency when neither the channel nor the setting bounds the queue', async () => {
-    const channel = { id: 'q', maxConcurrency: 2 };
-    const settings = { max_waiting_per_channel: 0 };
-    expect(await probeQueue(channel, settings, 1)).toEqual(timedOut);
-    expect(await probeQueue(channel, settings, 2)).toEqual(queueFull);
-  });
-
-  it('queue_full is counted and names the channel', async () => {
-    const { store, admission, other } = setup();
-    const channel = { id: 'qq', maxConcurrency: 1 };
-    const held = await hold(other, channel);
-    await store.registerWaiter('qq', 'foreign:1', 10, 60_000);
-    const err = await capacityError(admission.acquire({ candidates: [channel] }));
-    expect(err.reason).toBe('queue_full');
-    expect(err.code).toBe('channel_capacity_exhausted');
-    expect(err.message).toContain('qq');
-    expect(admission.stats().outcomes.capacity_queue_full).toBe(1);
-    for (const t of held) await t.release();
-  });
-
-  it('wait_timeout after wait_timeout_ms, with the registration removed and the held slot untouched', async () => {
-    const { clock, store, admission, other } = setup(
-      { wait_timeout_ms: 120, wait_interval_ms: 10 },
-      { random: () => 0 },
-    );
-    const channel = { id: 'slow', maxConcurrency: 1 };
-    const held = await hold(other, channel);
-    const t0 = clock.now();
-    const pending = track(clock, admission.acquire({ candidates: [channel] }));
-    await elapse(clock, 30);
-    expect((await load(store, 'slow')).waiting).toBe(1); // it really registered
-    expect(admission.stats().channels.slow?.waiting).toBe(1);
-    // Polls at +5, +15, +35, +75, +115; the last sleep is cut to the 5 ms left, so the last poll is at the deadline.
-    await elapse(clock, 89);
-    expect(pending.at).toBeUndefined();
-    await elapse(clock, 1);
-    expect(pending.at).toBe(t0 + 120);
-    const err = failedWith(pending);
-    expect(err.reason).toBe('wait_timeout');
-    expect(err.channels).toEqual(['slow']);
-    await flush();
-    expect((await load(store, 'slow')).waiting).toBe(0);
-    expect((await load(store, 'slow')).active).toBe(1);
-    expect(admission.stats().outcomes.capacity_wait_timeout).toBe(1);
-    expect(admission.stats().waitTimeMs).toMatchObject({ count: 1, sum: 120 });
-    expect(admission.stats().liveLeases).toBe(0);
-    for (const t of held) await t.release();
-  });
-
-  it('aborted when the caller aborts during the wait, at once, with nothing leaked', async () => {
-    const { clock, store, admission, other } = setup(
-      { wait_timeout_ms: 10_000, wait_interval_ms: 1000 },
-      { random: () => 0 },
-    );
-    const channel = { id: 'ab', maxConcurrency: 1 };
-    const held = await hold(other, channel);
-    const controller = new AbortController();
-    const pending = track(clock, admission.acquire({ candidates: [channel], signal: controller.signal }));
-    await elapse(clock, 30);
-    expect((await load(store, 'ab')).waiting).toBe(1);
-    const timers = clock.pending;
-    const abortedAt = clock.now();
-    controller.abort();
-    await flush();
-    // Not after the 500 ms poll, nor the 10 s deadline: with no time passing, and its sleep timer cancelled.
-    expect(pending.at).toBe(abortedAt);
-    expect(clock.pending).toBe(timers - 1);
-    const err = failedWith(pending);
-    expect(err.reason).toBe('aborted');
-    expect((await load(store, 'ab')).waiting).toBe(0);
-    expect((await load(store, 'ab')).active).toBe(1);
-    expect(admission.stats().outcomes.capacity_aborted).toBe(1);
-    expect(admission.stats().liveLeases).toBe(0);
-    for (const t of held) await t.release();
-  });
-
-  it('aborted when the signal is already aborted, without registering a waiter', async () => {
-    const { store, admission, other } = setup();
-    const channel = { id: 'pre', maxConcurrency: 1 };
-    const held = await hold(other, channel);
-    const err = await capacityError(
-      admission.acquire({ candidates: [channel], signal: AbortSignal.abort() }),
-    );
-    expect(err.reason).toBe('aborted');
-    expect(store.commands.wait).toBe(0);
-    expect((await load(store, 'pre')).active).toBe(1);
-    for (const t of held) await t.release();
-  });
-
-  it('a release on this instance wakes its waiter at once (wait_interval_ms 1000: first poll at +500 ms)', async () => {
-    const { clock, store, admission } = setup(
-      { wait_interval_ms: 1000, wait_timeout_ms: 5000 },
-      { random: () => 0 },
-    );
-    const channel = { id: 'wake', maxConcurrency: 1 };
-    const [holder] = await hold(admission, channel);
-    const t0 = clock.now();
-    const pending = track(clock, admission.acquire({ candidates: [channel] }));
-    await elapse(clock, 40);
-    expect((await load(store, 'wake')).waiting).toBe(1);
-    await holder!.release();
-    await flush();
-    expect(pending.at).toBe(t0 + 40); // at the release, with no time passing
-    const ticket = pending.value!;
-    expect(ticket.channel.id).toBe('wake');
-    expect(ticket.waitedMs).toBe(40);
-    await ticket.release();
-  });
-
-  it('a release on another instance is only seen at the next poll (the contrast to the local wake-up)', async () => {
-    const { clock, store, admission, other } = setup(
-      { wait_interval_ms: 1000, wait_timeout_ms: 5000 },
-      { random: () => 0 },
-    );
-    const channel = { id: 'remote', maxConcurrency: 1 };
-    const [holder] = await hold(other, channel);
-    const t0 = clock.now();
-    const pending = track(clock, admission.acquire({ candidates: [channel] }));
-    await elapse(clock, 40);
-    expect((await load(store, 'remote')).waiting).toBe(1);
-    await holder!.release();
-    await elapse(clock, 459);
-    expect(pending.at).toBeUndefined(); // +499: the slot is free, but nothing told this instance
-    await elapse(clock, 1);
-    expect(pending.at).toBe(t0 + 500);
-    const ticket = pending.value!;
-    expect(ticket.waitedMs).toBe(500);
+    expect(store.commands.wait).toBe(3);
     await ticket.release();
   });
 });
@@ -572,39 +359,6 @@ describe('cooldowns', () => {
     expect([t1.channel.id, t2.channel.id]).toEqual(['bc', 'uc']);
     await t1.release();
     await t2.release();
-  });
-});
-
-describe('aborts that land while a store call is in flight', () => {
-  it('an abort during the last poll ends the wait at once, not after the next sleep', async () => {
-    const m = memory();
-    const { clock, store } = m;
-    // random() = 0: every sleep is exactly interval / 2 = 500 ms, so a missed abort costs one more 500 ms sleep
-    const admission = engine(m, { wait_interval_ms: 1000, wait_timeout_ms: 10_000 }, { random: () => 0 });
-    const channel = { id: 'slow', maxConcurrency: 1 };
-    const holder = await admission.acquire({ candidates: [channel] });
-    const ac = new AbortController();
-    // Abort while the waiter's poll (an acquire call) is under way: the signal has fired before the next sleep.
-    const acquireFirst = store.acquireFirst.bind(store);
-    let polls = 0;
-    store.acquireFirst = async (targets, opts) => {
-      if (++polls === 2) ac.abort();
-      return acquireFirst(targets, opts);
-    };
-    const t0 = clock.now();
-    const pending = track(clock, admission.acquire({ candidates: [channel], signal: ac.signal }));
-    await elapse(clock, 499);
-    expect(polls).toBe(1); // the pass's own try; the waiter is in its first 500 ms sleep
-    expect(pending.at).toBeUndefined();
-    await elapse(clock, 1);
-    expect(polls).toBe(2);
-    expect(pending.at).toBe(t0 + 500); // it slept once, and ended with the poll the abort landed in
-    const err = failedWith(pending);
-    expect(err.reason).toBe('aborted');
-    await elapse(clock, 1000);
-    expect(polls).toBe(2); // no poll after the abort
-    expect((await store.readLoads(['slow'])).get('slow')).toMatchObject({ active: 1, waiting: 0 });
-    await holder.release();
   });
 });
 

@@ -10,7 +10,6 @@ import {
   maxWaitingOf,
   nextBatch,
   orderTier,
-  pollAlternative,
   waitQueues,
   type Loads,
 } from '../../packages/slotgate/src/admission/decide.js';
@@ -176,40 +175,6 @@ describe('waitQueues and maxWaitingOf', () => {
     expect(maxWaitingOf(ch('a', 3, { maxWaiting: 2 }), withSetting)).toBe(2);
     expect(maxWaitingOf(ch('a', 3), withSetting)).toBe(7);
     expect(maxWaitingOf(ch('a', 3), base)).toBe(3);
-  });
-});
-
-describe('pollAlternative', () => {
-  it('the best channel the view shows room on: higher priority first, then lower load', () => {
-    const own = ch('own', 2);
-    const channels = [
-      own,
-      ch('lo-idle', 4, { priority: 0 }),
-      ch('hi-busy', 4, { priority: 5 }),
-      ch('hi-light', 4, { priority: 5 }),
-    ];
-    const view = loads({ own: [0, 0], 'lo-idle': [0, 0], 'hi-busy': [3, 0], 'hi-light': [1, 1] });
-    expect(pollAlternative(channels, own, view, never)?.id).toBe('hi-light');
-    expect(pollAlternative([...channels].reverse(), own, view, never)?.id).toBe('hi-light');
-  });
-
-  it('skips the registered channel, cooling ones, full ones and ones the view does not know', () => {
-    cooling.clear();
-    cooling.add('cooling');
-    const own = ch('own', 2);
-    const channels = [own, ch('cooling', 4), ch('full', 2), ch('unknown', 4), ch('snapshot-cooling', 4)];
-    const view = loads({ own: [0, 0], cooling: [0, 0], full: [2, 0], 'snapshot-cooling': [0, 0, true] });
-    const bySnapshot = (c: Candidate) => isCooling(c) || view.get(c.id)?.coolingDown === true;
-    expect(pollAlternative(channels, own, view, bySnapshot)).toBeUndefined();
-    expect(pollAlternative(channels, own, view, never)?.id).toBe('cooling');
-    cooling.clear();
-  });
-
-  it('the first of equally good channels wins', () => {
-    const own = ch('own', 2);
-    const channels = [own, ch('x', 4), ch('y', 2)];
-    const view = loads({ x: [1, 1], y: [1, 0] }); // both at rate 0.5
-    expect(pollAlternative(channels, own, view, never)?.id).toBe('x');
   });
 });
 

@@ -64,8 +64,12 @@ function stub(overrides: Overrides): SlotStore {
     release: overrides.release ?? ((l) => inner.release(l)),
     releaseDeferred: (l) => sentRelease(overrides.release ? overrides.release(l) : inner.release(l)),
     renew: overrides.renew ?? ((l, ttl) => inner.renew(l, ttl)),
-    registerWaiter: (...a) => inner.registerWaiter(...a),
-    unregisterWaiter: (...a) => inner.unregisterWaiter(...a),
+    enqueue: (w, o) => inner.enqueue(w, o),
+    pollWaiter: (w) => inner.pollWaiter(w),
+    leaveQueue: (w) => inner.leaveQueue(w),
+    listen: (id, l) => inner.listen(id, l),
+    claim: (l, ttl) => inner.claim(l, ttl),
+    queued: (id) => inner.queued(id),
     readLoads: (ids) => inner.readLoads(ids),
     setCooldown: (...a) => inner.setCooldown(...a),
     clearCooldown: (id) => inner.clearCooldown(id),
@@ -424,6 +428,82 @@ describe('renewal', () => {
     await clock.advance(10_000);
     expect(inner.commands.renew - before).toBe(3);
     expect(clock.pending).toBe(0);
+  });
+});
+
+describe('claim', () => {
+  const queueOptions = { maxWaiting: 10, ttlMs: 60_000, leaseTtlMs: 60_000 };
+
+  /** Queues a waiter of the manager behind the slot it holds on `channelId` (max 1), then releases that slot. */
+  async function granted(m: LeaseManager, channelId: string): Promise<string> {
+    const holder = await take(m, channelId, 1);
+    const token = m.nextToken();
+    expect(await inner.enqueue({ channelId, token, max: 1 }, queueOptions)).toBe('queued');
+    await m.release(holder)!.done; // the store grants the slot to the waiter, until the claim deadline (5 s)
+    expect(await inner.pollWaiter({ channelId, token, max: 1 })).toBe('granted');
+    return token;
+  }
+
+  it('renews a granted slot to a full lease with one store call and tracks it like an acquired one', async () => {
+    const m = manager();
+    const token = await granted(m, 'g');
+    await clock.advance(1_000);
+    const renewals = inner.commands.renew;
+    const lease = await m.claim('g', token, 1);
+    const now = clock.now();
+    expect(lease).toEqual({
+      channelId: 'g',
+      token,
+      acquiredAt: now,
+      max: 1,
+      expiresAt: now + 60_000,
+      ttlMs: 60_000,
+    });
+    expect(inner.commands.renew - renewals).toBe(1);
+    expect([m.size, m.localCount('g'), [...m.leases()]]).toEqual([1, 1, [lease]]);
+    // Past the claim deadline the slot is still its own: a newcomer finds the channel full.
+    await clock.advance(10_000);
+    const newcomer = { token: 'other:1', leaseTtlMs: 60_000, checkCooldown: true };
+    expect(await inner.acquireFirst(one('g', 1), newcomer)).toEqual(['full']);
+    // The manager's renewal timer (every TTL / 3, set at the first acquire: 20 s from the start) renews it.
+    await clock.advance(8_999);
+    expect(inner.commands.renew - renewals).toBe(1);
+    await clock.advance(1);
+    expect(inner.commands.renew - renewals).toBe(2);
+    expect(lease!.expiresAt).toBe(clock.now() + 60_000);
+    await m.release(lease!)!.done;
+    expect(await activeIn('g')).toBe(0);
+    expect(events).toEqual([]);
+  });
+
+  it('is undefined when the grant is gone: its claim deadline passed and a newcomer took the slot', async () => {
+    const m = manager();
+    const token = await granted(m, 'g');
+    const newcomer = (n: number) => ({ token: `other:${n}`, leaseTtlMs: 60_000, checkCooldown: true });
+    await clock.advance(4_999);
+    expect(await inner.acquireFirst(one('g', 1), newcomer(1))).toEqual(['full']); // the grant holds until then
+    await clock.advance(1);
+    expect(await inner.acquireFirst(one('g', 1), newcomer(2))).toEqual(['acquired']);
+    expect(await m.claim('g', token, 1)).toBeUndefined();
+    expect([m.size, m.localCount('g')]).toEqual([0, 0]);
+    expect(events).toEqual([]);
+  });
+
+  it('is undefined when the grant was given back (the waiter left the queue)', async () => {
+    const m = manager();
+    const token = await granted(m, 'h');
+    expect(await inner.leaveQueue({ channelId: 'h', token, max: 1 })).toBe(true);
+    expect(await m.claim('h', token, 1)).toBeUndefined();
+    expect([m.size, m.localCount('h')]).toEqual([0, 0]);
+    expect(await activeIn('h')).toBe(0);
+  });
+
+  it('a closed manager claims nothing', async () => {
+    const m = manager();
+    const token = await granted(m, 'c');
+    await m.close();
+    await expect(m.claim('c', token, 1)).rejects.toBeInstanceOf(StoreUnavailableError);
+    expect(m.size).toBe(0);
   });
 });
 

@@ -115,12 +115,14 @@ describe('the snapshot cache', () => {
   it('a read within load_cache_ttl_ms is a hit with zero store commands; at the TTL it fetches again', async () => {
     const { clock, store, reads, view } = fixture();
     await take(store, 'a', 2);
-    await store.registerWaiter('b', 'other:w', 10, 60_000);
+    await take(store, 'b');
+    const waiter = { channelId: 'b', token: 'other:w', max: 1 };
+    expect(await store.enqueue(waiter, { maxWaiting: 10, ttlMs: 60_000, leaseTtlMs: 60_000 })).toBe('queued');
     await store.setCooldown('b', 5000, 'upstream 429');
     expect(await view.read(['a', 'b'])).toEqual(
       new Map([
         ['a', load(2)],
-        ['b', load(0, 1, 5000)],
+        ['b', load(1, 1, 5000)], // waiting: the live length of b's queue
       ]),
     );
     expect(reads.calls).toEqual([['a', 'b']]);

@@ -118,6 +118,12 @@ export class GatewayMetrics {
       () => [[{}, admission().stats().handoffs]],
     );
     engineCounter(
+      'slotgate_grants_total',
+      'Waiters admitted on a slot granted to them, the oldest waiter of a channel first, across every instance',
+      [],
+      () => [[{}, admission().stats().grants]],
+    );
+    engineCounter(
       'slotgate_leases_lost_total',
       'Leases found missing at renewal (their holder had lost the slot)',
       [],

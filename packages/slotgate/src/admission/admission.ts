@@ -1,5 +1,5 @@
 /**
- * The admission engine's facade: it builds this instance's state holders (leases, load view, waiters, cooldowns,
+ * The admission engine's facade: it builds this instance's state holders (leases, load view, inbox, cooldowns,
  * handoff, tickets, stats) once, and hands every acquire to the pass (pass.ts), which decides with the functions of
  * decide.ts and waits with waiting.ts.
  */
@@ -8,7 +8,7 @@ import { systemClock } from '../core/clock.js';
 import { CapacityError, NoChannelError, StoreUnavailableError, type CapacityReason } from '../core/errors.js';
 import { admissionSettings, type Settings } from '../core/settings.js';
 import { LeaseManager } from '../store/leases.js';
-import type { ChannelLoad } from '../store/store.js';
+import type { ChannelLoad, Listening } from '../store/store.js';
 import { capacityError } from './capacity.js';
 import { CandidateSets } from './candidates.js';
 import { Cooldowns } from './cooldowns.js';
@@ -26,7 +26,7 @@ import type {
   AdmissionRecord,
   Ticket,
 } from './types.js';
-import { LocalWaiters } from './waiters.js';
+import { Inbox } from './inbox.js';
 
 export function createAdmission(options: AdmissionOptions): Admission {
   return new AdmissionEngine(options);
@@ -40,6 +40,8 @@ export class AdmissionEngine implements Admission {
   private readonly emit: (event: AdmissionEvent) => void;
   private readonly onAdmission: ((record: AdmissionRecord) => void) | undefined;
   private closed = false;
+  /** The delivery of grants to this instance's waiters. */
+  private readonly listening: Listening;
 
   constructor(options: AdmissionOptions) {
     this.current = admissionSettings.merge(admissionSettings.defaults, options.settings ?? {});
@@ -49,13 +51,17 @@ export class AdmissionEngine implements Admission {
     this.emit = options.onEvent ?? (() => {});
     this.onAdmission = options.onAdmission;
     const recorder = new StatsRecorder();
-    const waiters = new LocalWaiters();
     const cooldowns = new Cooldowns({
       store,
       clock,
       settings,
       candidates: this.candidateSets,
       view: () => view,
+    });
+    // A grant for a waiter that is gone (timed out, aborted) passes straight on to the next waiter.
+    const inbox = new Inbox((channelId, token) => {
+      const ref = { channelId, token, max: 0 };
+      void store.leaveQueue(ref, this.current.lease_ttl_ms).catch(() => {});
     });
     const leases = new LeaseManager({
       store,
@@ -76,7 +82,7 @@ export class AdmissionEngine implements Admission {
       settings,
       local: {
         active: (id) => leases.localCount(id),
-        waiting: (id) => waiters.count(id),
+        waiting: (id) => inbox.count(id),
         coolingMs: (id) => cooldowns.localMs(id),
       },
       ...(options.loadFetchTimeoutMs !== undefined ? { fetchTimeoutMs: options.loadFetchTimeoutMs } : {}),
@@ -101,19 +107,20 @@ export class AdmissionEngine implements Admission {
     const tickets = new Tickets({
       leases,
       view,
-      waiters,
       handoff,
       settings,
+      queued: (id) => store.queued(id),
       aborted: (channel) => capacity('aborted', [channel], [], channel),
     });
     this.instanceId = leases.instanceId;
+    this.listening = store.listen(this.instanceId, inbox);
     this.engine = {
       store,
       clock,
       random: options.random ?? Math.random,
       leases,
       view,
-      waiters,
+      inbox,
       recorder,
       cooldowns,
       handoff,
@@ -208,12 +215,12 @@ export class AdmissionEngine implements Admission {
   }
 
   stats(): AdmissionStats {
-    const { leases, tickets, waiters, recorder: r, store, view, handoff } = this.engine;
+    const { leases, tickets, inbox, recorder: r, store, view, handoff } = this.engine;
     const channels: Record<string, ChannelStats> = {};
     const touch = (id: string) => (channels[id] ??= { active: 0, waiting: 0 });
     for (const lease of leases.leases()) touch(lease.channelId).active++;
     for (const [id, n] of tickets.unlimitedActive) touch(id).active += n;
-    for (const id of waiters.channels()) touch(id).waiting = waiters.count(id);
+    for (const id of inbox.channels()) touch(id).waiting = inbox.count(id);
     return {
       instanceId: this.instanceId,
       store: store.kind,
@@ -222,6 +229,7 @@ export class AdmissionEngine implements Admission {
       acquireAttempts: r.acquireAttempts,
       acquireCalls: r.acquireCalls,
       handoffs: handoff.count,
+      grants: r.grants,
       admissionLatencyMs: r.admissionLatency.snapshot(),
       waitTimeMs: r.waitTime.snapshot(),
       loadView: { ...view.counters },
@@ -235,5 +243,6 @@ export class AdmissionEngine implements Admission {
     if (this.closed) return;
     this.closed = true;
     await this.engine.leases.close();
+    await this.listening.stop();
   }
 }

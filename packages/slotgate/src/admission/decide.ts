@@ -1,9 +1,9 @@
 /**
  * The pure decisions of admission, as functions of what the load view shows: the order a tier is tried in, which
- * channels one store call tries, which queues a waiter tries, and what a waiter's poll tries besides its own channel.
+ * channels one store call tries, and which queues a waiter tries.
  * No store, no clock: unit tests call them directly.
  */
-import { isBounded, priorityOf, type Candidate } from '../core/channel.js';
+import { isBounded, type Candidate } from '../core/channel.js';
 import { LazyOrder, type Random } from '../core/order.js';
 import type { Settings } from '../core/settings.js';
 import type { ChannelLoad } from '../store/store.js';
@@ -90,32 +90,4 @@ export function maxWaitingOf(c: Candidate, settings: Settings): number {
     c.maxWaiting ??
     (settings.max_waiting_per_channel > 0 ? settings.max_waiting_per_channel : c.maxConcurrency!)
   );
-}
-
-/**
- * Besides its own channel, the one channel a waiter's poll also tries: the best the view shows room on (higher
- * priority first, then lower load), not cooling. Undefined when the view shows none.
- */
-export function pollAlternative<C extends Candidate>(
-  bounded: readonly C[],
-  registeredOn: C,
-  loads: Loads,
-  cooling: (c: C) => boolean,
-): C | undefined {
-  let best: C | undefined;
-  let bestRate = Infinity;
-  for (const c of bounded) {
-    const load = loads.get(c.id);
-    if (c === registeredOn || !load || cooling(c) || !hasRoom(c, loads)) continue;
-    const rate = (load.active + load.waiting) / c.maxConcurrency!;
-    if (
-      !best ||
-      priorityOf(c) > priorityOf(best) ||
-      (priorityOf(c) === priorityOf(best) && rate < bestRate)
-    ) {
-      best = c;
-      bestRate = rate;
-    }
-  }
-  return best;
 }

@@ -14,7 +14,7 @@ import type { Handoff } from './handoff.js';
 import type { LoadView } from './load-view.js';
 import type { StatsRecorder } from './stats.js';
 import type { Tickets } from './tickets.js';
-import type { LocalWaiters } from './waiters.js';
+import type { Inbox } from './inbox.js';
 
 export interface Engine {
   readonly store: SlotStore;
@@ -22,7 +22,7 @@ export interface Engine {
   readonly random: Random;
   readonly leases: LeaseManager;
   readonly view: LoadView;
-  readonly waiters: LocalWaiters;
+  readonly inbox: Inbox;
   readonly recorder: StatsRecorder;
   readonly cooldowns: Cooldowns;
   readonly handoff: Handoff;

@@ -313,6 +313,17 @@ export class LoadView {
     if (shown < max) entry.load = { ...entry.load, active: entry.load.active + (max - shown) };
   }
 
+  /**
+   * The channel's wait queue turned a waiter away: until the next fetch, this instance's view shows it at
+   * `maxWaiting`, so its next waiters do not ask a queue that is known to be full.
+   */
+  noteQueueFull(id: string, maxWaiting: number): void {
+    const entry = this.cache.get(id);
+    if (!entry) return;
+    const shown = this.corrected(id, entry).waiting;
+    if (shown < maxWaiting) entry.load = { ...entry.load, waiting: entry.load.waiting + (maxWaiting - shown) };
+  }
+
   /** The acquire script (or this instance) found the channel cooling: later passes skip it until the next fetch. */
   noteCooling(id: string, remainingMs: number): void {
     const entry = this.cache.get(id);

@@ -44,7 +44,8 @@ export async function runPass<C extends Candidate>(
     const handed = handoff.take(
       prepared,
       (tier) => tier === t,
-      (c) => cooldowns.allowsHandoff(c, loads),
+      // never onto a channel with waiters: its slots go to them, in their order
+      (c) => cooldowns.allowsHandoff(c, loads) && !engine.store.queued(c.id),
     );
     return handed && tickets.bounded(handed.channel, handed.lease, 0, signal);
   };
@@ -80,16 +81,24 @@ export async function runPass<C extends Candidate>(
       const handed = takeHandoff(t, loads);
       if (handed) return handed;
     }
-    let order = orderTier(tier, loads, cooling, engine.random);
+    // A channel known to have waiters is full for a newcomer (the acquire script would answer `queued`): it joins the
+    // wait candidates without a store call, like one found full, and the tier is ordered without it.
+    const open = tier.filter((c) => {
+      if (!isBounded(c) || storeDown || !engine.store.queued(c.id) || cooling(c)) return true;
+      saturated.push(c);
+      waitPool.add(c);
+      return false;
+    });
+    let order = orderTier(open, loads, cooling, engine.random);
     // Every channel of the tier filtered as cooling by a cached snapshot: read the tier fresh once (a cooldown may
     // have ended). With the cache off every read is fresh already.
     if (order.size === 0 && settings.load_cache_enabled && !storeDown) {
-      const tierBounded = tier.filter(isBounded);
+      const tierBounded = open.filter(isBounded);
       if (tierBounded.some(cooling)) {
         const fresh = await withAbort(engine, view.readFresh(tierBounded.map((c) => c.id)), signal);
         if (fresh) {
           for (const [id, load] of fresh) loads.set(id, load);
-          order = orderTier(tier, loads, cooling, engine.random);
+          order = orderTier(open, loads, cooling, engine.random);
         }
       }
     }
@@ -123,7 +132,7 @@ export async function runPass<C extends Candidate>(
       budget -= outcome.replies.length;
       outcome.replies.forEach((reply, k) => {
         const channel = batch.channels[k]!;
-        if (reply === 'full') {
+        if (reply === 'full' || reply === 'queued') {
           saturated.push(channel);
           waitPool.add(channel);
           view.noteFull(channel.id, channel.maxConcurrency!);

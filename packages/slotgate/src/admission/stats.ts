@@ -27,6 +27,8 @@ export interface AdmissionStats {
   acquireCalls: number;
   /** Admissions served by a slot this instance released in the same turn, with no store command. */
   handoffs: number;
+  /** Waiters admitted on a slot the store granted them (the oldest waiter of a channel gets a freed slot). */
+  grants: number;
   admissionLatencyMs: HistogramSnapshot;
   waitTimeMs: HistogramSnapshot;
   loadView: LoadViewCounters;
@@ -64,5 +66,6 @@ export class StatsRecorder {
   readonly waitTime = new Histogram();
   acquireAttempts = 0;
   acquireCalls = 0;
+  grants = 0;
   leasesLost = 0;
 }

@@ -1,7 +1,8 @@
 /**
- * Tickets: what an admitted request holds. A bounded channel's ticket holds a lease; giving it back stops the renewal,
- * sends the removal (retried until confirmed), wakes one local waiter and, with handoff on, offers the slot to a pass
- * of this instance for the rest of the turn. An unlimited channel's ticket only counts in this process.
+ * Tickets: what an admitted request holds. A bounded channel's ticket holds a lease; giving it back stops the renewal
+ * and sends the removal (retried until confirmed): on a channel with waiters the store grants the slot to the oldest
+ * of them. With handoff on and nobody waiting, the slot is offered to a pass of this instance for the rest of the
+ * turn. An unlimited channel's ticket only counts in this process.
  */
 import type { Candidate } from '../core/channel.js';
 import type { CapacityError } from '../core/errors.js';
@@ -10,7 +11,6 @@ import type { Lease, LeaseManager } from '../store/leases.js';
 import type { Handoff } from './handoff.js';
 import type { LoadView } from './load-view.js';
 import type { Ticket } from './types.js';
-import type { LocalWaiters } from './waiters.js';
 
 export class Tickets {
   /** In-flight tickets of unlimited channels, by channel (they never reach the store). */
@@ -20,16 +20,17 @@ export class Tickets {
     private readonly deps: {
       leases: LeaseManager;
       view: LoadView;
-      waiters: LocalWaiters;
       handoff: Handoff;
       settings: () => Settings;
+      /** Whether the channel has waiters (then a slot given back goes to the oldest, never to this instance). */
+      queued: (channelId: string) => boolean;
       aborted: (channel: Candidate) => CapacityError;
     },
   ) {}
 
   /** A ticket for a lease the store (or a handoff) just gave; handed straight back when the caller has given up. */
   bounded<C extends Candidate>(channel: C, lease: Lease, waitedMs: number, signal?: AbortSignal): Ticket<C> {
-    const { leases, view, waiters, handoff, settings } = this.deps;
+    const { leases, view, handoff, settings, queued } = this.deps;
     view.noteActive(channel.id, 1);
     let released: Promise<void> | undefined;
     const ticket: Ticket<C> = {
@@ -41,9 +42,8 @@ export class Tickets {
         const removal = leases.release(lease);
         // Counted as given back now: the removal goes out with this turn's commands, ahead of any later load read.
         view.noteActive(channel.id, -1);
-        // Woken now, a local waiter can take the slot over in this turn, or poll right behind the removal.
-        waiters.wakeOne(channel.id);
-        const handOff = options?.handoff !== false && settings().slot_handoff_enabled;
+        // Never past a queue: with waiters on the channel, anywhere, the slot goes to the oldest through the store.
+        const handOff = options?.handoff !== false && settings().slot_handoff_enabled && !queued(channel.id);
         // A parked slot is given back once its removal is queued: it goes out at the end of this turn or to a pass
         // that takes it over, and a failure is retried in the background. Resolving now lets the caller's next
         // request, in this same turn, take it over. Otherwise: resolved once the store confirmed the removal.

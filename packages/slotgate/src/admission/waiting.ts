@@ -1,23 +1,33 @@
 /**
- * Waiting: when every candidate is full, a pass registers in the bounded wait queue of one full channel and polls
- * with jittered exponential back-off until a slot comes free, the deadline passes or the caller aborts. A release on
- * this instance wakes one of its waiters at once; a slot this instance released in the same turn is taken over with
- * no store command. The registration is always removed on the way out, detached from cancellation.
+ * Waiting: when every candidate is full, a pass queues in the FIFO queue of up to QUEUES_PER_WAITER full channels
+ * (one token in each) and sleeps until the store grants it a slot: the release that frees a slot gives it to the
+ * oldest live waiter of that channel, whichever instance it is on, and tells that waiter's instance. The waiter
+ * claims the first grant (one renewal makes it a full lease), and leaves its other queues, where a grant it got too
+ * passes on. A slow safety poll covers a lost message or a Redis that lost the queue. Time-out and abort end the
+ * wait; the registrations are always removed on the way out, detached from cancellation.
  */
 import { isBounded, type Candidate } from '../core/channel.js';
-import { jitter, nextInterval } from '../core/backoff.js';
-import { SlotgateError, CapacityError } from '../core/errors.js';
+import { jitter } from '../core/backoff.js';
+import { CapacityError, SlotgateError, StoreUnavailableError } from '../core/errors.js';
 import type { Settings } from '../core/settings.js';
+import type { Lease } from '../store/leases.js';
+import type { EnqueueOptions, WaiterRef } from '../store/store.js';
 import type { Prepared } from './candidates.js';
-import { maxWaitingOf, pollAlternative } from './decide.js';
-import { tryAcquire, type Engine } from './engine.js';
+import { maxWaitingOf } from './decide.js';
+import type { Engine } from './engine.js';
 import type { Ticket } from './types.js';
-import type { Waker } from './waiters.js';
 
 /** How long a registration outlives the wait deadline, so a live waiter never loses its place to expiry. */
 const WAITER_TTL_MARGIN_MS = 2000;
-/** The abort reason of a waiter's nap cut short by a local release (a constant: no DOMException per wake-up). */
+/** Queues one waiter joins at most: more spreads its chances, and costs a grant that passes on per extra queue. */
+export const QUEUES_PER_WAITER = 2;
+/** The abort reason of a waiter's nap cut short by a grant (a constant: no DOMException per wake-up). */
 const WOKEN = Object.freeze({ woken: true });
+
+/** The safety poll's period: a grant arrives as a message, so polls only make good a lost one. */
+export function safetyPollMs(settings: Settings): number {
+  return Math.min(5000, Math.max(1000, settings.wait_interval_ms * 20));
+}
 
 export async function waitForSlot<C extends Candidate>(
   engine: Engine,
@@ -28,135 +38,155 @@ export async function waitForSlot<C extends Candidate>(
   signal?: AbortSignal,
 ): Promise<Ticket<C>> {
   const { candidates } = prepared;
-  const { clock, view, store } = engine;
+  const { clock, view, store, inbox, leases } = engine;
   const fail = (reason: 'aborted' | 'wait_timeout' | 'queue_full', on?: C) =>
     engine.capacityError(reason, candidates, saturated, on);
-
-  let channel: C | undefined;
-  let token = '';
-  for (const option of queues) {
-    if (signal?.aborted) throw fail('aborted', option);
-    token = engine.leases.nextToken();
-    // Counted before the call, so concurrent passes of this instance already see this place as taken.
-    view.noteWaiter(option.id, 1);
-    let registered = false;
-    try {
-      registered = await store.registerWaiter(
-        option.id,
-        token,
-        maxWaitingOf(option, settings),
-        settings.wait_timeout_ms + WAITER_TTL_MARGIN_MS,
-      );
-    } finally {
-      if (!registered) view.noteWaiter(option.id, -1);
-    }
-    if (registered) {
-      channel = option;
-      break;
-    }
-  }
-  if (!channel) throw fail('queue_full', queues[0]);
-
+  const token = leases.nextToken();
+  const refOf = (c: C): WaiterRef => ({ channelId: c.id, token, max: c.maxConcurrency! });
+  const optionsOf = (c: C): EnqueueOptions => ({
+    maxWaiting: maxWaitingOf(c, settings),
+    ttlMs: settings.wait_timeout_ms + WAITER_TTL_MARGIN_MS,
+    leaseTtlMs: settings.lease_ttl_ms,
+  });
+  const box = inbox.open(token);
+  const joined: C[] = [];
+  let claimed: C | undefined;
   const waitStart = clock.now();
   const deadline = waitStart + settings.wait_timeout_ms;
-  let napping: AbortController | undefined;
-  const waker: Waker = {
-    wake: () => {
-      if (!napping) return false;
-      napping.abort(WOKEN);
-      return true;
-    },
+  const byId = new Map(queues.map((c) => [c.id, c]));
+
+  /** Joins the channel's queue; a grant at once is taken. */
+  const join = async (c: C): Promise<Lease | undefined> => {
+    inbox.joined(c.id, token);
+    view.noteWaiter(c.id, 1);
+    let reply;
+    try {
+      reply = await store.enqueue(refOf(c), optionsOf(c));
+    } catch (err) {
+      unjoin(c);
+      throw err;
+    }
+    if (reply === 'queue_full') {
+      unjoin(c);
+      view.noteQueueFull(c.id, maxWaitingOf(c, settings));
+      return undefined;
+    }
+    joined.push(c);
+    if (reply !== 'granted') return undefined;
+    const lease = await claim(c);
+    if (!lease) drop(c);
+    return lease;
   };
-  const listensTo = candidates.filter(isBounded).map((c) => c.id);
-  engine.waiters.add(channel.id, listensTo, waker);
+  /** Forgets a queue this waiter is no longer in (its grant was claimed too late, or the queue lost it). */
+  const drop = (c: C) => {
+    joined.splice(joined.indexOf(c), 1);
+    unjoin(c);
+  };
+  const unjoin = (c: C) => {
+    inbox.left(c.id, token);
+    view.noteWaiter(c.id, -1);
+  };
+  /** Makes a grant on the channel this waiter's lease; undefined when it was gone before the claim. */
+  const claim = async (c: C): Promise<Lease | undefined> => {
+    const lease = await leases.claim(c.id, token, c.maxConcurrency!);
+    if (lease) claimed = c;
+    return lease;
+  };
+  const admitted = (c: C, lease: Lease): Ticket<C> => {
+    const waited = clock.now() - waitStart;
+    engine.recorder.waitTime.observe(waited);
+    engine.recorder.grants++;
+    return engine.tickets.bounded(c, lease, waited, signal);
+  };
+
   try {
-    let interval = settings.wait_interval_ms;
+    // A queue this instance saw full since its last load read is not asked again (its view shows it full); under
+    // overload that keeps the turned-away requests off Redis.
+    const shown = view.peek(prepared.ids, false, true);
+    for (const c of queues) {
+      if (joined.length >= QUEUES_PER_WAITER) break;
+      if (signal?.aborted) throw fail('aborted', c);
+      if ((shown?.get(c.id)?.waiting ?? 0) >= maxWaitingOf(c, settings)) continue;
+      const lease = await join(c);
+      if (lease) return admitted(c, lease);
+    }
+    if (joined.length === 0) throw fail('queue_full', queues[0]);
+
+    let napping: AbortController | undefined;
+    box.onGrant = () => napping?.abort(WOKEN);
+    const safety = safetyPollMs(settings);
+    let nextPoll = clock.now() + jitter(safety, engine.random);
     for (;;) {
-      const remaining = deadline - clock.now();
-      // An abort that came while the last attempt was in flight has already fired: no listener would see it.
-      if (signal?.aborted) throw fail('aborted', channel);
-      if (remaining > 0) {
-        napping = new AbortController();
-        const nap = napping;
-        const onAbort = () => nap.abort(signal?.reason);
-        signal?.addEventListener('abort', onAbort, { once: true });
-        try {
-          await clock.sleep(Math.min(jitter(interval, engine.random), remaining), nap.signal);
-        } catch {
-          // woken by a local release or by the caller's abort
-        } finally {
-          signal?.removeEventListener('abort', onAbort);
-          napping = undefined;
-        }
+      if (signal?.aborted) throw fail('aborted', joined[0]);
+      // Grants first: each is claimed in arrival order; one gone before its claim just leaves that queue.
+      while (box.granted.length > 0) {
+        const c = byId.get(box.granted.shift()!);
+        if (!c || !joined.includes(c)) continue;
+        const lease = await claim(c);
+        if (lease) return admitted(c, lease);
+        drop(c);
       }
-      if (signal?.aborted) throw fail('aborted', channel);
-      const unlimited = candidates.find((c) => !isBounded(c) && !engine.cooldowns.isCooling(c));
-      if (unlimited) return engine.tickets.unlimited(unlimited);
-      if (settings.slot_handoff_enabled && engine.handoff.available) {
-        const loads = view.peek(prepared.ids);
-        const handed = engine.handoff.take(
-          prepared,
-          () => true,
-          (c) => engine.cooldowns.allowsHandoff(c, loads),
-        );
-        if (handed) {
-          const waited = clock.now() - waitStart;
-          engine.recorder.waitTime.observe(waited);
-          return engine.tickets.bounded(handed.channel, handed.lease, waited, signal);
-        }
+      const now = clock.now();
+      if (now >= deadline) throw fail('wait_timeout', joined[0]);
+      if (joined.length === 0) throw fail('wait_timeout', queues[0]);
+      if (now >= nextPoll) {
+        const lease = await safetyPoll();
+        if (lease) return lease;
+        nextPoll = clock.now() + jitter(safety, engine.random);
+        continue;
       }
-      const targets = await pollTargets(engine, prepared, channel);
-      const outcome = await tryAcquire(engine, targets, settings);
-      outcome.replies.forEach((reply, k) => {
-        const target = targets[k]!;
-        if (reply === 'full') view.noteFull(target.id, target.maxConcurrency!);
-        else if (reply === 'cooling') view.noteCooling(target.id, settings.load_cache_ttl_ms);
-      });
-      if (outcome.lease) {
-        const waited = clock.now() - waitStart;
-        engine.recorder.waitTime.observe(waited);
-        return engine.tickets.bounded(targets[outcome.replies.length - 1]!, outcome.lease, waited, signal);
+      napping = new AbortController();
+      const nap = napping;
+      const onAbort = () => nap.abort(signal?.reason);
+      signal?.addEventListener('abort', onAbort, { once: true });
+      try {
+        await clock.sleep(Math.min(nextPoll, deadline) - now, nap.signal);
+      } catch {
+        // woken by a grant or by the caller's abort
+      } finally {
+        signal?.removeEventListener('abort', onAbort);
+        napping = undefined;
       }
-      if (clock.now() >= deadline) throw fail('wait_timeout', channel);
-      interval = nextInterval(interval, settings.wait_interval_ms);
     }
   } catch (err) {
     if (!(err instanceof SlotgateError)) throw err;
     if (err instanceof CapacityError) engine.recorder.waitTime.observe(clock.now() - waitStart);
     throw err;
   } finally {
-    engine.waiters.remove(channel.id, listensTo, waker);
-    view.noteWaiter(channel.id, -1);
-    void store.unregisterWaiter(channel.id, token).catch(() => {
-      // the registration expires by its score; nothing drifts
-    });
+    inbox.close(token);
+    for (const c of joined) {
+      unjoin(c);
+      if (c === claimed) continue;
+      // Out of the queue, and a grant it got there passes on; the registration's expiry is the backstop.
+      void store.leaveQueue(refOf(c), settings.lease_ttl_ms).catch(() => {});
+    }
   }
-}
 
-/**
- * What one poll tries, in one store call: the channel the waiter is registered with (its place in that queue), then
- * the channel the load view ranks best if it shows room there (a slot may have come free on another candidate).
- * Reading the view is free while its snapshot is cached, so a poll stays one script call.
- */
-async function pollTargets<C extends Candidate>(
-  engine: Engine,
-  prepared: Prepared<C>,
-  registeredOn: C,
-): Promise<C[]> {
-  const { bounded, ids } = prepared;
-  // With the cache off (rollback mode) a view read is a full store read: polls try their own channel only.
-  if (
-    bounded.length === 1 ||
-    engine.store.maxChannelsPerAcquire < 2 ||
-    !engine.settings().load_cache_enabled
-  ) {
-    return [registeredOn];
+  /**
+   * The slow check of every queue joined: a grant the message of which was lost is claimed; a queue that lost this
+   * waiter (Redis restarted) is joined again; an unlimited candidate that stopped cooling takes the request.
+   */
+  async function safetyPoll(): Promise<Ticket<C> | undefined> {
+    const unlimited = candidates.find((c) => !isBounded(c) && !engine.cooldowns.isCooling(c));
+    if (unlimited) return engine.tickets.unlimited(unlimited);
+    for (const c of [...joined]) {
+      let state;
+      try {
+        state = await store.pollWaiter(refOf(c), settings.lease_ttl_ms);
+      } catch (err) {
+        if (err instanceof StoreUnavailableError) continue; // the next poll, or the deadline, decides
+        throw err;
+      }
+      if (state === 'granted') {
+        const lease = await claim(c);
+        if (lease) return admitted(c, lease);
+        drop(c);
+      } else if (state === 'gone') {
+        drop(c);
+        const lease = await join(c);
+        if (lease) return admitted(c, lease);
+      }
+    }
+    return undefined;
   }
-  let loads = engine.view.peek(ids);
-  if (!loads) {
-    const read = await engine.view.read(ids);
-    loads = engine.view.peek(ids, false) ?? read; // as in the pass: see what waiters resumed before this one reserved
-  }
-  const best = pollAlternative(bounded, registeredOn, loads, (c) => engine.cooldowns.isCooling(c, loads));
-  return best ? [registeredOn, best] : [registeredOn];
 }

@@ -48,11 +48,16 @@ export const ADMISSION_SETTINGS = {
   max_acquire_attempts: intSetting(8, 1, 100, 'acquire budget per admission pass'),
   slot_handoff_enabled: boolSetting(
     true,
-    'a slot released while a request of this instance wants its channel, in the same event-loop turn, passes to it with no Redis command',
+    'a slot released while a request of this instance wants its channel and nobody waits for it, in the same event-loop turn, passes to it with no Redis command',
   ),
   wait_enabled: boolSetting(true, 'bounded wait queue on/off'),
   wait_timeout_ms: intSetting(5000, 0, 60000, 'longest wait per request'),
-  wait_interval_ms: intSetting(100, 1, 5000, 'base poll interval while waiting'),
+  wait_interval_ms: intSetting(
+    100,
+    1,
+    5000,
+    "a waiter's safety poll is 20 × this, within 1–5 s (grants arrive as messages; polls only make good a lost one)",
+  ),
   max_waiting_per_channel: intSetting(0, 0, 10000, "0 = the channel's max_concurrency"),
   cooldown_enabled: boolSetting(
     true,

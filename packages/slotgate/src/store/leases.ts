@@ -126,9 +126,32 @@ export class LeaseManager {
       acquiredAt: now,
       max: target.max,
       expiresAt: now + leaseTtlMs,
+      ttlMs: leaseTtlMs,
     };
     this.track(lease);
     return { replies, lease };
+  }
+
+  /**
+   * Claims a slot the store granted to a waiter (the token holds it only until a short claim deadline): one store
+   * call extends it to a full lease, and from then on it is a lease like any other. Undefined when the grant was gone (its
+   * deadline passed first); a store failure throws StoreUnavailableError.
+   */
+  async claim(channelId: string, token: string, max: number): Promise<Lease | undefined> {
+    if (this.closed) throw new StoreUnavailableError('acquire', 'the lease manager is closed');
+    const leaseTtlMs = this.ttl();
+    if (!(await this.store.claim({ channelId, token }, leaseTtlMs))) return undefined;
+    const now = this.clock.now();
+    const lease: Lease = {
+      channelId,
+      token,
+      acquiredAt: now,
+      max,
+      expiresAt: now + leaseTtlMs,
+      ttlMs: leaseTtlMs,
+    };
+    this.track(lease);
+    return lease;
   }
 
   /** One detached removal per channel the token may have landed in, capped, never retried. */
@@ -227,6 +250,7 @@ export class LeaseManager {
             }
           } else {
             lease.expiresAt = started + ttl;
+            lease.ttlMs = ttl;
           }
         }
       } catch (err) {

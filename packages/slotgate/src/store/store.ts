@@ -15,7 +15,11 @@ export const PURPOSES: readonly Purpose[] = [
   'settings',
 ];
 
-export type AcquireReply = 'acquired' | 'full' | 'cooling';
+/**
+ * What an acquire found on a channel: a slot (`acquired`), no free slot (`full`), a cooldown (`cooling`), or older
+ * requests waiting in its queue (`queued`: a newcomer never takes a slot ahead of them).
+ */
+export type AcquireReply = 'acquired' | 'full' | 'cooling' | 'queued';
 
 export interface AcquireTarget {
   channelId: string;
@@ -34,6 +38,44 @@ export interface AcquireOptions {
 export interface LeaseRef {
   channelId: string;
   token: string;
+  /** The lease TTL it was taken with: a slot it passes to a waiter keeps its key alive at least this long. */
+  ttlMs?: number;
+}
+
+/** A waiter in a channel's queue: its token (the lease's, once granted) and the max it waits under. */
+export interface WaiterRef {
+  channelId: string;
+  token: string;
+  max: number;
+}
+
+export interface EnqueueOptions {
+  /** The queue's bound: a full queue turns the waiter away. */
+  maxWaiting: number;
+  /** How long the registration lives without being removed (the wait deadline plus a margin). */
+  ttlMs: number;
+  /** The lease TTL in force (a slot granted keeps its key alive at least this long). */
+  leaseTtlMs: number;
+}
+
+/** `granted`: the waiter holds a slot at once (claim it); `queued`: it waits for a grant; `queue_full`: turned away. */
+export type EnqueueReply = 'granted' | 'queued' | 'queue_full';
+
+/** Where a waiter stands: holding a grant (claim it), still queued, or lost by the queue (enqueue again). */
+export type WaiterState = 'granted' | 'queued' | 'gone';
+
+export interface Listening {
+  /** Settles once messages are delivered (with Redis down at start: once it answers). */
+  readonly ready: Promise<void>;
+  stop(): Promise<void>;
+}
+
+/** What a store tells an instance about its waiters. */
+export interface QueueListener {
+  /** A slot of the channel was granted to the waiter with this token: claim it (renew it) or release it. */
+  grant(channelId: string, token: string): void;
+  /** A queue formed on a channel where this instance holds a slot: pass slots on through the queue from now on. */
+  queued(channelId: string): void;
 }
 
 export interface PendingRelease {
@@ -101,11 +143,28 @@ export interface SlotStore {
   renew(leases: readonly LeaseRef[], leaseTtlMs: number): Promise<LeaseRef[]>;
 
   /**
-   * Registers a waiter unless the channel already has `maxWaiting` live waiters. The registration expires by itself
-   * after `ttlMs`. Returns false when the queue is full.
+   * Puts a waiter at the tail of the channel's FIFO queue (bounded by `maxWaiting`; the registration expires by
+   * itself after `ttlMs`). A slot that comes free goes to the oldest live waiter: it becomes that waiter's lease until
+   * a short claim deadline, and the waiter's instance is told through `listen`. When a slot is free and nobody is
+   * ahead, the waiter gets it at once (`granted`, no message).
    */
-  registerWaiter(channelId: string, token: string, maxWaiting: number, ttlMs: number): Promise<boolean>;
-  unregisterWaiter(channelId: string, token: string): Promise<void>;
+  enqueue(waiter: WaiterRef, options: EnqueueOptions): Promise<EnqueueReply>;
+  /**
+   * Claims a slot granted to the waiter: it becomes a lease until `leaseTtlMs` from now, renewed like any other.
+   * False when the grant is gone (its claim deadline passed first).
+   */
+  claim(lease: LeaseRef, leaseTtlMs: number): Promise<boolean>;
+  /** A waiter's slow safety check for a lost message or a lost queue; it also grants what is free. */
+  pollWaiter(waiter: WaiterRef, leaseTtlMs: number): Promise<WaiterState>;
+  /** Takes the waiter out of the queue; a grant it holds there and will not claim passes on. True when it had one. */
+  leaveQueue(waiter: WaiterRef, leaseTtlMs: number): Promise<boolean>;
+  /** Delivers grants and queue news for this instance's waiters until stopped. */
+  listen(instanceId: string, listener: QueueListener): Listening;
+  /**
+   * Whether this store has seen a queue on the channel lately (in its acquire replies, its own waiters or the
+   * messages it got) and not seen it gone since: a slot is then given back through the queue, never passed on locally.
+   */
+  queued(channelId: string): boolean;
 
   /**
    * Live loads of the channels: one clock read, ≤ 50 channels per batch, read-only. `onSent` is called when the

@@ -12,20 +12,31 @@ import {
   type AcquireTarget,
   type ChannelLoad,
   type CooldownInfo,
+  type EnqueueOptions,
+  type EnqueueReply,
   type LeaseRef,
+  type Listening,
   type PendingRelease,
   type Purpose,
+  type QueueListener,
   type Presence,
   type ReadLoadsOptions,
   type SharedSettings,
   type SharedSettingsOptions,
   type SlotStore,
   type StoreHealth,
+  type WaiterRef,
+  type WaiterState,
 } from '../store.js';
+import { ExpiringSet } from './expiring-set.js';
 import { LocalPresence, LocalSharedSettings } from './local-fleet.js';
+import { MemoryQueues } from './memory-queues.js';
 
 export interface MemoryStoreOptions {
+  /** @default the system clock */
   clock?: Clock;
+  /** How long a slot granted to a waiter waits to be claimed before it passes on. @default 5000 */
+  claimMs?: number;
 }
 
 interface Cooldown {
@@ -33,27 +44,12 @@ interface Cooldown {
   until: number;
 }
 
-/** token → expiry (ms), with expired members dropped on demand. */
-class ExpiringSet {
-  readonly members = new Map<string, number>();
-
-  live(now: number): number {
-    let n = 0;
-    for (const expiry of this.members.values()) if (expiry > now) n++;
-    return n;
-  }
-
-  prune(now: number): void {
-    for (const [token, expiry] of this.members) if (expiry <= now) this.members.delete(token);
-  }
-}
-
 export class MemoryStore implements SlotStore {
   readonly kind = 'memory' as const;
   readonly maxChannelsPerAcquire = Number.MAX_SAFE_INTEGER;
   private readonly clock: Clock;
   private readonly slots = new Map<string, ExpiringSet>();
-  private readonly waiters = new Map<string, ExpiringSet>();
+  private readonly queues: MemoryQueues;
   private readonly cooldowns = new Map<string, Cooldown>();
   private readonly counts = emptyCounts();
   readonly presence: Presence;
@@ -61,6 +57,7 @@ export class MemoryStore implements SlotStore {
   constructor(options: MemoryStoreOptions = {}) {
     this.clock = options.clock ?? systemClock;
     this.presence = new LocalPresence(this.clock);
+    this.queues = new MemoryQueues(this.clock, (id) => this.set(this.slots, id), options.claimMs ?? 5000);
   }
 
   async health(): Promise<StoreHealth> {
@@ -100,6 +97,12 @@ export class MemoryStore implements SlotStore {
         replies.push('cooling');
         continue;
       }
+      // Free slots go to the oldest waiters first; a newcomer never takes one ahead of those still waiting.
+      this.queues.grantFree(target.channelId);
+      if (this.queues.hasQueue(target.channelId)) {
+        replies.push('queued');
+        continue;
+      }
       const set = this.set(this.slots, target.channelId);
       if (set.members.size >= target.max) set.prune(now);
       if (set.members.size < target.max) {
@@ -116,8 +119,36 @@ export class MemoryStore implements SlotStore {
     this.counts.release++;
     const set = this.slots.get(lease.channelId);
     const removed = set?.members.delete(lease.token) ?? false;
+    this.queues.grantFree(lease.channelId);
     if (set && set.members.size === 0) this.slots.delete(lease.channelId);
     return removed;
+  }
+
+  async enqueue(waiter: WaiterRef, options: EnqueueOptions): Promise<EnqueueReply> {
+    this.counts.wait++;
+    return this.queues.enqueue(waiter, options);
+  }
+
+  async claim(lease: LeaseRef, leaseTtlMs: number): Promise<boolean> {
+    return (await this.renew([lease], leaseTtlMs)).length === 0;
+  }
+
+  async pollWaiter(waiter: WaiterRef): Promise<WaiterState> {
+    this.counts.wait++;
+    return this.queues.poll(waiter);
+  }
+
+  async leaveQueue(waiter: WaiterRef): Promise<boolean> {
+    this.counts.wait++;
+    return this.queues.leave(waiter);
+  }
+
+  listen(instanceId: string, listener: QueueListener): Listening {
+    return this.queues.listen(instanceId, listener);
+  }
+
+  queued(channelId: string): boolean {
+    return this.queues.hasQueue(channelId);
   }
 
   releaseDeferred(lease: LeaseRef): PendingRelease {
@@ -137,28 +168,6 @@ export class MemoryStore implements SlotStore {
     return lost;
   }
 
-  async registerWaiter(
-    channelId: string,
-    token: string,
-    maxWaiting: number,
-    ttlMs: number,
-  ): Promise<boolean> {
-    this.counts.wait++;
-    const now = this.clock.now();
-    const set = this.set(this.waiters, channelId);
-    if (set.members.size >= maxWaiting) set.prune(now);
-    if (set.members.size >= maxWaiting) return false;
-    set.members.set(token, now + ttlMs);
-    return true;
-  }
-
-  async unregisterWaiter(channelId: string, token: string): Promise<void> {
-    this.counts.wait++;
-    const set = this.waiters.get(channelId);
-    set?.members.delete(token);
-    if (set && set.members.size === 0) this.waiters.delete(channelId);
-  }
-
   async readLoads(channelIds: readonly string[], opts?: ReadLoadsOptions): Promise<Map<string, ChannelLoad>> {
     opts?.onSent?.();
     const loads = new Map<string, ChannelLoad>();
@@ -170,7 +179,7 @@ export class MemoryStore implements SlotStore {
       const cooldown = this.cooling(id, now);
       loads.set(id, {
         active: this.slots.get(id)?.live(now) ?? 0,
-        waiting: this.waiters.get(id)?.live(now) ?? 0,
+        waiting: this.queues.count(id),
         coolingDown: cooldown !== undefined,
         cooldownRemainingMs: cooldown ? cooldown.until - now : 0,
       });
@@ -197,7 +206,7 @@ export class MemoryStore implements SlotStore {
 
   async close(): Promise<void> {
     this.slots.clear();
-    this.waiters.clear();
+    this.queues.clear();
     this.cooldowns.clear();
   }
 }

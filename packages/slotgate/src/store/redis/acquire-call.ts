@@ -33,6 +33,8 @@ export class AcquireCalls {
   constructor(
     private readonly keys: KeyBuilder,
     private readonly clock: Clock,
+    /** The claim deadline of a grant the call makes to a waiter. */
+    private readonly claimMs: number,
   ) {}
 
   /** The call for requests that share a lease TTL and a cooldown setting. */
@@ -41,7 +43,7 @@ export class AcquireCalls {
     const { leaseTtlMs, checkCooldown } = requests[0]!.opts;
     const index = new Map<string, number>();
     const keys: string[] = [];
-    const channelArgs: number[] = [];
+    const channelArgs: (number | string)[] = [];
     const requestArgs: (string | number)[] = [];
     for (const { targets, opts } of requests) {
       requestArgs.push(opts.token);
@@ -50,22 +52,31 @@ export class AcquireCalls {
         let c = index.get(t.channelId);
         if (c === undefined) {
           index.set(t.channelId, (c = index.size + 1));
-          keys.push(this.keys.slots(t.channelId), this.keys.cooldown(t.channelId));
-          const extendedAt = this.extendedAt.get(t.channelId);
+          const id = t.channelId;
+          keys.push(this.keys.slots(id), this.keys.cooldown(id), this.keys.waiters(id), this.keys.queue(id));
+          const extendedAt = this.extendedAt.get(id);
           const extend = extendedAt === undefined || sentAt - extendedAt >= leaseTtlMs / 4;
-          channelArgs.push(t.max, extend ? 1 : 0);
+          channelArgs.push(t.max, extend ? 1 : 0, id);
         }
         requestArgs.push(i === targets.length - 1 ? -c : c);
       }
     }
-    const args = [leaseTtlMs, checkCooldown ? 1 : 0, index.size, ...channelArgs, ...requestArgs];
+    const args = [
+      leaseTtlMs,
+      checkCooldown ? 1 : 0,
+      index.size,
+      this.claimMs,
+      this.keys.grants(),
+      ...channelArgs,
+      ...requestArgs,
+    ];
     const read = (codes: readonly AcquireReply[]): AcquireReply[][] => {
       const replies = splitAcquireReply(codes, requests);
       replies.forEach((reply, q) => {
         const last = reply.length - 1;
         if (reply[last] !== 'acquired') return;
         const channelId = requests[q]!.targets[last]!.channelId;
-        if (channelArgs[2 * index.get(channelId)! - 1] !== 1) return;
+        if (channelArgs[3 * index.get(channelId)! - 2] !== 1) return;
         if (this.extendedAt.size >= EXTENDED_LIMIT) this.extendedAt.clear();
         this.extendedAt.set(channelId, sentAt);
       });

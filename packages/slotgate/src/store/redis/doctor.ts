@@ -42,6 +42,7 @@ export interface DoctorReport {
 const EXPECTED_TYPE = {
   slots: 'zset',
   waiters: 'zset',
+  queue: 'zset',
   cooldown: 'string',
   settings: 'hash',
   instances: 'hash',
@@ -118,6 +119,12 @@ export async function checkLeftovers(
     }
     if (shape.kind === 'settings' || shape.kind === 'instances') continue;
     const pttl = await client.pttl(key);
+    // A queue's scores are arrival times, not expiries: its members expire with their waiters' registrations (the
+    // waiters key, checked on its own), and the key itself with its expiry.
+    if (shape.kind === 'queue') {
+      if (pttl === -1) findings.push({ key, kind: 'no_expiry', detail: 'a queue key without an expiry' });
+      continue;
+    }
     if (shape.kind === 'cooldown') {
       if (pttl === -1)
         findings.push({ key, kind: 'cooldown_without_ttl', detail: 'a cooldown that never ends' });

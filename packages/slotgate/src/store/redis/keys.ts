@@ -2,11 +2,13 @@
  * The only place Redis key names are built. Layout (docs/redis.md):
  *
  *   <prefix>:v1:{<channel>}:slots     sorted set  member = lease token,  score = lease expiry (ms, Redis clock)
- *   <prefix>:v1:{<channel>}:waiters   sorted set  member = waiter token, score = registration expiry
+ *   <prefix>:v1:{<channel>}:waiters   sorted set  member = "<max>|<token>", score = registration expiry
+ *   <prefix>:v1:{<channel>}:queue     sorted set  member = "<max>|<token>", score = arrival (µs, Redis clock): FIFO
  *   <prefix>:v1:{<channel>}:cooldown  string      value = reason, PX = cooldown length
  *   <prefix>:v1:settings              hash        settings overrides shared by every instance
  *   <prefix>:v1:settings:changed      pub/sub     announces settings changes
  *   <prefix>:v1:instances             hash        gateway instance id → JSON heartbeat (dashboard's instance list)
+ *   <prefix>:v1:grants:<instanceId>   pub/sub     grants and queue news for one instance's waiters
  *
  * The `{<channel>}` hash tag puts all keys of one channel in the same Redis Cluster slot, so every per-channel script
  * is cluster-legal. Channel ids are percent-encoded where they hold `{`, `}` or `%`, so no id can break out of its tag.
@@ -25,6 +27,7 @@ export function decodeChannelId(encoded: string): string {
 interface ChannelKeys {
   slots: string;
   waiters: string;
+  queue: string;
   cooldown: string;
 }
 
@@ -48,7 +51,12 @@ export class KeyBuilder {
     let keys = this.cache.get(id);
     if (!keys) {
       const tag = `${this.base}:{${encodeChannelId(id)}}`;
-      keys = { slots: `${tag}:slots`, waiters: `${tag}:waiters`, cooldown: `${tag}:cooldown` };
+      keys = {
+        slots: `${tag}:slots`,
+        waiters: `${tag}:waiters`,
+        queue: `${tag}:queue`,
+        cooldown: `${tag}:cooldown`,
+      };
       if (this.cache.size >= CACHE_LIMIT) this.cache.clear();
       this.cache.set(id, keys);
     }
@@ -63,8 +71,17 @@ export class KeyBuilder {
     return this.channel(id).waiters;
   }
 
+  queue(id: string): string {
+    return this.channel(id).queue;
+  }
+
   cooldown(id: string): string {
     return this.channel(id).cooldown;
+  }
+
+  /** The pub/sub channel of one instance's grants (its prefix is passed to the scripts). */
+  grants(instanceId = ''): string {
+    return `${this.base}:grants:${instanceId}`;
   }
 
   settings(): string {
@@ -88,14 +105,14 @@ export class KeyBuilder {
   parse(
     key: string,
   ):
-    | { channelId: string; kind: 'slots' | 'waiters' | 'cooldown' }
+    | { channelId: string; kind: 'slots' | 'waiters' | 'queue' | 'cooldown' }
     | { kind: 'settings' | 'instances' }
     | null {
     if (key === this.settings()) return { kind: 'settings' };
     if (key === this.instances()) return { kind: 'instances' };
     if (!key.startsWith(`${this.base}:{`)) return null;
-    const m = /^\{([^{}]*)\}:(slots|waiters|cooldown)$/.exec(key.slice(this.base.length + 1));
+    const m = /^\{([^{}]*)\}:(slots|waiters|queue|cooldown)$/.exec(key.slice(this.base.length + 1));
     if (!m) return null;
-    return { channelId: decodeChannelId(m[1]!), kind: m[2] as 'slots' | 'waiters' | 'cooldown' };
+    return { channelId: decodeChannelId(m[1]!), kind: m[2] as 'slots' | 'waiters' | 'queue' | 'cooldown' };
   }
 }

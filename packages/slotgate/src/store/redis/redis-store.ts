@@ -17,20 +17,27 @@ import {
   type AcquireTarget,
   type ChannelLoad,
   type CooldownInfo,
+  type EnqueueOptions,
+  type EnqueueReply,
   type LeaseRef,
+  type Listening,
   type PendingRelease,
   type Presence,
   type Purpose,
+  type QueueListener,
   type ReadLoadsOptions,
   type SharedSettings,
   type SharedSettingsOptions,
   type SlotStore,
   type StoreHealth,
+  type WaiterRef,
+  type WaiterState,
 } from '../store.js';
 import { AcquireCalls } from './acquire-call.js';
 import { Deadlines } from './deadlines.js';
 import { KeyBuilder } from './keys.js';
 import { RedisPresence } from './presence.js';
+import { RedisQueues } from './queues.js';
 import { RedisClock } from './redis-time.js';
 import { SCRIPTS, defineScripts } from './scripts.js';
 import { RedisSharedSettings } from './shared-settings.js';
@@ -49,6 +56,11 @@ export interface RedisStoreOptions {
   redisOptions?: RedisOptions;
   /** Time and timers (the time bound, the Redis clock estimate, key-expiry hints). @default the system clock */
   clock?: Clock;
+  /**
+   * How long a slot granted to a waiter waits for the waiter's instance to claim it before it passes on: the time a
+   * grant to an instance that died holds the slot. @default 5000
+   */
+  claimMs?: number;
 }
 
 /** ioredis options that make a Redis outage fail fast instead of queueing commands forever. */
@@ -76,6 +88,7 @@ export class RedisStore implements SlotStore {
   private readonly deadlines: Deadlines;
   private readonly redisClock: RedisClock;
   private readonly topology: Topology;
+  private readonly queues: RedisQueues;
   private presenceImpl: RedisPresence | undefined;
 
   constructor(options: RedisStoreOptions) {
@@ -89,12 +102,21 @@ export class RedisStore implements SlotStore {
     this.deadlines = new Deadlines(this.clock, options.timeoutMs ?? 1000);
     this.redisClock = new RedisClock(this.clock);
     defineScripts(this.client);
+    const claimMs = options.claimMs ?? 5000;
+    this.queues = new RedisQueues({
+      client: this.client,
+      keys: this.keys,
+      deadlines: this.deadlines,
+      count: this.count,
+      claimMs,
+    });
     this.topology = topologyOf({
       client: this.client,
       keys: this.keys,
-      calls: new AcquireCalls(this.keys, this.clock),
+      calls: new AcquireCalls(this.keys, this.clock, claimMs),
       deadlines: this.deadlines,
       count: this.count,
+      releaseArgs: this.queues.releaseArgs,
     });
     this.maxChannelsPerAcquire = this.topology.maxChannelsPerAcquire;
   }
@@ -122,15 +144,51 @@ export class RedisStore implements SlotStore {
         ),
       );
     }
-    return this.topology.acquire({ targets, opts });
+    return this.topology.acquire({ targets, opts }).then((replies) => {
+      this.queues.noteAcquire(targets, replies);
+      return replies;
+    });
   }
 
   release(lease: LeaseRef): Promise<boolean> {
-    return this.topology.release(lease).done;
+    return this.releaseDeferred(lease).done;
   }
 
   releaseDeferred(lease: LeaseRef): PendingRelease {
-    return this.topology.release(lease);
+    return this.topology.release(lease, this.queues.hasQueue(lease.channelId));
+  }
+
+  enqueue(waiter: WaiterRef, options: EnqueueOptions): Promise<EnqueueReply> {
+    return this.queues.enqueue(waiter, options);
+  }
+
+  /**
+   * One ZADD XX (the slot must still be there), scored on the Redis clock as last read; before any clock read, the
+   * renewal script (which reads TIME itself).
+   */
+  async claim(lease: LeaseRef, leaseTtlMs: number): Promise<boolean> {
+    if (this.redisClock.unknown) return (await this.renew([lease], leaseTtlMs)).length === 0;
+    const score = Math.round(this.redisClock.now() + leaseTtlMs);
+    const changed = await this.run('renew', 'renew', 1, () =>
+      this.client.zadd(this.keys.slots(lease.channelId), 'XX', 'CH', score, lease.token),
+    );
+    return Number(changed) === 1;
+  }
+
+  pollWaiter(waiter: WaiterRef, leaseTtlMs: number): Promise<WaiterState> {
+    return this.queues.poll(waiter, leaseTtlMs);
+  }
+
+  leaveQueue(waiter: WaiterRef, leaseTtlMs: number): Promise<boolean> {
+    return this.queues.leave(waiter, leaseTtlMs);
+  }
+
+  listen(instanceId: string, listener: QueueListener): Listening {
+    return this.queues.listen(instanceId, listener);
+  }
+
+  queued(channelId: string): boolean {
+    return this.queues.hasQueue(channelId);
   }
 
   async renew(leases: readonly LeaseRef[], leaseTtlMs: number): Promise<LeaseRef[]> {
@@ -153,29 +211,6 @@ export class RedisStore implements SlotStore {
     }
     const lost = await SCRIPTS.renewLeases.call(this.client, [...keyIndex.keys()], args);
     return lost.map((k) => batch[k - 1]!);
-  }
-
-  async registerWaiter(
-    channelId: string,
-    token: string,
-    maxWaiting: number,
-    ttlMs: number,
-  ): Promise<boolean> {
-    try {
-      return await this.run('wait', 'wait_register', 1, () =>
-        SCRIPTS.registerWaiter.call(this.client, [this.keys.waiters(channelId)], [token, maxWaiting, ttlMs]),
-      );
-    } catch (err) {
-      // Uncertain, like an acquire: the script may still run after the time-out (it was on the wire, or in the
-      // client's offline queue), and the caller, told it failed, will never unregister. One detached removal, sent
-      // behind it on the same connection, undoes it; the registration's TTL is the backstop.
-      this.unregisterWaiter(channelId, token).catch(() => {});
-      throw err;
-    }
-  }
-
-  async unregisterWaiter(channelId: string, token: string): Promise<void> {
-    await this.run('wait', 'wait_unregister', 1, () => this.client.zrem(this.keys.waiters(channelId), token));
   }
 
   /**
@@ -204,6 +239,7 @@ export class RedisStore implements SlotStore {
     );
     for (const { time } of replies) if (time) this.redisClock.learn(time);
     replies.flatMap((r) => r.loads).forEach((load, i) => loads.set(ids[i]!, load));
+    this.queues.noteLoads(loads);
     return loads;
   }
 

@@ -7,7 +7,7 @@
  */
 import { readFileSync } from 'node:fs';
 import type { ChainableCommander, Cluster, Redis } from 'ioredis';
-import type { AcquireReply } from '../store.js';
+import type { AcquireReply, EnqueueReply, WaiterState } from '../store.js';
 import { SCHEMA_VERSION } from './keys.js';
 
 type Client = Redis | Cluster;
@@ -76,8 +76,17 @@ export const SCRIPTS = {
   acquireSlots: new Script('acquireSlots-n', parseAcquireReply),
   /** See lua/renewLeases-n.lua: the 1-based positions of the leases found missing. */
   renewLeases: new Script('renewLeases-n', numbers),
-  /** See lua/registerWaiter-1.lua: true when registered, false when the queue is full. */
-  registerWaiter: new Script('registerWaiter-1', (reply) => Number(reply) === 1),
+  /** See lua/enqueueWaiter-3.lua. */
+  enqueueWaiter: new Script(
+    'enqueueWaiter-3',
+    (reply): EnqueueReply => ENQUEUE_CODES[code(reply, ENQUEUE_CODES)]!,
+  ),
+  /** See lua/releaseSlot-3.lua: true when the token held a slot. */
+  releaseSlot: new Script('releaseSlot-3', (reply) => Number(reply) === 1),
+  /** See lua/pollWaiter-3.lua. */
+  pollWaiter: new Script('pollWaiter-3', (reply): WaiterState => WAITER_CODES[code(reply, WAITER_CODES)]!),
+  /** See lua/leaveQueue-3.lua: true when a grant was given back. */
+  leaveQueue: new Script('leaveQueue-3', (reply) => Number(reply) === 1),
   /** See lua/fixLeftover-1.lua: removals made (an expiry set counts as one). */
   fixLeftover: new Script('fixLeftover-1', Number),
 } as const;
@@ -87,7 +96,16 @@ export function defineScripts(client: Client): void {
   for (const script of Object.values(SCRIPTS)) script.define(client);
 }
 
-const ACQUIRE_CODES: Record<number, AcquireReply> = { 0: 'full', 1: 'acquired', 2: 'cooling' };
+const ACQUIRE_CODES: Record<number, AcquireReply> = { 0: 'full', 1: 'acquired', 2: 'cooling', 3: 'queued' };
+const ENQUEUE_CODES: Record<number, EnqueueReply> = { 0: 'queue_full', 1: 'queued', 2: 'granted' };
+const WAITER_CODES: Record<number, WaiterState> = { 0: 'gone', 1: 'queued', 2: 'granted' };
+
+/** A script's numeric reply, checked against the codes it may return. */
+function code(reply: unknown, codes: Record<number, unknown>): number {
+  const n = Number(reply);
+  if (!(n in codes)) throw new TypeError(`unexpected script reply ${JSON.stringify(reply)}`);
+  return n;
+}
 
 export function parseAcquireReply(reply: unknown): AcquireReply[] {
   if (!Array.isArray(reply)) throw new TypeError(`unexpected acquire reply ${JSON.stringify(reply)}`);

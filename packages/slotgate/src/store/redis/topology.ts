@@ -28,6 +28,8 @@ export interface TopologyDeps {
   calls: AcquireCalls;
   deadlines: Deadlines;
   count: (purpose: Purpose, n: number) => void;
+  /** The releaseSlot arguments after the token: claim deadline, lease TTL, grants prefix, channel id. */
+  releaseArgs: (lease: LeaseRef) => (string | number)[];
 }
 
 /** One batch of a load read: the loads in order, and the Redis TIME when it was asked to carry one. */
@@ -40,7 +42,8 @@ export interface Topology {
   /** Channels one acquire call may try. */
   readonly maxChannelsPerAcquire: number;
   acquire(request: AcquireRequest): Promise<AcquireReply[]>;
-  release(lease: LeaseRef): PendingRelease;
+  /** `viaQueue`: the channel has waiters, so the slot goes to the oldest (releaseSlot) instead of a plain ZREM. */
+  release(lease: LeaseRef, viaQueue: boolean): PendingRelease;
   /** Resolves once the commands queued in this turn have gone out (load reads go behind them). */
   flushed(): Promise<void> | undefined;
   /** Renewal batches of at most BATCH_SIZE leases, each one script call. */
@@ -74,8 +77,8 @@ class SingleNode implements Topology {
     return this.batcher.acquire(request);
   }
 
-  release(lease: LeaseRef): PendingRelease {
-    return this.batcher.release(lease);
+  release(lease: LeaseRef, viaQueue: boolean): PendingRelease {
+    return this.batcher.release(lease, viaQueue);
   }
 
   flushed(): Promise<void> | undefined {
@@ -118,13 +121,20 @@ class ClusterTopology implements Topology {
       .then((codes) => call.read(codes)[0]!);
   }
 
-  release(lease: LeaseRef): PendingRelease {
-    const { client, keys, deadlines, count } = this.deps;
+  release(lease: LeaseRef, viaQueue: boolean): PendingRelease {
+    const { client, keys, deadlines, count, releaseArgs } = this.deps;
+    const id = lease.channelId;
     count('release', 1);
     return sentRelease(
-      deadlines
-        .run('release', () => client.zrem(keys.slots(lease.channelId), lease.token))
-        .then((removed) => removed === 1),
+      deadlines.run('release', () =>
+        viaQueue
+          ? SCRIPTS.releaseSlot.call(
+              client,
+              [keys.slots(id), keys.waiters(id), keys.queue(id)],
+              [lease.token, ...releaseArgs(lease)],
+            )
+          : client.zrem(keys.slots(id), lease.token).then((removed) => removed === 1),
+      ),
     );
   }
 

@@ -1,7 +1,7 @@
 /**
  * One pipeline per event-loop turn, on a single Redis node: the releases and the acquires queued during a turn go
  * out together at `setImmediate` — the releases first (one ZREM each: cheaper for Redis than a script call carrying
- * them), then the acquires (one acquireSlots call per group of up to 200 channels tried). `setImmediate` runs once
+ * them; a releaseSlot call where the channel has waiters, so the slot goes to the oldest), then the acquires (one acquireSlots call per group of up to 200 channels tried). `setImmediate` runs once
  * this turn's timers and I/O callbacks are done, so every acquirer resumed by the same reply flight and every release
  * from the timers that fired are in the batch.
  *
@@ -30,6 +30,8 @@ interface Queued<Req, Res> {
 interface QueuedRelease extends Queued<LeaseRef, boolean> {
   /** Taken back before the turn ended: not sent. */
   withdrawn: boolean;
+  /** Sent through releaseSlot (the channel has waiters: the slot goes to the oldest) rather than a plain ZREM. */
+  viaQueue: boolean;
 }
 
 export interface TurnBatcherDeps {
@@ -38,6 +40,8 @@ export interface TurnBatcherDeps {
   calls: AcquireCalls;
   deadlines: Deadlines;
   count: (purpose: Purpose, n: number) => void;
+  /** The releaseSlot arguments after the token: claim deadline, lease TTL, grants prefix, channel id. */
+  releaseArgs: (lease: LeaseRef) => (string | number)[];
 }
 
 export class TurnBatcher {
@@ -58,10 +62,10 @@ export class TurnBatcher {
     });
   }
 
-  release(lease: LeaseRef): PendingRelease {
+  release(lease: LeaseRef, viaQueue: boolean): PendingRelease {
     let queued!: QueuedRelease;
     const done = new Promise<boolean>((resolve, reject) => {
-      queued = { request: lease, resolve, reject, withdrawn: false };
+      queued = { request: lease, resolve, reject, withdrawn: false, viaQueue };
     });
     this.releases.push(queued);
     this.schedule();
@@ -109,7 +113,14 @@ export class TurnBatcher {
       return; // every release of the turn was withdrawn
     }
     const pipeline = client.pipeline();
-    for (const q of releases) pipeline.zrem(keys.slots(q.request.channelId), q.request.token);
+    for (const { request: lease, viaQueue } of releases) {
+      const id = lease.channelId;
+      if (!viaQueue) pipeline.zrem(keys.slots(id), lease.token);
+      else {
+        const queueKeys = [keys.slots(id), keys.waiters(id), keys.queue(id)];
+        SCRIPTS.releaseSlot.queue(pipeline, queueKeys, [lease.token, ...this.deps.releaseArgs(lease)]);
+      }
+    }
     const built = groups.map((group) => {
       const call = calls.build(group.map((q) => q.request));
       SCRIPTS.acquireSlots.queue(pipeline, call.keys, call.args);

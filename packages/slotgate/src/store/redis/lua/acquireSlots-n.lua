@@ -1,25 +1,33 @@
 --[[
   acquireSlots: one or more acquire requests in one atomic call (on a single Redis node, the store coalesces the
   requests of one event-loop turn; on Cluster every call is one request for one channel). Each request tries its
-  channels in order and is admitted into the first one with a free slot.
+  channels in order and is admitted into the first one with a free slot and nobody waiting: a channel with a queue
+  first grants its free slots to its oldest waiters (see includes/queue.lua), and a newcomer never takes a slot
+  ahead of them (reply 3).
 
-  KEYS[2c-1]  slots key of channel c      (sorted set: member = lease token, score = expiry ms)
-  KEYS[2c]    cooldown key of channel c   (string; exists while the channel cools down)
+  KEYS[4c-3]  slots key of channel c      (sorted set: member = lease token, score = expiry ms)
+  KEYS[4c-2]  cooldown key of channel c   (string; exists while the channel cools down)
+  KEYS[4c-1]  waiters key of channel c    (see enqueueWaiter-3.lua)
+  KEYS[4c]    queue key of channel c      (see enqueueWaiter-3.lua)
   ARGV[1]     lease TTL in ms (every request of a call has the same TTL and cooldown setting)
   ARGV[2]     "1" to check cooldowns, "0" to skip the check (cooldown_enabled = false)
-  ARGV[3]     number of channels C (= #KEYS / 2)
-  ARGV[4..]   per channel c: max concurrency (> 0), then "1" to ask for an extension of its key's expiry
+  ARGV[3]     number of channels C (= #KEYS / 4)
+  ARGV[4]     claim deadline in ms of a grant to a waiter
+  ARGV[5]     grants channel prefix (an instance's channel is this plus its id)
+  ARGV[6..]   per channel c: max concurrency (> 0), "1" to ask for an extension of its key's expiry, its id
   then        per request: its token, then the indexes of the channels to try in order, the last one negated
 
   Returns one flat array of codes: for each request in order, one code per channel tried, stopping at the first
-  admission (1 = acquired, 0 = full, 2 = cooling). The caller splits it: a request's codes end at its first 1 or
-  after its last channel. (Few arguments per request and a flat array of integers are the cheapest to pass.)
+  admission (1 = acquired, 0 = full, 2 = cooling, 3 = others are waiting). The caller splits it: a request's codes
+  end at its first 1 or after its last channel. (Few arguments per request and a flat array of integers are the
+  cheapest to pass.)
 
-  Cost per call: TIME once; one EXISTS over every cooldown key of the call (when checking) and, only when one of
-  them exists, one EXISTS per channel tried (none when the call has one channel); ZCARD once per channel; ZADD per admission. Per call and channel the
-  script keeps the count it read, so requests for the same channel in one call share a ZCARD. Expired members are
-  dropped when a set looks full (ZREMRANGEBYSCORE, once per channel per call). Lease scores are formatted once per
-  call and TTL (Lua would otherwise format a float for every ZADD).
+  Cost per call: one EXISTS over every queue key and every cooldown key of the call (the cooldown keys only when
+  checking); only when one of them exists, one EXISTS per channel tried and kind (none when the call has one
+  channel: its cooldown key is passed twice, so the count alone says which exists), and for a channel with a queue
+  the grant loop. TIME once when needed; ZCARD once per channel; ZADD per admission. Per call and channel the script
+  keeps the count it read, so requests for the same channel in one call share a ZCARD. Expired members are dropped
+  when a set looks full (ZREMRANGEBYSCORE, once per channel per call). Lease scores are formatted once per call.
   Key expiry: a slots key that was empty gets PEXPIRE TTL with its first lease. Otherwise the caller asks for an
   extension when it has not extended that key for TTL/4, and the script then extends the expiry to TTL (PTTL first:
   it never shortens a key holding longer leases). So every admission leaves the key with at least 3/4 TTL at the
@@ -27,23 +35,34 @@
   crashed holder's channel leaves no key behind within one TTL.
 ]]
 --- @include "redisNow"
+--- @include "queue"
 local ttl = ARGV[1]
+local checkCooldown = ARGV[2] == '1'
 local channels = tonumber(ARGV[3])
-local anyCooling = false
-if ARGV[2] == '1' then
-  local cooldownKeys = {}
-  for c = 1, channels do
-    cooldownKeys[c] = KEYS[2 * c]
+local claimMs = tonumber(ARGV[4])
+local notify = ARGV[5]
+local probe = {}
+for c = 1, channels do
+  if checkCooldown then
+    probe[#probe + 1] = KEYS[4 * c - 2]
+    if channels == 1 then
+      probe[#probe + 1] = KEYS[4 * c - 2]
+    end
   end
-  anyCooling = redis.call('EXISTS', unpack(cooldownKeys)) > 0
+  probe[#probe + 1] = KEYS[4 * c]
 end
-local cooling, count, swept, extended = {}, {}, {}, {}
+local found = redis.call('EXISTS', unpack(probe))
+local anyFlag = found > 0
+-- queueFound: whether a channel's queue key exists (before any grant); queued: whether waiters are left after grants
+local cooling, queueFound, queued, count, swept, extended = {}, {}, {}, {}, {}, {}
 if channels == 1 then
-  cooling[1] = anyCooling
+  -- one channel: its cooldown key counts 2 (when checked), its queue key 1
+  cooling[1] = found >= 2
+  queueFound[1] = found % 2 == 1
 end
 local score = nil
 local codes = {}
-local a = 4 + 2 * channels
+local a = 6 + 3 * channels
 while a <= #ARGV do
   local token = ARGV[a]
   local admitted = false
@@ -55,21 +74,41 @@ while a <= #ARGV do
       c = -c
       last = true
     end
-    local cool = false
-    if anyCooling and not admitted then
-      cool = cooling[c]
-      if cool == nil then
-        cool = redis.call('EXISTS', KEYS[2 * c]) == 1
-        cooling[c] = cool
+    local slots = KEYS[4 * c - 3]
+    local max = tonumber(ARGV[3 + 3 * c])
+    local cool, waiting = false, false
+    if anyFlag and not admitted then
+      if checkCooldown then
+        cool = cooling[c]
+        if cool == nil then
+          cool = redis.call('EXISTS', KEYS[4 * c - 2]) == 1
+          cooling[c] = cool
+        end
+      end
+      if not cool then
+        waiting = queued[c]
+        if waiting == nil then
+          waiting = queueFound[c]
+          if waiting == nil then
+            waiting = redis.call('EXISTS', KEYS[4 * c]) == 1
+          end
+          if waiting then
+            -- free slots go to the oldest waiters first; whoever is left waiting still comes before this request
+            local _, head = grantFree(slots, KEYS[4 * c - 1], KEYS[4 * c], claimMs, tonumber(ttl), notify, ARGV[5 + 3 * c], nil)
+            count[c] = nil
+            waiting = head ~= nil
+          end
+          queued[c] = waiting
+        end
       end
     end
     if admitted then
       -- the request was admitted: the rest of its channels are not tried
     elseif cool then
       codes[#codes + 1] = 2
+    elseif waiting then
+      codes[#codes + 1] = 3
     else
-      local slots = KEYS[2 * c - 1]
-      local max = tonumber(ARGV[2 + 2 * c])
       local live = count[c]
       if not live then
         live = redis.call('ZCARD', slots)
@@ -86,7 +125,7 @@ while a <= #ARGV do
         if live == 0 then
           redis.call('PEXPIRE', slots, ttl)
           extended[c] = true
-        elseif ARGV[3 + 2 * c] == '1' and not extended[c] then
+        elseif ARGV[4 + 3 * c] == '1' and not extended[c] then
           extended[c] = true
           if redis.call('PTTL', slots) < tonumber(ttl) then
             redis.call('PEXPIRE', slots, ttl)

@@ -9,6 +9,7 @@
   - expired_members: removes each member only while its score is still in the past on the Redis clock (a late
     renewal may have revived one);
   - no_expiry: gives a sorted set without expiry the expiry of its newest member, or deletes it when none is live;
+    a queue (scores are arrival times, not expiries) gets two minutes, past any wait deadline, as enqueues extend it;
   - cooldown_without_ttl: deletes the string while it still has no TTL;
   - wrong_type / unknown_key: deletes the key while it still has the type reported.
 
@@ -30,6 +31,9 @@ if kind == 'expired_members' then
 end
 if kind == 'no_expiry' then
   if ktype ~= 'zset' or redis.call('PTTL', KEYS[1]) ~= -1 then return 0 end
+  if string.sub(KEYS[1], -6) == ':queue' then
+    return redis.call('PEXPIRE', KEYS[1], 120000)
+  end
   local newest = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
   if newest[2] and tonumber(newest[2]) > redisNow() then
     return redis.call('PEXPIREAT', KEYS[1], newest[2])

@@ -1,9 +1,19 @@
--- The Redis clock in milliseconds, read at most once per script call.
-local nowMs = nil
+-- The Redis clock, read at most once per script call: redisNow() in milliseconds, redisNowUs() in microseconds.
+local nowMs, nowUs = nil, nil
+local function readClock()
+  local t = redis.call('TIME')
+  nowMs = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  nowUs = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
 local function redisNow()
   if not nowMs then
-    local t = redis.call('TIME')
-    nowMs = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    readClock()
   end
   return nowMs
+end
+local function redisNowUs()
+  if not nowUs then
+    readClock()
+  end
+  return nowUs
 end

@@ -1,0 +1,246 @@
+/**
+ * The fleet figures, computed from what happened to each request — pure functions of the records, so the ideal
+ * scheduler's records and the contenders' go through the same code:
+ *
+ * - per instance: admitted, 429 ratio, wait percentiles (wait = admitted − arrival);
+ * - across instances: Jain's fairness index over the admitted counts and min/max share (equal demand);
+ * - slot utilisation: busy slot-time inside a window / (slots × window);
+ * - FIFO inversions: of the requests that had to wait (every slot of the candidate set held at their arrival), the
+ *   share overtaken — a later arrival admitted while they were still waiting (each overtaken waiter counts once);
+ * - grant latency: for each admission that had to wait, on channel c at time t, t − the latest release on c at or
+ *   before t (a polling contender's poll delay; 0 for a scheduler that grants on release).
+ *
+ * Every fleet scenario offers one candidate set (all its channels) to every request.
+ */
+import { percentile } from './load.js';
+
+/** One request as the instance saw it; times in ms on one time base (performance.timeOrigin + performance.now()). */
+export interface RequestRecord {
+  instance: number;
+  arrival: number;
+  /** When it was admitted, or refused. */
+  outcome: number;
+  /** The channel it was admitted on; undefined when refused. */
+  channel?: string;
+  /** Why it was refused: the contender's reason, `in_flight_cap` (shed by the benchmark) or `error: …`. */
+  reason?: string;
+  /** The hold it was given (ms). */
+  hold: number;
+  /** When the holder gave the slot back (admitted only). */
+  release?: number;
+}
+
+export const isAdmitted = (r: RequestRecord): boolean => r.channel !== undefined;
+
+/** Jain's index (Σx)² / (n · Σx²): 1 when all are equal, 1/n when one takes all; NaN when all are 0. */
+export function jain(xs: readonly number[]): number {
+  const sum = xs.reduce((a, b) => a + b, 0);
+  const squares = xs.reduce((a, b) => a + b * b, 0);
+  return squares === 0 ? NaN : (sum * sum) / (xs.length * squares);
+}
+
+/** The smallest over the largest; NaN when the largest is 0. */
+export function minMaxShare(xs: readonly number[]): number {
+  const max = Math.max(...xs);
+  return max > 0 ? Math.min(...xs) / max : NaN;
+}
+
+/** For each record: whether every one of `slots` was held (by any instance) at its arrival. */
+export function hadToWait(records: readonly RequestRecord[], slots: number): boolean[] {
+  // events: +1 at an admission, −1 at a release; at equal times a release comes first (a slot given back at t is
+  // free for an arrival at t), and arrivals are looked up after every event at or before them
+  const events: [number, number][] = [];
+  for (const r of records) {
+    if (r.channel === undefined) continue;
+    events.push([r.outcome, 1], [r.release ?? Infinity, -1]);
+  }
+  events.sort((a, b) => a[0] - b[0] || a[1] - b[1]);
+  const order = records.map((_, i) => i).sort((a, b) => records[a]!.arrival - records[b]!.arrival);
+  const out = new Array<boolean>(records.length).fill(false);
+  let held = 0;
+  let e = 0;
+  for (const i of order) {
+    const at = records[i]!.arrival;
+    // events strictly before the arrival, and releases at it; an admission at the arrival instant is not yet held
+    while (e < events.length && (events[e]![0] < at || (events[e]![0] === at && events[e]![1] < 0))) {
+      held += events[e++]![1];
+    }
+    out[i] = held >= slots;
+  }
+  return out;
+}
+
+/**
+ * Waiters (the records flagged in `waited`) and how many of them were overtaken: a record that arrived later was
+ * admitted strictly before the waiter's outcome (its admission, or its refusal).
+ */
+export function fifoInversions(
+  records: readonly RequestRecord[],
+  waited: readonly boolean[],
+): { waiters: number; overtaken: number } {
+  const order = records.map((_, i) => i).sort((a, b) => records[a]!.arrival - records[b]!.arrival);
+  // earliest admission among the records arriving after position k in arrival order
+  const laterAdmission = new Array<number>(order.length + 1).fill(Infinity);
+  for (let k = order.length - 1; k >= 0; k--) {
+    const r = records[order[k]!]!;
+    laterAdmission[k] = Math.min(laterAdmission[k + 1]!, isAdmitted(r) ? r.outcome : Infinity);
+  }
+  let waiters = 0;
+  let overtaken = 0;
+  order.forEach((i, k) => {
+    if (!waited[i]) return;
+    waiters++;
+    // arrivals tied with this one are not "later"
+    let next = k + 1;
+    while (next < order.length && records[order[next]!]!.arrival === records[i]!.arrival) next++;
+    if (laterAdmission[next]! < records[i]!.outcome) overtaken++;
+  });
+  return { waiters, overtaken };
+}
+
+/** Grant latencies (ms, sorted) of the admissions flagged in `waited`; those with no earlier release are left out. */
+export function grantLatencies(records: readonly RequestRecord[], waited: readonly boolean[]): number[] {
+  const releases = new Map<string, number[]>();
+  for (const r of records) {
+    if (r.channel !== undefined && r.release !== undefined) {
+      const list = releases.get(r.channel) ?? [];
+      list.push(r.release);
+      releases.set(r.channel, list);
+    }
+  }
+  for (const list of releases.values()) list.sort((a, b) => a - b);
+  const out: number[] = [];
+  records.forEach((r, i) => {
+    if (!waited[i] || r.channel === undefined) return;
+    const list = releases.get(r.channel) ?? [];
+    // the last release at or before the admission: binary search for the first one after it
+    let lo = 0;
+    let hi = list.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >> 1;
+      if (list[mid]! <= r.outcome) lo = mid + 1;
+      else hi = mid;
+    }
+    if (lo > 0) out.push(r.outcome - list[lo - 1]!);
+  });
+  return out.sort((a, b) => a - b);
+}
+
+/** Busy slot-time inside [from, to) over (slots × (to − from)). */
+export function utilisation(
+  records: readonly RequestRecord[],
+  slots: number,
+  from: number,
+  to: number,
+): number {
+  let busy = 0;
+  for (const r of records) {
+    if (r.channel === undefined) continue;
+    const start = Math.max(from, r.outcome);
+    const end = Math.min(to, r.release ?? to);
+    if (end > start) busy += end - start;
+  }
+  return busy / (slots * (to - from));
+}
+
+export interface Waits {
+  p50: number;
+  p90: number;
+  p99: number;
+}
+
+export const waitsOf = (sorted: readonly number[]): Waits => ({
+  p50: percentile(sorted, 0.5),
+  p90: percentile(sorted, 0.9),
+  p99: percentile(sorted, 0.99),
+});
+
+export interface InstanceFleetFigures {
+  requests: number;
+  admitted: number;
+  refusalRatio: number;
+  wait: Waits;
+}
+
+export interface FleetFigures {
+  requests: number;
+  admitted: number;
+  refusals: Record<string, number>;
+  refusalRatio: number;
+  wait: Waits;
+  perInstance: InstanceFleetFigures[];
+  jain: number;
+  share: number;
+  waiters: number;
+  overtaken: number;
+  /** overtaken / waiters */
+  inversionRatio: number;
+  grantLatency: { count: number; p50: number; p99: number };
+  utilisation: number;
+}
+
+export interface FleetWindow {
+  /** Requests arriving in [from, to) count (arrival, wait, 429, FIFO); admissions in it count for the shares. */
+  from: number;
+  to: number;
+  /** Where busy slot-time is measured. */
+  utilisation: { from: number; to: number };
+}
+
+/** Every fleet figure of one run (or of the ideal) from its records. */
+export function fleetFigures(
+  records: readonly RequestRecord[],
+  o: { slots: number; instances: number; window: FleetWindow },
+): FleetFigures {
+  const { from, to } = o.window;
+  const inWindow = (t: number) => t >= from && t < to;
+  const waited = hadToWait(records, o.slots);
+  const counted = records.map((r) => inWindow(r.arrival));
+  const waitOf = (r: RequestRecord) => r.outcome - r.arrival;
+  const perInstance: InstanceFleetFigures[] = Array.from({ length: o.instances }, (_, i) => {
+    const mine = records.filter((r, k) => counted[k] && r.instance === i);
+    const waits = mine
+      .filter(isAdmitted)
+      .map(waitOf)
+      .sort((a, b) => a - b);
+    return {
+      requests: mine.length,
+      admitted: records.filter((r) => r.instance === i && isAdmitted(r) && inWindow(r.outcome)).length,
+      refusalRatio: mine.length ? (mine.length - waits.length) / mine.length : NaN,
+      wait: waitsOf(waits),
+    };
+  });
+  const arrived = records.filter((_, k) => counted[k]);
+  const refusals: Record<string, number> = {};
+  for (const r of arrived) if (r.reason !== undefined) refusals[r.reason] = (refusals[r.reason] ?? 0) + 1;
+  const refused = arrived.filter((r) => !isAdmitted(r)).length;
+  const { waiters, overtaken } = fifoInversions(
+    records,
+    waited.map((w, k) => w && counted[k]!),
+  );
+  const grants = grantLatencies(
+    records,
+    waited.map((w, k) => w && counted[k]!),
+  );
+  const admittedCounts = perInstance.map((p) => p.admitted);
+  return {
+    requests: arrived.length,
+    admitted: admittedCounts.reduce((a, b) => a + b, 0),
+    refusals,
+    refusalRatio: arrived.length ? refused / arrived.length : NaN,
+    wait: waitsOf(
+      arrived
+        .filter(isAdmitted)
+        .map(waitOf)
+        .sort((a, b) => a - b),
+    ),
+    perInstance,
+    jain: jain(admittedCounts),
+    share: minMaxShare(admittedCounts),
+    waiters,
+    overtaken,
+    inversionRatio: waiters ? overtaken / waiters : NaN,
+    grantLatency: { count: grants.length, p50: percentile(grants, 0.5), p99: percentile(grants, 0.99) },
+    utilisation: utilisation(records, o.slots, o.window.utilisation.from, o.window.utilisation.to),
+  };
+}

@@ -1,0 +1,85 @@
+/**
+ * One instance of a fleet run, in its own process (forked by fleet.ts with an IPC channel). A worker serves run
+ * after run, one contender session at a time:
+ *
+ *   parent → { type: 'setup', … }   set the contender up (with the scenario's wait time-out), warm up → { type: 'ready' }
+ *   parent → { type: 'run', … }     the open or closed loop from startAt → { type: 'result', … }
+ *   parent → { type: 'close' }      close the session → { type: 'closed' }
+ *
+ * The parent takes the INFO snapshots around the run; the worker counts its clients' round trips and its CPU over
+ * the same span and sends back every request's record and every hold interval.
+ */
+import { sendToParent as send, serveParent } from './children.js';
+import { loadContender } from './contenders/index.js';
+import { runClosedLoop, runOpenLoop, type FleetLoadResult } from './fleet-load.js';
+import { runLoad } from './load.js';
+import { RoundTripCounter } from './redis.js';
+import { clientMeter, type ClientFigures } from './run.js';
+import type { BenchChannel, Session } from './types.js';
+
+export interface FleetSetup {
+  type: 'setup';
+  contender: string;
+  redisUrl: string;
+  namespace: string;
+  channels: BenchChannel[];
+  waitTimeoutMs?: number;
+  warmupMs: number;
+}
+
+export type FleetRunMessage = { type: 'run'; instance: number } & (
+  | { mode: 'open'; startAt: number; arrivals: number[]; holds: number[]; maxInFlight: number }
+  | { mode: 'closed'; startAt: number; endAt: number; workers: number; holdMs: number }
+);
+
+export interface FleetResult extends ClientFigures, FleetLoadResult {
+  type: 'result';
+}
+
+type Message = FleetSetup | FleetRunMessage | { type: 'close' };
+
+const counter = new RoundTripCounter();
+let session: Session | undefined;
+let channels: BenchChannel[] = [];
+
+async function onMessage(message: Message): Promise<void> {
+  if (message.type === 'setup') {
+    const contender = loadContender(message.contender);
+    channels = message.channels;
+    session = await contender.setup({
+      redisUrl: message.redisUrl,
+      channels,
+      namespace: message.namespace,
+      client: () => counter.client(message.redisUrl),
+      ...(message.waitTimeoutMs !== undefined ? { waitTimeoutMs: message.waitTimeoutMs } : {}),
+    });
+    // connections, scripts and JIT, unmeasured; every slot is given back before the run starts
+    if (message.warmupMs > 0) {
+      await runLoad({
+        session,
+        candidateSets: [channels],
+        acquirers: 2,
+        holdMs: 0,
+        durationMs: message.warmupMs,
+      });
+    }
+    await send({ type: 'ready' });
+    return;
+  }
+  if (message.type === 'close') {
+    await session?.close();
+    session = undefined;
+    await send({ type: 'closed' });
+    return;
+  }
+  const meter = clientMeter(counter, session!);
+  meter.start();
+  const load =
+    message.mode === 'open'
+      ? await runOpenLoop({ ...message, session: session!, candidates: channels })
+      : await runClosedLoop({ ...message, session: session!, candidates: channels });
+  meter.end();
+  await send({ type: 'result', ...load, ...meter.figures() } satisfies FleetResult);
+}
+
+serveParent(onMessage);

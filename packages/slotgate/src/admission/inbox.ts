@@ -1,0 +1,64 @@
+/**
+ * This instance's waiters, by token, and the grants the store sends them. A waiter registers before it enqueues, so
+ * a grant that arrives before the enqueue's own reply is kept for it. A grant for a token nobody waits for any more
+ * (the waiter timed out or gave up) is given back at once, so it passes to the next waiter.
+ */
+import { pushTo, removeFrom } from '../core/collections.js';
+import type { QueueListener } from '../store/store.js';
+
+export interface Mailbox {
+  /** The channels granted to this waiter and not taken yet, oldest first. */
+  readonly granted: string[];
+  /** Called when a grant arrives (the waiter's current sleep should end). */
+  onGrant: (() => void) | undefined;
+}
+
+export class Inbox implements QueueListener {
+  private readonly boxes = new Map<string, Mailbox>();
+  /** The channels each waiting token is queued on, for the local counts. */
+  private readonly byChannel = new Map<string, string[]>();
+
+  constructor(private readonly giveBack: (channelId: string, token: string) => void) {}
+
+  open(token: string): Mailbox {
+    const box: Mailbox = { granted: [], onGrant: undefined };
+    this.boxes.set(token, box);
+    return box;
+  }
+
+  /** The waiter is queued on the channel (it counts there in this instance's loads). */
+  joined(channelId: string, token: string): void {
+    pushTo(this.byChannel, channelId, token);
+  }
+
+  left(channelId: string, token: string): void {
+    removeFrom(this.byChannel, channelId, token);
+  }
+
+  close(token: string): void {
+    this.boxes.delete(token);
+  }
+
+  grant(channelId: string, token: string): void {
+    const box = this.boxes.get(token);
+    if (!box) {
+      this.giveBack(channelId, token);
+      return;
+    }
+    box.granted.push(channelId);
+    box.onGrant?.();
+  }
+
+  queued(): void {
+    // The store keeps what it learns of queues; nothing to do for the waiters.
+  }
+
+  /** Waiters of this instance queued on the channel. */
+  count(channelId: string): number {
+    return this.byChannel.get(channelId)?.length ?? 0;
+  }
+
+  channels(): IterableIterator<string> {
+    return this.byChannel.keys();
+  }
+}

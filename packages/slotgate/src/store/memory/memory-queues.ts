@@ -1,0 +1,136 @@
+/**
+ * The wait queues of MemoryStore: the same FIFO, grant and claim semantics as the Redis scripts
+ * (../redis/lua/includes/queue.lua), in one process. Grants and queue news reach the listening instance on a later
+ * microtask, as a pub/sub message would.
+ */
+import type { Clock } from '../../core/clock.js';
+import type {
+  EnqueueOptions,
+  EnqueueReply,
+  Listening,
+  QueueListener,
+  WaiterRef,
+  WaiterState,
+} from '../store.js';
+import type { ExpiringSet } from './expiring-set.js';
+
+interface Waiter {
+  ref: WaiterRef;
+  /** Registration expiry. */
+  expiresAt: number;
+}
+
+const instanceOf = (token: string) => token.replace(/:[^:]*$/, '');
+
+export class MemoryQueues {
+  /** Per channel, the waiters in arrival order. */
+  private readonly queues = new Map<string, Waiter[]>();
+  private readonly listeners = new Map<string, QueueListener>();
+
+  constructor(
+    private readonly clock: Clock,
+    /** The slots of a channel (created on demand). */
+    private readonly slotsOf: (channelId: string) => ExpiringSet,
+    private readonly claimMs: number,
+  ) {}
+
+  /** The channel's live waiters, oldest first (expired ones dropped): the stored array, for the caller to change. */
+  private live(channelId: string): Waiter[] {
+    const queue = this.queues.get(channelId);
+    if (!queue) return [];
+    const now = this.clock.now();
+    const kept = queue.filter((w) => w.expiresAt > now);
+    // The stored array itself when nothing expired: grantFree shifts the waiters it grants off what this returns.
+    if (kept.length === queue.length) return queue;
+    if (kept.length === 0) this.queues.delete(channelId);
+    else this.queues.set(channelId, kept);
+    return kept;
+  }
+
+  /** Live waiters of the channel (the `waiting` of a load read). */
+  count(channelId: string): number {
+    return this.live(channelId).length;
+  }
+
+  hasQueue(channelId: string): boolean {
+    return this.live(channelId).length > 0;
+  }
+
+  private tell(token: string, message: (l: QueueListener) => void): void {
+    const listener = this.listeners.get(instanceOf(token));
+    if (listener) queueMicrotask(() => message(listener));
+  }
+
+  /** Grants free slots to the oldest live waiters; `quiet` is granted without a message. Returns the tokens granted. */
+  grantFree(channelId: string, quiet?: string): string[] {
+    const granted: string[] = [];
+    const queue = this.live(channelId);
+    if (queue.length === 0) return granted;
+    const now = this.clock.now();
+    const slots = this.slotsOf(channelId);
+    while (queue.length > 0) {
+      const head = queue[0]!;
+      if (slots.members.size >= head.ref.max) slots.prune(now);
+      if (slots.members.size >= head.ref.max) break;
+      queue.shift();
+      slots.members.set(head.ref.token, now + this.claimMs);
+      granted.push(head.ref.token);
+      if (head.ref.token !== quiet) this.tell(head.ref.token, (l) => l.grant(channelId, head.ref.token));
+    }
+    if (queue.length === 0) this.queues.delete(channelId);
+    return granted;
+  }
+
+  enqueue(ref: WaiterRef, options: EnqueueOptions): EnqueueReply {
+    const queue = this.live(ref.channelId);
+    if (queue.length >= options.maxWaiting) return 'queue_full';
+    const ahead = queue.length;
+    queue.push({ ref: { ...ref }, expiresAt: this.clock.now() + options.ttlMs });
+    this.queues.set(ref.channelId, queue);
+    // Behind others: a slot that came free went to them when it did (one that ran out unseen goes at the next
+    // release, acquire or safety poll), as in Redis.
+    if (ahead > 0) return 'queued';
+    if (this.grantFree(ref.channelId, ref.token).includes(ref.token)) return 'granted';
+    if (this.live(ref.channelId)[0]?.ref.token === ref.token) {
+      // the waiter leads the queue: it formed with this waiter, so every instance holding a slot is told
+      const told = new Set<string>();
+      for (const holder of this.slotsOf(ref.channelId).members.keys()) {
+        const instance = instanceOf(holder);
+        if (told.has(instance)) continue;
+        told.add(instance);
+        this.tell(holder, (l) => l.queued(ref.channelId));
+      }
+    }
+    return 'queued';
+  }
+
+  poll(ref: WaiterRef): WaiterState {
+    this.grantFree(ref.channelId, ref.token);
+    if (this.slotsOf(ref.channelId).members.has(ref.token)) return 'granted';
+    return this.live(ref.channelId).some((w) => w.ref.token === ref.token) ? 'queued' : 'gone';
+  }
+
+  /** Takes the waiter out; a grant it holds passes on. True when it held one. */
+  leave(ref: WaiterRef): boolean {
+    const queue = this.live(ref.channelId).filter((w) => w.ref.token !== ref.token);
+    if (queue.length) this.queues.set(ref.channelId, queue);
+    else this.queues.delete(ref.channelId);
+    const returned = this.slotsOf(ref.channelId).members.delete(ref.token);
+    if (returned) this.grantFree(ref.channelId);
+    return returned;
+  }
+
+  listen(instanceId: string, listener: QueueListener): Listening {
+    this.listeners.set(instanceId, listener);
+    return {
+      ready: Promise.resolve(),
+      stop: async () => {
+        if (this.listeners.get(instanceId) === listener) this.listeners.delete(instanceId);
+      },
+    };
+  }
+
+  clear(): void {
+    this.queues.clear();
+  }
+}

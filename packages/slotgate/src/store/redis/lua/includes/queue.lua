@@ -1,0 +1,72 @@
+-- The wait queue of one channel: `queue` (member = "<max>|<token>", score = arrival on the Redis clock in µs: FIFO)
+-- and `waiters` (the same members, score = registration expiry in ms: a dead waiter drops out). Needs redisNow.
+
+-- Drops every waiter whose registration expired, from both sets. Returns how many went.
+local function dropExpiredWaiters(waitersKey, queueKey)
+  local expired = redis.call('ZRANGEBYSCORE', waitersKey, '-inf', redisNow())
+  if #expired == 0 then
+    return 0
+  end
+  redis.call('ZREM', waitersKey, unpack(expired))
+  redis.call('ZREM', queueKey, unpack(expired))
+  return #expired
+end
+
+-- The token of a queue member "<max>|<token>", and the max its waiter asked under.
+local function splitMember(member)
+  local sep = string.find(member, '|', 1, true)
+  return string.sub(member, sep + 1), tonumber(string.sub(member, 1, sep - 1))
+end
+
+-- The instance id of a token "<instanceId>:<seq>".
+local function instanceOf(token)
+  return string.match(token, '^(.*):[^:]*$') or token
+end
+
+-- Grants the channel's free slots to its oldest live waiters, in arrival order: each granted token becomes a lease
+-- that expires at the claim deadline unless its instance claims it (renews it) first, and its instance is told on
+-- its grants channel (notify .. instanceId). A head waiter asking under a lower max than the slots in use waits.
+-- The slots key keeps at least a lease TTL of expiry, as after an acquire. `quiet` is a member granted without a
+-- message (the caller answers it directly). Returns the members granted, and the live member left at the head of
+-- the queue (nil when the queue is empty).
+local function grantFree(slotsKey, waitersKey, queueKey, claimMs, leaseTtl, notify, channelId, quiet)
+  local granted = {}
+  local live, swept = nil, false
+  local now = redisNow()
+  while true do
+    local head = redis.call('ZRANGE', queueKey, 0, 0)[1]
+    if not head then
+      break
+    end
+    local expiry = redis.call('ZSCORE', waitersKey, head)
+    if (not expiry) or tonumber(expiry) <= now then
+      redis.call('ZREM', queueKey, head)
+      redis.call('ZREM', waitersKey, head)
+    else
+      local token, max = splitMember(head)
+      if not live then
+        live = redis.call('ZCARD', slotsKey)
+      end
+      -- expired leases are swept once, when they would keep a waiter out (a later head may ask under a lower max)
+      if live >= max and not swept then
+        swept = true
+        live = live - redis.call('ZREMRANGEBYSCORE', slotsKey, '-inf', now)
+      end
+      if live >= max then
+        return granted, head
+      end
+      redis.call('ZADD', slotsKey, now + claimMs, token)
+      if redis.call('PTTL', slotsKey) < leaseTtl then
+        redis.call('PEXPIRE', slotsKey, leaseTtl)
+      end
+      redis.call('ZREM', queueKey, head)
+      redis.call('ZREM', waitersKey, head)
+      live = live + 1
+      granted[#granted + 1] = head
+      if head ~= quiet then
+        redis.call('PUBLISH', notify .. instanceOf(token), 'g\n' .. token .. '\n' .. channelId)
+      end
+    end
+  end
+  return granted, nil
+end

@@ -1,0 +1,25 @@
+--[[
+  leaveQueue: a waiter gives up its place (time-out, abort, or a grant on another of its channels). A grant it was
+  given here and will not claim is given back in the same call and passes to the next waiter.
+
+  KEYS[1..3]  slots, waiters and queue keys (see enqueueWaiter-3.lua)
+  ARGV[1]     the member "<max>|<token>"
+  ARGV[2]     claim deadline in ms (how long a grant waits for its instance to claim it)
+  ARGV[3]     lease TTL in ms (a slots key keeps at least this much expiry)
+  ARGV[4]     grants channel prefix (an instance's channel is this plus its id)
+  ARGV[5]     the channel id, as messages name it
+
+  Returns 1 when a grant was given back, 0 otherwise.
+  Cost: 2 ZREM, ZREM of the token's slot; when it held one and others wait, the grant loop.
+]]
+--- @include "redisNow"
+--- @include "queue"
+local member = ARGV[1]
+local token = string.sub(member, string.find(member, '|', 1, true) + 1)
+redis.call('ZREM', KEYS[3], member)
+redis.call('ZREM', KEYS[2], member)
+local returned = redis.call('ZREM', KEYS[1], token)
+if returned == 1 and redis.call('EXISTS', KEYS[3]) == 1 then
+  grantFree(KEYS[1], KEYS[2], KEYS[3], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4], ARGV[5], nil)
+end
+return returned

@@ -1,0 +1,28 @@
+--[[
+  pollWaiter: a waiter's slow safety check (for a lost message or a Redis that restarted): grants what is free to the
+  oldest waiters, then says where this waiter stands.
+
+  KEYS[1..3]  slots, waiters and queue keys (see enqueueWaiter-3.lua)
+  ARGV[1]     the member "<max>|<token>"
+  ARGV[2]     claim deadline in ms (how long a grant waits for its instance to claim it)
+  ARGV[3]     lease TTL in ms (a slots key keeps at least this much expiry)
+  ARGV[4]     grants channel prefix (an instance's channel is this plus its id)
+  ARGV[5]     the channel id, as messages name it
+
+  Returns 2 = the token holds a grant (claim it), 1 = still queued, 0 = neither (the queue lost it: enqueue again).
+  Cost: EXISTS, the grant loop when queued, ZSCORE (+ ZSCORE).
+]]
+--- @include "redisNow"
+--- @include "queue"
+local member = ARGV[1]
+local token = string.sub(member, string.find(member, '|', 1, true) + 1)
+if redis.call('EXISTS', KEYS[3]) == 1 then
+  grantFree(KEYS[1], KEYS[2], KEYS[3], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4], ARGV[5], member)
+end
+if redis.call('ZSCORE', KEYS[1], token) then
+  return 2
+end
+if redis.call('ZSCORE', KEYS[3], member) then
+  return 1
+end
+return 0

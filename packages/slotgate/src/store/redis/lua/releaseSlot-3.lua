@@ -1,0 +1,21 @@
+--[[
+  releaseSlot: give a slot back on a channel that may have waiters: the slot goes to the oldest live waiter (a grant,
+  told to its instance), never to whoever asks next. A release on a channel without a queue is a plain ZREM instead.
+
+  KEYS[1..3]  slots, waiters and queue keys (see enqueueWaiter-3.lua)
+  ARGV[1]     the lease token
+  ARGV[2]     claim deadline in ms (how long a grant waits for its instance to claim it)
+  ARGV[3]     lease TTL in ms (a slots key keeps at least this much expiry)
+  ARGV[4]     grants channel prefix (an instance's channel is this plus its id)
+  ARGV[5]     the channel id, as messages name it
+
+  Returns 1 when the token held a slot, 0 when it did not (released before, or expired).
+  Cost: ZREM, EXISTS; with a queue, the grant loop (per grant: ZRANGE, ZSCORE, ZADD, PTTL, 2 ZREM, PUBLISH).
+]]
+--- @include "redisNow"
+--- @include "queue"
+local removed = redis.call('ZREM', KEYS[1], ARGV[1])
+if redis.call('EXISTS', KEYS[3]) == 1 then
+  grantFree(KEYS[1], KEYS[2], KEYS[3], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4], ARGV[5], nil)
+end
+return removed

@@ -1,0 +1,153 @@
+/**
+ * The wait queues in Redis: one FIFO queue per channel (lua/enqueueWaiter-3.lua and its companions), slots granted to
+ * the oldest waiter in the same script that frees them, and the instance told on its own pub/sub channel. This module
+ * sends the queue commands, delivers the messages, and keeps what this instance knows of which channels have a queue
+ * (its acquire replies, its own waiters, the messages and the load reads say so), which decides how a slot is given
+ * back: through the queue, or by a plain ZREM.
+ */
+import type { Cluster, Redis } from 'ioredis';
+import type {
+  AcquireReply,
+  AcquireTarget,
+  ChannelLoad,
+  EnqueueOptions,
+  EnqueueReply,
+  LeaseRef,
+  Listening,
+  Purpose,
+  QueueListener,
+  WaiterRef,
+  WaiterState,
+} from '../store.js';
+import type { Deadlines } from './deadlines.js';
+import type { KeyBuilder } from './keys.js';
+import { SCRIPTS } from './scripts.js';
+
+export interface RedisQueuesDeps {
+  client: Redis | Cluster;
+  keys: KeyBuilder;
+  deadlines: Deadlines;
+  count: (purpose: Purpose, n: number) => void;
+  /** How long a grant waits for its instance to claim it before the slot passes on. */
+  claimMs: number;
+}
+
+/** A lease TTL for keys a grant touches when the caller gave none (it only ever extends a key's expiry). */
+const DEFAULT_LEASE_TTL_MS = 60_000;
+
+/** The member of a waiter in a queue: its max and its token. */
+const memberOf = (w: WaiterRef) => `${w.max}|${w.token}`;
+
+export class RedisQueues {
+  /** Channels this instance believes have a queue. */
+  private readonly queued = new Set<string>();
+
+  constructor(private readonly deps: RedisQueuesDeps) {}
+
+  hasQueue(channelId: string): boolean {
+    return this.queued.has(channelId);
+  }
+
+  private mark(channelId: string, queued: boolean): void {
+    if (queued) this.queued.add(channelId);
+    else this.queued.delete(channelId);
+  }
+
+  /** What an acquire call's replies say: `queued` means a queue, `acquired` means none was there. */
+  noteAcquire(targets: readonly AcquireTarget[], replies: readonly AcquireReply[]): void {
+    replies.forEach((reply, i) => {
+      if (reply === 'queued') this.mark(targets[i]!.channelId, true);
+      else if (reply === 'acquired') this.mark(targets[i]!.channelId, false);
+    });
+  }
+
+  /** What a load read says: live waiters mean a queue. */
+  noteLoads(loads: ReadonlyMap<string, ChannelLoad>): void {
+    for (const [id, load] of loads) this.mark(id, load.waiting > 0);
+  }
+
+  /** The releaseSlot arguments after the token. */
+  releaseArgs = (lease: LeaseRef): (string | number)[] => [
+    this.deps.claimMs,
+    lease.ttlMs ?? DEFAULT_LEASE_TTL_MS,
+    this.deps.keys.grants(),
+    lease.channelId,
+  ];
+
+  private keysOf(channelId: string): string[] {
+    const { keys } = this.deps;
+    return [keys.slots(channelId), keys.waiters(channelId), keys.queue(channelId)];
+  }
+
+  private argsOf(w: WaiterRef, leaseTtlMs: number): (string | number)[] {
+    return [memberOf(w), this.deps.claimMs, leaseTtlMs, this.deps.keys.grants(), w.channelId];
+  }
+
+  async enqueue(w: WaiterRef, options: EnqueueOptions): Promise<EnqueueReply> {
+    this.deps.count('wait', 1);
+    try {
+      const reply = await this.deps.deadlines.run('wait_register', () =>
+        SCRIPTS.enqueueWaiter.call(this.deps.client, this.keysOf(w.channelId), [
+          ...this.argsOf(w, options.leaseTtlMs),
+          options.maxWaiting,
+          options.ttlMs,
+        ]),
+      );
+      this.mark(w.channelId, reply !== 'granted');
+      return reply;
+    } catch (err) {
+      // Uncertain, like an acquire: the script may still run after the time-out, and the caller, told it failed,
+      // will never leave the queue. One detached removal, behind it on the same connection, undoes it (and gives
+      // back a grant it may have made); the registration's expiry is the backstop.
+      this.leave(w, options.leaseTtlMs).catch(() => {});
+      throw err;
+    }
+  }
+
+  poll(w: WaiterRef, leaseTtlMs: number): Promise<WaiterState> {
+    this.deps.count('wait', 1);
+    return this.deps.deadlines.run('wait_poll', () =>
+      SCRIPTS.pollWaiter.call(this.deps.client, this.keysOf(w.channelId), this.argsOf(w, leaseTtlMs)),
+    );
+  }
+
+  leave(w: WaiterRef, leaseTtlMs: number): Promise<boolean> {
+    this.deps.count('wait', 1);
+    return this.deps.deadlines.run('wait_unregister', () =>
+      SCRIPTS.leaveQueue.call(this.deps.client, this.keysOf(w.channelId), this.argsOf(w, leaseTtlMs)),
+    );
+  }
+
+  /**
+   * Subscribes to the instance's grants channel on a connection of its own. A message lost while it reconnects is
+   * made good by the waiters' safety polls.
+   */
+  listen(instanceId: string, listener: QueueListener): Listening {
+    const channel = this.deps.keys.grants(instanceId);
+    const subscriber = (this.deps.client as Redis).duplicate({
+      enableOfflineQueue: true,
+      maxRetriesPerRequest: null,
+    });
+    subscriber.on('error', () => {}); // reconnects by itself; the safety polls cover what it misses
+    subscriber.on('message', (from: string, message: string) => {
+      if (from !== channel) return;
+      const [kind, a, b] = message.split('\n');
+      if (kind === 'g' && a !== undefined && b !== undefined) listener.grant(b, a);
+      else if (kind === 'q' && a !== undefined) {
+        this.mark(a, true);
+        listener.queued(a);
+      }
+    });
+    // With Redis down at start, the subscription completes when it answers (the offline queue holds it).
+    const ready = subscriber.subscribe(channel).then(
+      () => undefined,
+      () => undefined,
+    );
+    return {
+      ready,
+      stop: async () => {
+        subscriber.disconnect();
+      },
+    };
+  }
+}
