@@ -316,6 +316,25 @@ export function runStoreContract(name: string, make: () => Promise<StoreFixture>
       expect((await store.readLoads(['cl'])).get('cl')).toMatchObject({ active: 1, waiting: 0 });
     });
 
+    it('a claimed grant outlives its claim deadline; once its slot went to another, a late claim gets nothing', async () => {
+      const a = listen('ck');
+      await a.ready;
+      const [h1, h2] = await fill('ck', 2);
+      expect(await store.enqueue(w('ck', 'ck:1', 2), queueOpts(5))).toBe('queued');
+      expect(await store.enqueue(w('ck', 'ck:2', 2), queueOpts(5))).toBe('queued');
+      await store.release({ channelId: 'ck', token: h1!, ttlMs: 60_000 });
+      await store.release({ channelId: 'ck', token: h2!, ttlMs: 60_000 });
+      await until(() => a.grants.length === 2);
+      expect(await store.claim({ channelId: 'ck', token: 'ck:1' }, 60_000)).toBe(true);
+      await f.sleep(CLAIM_MS + 300); // ck:2 was never claimed: its deadline passed
+      // a newcomer finds the channel full, sweeps the unclaimed grant and takes its slot
+      expect(await store.acquireFirst(one('ck', 2), opts('ck-late:1'))).toEqual(['acquired']);
+      expect(await store.claim({ channelId: 'ck', token: 'ck:2' }, 60_000)).toBe(false);
+      expect(await store.claim({ channelId: 'ck', token: 'ck:never' }, 60_000)).toBe(false);
+      expect((await store.readLoads(['ck'])).get('ck')).toMatchObject({ active: 2, waiting: 0 });
+      expect(await store.release({ channelId: 'ck', token: 'ck:1' })).toBe(true);
+    });
+
     it('a waiter that leaves gives its grant back, and it passes on at once', async () => {
       const a = listen('lv');
       await a.ready;

@@ -163,8 +163,8 @@ export class RedisStore implements SlotStore {
   }
 
   /**
-   * One ZADD XX (the slot must still be there), scored on the Redis clock as last read; before any clock read, the
-   * renewal script (which reads TIME itself).
+   * One ZADD XX CH (the slot must still be there), scored on the Redis clock as last read; before any clock read, or
+   * when the ZADD changed nothing, the renewal script (which reads TIME itself).
    */
   async claim(lease: LeaseRef, leaseTtlMs: number): Promise<boolean> {
     if (this.redisClock.unknown) return (await this.renew([lease], leaseTtlMs)).length === 0;
@@ -172,7 +172,9 @@ export class RedisStore implements SlotStore {
     const changed = await this.run('renew', 'renew', 1, () =>
       this.client.zadd(this.keys.slots(lease.channelId), 'XX', 'CH', score, lease.token),
     );
-    return Number(changed) === 1;
+    if (Number(changed) === 1) return true;
+    // 0: gone, or (rarely) the same score as before: the renewal script tells which
+    return (await this.renew([lease], leaseTtlMs)).length === 0;
   }
 
   pollWaiter(waiter: WaiterRef, leaseTtlMs: number): Promise<WaiterState> {
