@@ -5,7 +5,8 @@
  * - per instance: admitted, 429 ratio, wait percentiles (wait = admitted − arrival);
  * - across instances: Jain's fairness index over the admitted counts and min/max share (equal demand);
  * - slot utilisation: busy slot-time inside a window / (slots × window);
- * - FIFO inversions: of the requests that had to wait (every slot of the candidate set held at their arrival), the
+ * - FIFO inversions: of the requests that had to wait (every slot of the candidate set held at their arrival, or an
+ *   earlier waiter still waiting), the
  *   share overtaken — a later arrival admitted while they were still waiting (each overtaken waiter counts once);
  * - grant latency: for each admission that had to wait, on channel c at time t, t − the latest release on c at or
  *   before t (a polling contender's poll delay; 0 for a scheduler that grants on release).
@@ -45,7 +46,11 @@ export function minMaxShare(xs: readonly number[]): number {
   return max > 0 ? Math.min(...xs) / max : NaN;
 }
 
-/** For each record: whether every one of `slots` was held (by any instance) at its arrival. */
+/**
+ * For each record: whether it had to wait — every one of `slots` was held (by any instance) at its arrival, or an
+ * earlier arrival that had to wait was still waiting then (a slot between its release and its grant to that waiter is
+ * not free for a newcomer: a FIFO scheduler would never give it to the newcomer).
+ */
 export function hadToWait(records: readonly RequestRecord[], slots: number): boolean[] {
   // events: +1 at an admission, −1 at a release; at equal times a release comes first (a slot given back at t is
   // free for an arrival at t), and arrivals are looked up after every event at or before them
@@ -59,13 +64,16 @@ export function hadToWait(records: readonly RequestRecord[], slots: number): boo
   const out = new Array<boolean>(records.length).fill(false);
   let held = 0;
   let e = 0;
+  // the outcomes of the flagged records seen so far, to tell whether one of them is still waiting
+  let latestWaiterOutcome = -Infinity;
   for (const i of order) {
     const at = records[i]!.arrival;
     // events strictly before the arrival, and releases at it; an admission at the arrival instant is not yet held
     while (e < events.length && (events[e]![0] < at || (events[e]![0] === at && events[e]![1] < 0))) {
       held += events[e++]![1];
     }
-    out[i] = held >= slots;
+    out[i] = held >= slots || latestWaiterOutcome > at;
+    if (out[i]) latestWaiterOutcome = Math.max(latestWaiterOutcome, records[i]!.outcome);
   }
   return out;
 }

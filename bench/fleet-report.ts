@@ -19,7 +19,8 @@ export function fleetParamsLine(s: FleetScenario, runs: readonly RunRecord[], me
       `${base}, closed loop: ${s.workers} workers per instance, each acquire → hold ${s.holdMs} ms → release ` +
       `(5 ms back-off after a refusal), ${s.instances.join(' / ')} instances (one process each), instance i starting ` +
       `i × ${s.staggerMs} ms after the first; admissions counted over the ${r.params.durationS} s ` +
-      `in which all run. Contenders as in W1–W4 (slotgate waits up to 5 s; redis-semaphore has no wait queue). ${machine}`
+      `in which all run. Contenders as in W1–W4 (slotgate waits up to 5 s in queues of up to ${s.maxWaiting} per ` +
+      `channel, so no worker is refused; redis-semaphore has no wait queue). ${machine}`
     );
   }
   const mean = meanHoldMs(s.hold);
@@ -29,7 +30,8 @@ export function fleetParamsLine(s: FleetScenario, runs: readonly RunRecord[], me
     `(capacity = slots / mean hold = ${fmt(slots / (mean / 1000), 1)}/s), dealt round-robin to ` +
     `${s.instances.join(' / ')} instances (one process each; equal demand); log-normal hold (median ` +
     `${s.hold.medianMs} ms, σ ${s.hold.sigma}, capped at ${s.hold.capMs / 1000} s; mean ${fmt(mean, 0)} ms); ` +
-    `wait time-out ${s.waitTimeoutMs / 1000} s for every contender; ${r.params.durationS} s of arrivals ` +
+    `wait time-out ${s.waitTimeoutMs / 1000} s for every contender (slotgate's queues hold up to ${s.maxWaiting} ` +
+    `per channel, so only the time-out refuses, as in the ideal); ${r.params.durationS} s of arrivals ` +
     `(${r.fleet?.figures.requests ?? '?'} requests, seed ${s.seed}: the same trace for every contender and ` +
     `instance count, and for the ideal FIFO scheduler); each instance sheds arrivals above ${fmt(s.maxInFlight, 0)} ` +
     `in flight. Utilisation from 1 s to the last arrival. ${machine}`
@@ -220,7 +222,8 @@ export function fleetLegend(): string[] {
       'the largest. Demand is equal (round-robin dealing; closed loop: the same workers), so 1 is fair. Closed loop: ' +
       'admissions inside the window in which every instance runs.',
     '- **had to wait**: requests that arrived while every slot of the candidate set was held (by any instance, from ' +
-      "the holders' records). **FIFO inversions**: the share of those overtaken — a later arrival admitted before " +
+      "the holders' records) or while an earlier request that had to wait was still waiting (a slot between its " +
+      'release and its grant is not free for a newcomer). **FIFO inversions**: the share of those overtaken — a later arrival admitted before " +
       'they were admitted or refused; each overtaken request counts once.',
     '- **grant latency**: for each admission that had to wait, on channel c at t: t − the latest release on c at or ' +
       'before t (a release = the moment the holder let go). A polling waiter shows its poll delay here.',

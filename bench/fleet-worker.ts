@@ -24,6 +24,7 @@ export interface FleetSetup {
   namespace: string;
   channels: BenchChannel[];
   waitTimeoutMs?: number;
+  maxWaiting?: number;
   warmupMs: number;
 }
 
@@ -52,6 +53,7 @@ async function onMessage(message: Message): Promise<void> {
       namespace: message.namespace,
       client: () => counter.client(message.redisUrl),
       ...(message.waitTimeoutMs !== undefined ? { waitTimeoutMs: message.waitTimeoutMs } : {}),
+      ...(message.maxWaiting !== undefined ? { maxWaiting: message.maxWaiting } : {}),
     });
     // connections, scripts and JIT, unmeasured; every slot is given back before the run starts
     if (message.warmupMs > 0) {

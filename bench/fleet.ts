@@ -98,6 +98,7 @@ export async function runFleet(
       channels,
       warmupMs,
       contender: contender.id,
+      maxWaiting: scenario.maxWaiting,
     };
     if (scenario.kind === 'open') setup.waitTimeoutMs = scenario.waitTimeoutMs;
     await askAll(children, () => setup, 'ready');

@@ -33,6 +33,8 @@ export interface OpenScenario {
   waitTimeoutMs: number;
   /** Requests in flight (waiting or holding) per instance above which the benchmark sheds arrivals itself. */
   maxInFlight: number;
+  /** Waiting requests allowed per channel (SetupContext.maxWaiting). */
+  maxWaiting: number;
 }
 
 export interface FairScenario {
@@ -47,6 +49,8 @@ export interface FairScenario {
   holdMs: number;
   /** Instance i starts i × staggerMs after the first; shares are counted once all of them run. */
   staggerMs: number;
+  /** Waiting requests allowed per channel (SetupContext.maxWaiting). */
+  maxWaiting: number;
 }
 
 export type FleetScenario = OpenScenario | FairScenario;
@@ -61,6 +65,8 @@ const OPEN = {
   seed: 7,
   waitTimeoutMs: 3000,
   maxInFlight: 2000,
+  // at 200 % about 60 arrivals/s wait up to 3 s: ~180 waiting at most, so this never refuses
+  maxWaiting: 500,
 };
 
 export const FLEET_SCENARIOS: readonly FleetScenario[] = [
@@ -83,6 +89,7 @@ export const FLEET_SCENARIOS: readonly FleetScenario[] = [
     workers: 20,
     holdMs: 20,
     staggerMs: 500,
+    maxWaiting: 40, // every worker of both instances can wait
     title: 'Closed-loop fairness: 2 instances × 20 workers, the second starting 0.5 s after the first',
   },
 ];

@@ -42,6 +42,12 @@ export interface SetupContext {
    * refused. Undefined: the contender's own closed-loop behaviour.
    */
   waitTimeoutMs?: number;
+  /**
+   * How many requests may wait per channel (slotgate's max_waiting_per_channel) in the fleet scenarios: long enough
+   * that only the wait time-out refuses, as for the ideal scheduler and for redis-semaphore, which have no bound.
+   * Undefined: the contender's default.
+   */
+  maxWaiting?: number;
 }
 
 export interface Session {

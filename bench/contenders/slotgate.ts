@@ -23,7 +23,8 @@ function slotgate(cache: boolean, handoff = true): Contender {
       '; when every tried channel is full it joins the FIFO queues of two of them in Redis (max waiting = max ' +
       'concurrency, up to 5 s) and is granted the next slot freed there, in arrival order across instances; ' +
       'a full queue or a wait time-out is the 429',
-    boundedWait: 'wait_timeout_ms = the wait time-out (other settings as above)',
+    boundedWait:
+      'wait_timeout_ms = the wait time-out, max_waiting_per_channel = the scenario\'s queue bound (other settings as above)',
     async setup(ctx: SetupContext): Promise<Session> {
       const client = ctx.client();
       const store = new RedisStore({ client, prefix: ctx.namespace });
@@ -33,6 +34,7 @@ function slotgate(cache: boolean, handoff = true): Contender {
           load_cache_enabled: cache,
           slot_handoff_enabled: handoff,
           ...(ctx.waitTimeoutMs !== undefined ? { wait_timeout_ms: ctx.waitTimeoutMs } : {}),
+          ...(ctx.maxWaiting !== undefined ? { max_waiting_per_channel: ctx.maxWaiting } : {}),
         },
       });
       // Candidate objects are built once per channel, as a gateway's registry does.

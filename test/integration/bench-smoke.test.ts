@@ -146,6 +146,7 @@ describe('bench harness', () => {
       seed: 5,
       waitTimeoutMs: 300,
       maxInFlight: 500,
+      maxWaiting: 100,
     };
     const pool = new WorkerPool();
     let r;

@@ -59,6 +59,16 @@ describe('had to wait', () => {
     expect(hadToWait(records, 2)).toEqual([false, false, true, false, false]);
     expect(hadToWait(records, 1)).toEqual([false, true, true, true, false]);
   });
+
+  it('flags an arrival while an earlier waiter still waits, even in the gap between a release and its grant', () => {
+    const records = [
+      admitted(0, 0, 'c0', 100),
+      admitted(10, 101, 'c0', 200), // waits; the slot given back at 100 reaches it at 101
+      admitted(100.5, 200, 'c0', 250), // arrives in that gap: the slot is not its to take
+      admitted(300, 300, 'c0', 310), // nobody waits any more, a slot is free
+    ];
+    expect(hadToWait(records, 1)).toEqual([false, true, true, false]);
+  });
 });
 
 describe('FIFO inversions', () => {
