@@ -223,7 +223,7 @@ export function fleetLegend(): string[] {
       'admissions inside the window in which every instance runs.',
     '- **had to wait**: requests that arrived while every slot of the candidate set was held (by any instance, from ' +
       "the holders' records) or while an earlier request that had to wait was still waiting (a slot between its " +
-      'release and its grant is not free for a newcomer). **FIFO inversions**: the share of those overtaken — a later arrival admitted before " +
+      'release and its grant is not free for a newcomer). **FIFO inversions**: the share of those overtaken — a later arrival admitted before ' +
       'they were admitted or refused; each overtaken request counts once.',
     '- **grant latency**: for each admission that had to wait, on channel c at t: t − the latest release on c at or ' +
       'before t (a release = the moment the holder let go). A polling waiter shows its poll delay here.',

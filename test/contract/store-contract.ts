@@ -66,6 +66,7 @@ export function runStoreContract(name: string, make: () => Promise<StoreFixture>
       const l = store.listen(instanceId, {
         grant: (channelId, token) => heard.grants.push([channelId, token]),
         queued: (channelId) => heard.queued.push(channelId),
+        resync: () => {},
       });
       listening.push(l);
       return { ...heard, ready: l.ready, grants: heard.grants, queued: heard.queued };

@@ -3,6 +3,7 @@
  * server (INFO commandstats of a private redis-server that only this file uses, so every call in it is ours).
  * The per-operation numbers asserted here are the ones docs/redis.md lists.
  */
+import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { RedisStore } from '../../packages/slotgate/src/store/redis/redis-store.js';
 import {
@@ -596,6 +597,38 @@ describe('RedisStore command cost (client and server side)', () => {
   });
 });
 
+describe('the grants subscription', () => {
+  it('after a lost connection, tells the listener to resync once it is subscribed again; a grant sent meanwhile is lost', async () => {
+    const ch = 'resub';
+    // a slow reconnect, so the grant surely goes out while nobody listens
+    const client = new Redis(server.url, { retryStrategy: () => 400, lazyConnect: false });
+    const b = new RedisStore({ client, prefix });
+    const heard: string[] = [];
+    const listening = b.listen('rb', {
+      grant: (channelId, token) => heard.push(`g ${token} ${channelId}`),
+      queued: () => {},
+      resync: () => heard.push('resync'),
+    });
+    try {
+      await listening.ready;
+      expect(await store.acquireFirst([{ channelId: ch, max: 1 }], opts('ra:1'))).toEqual(['acquired']);
+      expect(await b.enqueue(waiter(ch, 'rb:1', 1), waitOpts())).toBe('queued');
+      await cc.client.client('KILL', 'TYPE', 'pubsub');
+      expect((await cc.client.pubsub('NUMSUB', b.keys.grants('rb')))[1]).toBe(0);
+      expect(await store.release({ channelId: ch, token: 'ra:1' })).toBe(true); // granted to rb:1, told to nobody
+      await expect.poll(() => heard, { timeout: 10_000 }).toEqual(['resync']);
+      expect((await cc.client.pubsub('NUMSUB', b.keys.grants('rb')))[1]).toBe(1);
+      // what the waiter's check then finds
+      expect(await b.pollWaiter(waiter(ch, 'rb:1', 1), 60_000)).toBe('granted');
+      expect(await b.release({ channelId: ch, token: 'rb:1' })).toBe(true);
+    } finally {
+      await listening.stop();
+      await b.close();
+      client.disconnect();
+    }
+  });
+});
+
 describe("the store's queued() hint", () => {
   it('follows the acquire replies, its own enqueues, the "q" messages and the load reads', async () => {
     const ch = 'hint';
@@ -605,6 +638,7 @@ describe("the store's queued() hint", () => {
     const listening = b.listen('b', {
       grant: (channelId, token) => heard.push(`g ${token} ${channelId}`),
       queued: (channelId) => heard.push(`q ${channelId}`),
+      resync: () => heard.push('resync'),
     });
     const stop = () => listening.stop();
     try {

@@ -3,8 +3,8 @@
  * that comes free is granted to the oldest live waiter, whichever instance it is on, and its instance is told; no
  * acquire takes a slot ahead of a queue; a waiter joins up to two queues and takes the first grant; a slow safety poll
  * finds a lost grant. Two engines on one store play two instances, on one ManualClock, so every admission is asserted
- * at the exact instant it happens. A `random` of 0 puts every safety poll at half its period: with the default
- * wait_interval_ms (100) the period is 2000 ms, so a waiter polls at +1000, +2000, …
+ * at the exact instant it happens. A `random` of 0 puts every safety poll at half its period: with wait_interval_ms 40
+ * (POLL_2S) the period is 2000 ms, so a waiter polls at +1000, +2000, …
  */
 import { afterEach, describe, expect, it } from 'vitest';
 import { safetyPollMs } from '../../packages/slotgate/src/admission/waiting.js';
@@ -12,7 +12,7 @@ import type { Candidate } from '../../packages/slotgate/src/core/channel.js';
 import { StoreUnavailableError } from '../../packages/slotgate/src/core/errors.js';
 import { DEFAULT_SETTINGS, type SettingsUpdate } from '../../packages/slotgate/src/core/settings.js';
 import type { MemoryStore } from '../../packages/slotgate/src/store/memory/memory-store.js';
-import type { AcquireReply, PendingRelease } from '../../packages/slotgate/src/store/store.js';
+import type { AcquireReply, PendingRelease, QueueListener } from '../../packages/slotgate/src/store/store.js';
 import {
   capacityError,
   closeEngines,
@@ -28,6 +28,8 @@ import { elapse, flush, track } from './manual-time.js';
 afterEach(closeEngines);
 
 const zero = { random: () => 0 };
+/** A safety poll period of 2000 ms (50 × 40 ms). */
+const POLL_2S = { wait_interval_ms: 40 };
 
 /** Puts a waiter of an instance with no engine (nobody is told of its grants) in the channel's queue. */
 function foreignWaiter(store: MemoryStore, channel: Candidate, n: number) {
@@ -67,10 +69,18 @@ function recordPolls(clock: { now(): number }, store: MemoryStore): number[] {
   return at;
 }
 
-/** A store whose grant messages never arrive (a lost pub/sub message): only the safety poll finds a grant. */
-function loseGrants(store: MemoryStore): void {
+/**
+ * A store whose grant messages never arrive (a lost pub/sub message): only a safety poll finds a grant. Returns what
+ * plays the subscription coming back after a loss: it tells every listener to resync.
+ */
+function loseGrants(store: MemoryStore): () => void {
   const listen = store.listen.bind(store);
-  store.listen = (id, listener) => listen(id, { grant: () => {}, queued: (c) => listener.queued(c) });
+  const listeners: QueueListener[] = [];
+  store.listen = (id, listener) => {
+    listeners.push(listener);
+    return listen(id, { grant: () => {}, queued: (c) => listener.queued(c), resync: () => listener.resync() });
+  };
+  return () => listeners.forEach((l) => l.resync());
 }
 
 /**
@@ -191,7 +201,7 @@ describe('grants', () => {
   });
 
   it('a slot freed by expiry goes to the waiter, never to a newcomer, at the next look: here the safety poll', async () => {
-    const { clock, store, admission, other } = setup({}, zero);
+    const { clock, store, admission, other } = setup(POLL_2S, zero);
     const replies = recordReplies(store);
     const channel = { id: 'exp', maxConcurrency: 1, maxWaiting: 2 };
     expect(await orphanSlot(store, channel, 'crashed:1', 100)).toEqual(['acquired']);
@@ -206,7 +216,7 @@ describe('grants', () => {
     expect(replies).toEqual([]);
     expect(newcomer.error).toBeUndefined();
     expect(newcomer.at).toBeUndefined();
-    // the waiter's safety poll (20 × 100 ms, jittered to its lower half with random 0) grants it the freed slot
+    // the waiter's safety poll (50 × 40 ms, jittered to its lower half with random 0) grants it the freed slot
     await elapse(clock, 1000 - 200);
     expect([waiter.at, waiter.value?.waitedMs]).toEqual([t0 + 1000, 1000]);
     expect(newcomer.at).toBeUndefined();
@@ -446,8 +456,8 @@ describe('time-out and abort', () => {
     expect(admission.stats().channels.slow?.waiting).toBe(1);
     await clock.advance(2469); // +2499
     expect(pending.at).toBeUndefined();
-    // The period is 1000 ms (wait_interval_ms × 20, at least 1000), random 0 halves it; none at the deadline.
-    expect(polls).toEqual([500, 1000, 1500, 2000].map((ms) => t0 + ms));
+    // The period is 2000 ms (wait_interval_ms × 50, at least 2000), random 0 halves it; none at the deadline.
+    expect(polls).toEqual([1000, 2000].map((ms) => t0 + ms));
     await elapse(clock, 1);
     expect(pending.at).toBe(t0 + 2500);
     const err = failedWith(pending);
@@ -455,7 +465,7 @@ describe('time-out and abort', () => {
     expect(err.channels).toEqual(['slow']);
     await flush();
     expect(await load(store, 'slow')).toMatchObject({ active: 1, waiting: 0 });
-    expect(store.commands.wait).toBe(1 + 4 + 1); // enqueue, four polls, leave
+    expect(store.commands.wait).toBe(1 + 2 + 1); // enqueue, two polls, leave
     expect(admission.stats()).toMatchObject({
       outcomes: { capacity_wait_timeout: 1 },
       waitTimeMs: { count: 1, sum: 2500 },
@@ -535,8 +545,8 @@ describe('time-out and abort', () => {
   it('an abort during a safety poll ends the wait when the poll returns, not after the next sleep', async () => {
     const m = memory();
     const { clock, store } = m;
-    // wait_interval_ms 1000: the period is 5000 ms, halved by random 0, so polls come every 2500 ms
-    const admission = engine(m, { wait_interval_ms: 1000, wait_timeout_ms: 10_000 }, zero);
+    // wait_interval_ms 100: the period is 5000 ms, halved by random 0, so polls come every 2500 ms
+    const admission = engine(m, { wait_interval_ms: 100, wait_timeout_ms: 10_000 }, zero);
     const channel = { id: 'slow', maxConcurrency: 1 };
     const holder = await admission.acquire({ candidates: [channel] });
     const controller = new AbortController();
@@ -562,11 +572,11 @@ describe('time-out and abort', () => {
 });
 
 describe('the safety poll', () => {
-  it('polls every wait_interval_ms × 20, clamped to 1–5 s (jittered into its upper half)', () => {
-    const periods = [1, 50, 100, 200, 250, 5000].map((ms) =>
+  it('polls every wait_interval_ms × 50, clamped to 2–10 s (jittered into its upper half)', () => {
+    const periods = [1, 40, 100, 150, 200, 5000].map((ms) =>
       safetyPollMs({ ...DEFAULT_SETTINGS, wait_interval_ms: ms }),
     );
-    expect(periods).toEqual([1000, 1000, 2000, 4000, 5000, 5000]);
+    expect(periods).toEqual([2000, 2000, 5000, 7500, 10_000, 10_000]);
   });
 
   it('finds a grant whose message was lost at its first poll, and claims it', async () => {
@@ -575,8 +585,8 @@ describe('the safety poll', () => {
     loseGrants(store);
     const polls = recordPolls(clock, store);
     // random 0.5: the poll sleeps 1000 + 0.5 × 1000 ms of the 2000 ms period
-    const admission = engine(m, {}, { random: () => 0.5 });
-    const other = engine(m, {}, zero);
+    const admission = engine(m, POLL_2S, { random: () => 0.5 });
+    const other = engine(m, POLL_2S, zero);
     const channel = { id: 'lost', maxConcurrency: 1 };
     const [holder] = await hold(other, channel);
     const t0 = clock.now();
@@ -595,8 +605,30 @@ describe('the safety poll', () => {
     await pending.value!.release();
   });
 
+  it('checks at once when the subscription comes back after a loss: a grant lost meanwhile is claimed then', async () => {
+    const m = memory();
+    const { clock, store } = m;
+    const resync = loseGrants(store);
+    const polls = recordPolls(clock, store);
+    const admission = engine(m, {}, zero); // defaults: the first safety poll is 2500 ms away
+    const other = engine(m, {}, zero);
+    const channel = { id: 'resync', maxConcurrency: 1 };
+    const [holder] = await hold(other, channel);
+    const t0 = clock.now();
+    const pending = track(clock, admission.acquire({ candidates: [channel] }));
+    await elapse(clock, 10);
+    await holder!.release(); // granted, but the message never arrives
+    await elapse(clock, 290);
+    expect([pending.at, polls]).toEqual([undefined, []]);
+    resync(); // the subscription is back: every waiter checks its queues now
+    await flush();
+    expect(polls).toEqual([t0 + 300]);
+    expect([pending.at, pending.value?.waitedMs]).toEqual([t0 + 300, 300]);
+    await pending.value!.release();
+  });
+
   it('a waiter the store lost (a restarted store) joins the queue again at its next poll', async () => {
-    const { clock, store, admission, other } = setup({}, zero);
+    const { clock, store, admission, other } = setup(POLL_2S, zero);
     const channel = { id: 'restart', maxConcurrency: 1 };
     await hold(other, channel);
     const t0 = clock.now();
@@ -614,7 +646,7 @@ describe('the safety poll', () => {
   });
 
   it('an unlimited candidate that stopped cooling takes the request at the next poll, and the queue is left', async () => {
-    const { clock, store, admission, other } = setup({}, zero);
+    const { clock, store, admission, other } = setup(POLL_2S, zero);
     const bounded = { id: 'b', maxConcurrency: 1, priority: 1 };
     const unlimited = { id: 'u', priority: 0 };
     const held = await hold(other, bounded);

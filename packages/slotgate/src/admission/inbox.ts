@@ -9,7 +9,9 @@ import type { QueueListener } from '../store/store.js';
 export interface Mailbox {
   /** The channels granted to this waiter and not taken yet, oldest first. */
   readonly granted: string[];
-  /** Called when a grant arrives (the waiter's current sleep should end). */
+  /** Set when the store's subscription came back after a loss: the waiter should poll its queues now. */
+  recheck: boolean;
+  /** Called when a grant or a recheck arrives (the waiter's current sleep should end). */
   onGrant: (() => void) | undefined;
 }
 
@@ -21,7 +23,7 @@ export class Inbox implements QueueListener {
   constructor(private readonly giveBack: (channelId: string, token: string) => void) {}
 
   open(token: string): Mailbox {
-    const box: Mailbox = { granted: [], onGrant: undefined };
+    const box: Mailbox = { granted: [], recheck: false, onGrant: undefined };
     this.boxes.set(token, box);
     return box;
   }
@@ -51,6 +53,13 @@ export class Inbox implements QueueListener {
 
   queued(): void {
     // The store keeps what it learns of queues; nothing to do for the waiters.
+  }
+
+  resync(): void {
+    for (const box of this.boxes.values()) {
+      box.recheck = true;
+      box.onGrant?.();
+    }
   }
 
   /** Waiters of this instance queued on the channel. */

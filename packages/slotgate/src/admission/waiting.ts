@@ -24,9 +24,13 @@ export const QUEUES_PER_WAITER = 2;
 /** The abort reason of a waiter's nap cut short by a grant (a constant: no DOMException per wake-up). */
 const WOKEN = Object.freeze({ woken: true });
 
-/** The safety poll's period: a grant arrives as a message, so polls only make good a lost one. */
+/**
+ * The safety poll's period: a grant arrives as a message, and a subscription that comes back after a loss makes every
+ * waiter check at once (Inbox.resync), so the poll only makes good what neither covers — a lease that expired with
+ * nobody looking, a grant to an instance that died.
+ */
 export function safetyPollMs(settings: Settings): number {
-  return Math.min(5000, Math.max(1000, settings.wait_interval_ms * 20));
+  return Math.min(10_000, Math.max(2000, settings.wait_interval_ms * 50));
 }
 
 export async function waitForSlot<C extends Candidate>(
@@ -129,7 +133,8 @@ export async function waitForSlot<C extends Candidate>(
       const now = clock.now();
       if (now >= deadline) throw fail('wait_timeout', joined[0]);
       if (joined.length === 0) throw fail('wait_timeout', queues[0]);
-      if (now >= nextPoll) {
+      if (box.recheck || now >= nextPoll) {
+        box.recheck = false;
         const lease = await safetyPoll();
         if (lease) return lease;
         nextPoll = clock.now() + jitter(safety, engine.random);

@@ -56,7 +56,7 @@ export const ADMISSION_SETTINGS = {
     100,
     1,
     5000,
-    "a waiter's safety poll is 20 × this, within 1–5 s (grants arrive as messages; polls only make good a lost one)",
+    "a waiter's safety poll is 50 × this, within 2–10 s (grants arrive as messages; polls only make good a lost one)",
   ),
   max_waiting_per_channel: intSetting(0, 0, 10000, "0 = the channel's max_concurrency"),
   cooldown_enabled: boolSetting(

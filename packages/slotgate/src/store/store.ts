@@ -76,6 +76,11 @@ export interface QueueListener {
   grant(channelId: string, token: string): void;
   /** A queue formed on a channel where this instance holds a slot: pass slots on through the queue from now on. */
   queued(channelId: string): void;
+  /**
+   * The subscription came back after its connection was lost (a restart of Redis, a network cut): messages sent
+   * meanwhile are gone, so every waiter should check its queues now.
+   */
+  resync(): void;
 }
 
 export interface PendingRelease {

@@ -120,7 +120,7 @@ export class RedisQueues {
 
   /**
    * Subscribes to the instance's grants channel on a connection of its own. A message lost while it reconnects is
-   * made good by the waiters' safety polls.
+   * made good by the check every waiter makes when it is back (QueueListener.resync).
    */
   listen(instanceId: string, listener: QueueListener): Listening {
     const channel = this.deps.keys.grants(instanceId);
@@ -128,7 +128,21 @@ export class RedisQueues {
       enableOfflineQueue: true,
       maxRetriesPerRequest: null,
     });
-    subscriber.on('error', () => {}); // reconnects by itself; the safety polls cover what it misses
+    subscriber.on('error', () => {}); // reconnects by itself (and resubscribes); see 'ready' below
+    // After a lost connection the messages sent meanwhile are gone: once the subscription is back (a SUBSCRIBE
+    // answered on the new connection, after ioredis's own resubscription), every waiter checks its queues.
+    let lost = false;
+    subscriber.on('close', () => {
+      lost = true;
+    });
+    subscriber.on('ready', () => {
+      if (!lost) return;
+      lost = false;
+      subscriber.subscribe(channel).then(
+        () => listener.resync(),
+        () => listener.resync(),
+      );
+    });
     subscriber.on('message', (from: string, message: string) => {
       if (from !== channel) return;
       const [kind, a, b] = message.split('\n');
