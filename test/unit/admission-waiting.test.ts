@@ -273,6 +273,33 @@ describe('grants', () => {
     await held[0]!.release();
   });
 
+  it('a waiter sends the enqueues of its two queues in one flight, so it stands as early in both', async () => {
+    const { clock, store, admission, other } = setup({}, zero);
+    const x = { id: 'x', maxConcurrency: 1 };
+    const y = { id: 'y', maxConcurrency: 1 };
+    const held = [...(await hold(other, x)), ...(await hold(other, y))];
+    const enqueue = store.enqueue.bind(store);
+    let inFlight = 0;
+    let most = 0;
+    store.enqueue = async (waiter, options) => {
+      most = Math.max(most, ++inFlight);
+      try {
+        return await enqueue(waiter, options);
+      } finally {
+        inFlight--;
+      }
+    };
+    const pending = track(clock, admission.acquire({ candidates: [x, y] }));
+    await elapse(clock, 10);
+    expect(most).toBe(2);
+    expect(admission.stats().channels).toMatchObject({ x: { waiting: 1 }, y: { waiting: 1 } });
+    await held[0]!.release();
+    await flush();
+    expect(pending.value?.channel.id).toBe('x');
+    await pending.value!.release();
+    await held[1]!.release();
+  });
+
   it('a waiter granted on both its queues takes the first grant; the other passes on to the next waiter there', async () => {
     const { clock, store, admission, other } = setup({}, zero);
     const x = { id: 'x', maxConcurrency: 1 };
@@ -518,7 +545,7 @@ describe('time-out and abort', () => {
     for (const t of held) await t.release();
   });
 
-  it('an abort while its first enqueue is in flight joins no second queue and leaves the first', async () => {
+  it('an abort while its enqueues are in flight (both queues joined in one flight) leaves both queues', async () => {
     const { clock, store, admission, other } = setup({}, zero);
     const x = { id: 'x', maxConcurrency: 1 };
     const y = { id: 'y', maxConcurrency: 1 };
@@ -534,10 +561,10 @@ describe('time-out and abort', () => {
     const t0 = clock.now();
     const pending = track(clock, admission.acquire({ candidates: [x, y], signal: controller.signal }));
     await flush();
-    expect([pending.at, failedWith(pending).reason, enqueues]).toEqual([t0, 'aborted', 1]);
+    expect([pending.at, failedWith(pending).reason, enqueues]).toEqual([t0, 'aborted', 2]);
     const loads = await store.readLoads(['x', 'y']);
     expect([...loads.values()].map((l) => l.waiting)).toEqual([0, 0]);
-    expect(store.commands.wait).toBe(2); // one enqueue, its leave
+    expect(store.commands.wait).toBe(4); // two enqueues, their leaves
     expect(admission.stats().channels).toEqual({});
     for (const t of held) await t.release();
   });

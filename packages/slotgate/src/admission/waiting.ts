@@ -59,8 +59,8 @@ export async function waitForSlot<C extends Candidate>(
   const deadline = waitStart + settings.wait_timeout_ms;
   const byId = new Map(queues.map((c) => [c.id, c]));
 
-  /** Joins the channel's queue; a grant at once is taken. */
-  const join = async (c: C): Promise<Lease | undefined> => {
+  /** Joins the channel's queue: `granted` when a slot was free and nobody ahead (the caller claims it). */
+  const join = async (c: C): Promise<'granted' | 'queued' | 'queue_full'> => {
     inbox.joined(c.id, token);
     view.noteWaiter(c.id, 1);
     let reply;
@@ -73,13 +73,28 @@ export async function waitForSlot<C extends Candidate>(
     if (reply === 'queue_full') {
       unjoin(c);
       view.noteQueueFull(c.id, maxWaitingOf(c, settings));
-      return undefined;
+    } else {
+      joined.push(c);
     }
-    joined.push(c);
-    if (reply !== 'granted') return undefined;
-    const lease = await claim(c);
-    if (!lease) drop(c);
-    return lease;
+    return reply;
+  };
+  /**
+   * Joins the queues of `batch` at once (their enqueues leave in one flight, so this waiter stands at nearly the same
+   * place in each, ahead of whoever arrives after it); claims the first slot granted at once. Another grant at once
+   * is given back by the leave on the way out.
+   */
+  const joinAll = async (batch: readonly C[]): Promise<Ticket<C> | undefined> => {
+    const replies = await Promise.allSettled(batch.map(join));
+    const failed = replies.find((r) => r.status === 'rejected');
+    if (failed) throw failed.reason;
+    for (let i = 0; i < batch.length; i++) {
+      const reply = replies[i] as PromiseFulfilledResult<'granted' | 'queued' | 'queue_full'>;
+      if (reply.value !== 'granted') continue;
+      const lease = await claim(batch[i]!);
+      if (lease) return admitted(batch[i]!, lease);
+      drop(batch[i]!);
+    }
+    return undefined;
   };
   /** Forgets a queue this waiter is no longer in (its grant was claimed too late, or the queue lost it). */
   const drop = (c: C) => {
@@ -107,12 +122,17 @@ export async function waitForSlot<C extends Candidate>(
     // A queue this instance saw full since its last load read is not asked again (its view shows it full); under
     // overload that keeps the turned-away requests off Redis.
     const shown = view.peek(prepared.ids, false, true);
-    for (const c of queues) {
-      if (joined.length >= QUEUES_PER_WAITER) break;
-      if (signal?.aborted) throw fail('aborted', c);
-      if ((shown?.get(c.id)?.waiting ?? 0) >= maxWaitingOf(c, settings)) continue;
-      const lease = await join(c);
-      if (lease) return admitted(c, lease);
+    let next = 0;
+    while (joined.length < QUEUES_PER_WAITER && next < queues.length) {
+      if (signal?.aborted) throw fail('aborted', joined[0] ?? queues[next]);
+      const batch: C[] = [];
+      while (joined.length + batch.length < QUEUES_PER_WAITER && next < queues.length) {
+        const c = queues[next++]!;
+        if ((shown?.get(c.id)?.waiting ?? 0) < maxWaitingOf(c, settings)) batch.push(c);
+      }
+      if (batch.length === 0) break;
+      const ticket = await joinAll(batch);
+      if (ticket) return ticket;
     }
     if (joined.length === 0) throw fail('queue_full', queues[0]);
 
@@ -188,8 +208,8 @@ export async function waitForSlot<C extends Candidate>(
         drop(c);
       } else if (state === 'gone') {
         drop(c);
-        const lease = await join(c);
-        if (lease) return admitted(c, lease);
+        const ticket = await joinAll([c]);
+        if (ticket) return ticket;
       }
     }
     return undefined;
