@@ -654,6 +654,35 @@ describe('the safety poll', () => {
     await pending.value!.release();
   });
 
+  it('a grant message arriving after its waiter claimed the grant by a poll leaves the lease alone', async () => {
+    const m = memory();
+    const { clock, store } = m;
+    const resync = loseGrants(store);
+    const listeners: QueueListener[] = [];
+    const listen = store.listen.bind(store);
+    store.listen = (id, listener) => {
+      listeners.push(listener);
+      return listen(id, listener);
+    };
+    const admission = engine(m, {}, zero);
+    const other = engine(m, {}, zero);
+    const channel = { id: 'late', maxConcurrency: 1 };
+    const [holder] = await hold(other, channel);
+    const pending = track(clock, admission.acquire({ candidates: [channel] }));
+    await elapse(clock, 10);
+    await holder!.release(); // granted; the message is lost
+    resync(); // the waiter polls and claims the grant
+    await flush();
+    const ticket = pending.value!;
+    expect(ticket.channel.id).toBe('late');
+    // the lost message turns up after all, late: the waiter is gone, but the slot is its lease
+    listeners[0]!.grant('late', ticket.token!);
+    await flush();
+    expect(await load(store, 'late')).toMatchObject({ active: 1 });
+    expect(await orphanSlot(store, channel, 'newcomer:1')).toEqual(['full']);
+    await ticket.release();
+  });
+
   it('a waiter the store lost (a restarted store) joins the queue again at its next poll', async () => {
     const { clock, store, admission, other } = setup(POLL_2S, zero);
     const channel = { id: 'restart', maxConcurrency: 1 };

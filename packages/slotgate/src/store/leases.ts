@@ -87,6 +87,11 @@ export class LeaseManager {
     return this.perChannel.get(channelId) ?? 0;
   }
 
+  /** Whether this instance holds the token's lease on the channel (claimed, not yet released). */
+  holds(channelId: string, token: string): boolean {
+    return this.live.get(token)?.channelId === channelId;
+  }
+
   get size(): number {
     return this.live.size;
   }
