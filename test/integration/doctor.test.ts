@@ -126,7 +126,7 @@ async function plant(redis: Redis, prefix: string) {
     .zadd(key.leases, now + 60_000, 'live:1', now - 5_000, 'dead:1', now - 1_000, 'dead:2')
     .pexpire(key.leases, 60_000)
     .zadd(key.noExpiry, now + 60_000, 'live:2')
-    .zadd(key.waiters, now + 60_000, 'w-live', now - 2_000, 'w-dead')
+    .zadd(key.waiters, now + 60_000, '2|w-live', now - 2_000, '2|w-dead')
     .pexpire(key.waiters, 60_000)
     .zadd(key.queue, now * 1000 - 3_000_000, '2|w-live', now * 1000 - 2_000_000, '2|w-dead')
     .pexpire(key.queue, 60_000)
@@ -142,7 +142,7 @@ async function plant(redis: Redis, prefix: string) {
   const expected = sortFindings([
     { key: key.leases, kind: 'expired_members', detail: '', members: ['dead:1', 'dead:2'] },
     { key: key.noExpiry, kind: 'no_expiry', detail: '' },
-    { key: key.waiters, kind: 'expired_members', detail: '', members: ['w-dead'] },
+    { key: key.waiters, kind: 'expired_members', detail: '', members: ['2|w-dead'] },
     { key: key.queueNoExpiry, kind: 'no_expiry', detail: '' },
     { key: key.coolingForever, kind: 'cooldown_without_ttl', detail: '' },
     { key: key.wrongType, kind: 'wrong_type', detail: '' },
@@ -182,15 +182,16 @@ describe('slotgate doctor', () => {
     const removedKeys = Object.keys(before).filter((k) => !(k in after));
     expect(removedKeys.sort()).toEqual([key.coolingForever, key.wrongType, key.unknown].sort());
     expect(after[key.leases]).toEqual({ type: 'zset', expires: true, content: ['live:1'] });
-    expect(after[key.waiters]).toEqual({ type: 'zset', expires: true, content: ['w-live'] });
+    expect(after[key.waiters]).toEqual({ type: 'zset', expires: true, content: ['2|w-live'] });
+    // the expired registration's place in the queue goes with it (it would count against max waiting)
+    expect(after[key.queue]).toEqual({ type: 'zset', expires: true, content: ['2|w-live'] });
     // The key without expiry keeps its live member and now expires with it.
     expect(after[key.noExpiry]).toEqual({ type: 'zset', expires: true, content: ['live:2'] });
     // The queue key without expiry keeps its waiter and now expires past any wait deadline.
     expect(after[key.queueNoExpiry]).toEqual({ type: 'zset', expires: true, content: ['1|w-stuck'] });
     expect(await redis.pttl(key.queueNoExpiry)).toBeGreaterThan(60_000);
-    // Untouched: the healthy cooldown, the queue (its scores are arrivals, not expiries), the settings, the other
-    // schema version and the other prefix.
-    for (const k of [key.cooling, key.queue, key.settings, key.otherVersion, key.otherPrefix])
+    // Untouched: the healthy cooldown, the settings, the other schema version and the other prefix.
+    for (const k of [key.cooling, key.settings, key.otherVersion, key.otherPrefix])
       expect(after[k], k).toEqual(before[k]);
 
     const again = await checkLeftovers(redis, prefix);

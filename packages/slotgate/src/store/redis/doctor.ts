@@ -149,7 +149,7 @@ export async function checkLeftovers(
 }
 
 /**
- * Undoes the findings that still stand, each in one script call that checks first (lua/fixLeftover-1.lua); returns
+ * Undoes the findings that still stand, each in one script call that checks first (lua/fixLeftover-2.lua); returns
  * the number of removals and expiries set.
  */
 export async function fixFindings(client: Redis | Cluster, findings: readonly Finding[]): Promise<number> {
@@ -162,7 +162,9 @@ export async function fixFindings(client: Redis | Cluster, findings: readonly Fi
 const FIX_BATCH = 500;
 
 async function fixOne(client: Redis | Cluster, f: Finding): Promise<number> {
-  const fix = (args: string[]) => SCRIPTS.fixLeftover.call(client, [f.key], [f.kind, ...args]);
+  // a waiters key's queue goes with it: an expired registration leaves both (same hash tag)
+  const companion = f.key.endsWith('}:waiters') ? `${f.key.slice(0, -':waiters'.length)}:queue` : f.key;
+  const fix = (args: string[]) => SCRIPTS.fixLeftover.call(client, [f.key, companion], [f.kind, ...args]);
   if (f.kind !== 'expired_members') return fix([f.type ?? '']);
   let n = 0;
   for (const batch of chunk(f.members ?? [], FIX_BATCH)) n += await fix(batch);

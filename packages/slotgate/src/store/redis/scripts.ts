@@ -87,8 +87,8 @@ export const SCRIPTS = {
   pollWaiter: new Script('pollWaiter-3', (reply): WaiterState => WAITER_CODES[code(reply, WAITER_CODES)]!),
   /** See lua/leaveQueue-3.lua: true when a grant was given back. */
   leaveQueue: new Script('leaveQueue-3', (reply) => Number(reply) === 1),
-  /** See lua/fixLeftover-1.lua: removals made (an expiry set counts as one). */
-  fixLeftover: new Script('fixLeftover-1', Number),
+  /** See lua/fixLeftover-2.lua: removals made (an expiry set counts as one). */
+  fixLeftover: new Script('fixLeftover-2', Number),
 } as const;
 
 /** Registers every script on the client, so pipelines made from it carry them too. */
