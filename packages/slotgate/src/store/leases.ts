@@ -161,7 +161,8 @@ export class LeaseManager {
 
   /** One detached removal per channel the token may have landed in, capped, never retried. */
   private cleanupUncertain(targets: readonly AcquireTarget[], token: string): void {
-    const removals = targets.map((t) => this.store.release({ channelId: t.channelId, token }));
+    const ttlMs = this.ttl(); // a release that grants the slot keeps the key at least this long, as after an acquire
+    const removals = targets.map((t) => this.store.release({ channelId: t.channelId, token, ttlMs }));
     const all = Promise.allSettled(removals).then((r) => r.every((x) => x.status === 'fulfilled'));
     void within(this.clock, all, this.cleanupTimeoutMs).then((cleaned) => {
       this.emit({

@@ -19,7 +19,7 @@ local token = string.sub(member, string.find(member, '|', 1, true) + 1)
 redis.call('ZREM', KEYS[3], member)
 redis.call('ZREM', KEYS[2], member)
 local returned = redis.call('ZREM', KEYS[1], token)
-if returned == 1 and redis.call('EXISTS', KEYS[3]) == 1 then
+if returned == 1 then
   grantFree(KEYS[1], KEYS[2], KEYS[3], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4], ARGV[5], nil)
 end
 return returned

@@ -10,15 +10,13 @@
   ARGV[5]     the channel id, as messages name it
 
   Returns 2 = the token holds a grant (claim it), 1 = still queued, 0 = neither (the queue lost it: enqueue again).
-  Cost: EXISTS, the grant loop when queued, ZSCORE (+ ZSCORE).
+  Cost: the grant loop (a ZRANGE when the queue is empty), ZSCORE (+ ZSCORE).
 ]]
 --- @include "redisNow"
 --- @include "queue"
 local member = ARGV[1]
 local token = string.sub(member, string.find(member, '|', 1, true) + 1)
-if redis.call('EXISTS', KEYS[3]) == 1 then
-  grantFree(KEYS[1], KEYS[2], KEYS[3], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4], ARGV[5], member)
-end
+grantFree(KEYS[1], KEYS[2], KEYS[3], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4], ARGV[5], member)
 if redis.call('ZSCORE', KEYS[1], token) then
   return 2
 end

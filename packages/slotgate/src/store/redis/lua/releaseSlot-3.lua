@@ -10,12 +10,11 @@
   ARGV[5]     the channel id, as messages name it
 
   Returns 1 when the token held a slot, 0 when it did not (released before, or expired).
-  Cost: ZREM, EXISTS; with a queue, the grant loop (per grant: ZRANGE, ZSCORE, ZADD, PTTL, 2 ZREM, PUBLISH).
+  Cost: ZREM, ZRANGE of the two heads (all when the queue is empty); with a queue, TIME, ZCARD, and per grant ZSCORE,
+  ZADD, PTTL, 2 ZREM, PUBLISH (+ a ZRANGE per two heads, a ZREMRANGEBYSCORE when the slots look full).
 ]]
 --- @include "redisNow"
 --- @include "queue"
 local removed = redis.call('ZREM', KEYS[1], ARGV[1])
-if redis.call('EXISTS', KEYS[3]) == 1 then
-  grantFree(KEYS[1], KEYS[2], KEYS[3], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4], ARGV[5], nil)
-end
+grantFree(KEYS[1], KEYS[2], KEYS[3], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4], ARGV[5], nil)
 return removed

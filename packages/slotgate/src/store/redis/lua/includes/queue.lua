@@ -27,34 +27,42 @@ end
 -- that expires at the claim deadline unless its instance claims it (renews it) first, and its instance is told on
 -- its grants channel (notify .. instanceId). A head waiter asking under a lower max than the slots in use waits.
 -- The slots key keeps at least a lease TTL of expiry, as after an acquire. `quiet` is a member granted without a
--- message (the caller answers it directly). Returns the members granted, and the live member left at the head of
--- the queue (nil when the queue is empty).
+-- message (the caller answers it directly). The heads are read two at a time, and a head that cannot be served
+-- (the slots in use reach its max) is not looked up at all. Returns the members granted, and the member left at the
+-- head of the queue (nil when the queue is empty; it may be a registration that expired, dropped when it is reached
+-- with a slot free).
 local function grantFree(slotsKey, waitersKey, queueKey, claimMs, leaseTtl, notify, channelId, quiet)
   local granted = {}
   local live, swept = nil, false
   local now = redisNow()
+  local window, at = {}, 1
   while true do
-    local head = redis.call('ZRANGE', queueKey, 0, 0)[1]
-    if not head then
-      break
+    if at > #window then
+      -- the members granted or dropped so far are gone: these are the next two heads
+      window, at = redis.call('ZRANGE', queueKey, 0, 1), 1
+      if #window == 0 then
+        return granted, nil
+      end
+    end
+    local head = window[at]
+    at = at + 1
+    local token, max = splitMember(head)
+    if not live then
+      live = redis.call('ZCARD', slotsKey)
+    end
+    -- expired leases are swept once, when they would keep a waiter out (a later head may ask under a lower max)
+    if live >= max and not swept then
+      swept = true
+      live = live - redis.call('ZREMRANGEBYSCORE', slotsKey, '-inf', now)
+    end
+    if live >= max then
+      return granted, head
     end
     local expiry = redis.call('ZSCORE', waitersKey, head)
     if (not expiry) or tonumber(expiry) <= now then
       redis.call('ZREM', queueKey, head)
       redis.call('ZREM', waitersKey, head)
     else
-      local token, max = splitMember(head)
-      if not live then
-        live = redis.call('ZCARD', slotsKey)
-      end
-      -- expired leases are swept once, when they would keep a waiter out (a later head may ask under a lower max)
-      if live >= max and not swept then
-        swept = true
-        live = live - redis.call('ZREMRANGEBYSCORE', slotsKey, '-inf', now)
-      end
-      if live >= max then
-        return granted, head
-      end
       redis.call('ZADD', slotsKey, now + claimMs, token)
       if redis.call('PTTL', slotsKey) < leaseTtl then
         redis.call('PEXPIRE', slotsKey, leaseTtl)
@@ -68,5 +76,4 @@ local function grantFree(slotsKey, waitersKey, queueKey, claimMs, leaseTtl, noti
       end
     end
   end
-  return granted, nil
 end
