@@ -260,9 +260,10 @@ describe('uncertain acquire', () => {
     expect((error as StoreUnavailableError).cause).toBe(cause);
     await flush();
     expect(released).toEqual([
-      { channelId: 'a', token: 'inst:1' },
-      { channelId: 'b', token: 'inst:1' },
-      { channelId: 'c', token: 'inst:1' },
+      // with the lease TTL: a release that grants the slot keeps the key alive as long as an acquire would
+      { channelId: 'a', token: 'inst:1', ttlMs: 60_000 },
+      { channelId: 'b', token: 'inst:1', ttlMs: 60_000 },
+      { channelId: 'c', token: 'inst:1', ttlMs: 60_000 },
     ]);
     expect(events).toEqual([
       { type: 'acquire_uncertain', channelIds: ['a', 'b', 'c'], token: 'inst:1', cleaned: true },
