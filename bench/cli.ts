@@ -40,6 +40,7 @@ export function benchCommand(): Command {
       '--only <ids>',
       'scenarios to run, comma-separated (default: all): W1,W2,W3,W4,W1-75,scale,http (closed loop); ' +
         'open60, open200 (open loop at 60 % / 200 % of capacity on 2 channels × max 4, 1/2/4 instances), ' +
+        "open200d (open200 on 2 instances with slotgate's default queue bound), " +
         'open200w (200 % on 10 channels × max 4, 4 instances), fair2 (closed loop, 2 instances, staggered start)',
     )
     .option(

@@ -30,8 +30,12 @@ export function fleetParamsLine(s: FleetScenario, runs: readonly RunRecord[], me
     `(capacity = slots / mean hold = ${fmt(slots / (mean / 1000), 1)}/s), dealt round-robin to ` +
     `${s.instances.join(' / ')} instances (one process each; equal demand); log-normal hold (median ` +
     `${s.hold.medianMs} ms, σ ${s.hold.sigma}, capped at ${s.hold.capMs / 1000} s; mean ${fmt(mean, 0)} ms); ` +
-    `wait time-out ${s.waitTimeoutMs / 1000} s for every contender (slotgate's queues hold up to ${s.maxWaiting} ` +
-    `per channel, so only the time-out refuses, as in the ideal); ${r.params.durationS} s of arrivals ` +
+    `wait time-out ${s.waitTimeoutMs / 1000} s for every contender ` +
+    (s.maxWaiting !== undefined
+      ? `(slotgate's queues hold up to ${s.maxWaiting} per channel, so only the time-out refuses, as in the ideal)`
+      : "(slotgate's default queue bound: max waiting = max concurrency per channel, a full queue is a 429 at " +
+        'once; no ideal beside it, which has no bound)') +
+    `; ${r.params.durationS} s of arrivals ` +
     `(${r.fleet?.figures.requests ?? '?'} requests, seed ${s.seed}: the same trace for every contender and ` +
     `instance count, and for the ideal FIFO scheduler); each instance sheds arrivals above ${fmt(s.maxInFlight, 0)} ` +
     `in flight. Utilisation from 1 s to the last arrival. ${machine}`
@@ -212,7 +216,7 @@ export function fleetCostTable(runs: readonly RunRecord[]): string {
 export function fleetLegend(): string[] {
   return [
     '',
-    'Fleet scenarios (open60, open200, open200w, fair2):',
+    'Fleet scenarios (open60, open200, open200d, open200w, fair2):',
     '',
     '- **wait**: admitted − arrival, admitted requests only. Open loop: the arrival is the time in the trace (a ' +
       'request dispatched late by a busy instance waits from its trace time); closed loop: the acquire call.',

@@ -98,8 +98,8 @@ export async function runFleet(
       channels,
       warmupMs,
       contender: contender.id,
-      maxWaiting: scenario.maxWaiting,
     };
+    if (scenario.maxWaiting !== undefined) setup.maxWaiting = scenario.maxWaiting;
     if (scenario.kind === 'open') setup.waitTimeoutMs = scenario.waitTimeoutMs;
     await askAll(children, () => setup, 'ready');
     const startAt = wallNow() + 300;
@@ -142,7 +142,10 @@ export async function runFleet(
       startAt,
       results,
       server: { before, after },
-      ideal: scenario.kind === 'open' ? idealFifo(trace, channels, scenario.waitTimeoutMs) : undefined,
+      ideal:
+        scenario.kind === 'open' && scenario.maxWaiting !== undefined
+          ? idealFifo(trace, channels, scenario.waitTimeoutMs)
+          : undefined,
     });
   } finally {
     if (!ok) await pool.discard(children);

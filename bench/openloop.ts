@@ -33,8 +33,11 @@ export interface OpenScenario {
   waitTimeoutMs: number;
   /** Requests in flight (waiting or holding) per instance above which the benchmark sheds arrivals itself. */
   maxInFlight: number;
-  /** Waiting requests allowed per channel (SetupContext.maxWaiting). */
-  maxWaiting: number;
+  /**
+   * Waiting requests allowed per channel (SetupContext.maxWaiting); undefined: slotgate's default bound (max waiting
+   * = max concurrency), which refuses where the ideal scheduler (no bound) waits, so no ideal is shown beside it.
+   */
+  maxWaiting: number | undefined;
 }
 
 export interface FairScenario {
@@ -72,6 +75,15 @@ const OPEN = {
 export const FLEET_SCENARIOS: readonly FleetScenario[] = [
   { ...OPEN, id: 'open60', loadPct: 60, title: 'Open loop at 60 % of capacity, equal demand per instance' },
   { ...OPEN, id: 'open200', loadPct: 200, title: 'Open loop at 200 % of capacity (overload), equal demand' },
+  {
+    ...OPEN,
+    id: 'open200d',
+    instances: [2],
+    loadPct: 200,
+    maxWaiting: undefined,
+    title:
+      "Open loop at 200 % on 2 instances with slotgate's default queue bound (the set-up of issue #11's figures)",
+  },
   {
     ...OPEN,
     id: 'open200w',

@@ -631,6 +631,16 @@ describe('grants: a freed slot goes to the oldest live waiter', () => {
     expect(await client.exists(keys.queue('sw'))).toBe(0);
   });
 
+  it('an acquire on a full channel whose only queued waiter expired is full, not queued behind the dead one', async () => {
+    await hold('ef', 'h:1');
+    await plantExpiredWaiter('ef', '1|dead:1');
+    expect(await acquire([{ id: 'ef', max: 1 }], 'n:1', LEASE_TTL_MS)).toEqual([0]);
+    expect(await client.exists(keys.queue('ef'), keys.waiters('ef'))).toBe(0);
+    // a raised max is served at once past it
+    await plantExpiredWaiter('ef', '1|dead:2');
+    expect(await acquire([{ id: 'ef', max: 2 }], 'n:2', LEASE_TTL_MS)).toEqual([1]);
+  });
+
   it('an expired waiter is skipped (and dropped); the next live one is granted', async () => {
     const feed = await grantsFeed();
     await hold('e', 'h:1');

@@ -94,7 +94,7 @@ while a <= #ARGV do
           end
           if waiting then
             -- free slots go to the oldest waiters first; whoever is left waiting still comes before this request
-            local _, head = grantFree(slots, KEYS[4 * c - 1], KEYS[4 * c], claimMs, tonumber(ttl), notify, ARGV[5 + 3 * c], nil)
+            local _, head = grantFree(slots, KEYS[4 * c - 1], KEYS[4 * c], claimMs, tonumber(ttl), notify, ARGV[5 + 3 * c], nil, true)
             count[c] = nil
             waiting = head ~= nil
           end

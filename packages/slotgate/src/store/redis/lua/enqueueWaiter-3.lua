@@ -18,7 +18,8 @@
   every instance holding a slot of the channel is told ("q\n<channel>"), so none of them passes a slot on locally
   ahead of the queue; a waiter granted at once forms no queue and tells nobody.
   Cost: TIME, ZCARD (+ ZRANGEBYSCORE and ZREMs when it looks full), 2 ZADD, PTTL (+ 2 PEXPIRE); behind others, a
-  ZCOUNT of the live ones. Only into a queue with no live waiter: the grant check (ZRANGE, ZSCORE, ZCARD, + ZREMRANGEBYSCORE when it looks full), and when it stays queued
+  ZCOUNT of the live ones. Only into a queue with no live waiter: the grant loop (ZRANGE, ZCARD, + ZREMRANGEBYSCORE
+  when the slots look full; a grant at once adds ZSCORE, ZADD, PTTL, 2 ZREM), and when it stays queued
   ZRANGE of the slots and one PUBLISH per holding instance.
 ]]
 --- @include "redisNow"

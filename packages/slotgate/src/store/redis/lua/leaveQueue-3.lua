@@ -10,7 +10,7 @@
   ARGV[5]     the channel id, as messages name it
 
   Returns 1 when a grant was given back, 0 otherwise.
-  Cost: 2 ZREM, ZREM of the token's slot; when it held one and others wait, the grant loop.
+  Cost: 2 ZREM, ZREM of the token's slot; when it held one, the grant loop (a ZRANGE alone when nobody waits).
 ]]
 --- @include "redisNow"
 --- @include "queue"

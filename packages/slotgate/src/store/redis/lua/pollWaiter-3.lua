@@ -10,7 +10,7 @@
   ARGV[5]     the channel id, as messages name it
 
   Returns 2 = the token holds a grant (claim it), 1 = still queued, 0 = neither (the queue lost it: enqueue again).
-  Cost: the grant loop (a ZRANGE when the queue is empty), ZSCORE (+ ZSCORE).
+  Cost: the grant loop (a ZRANGE alone when the queue is empty), ZSCORE (+ ZSCORE).
 ]]
 --- @include "redisNow"
 --- @include "queue"

@@ -10,8 +10,8 @@
   ARGV[5]     the channel id, as messages name it
 
   Returns 1 when the token held a slot, 0 when it did not (released before, or expired).
-  Cost: ZREM, ZRANGE of the two heads (all when the queue is empty); with a queue, TIME, ZCARD, and per grant ZSCORE,
-  ZADD, PTTL, 2 ZREM, PUBLISH (+ a ZRANGE per two heads, a ZREMRANGEBYSCORE when the slots look full).
+  Cost: ZREM, ZRANGE of the two heads (all when the queue is empty); with a queue, ZCARD and TIME, per grant ZSCORE,
+  ZADD, PTTL (+ PEXPIRE), 2 ZREM, PUBLISH, a ZRANGE per two heads, and a ZREMRANGEBYSCORE when the slots look full.
 ]]
 --- @include "redisNow"
 --- @include "queue"

@@ -28,13 +28,13 @@ end
 -- its grants channel (notify .. instanceId). A head waiter asking under a lower max than the slots in use waits.
 -- The slots key keeps at least a lease TTL of expiry, as after an acquire. `quiet` is a member granted without a
 -- message (the caller answers it directly). The heads are read two at a time, and a head that cannot be served
--- (the slots in use reach its max) is not looked up at all. Returns the members granted, and the member left at the
--- head of the queue (nil when the queue is empty; it may be a registration that expired, dropped when it is reached
--- with a slot free).
-local function grantFree(slotsKey, waitersKey, queueKey, claimMs, leaseTtl, notify, channelId, quiet)
+-- (the slots in use reach its max) is looked up only when `liveHead` asks for it. Returns the members granted, and
+-- the member left at the head of the queue: nil when the queue is empty; with `liveHead`, a live registration (dead
+-- ones ahead of it are dropped); without, possibly one that expired (dropped once it is reached with a slot free).
+-- An empty queue costs its ZRANGE alone.
+local function grantFree(slotsKey, waitersKey, queueKey, claimMs, leaseTtl, notify, channelId, quiet, liveHead)
   local granted = {}
   local live, swept = nil, false
-  local now = redisNow()
   local window, at = {}, 1
   while true do
     if at > #window then
@@ -53,17 +53,24 @@ local function grantFree(slotsKey, waitersKey, queueKey, claimMs, leaseTtl, noti
     -- expired leases are swept once, when they would keep a waiter out (a later head may ask under a lower max)
     if live >= max and not swept then
       swept = true
-      live = live - redis.call('ZREMRANGEBYSCORE', slotsKey, '-inf', now)
+      live = live - redis.call('ZREMRANGEBYSCORE', slotsKey, '-inf', redisNow())
     end
-    if live >= max then
+    local expiry = nil
+    if live < max or liveHead then
+      expiry = redis.call('ZSCORE', waitersKey, head)
+      if (not expiry) or tonumber(expiry) <= redisNow() then
+        -- a dead waiter: it goes, and the next head is looked at
+        redis.call('ZREM', queueKey, head)
+        redis.call('ZREM', waitersKey, head)
+        expiry = false
+      end
+    end
+    if expiry == false then
+      -- dropped above
+    elseif live >= max then
       return granted, head
-    end
-    local expiry = redis.call('ZSCORE', waitersKey, head)
-    if (not expiry) or tonumber(expiry) <= now then
-      redis.call('ZREM', queueKey, head)
-      redis.call('ZREM', waitersKey, head)
     else
-      redis.call('ZADD', slotsKey, now + claimMs, token)
+      redis.call('ZADD', slotsKey, redisNow() + claimMs, token)
       if redis.call('PTTL', slotsKey) < leaseTtl then
         redis.call('PEXPIRE', slotsKey, leaseTtl)
       end
