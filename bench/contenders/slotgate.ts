@@ -24,7 +24,7 @@ function slotgate(cache: boolean, handoff = true): Contender {
       'concurrency, up to 5 s) and is granted the next slot freed there, in arrival order across instances; ' +
       'a full queue or a wait time-out is the 429',
     boundedWait:
-      'wait_timeout_ms = the wait time-out, max_waiting_per_channel = the scenario\'s queue bound (other settings as above)',
+      "wait_timeout_ms = the wait time-out, max_waiting_per_channel = the scenario's queue bound (other settings as above)",
     async setup(ctx: SetupContext): Promise<Session> {
       const client = ctx.client();
       const store = new RedisStore({ client, prefix: ctx.namespace });

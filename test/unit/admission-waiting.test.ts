@@ -78,7 +78,11 @@ function loseGrants(store: MemoryStore): () => void {
   const listeners: QueueListener[] = [];
   store.listen = (id, listener) => {
     listeners.push(listener);
-    return listen(id, { grant: () => {}, queued: (c) => listener.queued(c), resync: () => listener.resync() });
+    return listen(id, {
+      grant: () => {},
+      queued: (c) => listener.queued(c),
+      resync: () => listener.resync(),
+    });
   };
   return () => listeners.forEach((l) => l.resync());
 }

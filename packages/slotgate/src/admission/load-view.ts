@@ -321,7 +321,8 @@ export class LoadView {
     const entry = this.cache.get(id);
     if (!entry) return;
     const shown = this.corrected(id, entry).waiting;
-    if (shown < maxWaiting) entry.load = { ...entry.load, waiting: entry.load.waiting + (maxWaiting - shown) };
+    if (shown < maxWaiting)
+      entry.load = { ...entry.load, waiting: entry.load.waiting + (maxWaiting - shown) };
   }
 
   /** The acquire script (or this instance) found the channel cooling: later passes skip it until the next fetch. */
