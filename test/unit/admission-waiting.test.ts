@@ -304,6 +304,28 @@ describe('grants', () => {
     await held[1]!.release();
   });
 
+  it('concurrent waiters spread over the queues, each seeing the places the ones before it took: none is turned away', async () => {
+    const { clock, store, admission, other } = setup();
+    // 5 channels × 2 places = 10 places; 5 waiters take 2 each
+    const channels = ['a', 'b', 'c', 'd', 'e'].map((id) => ({ id, maxConcurrency: 1, maxWaiting: 2 }));
+    const held: Awaited<ReturnType<typeof hold>> = [];
+    for (const c of channels) held.push(...(await hold(other, c)));
+    const pending = channels.map(() => track(clock, admission.acquire({ candidates: channels })));
+    await elapse(clock, 10);
+    expect(pending.map((p) => p.error && failedWith(p).reason)).toEqual([
+      undefined,
+      undefined,
+      undefined,
+      undefined,
+      undefined,
+    ]);
+    const waiting = [...(await store.readLoads(channels.map((c) => c.id))).values()].map((l) => l.waiting);
+    expect(waiting).toEqual([2, 2, 2, 2, 2]);
+    for (const t of held) await t.release();
+    await flush();
+    for (const p of pending) await p.value?.release();
+  });
+
   it('a waiter granted on both its queues takes the first grant; the other passes on to the next waiter there', async () => {
     const { clock, store, admission, other } = setup({}, zero);
     const x = { id: 'x', maxConcurrency: 1 };

@@ -169,6 +169,19 @@ describe('waitQueues and maxWaitingOf', () => {
     expect(ids(pool)).toEqual(['half', 'tie-1', 'quarter', 'tie-2', 'empty']); // the pool is not reordered
   });
 
+  it('with a random source, ties go in a random order: the emptiest still first', () => {
+    const pool = ['a', 'b', 'c', 'd', 'e', 'f'].map((id) => ch(id, 2));
+    const view = loads({ a: [2, 1], b: [2, 1], c: [2, 1], d: [2, 1], e: [2, 1] }); // f: empty
+    const firsts = new Set<string>();
+    for (let seed = 1; seed <= 20; seed++) {
+      const picked = waitQueues(pool, view, seededRandom(seed)).map((c) => c.id);
+      expect(picked[0]).toBe('f');
+      expect(picked).toHaveLength(3);
+      firsts.add(picked[1]!);
+    }
+    expect(firsts.size).toBeGreaterThan(2); // without the shuffle it is always 'a'
+  });
+
   it('maxWaitingOf: the channel own bound, else max_waiting_per_channel when > 0, else its max', () => {
     const base = admissionSettings.defaults;
     const withSetting = admissionSettings.merge(base, { max_waiting_per_channel: 7 });

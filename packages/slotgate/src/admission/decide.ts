@@ -76,12 +76,24 @@ export function nextBatch<C extends Candidate>(
 export const WAIT_QUEUE_TRIES = 3;
 
 /**
- * The queues a waiter tries, emptiest first by the view relative to its size (stable for ties), at most
- * WAIT_QUEUE_TRIES, so concurrent passes spread their waiters instead of filling one queue.
+ * The queues a waiter tries, emptiest first by the view relative to its size, at most WAIT_QUEUE_TRIES, so concurrent
+ * passes spread their waiters instead of filling one queue. Ties keep the pool's order, or a random one when `random`
+ * is given (so waiters that see the same loads do not all pick the same queues).
  */
-export function waitQueues<C extends Candidate>(pool: readonly C[], loads: Loads): C[] {
+export function waitQueues<C extends Candidate>(
+  pool: readonly C[],
+  loads: Loads,
+  random?: () => number,
+): C[] {
   const ratio = (c: C) => (loads.get(c.id)?.waiting ?? 0) / (c.maxWaiting ?? c.maxConcurrency!);
-  return [...pool].sort((a, b) => ratio(a) - ratio(b)).slice(0, WAIT_QUEUE_TRIES);
+  const list = [...pool];
+  if (random) {
+    for (let i = list.length - 1; i > 0; i--) {
+      const j = Math.floor(random() * (i + 1));
+      [list[i], list[j]] = [list[j]!, list[i]!];
+    }
+  }
+  return list.sort((a, b) => ratio(a) - ratio(b)).slice(0, WAIT_QUEUE_TRIES);
 }
 
 /** A channel's queue bound: its own maxWaiting, else max_waiting_per_channel when set, else its max concurrency. */

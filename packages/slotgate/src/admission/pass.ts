@@ -150,7 +150,16 @@ export async function runPass<C extends Candidate>(
 
   if (storeDown) throw storeDown;
   if (waitPool.size > 0 && settings.wait_enabled && settings.wait_timeout_ms > 0) {
-    return waitForSlot(engine, waitQueues([...waitPool], loads), prepared, saturated, settings, signal);
+    // The view as it is now (the passes that queued since this one's loads were taken counted in), ties shuffled.
+    const now = view.peek(ids, false, true) ?? loads;
+    return waitForSlot(
+      engine,
+      waitQueues([...waitPool], now, engine.random),
+      prepared,
+      saturated,
+      settings,
+      signal,
+    );
   }
   throw engine.capacityError('full', candidates, saturated);
 }
