@@ -627,6 +627,34 @@ describe('the grants subscription', () => {
   });
 });
 
+describe('grant messages', () => {
+  it('carry any channel id whole, a newline in it too', async () => {
+    const ch = 'odd\nid: {x}';
+    const b = new RedisStore({ url: server.url, prefix });
+    const heard: string[] = [];
+    const listening = b.listen('nb', {
+      grant: (channelId, token) => heard.push(`g ${token} ${JSON.stringify(channelId)}`),
+      queued: (channelId) => heard.push(`q ${JSON.stringify(channelId)}`),
+      resync: () => {},
+    });
+    try {
+      await listening.ready;
+      expect(await b.acquireFirst([{ channelId: ch, max: 1 }], opts('nb:h'))).toEqual(['acquired']);
+      expect(await store.enqueue(waiter(ch, 'na:1', 1), waitOpts())).toBe('queued'); // "q" to nb, the holder
+      await expect.poll(() => b.queued(ch), { timeout: 10_000 }).toBe(true);
+      expect(await b.enqueue(waiter(ch, 'nb:1', 1), waitOpts())).toBe('queued');
+      expect(await b.release({ channelId: ch, token: 'nb:h', ttlMs: 60_000 })).toBe(true); // grants na:1
+      expect(await store.leaveQueue(waiter(ch, 'na:1', 1), 60_000)).toBe(true); // passes it to nb:1
+      await expect.poll(() => heard.length, { timeout: 10_000 }).toBe(2);
+      expect(heard).toEqual([`q ${JSON.stringify(ch)}`, `g nb:1 ${JSON.stringify(ch)}`]);
+      expect(await b.release({ channelId: ch, token: 'nb:1', ttlMs: 60_000 })).toBe(true);
+    } finally {
+      await listening.stop();
+      await b.close();
+    }
+  });
+});
+
 describe("the store's queued() hint", () => {
   it('follows the acquire replies, its own enqueues, the "q" messages and the load reads', async () => {
     const ch = 'hint';

@@ -145,11 +145,15 @@ export class RedisQueues {
     });
     subscriber.on('message', (from: string, message: string) => {
       if (from !== channel) return;
-      const [kind, a, b] = message.split('\n');
-      if (kind === 'g' && a !== undefined && b !== undefined) listener.grant(b, a);
-      else if (kind === 'q' && a !== undefined) {
-        this.mark(a, true);
-        listener.queued(a);
+      // "g\n<token>\n<channel>" or "q\n<channel>": the channel is the rest, whatever it holds (a newline too)
+      const kind = message.slice(0, 2);
+      const rest = message.slice(2);
+      if (kind === 'g\n') {
+        const cut = rest.indexOf('\n');
+        if (cut > 0) listener.grant(rest.slice(cut + 1), rest.slice(0, cut));
+      } else if (kind === 'q\n') {
+        this.mark(rest, true);
+        listener.queued(rest);
       }
     });
     // With Redis down at start, the subscription completes when it answers (the offline queue holds it).
