@@ -157,8 +157,11 @@ function enqueue(
   ]);
 }
 
-function releaseSlot(id: string, token: string, o: QueueOptions = {}) {
-  return SCRIPTS.releaseSlot.call(client, queueKeys(id), queueArgs(id, token, o));
+/** releaseSlot as another instance's release (none of the waiters is the releaser's): whether the slot was held. */
+async function releaseSlot(id: string, token: string, o: QueueOptions = {}) {
+  const reply = await SCRIPTS.releaseSlot.call(client, queueKeys(id), [...queueArgs(id, token, o), '']);
+  expect(reply.local).toEqual([]);
+  return reply.removed;
 }
 
 function pollWaiter(id: string, token: string, max: number, o: QueueOptions = {}) {
@@ -591,6 +594,33 @@ describe('grants: a freed slot goes to the oldest live waiter', () => {
     expect(score).toBeGreaterThanOrEqual(before + 2_500);
     expect(score).toBeLessThanOrEqual(after + 2_500);
     expect(await feed.settle()).toEqual(['h q d', 'gw-1:host g gw-1:host:7 d']);
+  });
+
+  it("a release by a waiter's own instance grants it a full lease, named in the reply, with no message", async () => {
+    const feed = await grantsFeed();
+    await hold('own', 'gw:1');
+    expect(await enqueue('own', 'gw:2', 1)).toBe('queued'); // the releasing instance's own waiter
+    expect(await enqueue('own', 'other:1', 1)).toBe('queued');
+    const before = await redisNow();
+    const reply = await SCRIPTS.releaseSlot.call(client, queueKeys('own'), [
+      ...queueArgs('own', 'gw:1', {}),
+      'gw',
+    ]);
+    const after = await redisNow();
+    expect(reply).toEqual({ removed: true, local: ['gw:2'] });
+    const score = Number(await client.zscore(keys.slots('own'), 'gw:2'));
+    expect(score).toBeGreaterThanOrEqual(before + LEASE_TTL_MS); // a full lease: no claim needed
+    expect(score).toBeLessThanOrEqual(after + LEASE_TTL_MS);
+    // another instance's waiter still gets a claim deadline and a message
+    const next = await SCRIPTS.releaseSlot.call(client, queueKeys('own'), [
+      ...queueArgs('own', 'gw:2', {}),
+      'gw',
+    ]);
+    expect(next).toEqual({ removed: true, local: [] });
+    expect(Number(await client.zscore(keys.slots('own'), 'other:1'))).toBeLessThanOrEqual(
+      (await redisNow()) + CLAIM_MS,
+    );
+    expect(await feed.settle()).toEqual(['gw q own', 'other g other:1 own']);
   });
 
   it('several slots freed at once go to as many waiters, oldest first', async () => {

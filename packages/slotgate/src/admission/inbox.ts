@@ -9,6 +9,8 @@ import type { QueueListener } from '../store/store.js';
 export interface Mailbox {
   /** The channels granted to this waiter and not taken yet, oldest first. */
   readonly granted: string[];
+  /** Of those, the grants that are full leases already (made by this instance's own release): their TTL. */
+  readonly leased: Map<string, number>;
   /** Set when the store's subscription came back after a loss: the waiter should poll its queues now. */
   recheck: boolean;
   /** Called when a grant or a recheck arrives (the waiter's current sleep should end). */
@@ -23,7 +25,7 @@ export class Inbox implements QueueListener {
   constructor(private readonly giveBack: (channelId: string, token: string) => void) {}
 
   open(token: string): Mailbox {
-    const box: Mailbox = { granted: [], recheck: false, onGrant: undefined };
+    const box: Mailbox = { granted: [], leased: new Map(), recheck: false, onGrant: undefined };
     this.boxes.set(token, box);
     return box;
   }
@@ -41,13 +43,14 @@ export class Inbox implements QueueListener {
     this.boxes.delete(token);
   }
 
-  grant(channelId: string, token: string): void {
+  grant(channelId: string, token: string, leaseTtlMs?: number): void {
     const box = this.boxes.get(token);
     if (!box) {
       this.giveBack(channelId, token);
       return;
     }
     box.granted.push(channelId);
+    if (leaseTtlMs !== undefined) box.leased.set(channelId, leaseTtlMs);
     box.onGrant?.();
   }
 

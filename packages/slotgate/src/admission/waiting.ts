@@ -105,9 +105,17 @@ export async function waitForSlot<C extends Candidate>(
     inbox.left(c.id, token);
     view.noteWaiter(c.id, -1);
   };
-  /** Makes a grant on the channel this waiter's lease; undefined when it was gone before the claim. */
+  /**
+   * Makes a grant on the channel this waiter's lease; undefined when it was gone before the claim. A grant that is a
+   * full lease already (this instance's own release made it) is taken over with no store call.
+   */
   const claim = async (c: C): Promise<Lease | undefined> => {
-    const lease = await leases.claim(c.id, token, c.maxConcurrency!);
+    const leased = box.leased.get(c.id);
+    box.leased.delete(c.id);
+    const lease =
+      leased !== undefined
+        ? leases.adopt(c.id, token, c.maxConcurrency!, leased)
+        : await leases.claim(c.id, token, c.maxConcurrency!);
     if (lease) claimed = c;
     return lease;
   };

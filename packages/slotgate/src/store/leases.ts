@@ -159,6 +159,18 @@ export class LeaseManager {
     return lease;
   }
 
+  /**
+   * Takes over a grant that is a full lease already (the store granted it, with `leaseTtlMs`, in a release this
+   * instance sent): no store call. It is renewed like any other lease from now on.
+   */
+  adopt(channelId: string, token: string, max: number, leaseTtlMs: number): Lease {
+    if (this.closed) throw new StoreUnavailableError('acquire', 'the lease manager is closed');
+    const now = this.clock.now();
+    const lease: Lease = { channelId, token, acquiredAt: now, max, expiresAt: now + leaseTtlMs, ttlMs: leaseTtlMs };
+    this.track(lease);
+    return lease;
+  }
+
   /** One detached removal per channel the token may have landed in, capped, never retried. */
   private cleanupUncertain(targets: readonly AcquireTarget[], token: string): void {
     const ttlMs = this.ttl(); // a release that grants the slot keeps the key at least this long, as after an acquire

@@ -72,8 +72,12 @@ export interface Listening {
 
 /** What a store tells an instance about its waiters. */
 export interface QueueListener {
-  /** A slot of the channel was granted to the waiter with this token: claim it (renew it) or release it. */
-  grant(channelId: string, token: string): void;
+  /**
+   * A slot of the channel was granted to the waiter with this token: claim it (renew it) or release it. With
+   * `leaseTtlMs`, the grant is already a full lease of that TTL (a waiter of the instance whose release granted it):
+   * take it over with no claim, or release it.
+   */
+  grant(channelId: string, token: string, leaseTtlMs?: number): void;
   /** A queue formed on a channel where this instance holds a slot: pass slots on through the queue from now on. */
   queued(channelId: string): void;
   /**

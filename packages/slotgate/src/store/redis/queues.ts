@@ -21,7 +21,7 @@ import type {
 } from '../store.js';
 import type { Deadlines } from './deadlines.js';
 import type { KeyBuilder } from './keys.js';
-import { SCRIPTS } from './scripts.js';
+import { SCRIPTS, type ReleaseSlotReply } from './scripts.js';
 
 export interface RedisQueuesDeps {
   client: Redis | Cluster;
@@ -35,12 +35,23 @@ export interface RedisQueuesDeps {
 /** A lease TTL for keys a grant touches when the caller gave none (it only ever extends a key's expiry). */
 const DEFAULT_LEASE_TTL_MS = 60_000;
 
+/** The instance id of a token "<instanceId>:<seq>" (as lua/includes/queue.lua reads it). */
+const instanceOf = (token: string) => {
+  const cut = token.lastIndexOf(':');
+  return cut < 0 ? token : token.slice(0, cut);
+};
+
 /** The member of a waiter in a queue: its max and its token. */
 const memberOf = (w: WaiterRef) => `${w.max}|${w.token}`;
 
 export class RedisQueues {
   /** Channels this instance believes have a queue. */
   private readonly queued = new Set<string>();
+  /**
+   * The instances listening through this store: a release of one of their leases grants that instance's own waiters
+   * a full lease, named in the reply instead of a message.
+   */
+  private readonly listeners = new Map<string, QueueListener>();
 
   constructor(private readonly deps: RedisQueuesDeps) {}
 
@@ -72,7 +83,20 @@ export class RedisQueues {
     lease.ttlMs ?? DEFAULT_LEASE_TTL_MS,
     this.deps.keys.grants(),
     lease.channelId,
+    this.listeners.has(instanceOf(lease.token)) ? instanceOf(lease.token) : '',
   ];
+
+  /** Reads a releaseSlot reply: hands this instance's waiters the leases it granted them; true when the slot was held. */
+  released = (lease: LeaseRef, reply: ReleaseSlotReply): boolean => {
+    const ttl = lease.ttlMs ?? DEFAULT_LEASE_TTL_MS;
+    const listener = this.listeners.get(instanceOf(lease.token));
+    for (const token of reply.local) {
+      if (listener) listener.grant(lease.channelId, token, ttl);
+      // stopped listening meanwhile: nobody takes it over, so it is given back and passes on
+      else this.leave({ channelId: lease.channelId, token, max: 0 }, ttl).catch(() => {});
+    }
+    return reply.removed;
+  };
 
   private keysOf(channelId: string): string[] {
     const { keys } = this.deps;
@@ -123,6 +147,7 @@ export class RedisQueues {
    * made good by the check every waiter makes when it is back (QueueListener.resync).
    */
   listen(instanceId: string, listener: QueueListener): Listening {
+    this.listeners.set(instanceId, listener);
     const channel = this.deps.keys.grants(instanceId);
     const subscriber = (this.deps.client as Redis).duplicate({
       enableOfflineQueue: true,
@@ -164,6 +189,7 @@ export class RedisQueues {
     return {
       ready,
       stop: async () => {
+        if (this.listeners.get(instanceId) === listener) this.listeners.delete(instanceId);
         subscriber.disconnect();
       },
     };

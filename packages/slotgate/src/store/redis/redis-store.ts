@@ -117,6 +117,7 @@ export class RedisStore implements SlotStore {
       deadlines: this.deadlines,
       count: this.count,
       releaseArgs: this.queues.releaseArgs,
+      released: this.queues.released,
     });
     this.maxChannelsPerAcquire = this.topology.maxChannelsPerAcquire;
   }

@@ -29,6 +29,12 @@ export function loadLua(file: string): string {
   });
 }
 
+/** What releaseSlot answers: whether the token held a slot, and the tokens of the releasing instance's waiters granted. */
+export interface ReleaseSlotReply {
+  removed: boolean;
+  local: string[];
+}
+
 /** One script: `call` runs it on a client, `queue` adds it to a pipeline. KEYS always travel as keys. */
 export class Script<Reply> {
   readonly command: string;
@@ -81,8 +87,11 @@ export const SCRIPTS = {
     'enqueueWaiter-3',
     (reply): EnqueueReply => ENQUEUE_CODES[code(reply, ENQUEUE_CODES)]!,
   ),
-  /** See lua/releaseSlot-3.lua: true when the token held a slot. */
-  releaseSlot: new Script('releaseSlot-3', (reply) => Number(reply) === 1),
+  /** See lua/releaseSlot-3.lua: whether the token held a slot, and the releasing instance's waiters granted. */
+  releaseSlot: new Script('releaseSlot-3', (reply): ReleaseSlotReply => {
+    if (!Array.isArray(reply)) throw new TypeError(`unexpected script reply ${JSON.stringify(reply)}`);
+    return { removed: Number(reply[0]) === 1, local: reply.slice(1).map(String) };
+  }),
   /** See lua/pollWaiter-3.lua. */
   pollWaiter: new Script('pollWaiter-3', (reply): WaiterState => WAITER_CODES[code(reply, WAITER_CODES)]!),
   /** See lua/leaveQueue-3.lua: true when a grant was given back. */

@@ -19,7 +19,7 @@ import {
 import type { AcquireCalls, AcquireRequest } from './acquire-call.js';
 import type { Deadlines } from './deadlines.js';
 import type { KeyBuilder } from './keys.js';
-import { SCRIPTS } from './scripts.js';
+import { SCRIPTS, type ReleaseSlotReply } from './scripts.js';
 import { TurnBatcher } from './turn-batcher.js';
 
 export interface TopologyDeps {
@@ -30,6 +30,7 @@ export interface TopologyDeps {
   count: (purpose: Purpose, n: number) => void;
   /** The releaseSlot arguments after the token: claim deadline, lease TTL, grants prefix, channel id. */
   releaseArgs: (lease: LeaseRef) => (string | number)[];
+  released: (lease: LeaseRef, reply: ReleaseSlotReply) => boolean;
 }
 
 /** One batch of a load read: the loads in order, and the Redis TIME when it was asked to carry one. */
@@ -122,17 +123,15 @@ class ClusterTopology implements Topology {
   }
 
   release(lease: LeaseRef, viaQueue: boolean): PendingRelease {
-    const { client, keys, deadlines, count, releaseArgs } = this.deps;
+    const { client, keys, deadlines, count, releaseArgs, released } = this.deps;
     const id = lease.channelId;
     count('release', 1);
     return sentRelease(
       deadlines.run('release', () =>
         viaQueue
-          ? SCRIPTS.releaseSlot.call(
-              client,
-              [keys.slots(id), keys.waiters(id), keys.queue(id)],
-              [lease.token, ...releaseArgs(lease)],
-            )
+          ? SCRIPTS.releaseSlot
+              .call(client, [keys.slots(id), keys.waiters(id), keys.queue(id)], [lease.token, ...releaseArgs(lease)])
+              .then((reply) => released(lease, reply))
           : client.zrem(keys.slots(id), lease.token).then((removed) => removed === 1),
       ),
     );

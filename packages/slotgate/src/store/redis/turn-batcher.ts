@@ -19,7 +19,7 @@ import {
 } from './acquire-call.js';
 import { failure, type Deadlines } from './deadlines.js';
 import type { KeyBuilder } from './keys.js';
-import { SCRIPTS } from './scripts.js';
+import { SCRIPTS, type ReleaseSlotReply } from './scripts.js';
 
 interface Queued<Req, Res> {
   request: Req;
@@ -40,8 +40,10 @@ export interface TurnBatcherDeps {
   calls: AcquireCalls;
   deadlines: Deadlines;
   count: (purpose: Purpose, n: number) => void;
-  /** The releaseSlot arguments after the token: claim deadline, lease TTL, grants prefix, channel id. */
+  /** The releaseSlot arguments after the token: claim deadline, lease TTL, grants prefix, channel id, instance. */
   releaseArgs: (lease: LeaseRef) => (string | number)[];
+  /** Reads a releaseSlot reply (and hands over the grants it made to this instance's waiters). */
+  released: (lease: LeaseRef, reply: ReleaseSlotReply) => boolean;
 }
 
 export class TurnBatcher {
@@ -138,6 +140,7 @@ export class TurnBatcher {
             releases.forEach((q, i) => {
               const [err, removed] = results[i]!;
               if (err) q.reject(failure('release', err));
+              else if (q.viaQueue) q.resolve(this.deps.released(q.request, SCRIPTS.releaseSlot.reply(removed)));
               else q.resolve(Number(removed) === 1);
             }),
           (err: unknown) => releases.forEach((q) => q.reject(err)),

@@ -8,13 +8,26 @@
   ARGV[3]     lease TTL in ms (a slots key keeps at least this much expiry)
   ARGV[4]     grants channel prefix (an instance's channel is this plus its id)
   ARGV[5]     the channel id, as messages name it
+  ARGV[6]     the releasing instance's id ('' for none): a waiter of its own is granted a full lease, named in the
+              reply instead of told by a message, and needs no claim
 
-  Returns 1 when the token held a slot, 0 when it did not (released before, or expired).
+  Returns { 1 when the token held a slot, 0 when it did not (released before, or expired), then the tokens of the
+  releasing instance's waiters granted here }.
   Cost: ZREM, ZRANGE of the two heads (all when the queue is empty); with a queue, ZCARD and TIME, per grant ZSCORE,
   ZADD, PTTL (+ PEXPIRE), 2 ZREM, PUBLISH, a ZRANGE per two heads, and a ZREMRANGEBYSCORE when the slots look full.
 ]]
 --- @include "redisNow"
 --- @include "queue"
 local removed = redis.call('ZREM', KEYS[1], ARGV[1])
-grantFree(KEYS[1], KEYS[2], KEYS[3], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4], ARGV[5], nil)
-return removed
+local granted = grantFree(KEYS[1], KEYS[2], KEYS[3], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4], ARGV[5], nil, false,
+  ARGV[6])
+local reply = { removed }
+if ARGV[6] ~= '' then
+  for _, member in ipairs(granted) do
+    local token = splitMember(member)
+    if instanceOf(token) == ARGV[6] then
+      reply[#reply + 1] = token
+    end
+  end
+end
+return reply

@@ -31,8 +31,10 @@ end
 -- (the slots in use reach its max) is looked up only when `liveHead` asks for it. Returns the members granted, and
 -- the member left at the head of the queue: nil when the queue is empty; with `liveHead`, a live registration (dead
 -- ones ahead of it are dropped); without, possibly one that expired (dropped once it is reached with a slot free).
--- An empty queue costs its ZRANGE alone.
-local function grantFree(slotsKey, waitersKey, queueKey, claimMs, leaseTtl, notify, channelId, quiet, liveHead)
+-- An empty queue costs its ZRANGE alone. A waiter of `localInstance` (the instance running this script, which reads
+-- the reply) is granted a full lease at once, with no message and no claim: the caller hands it over.
+local function grantFree(slotsKey, waitersKey, queueKey, claimMs, leaseTtl, notify, channelId, quiet, liveHead,
+                         localInstance)
   local granted = {}
   local live, swept = nil, false
   local window, at = {}, 1
@@ -70,7 +72,9 @@ local function grantFree(slotsKey, waitersKey, queueKey, claimMs, leaseTtl, noti
     elseif live >= max then
       return granted, head
     else
-      redis.call('ZADD', slotsKey, redisNow() + claimMs, token)
+      local instance = instanceOf(token)
+      local mine = localInstance ~= nil and localInstance ~= '' and instance == localInstance
+      redis.call('ZADD', slotsKey, redisNow() + (mine and leaseTtl or claimMs), token)
       if redis.call('PTTL', slotsKey) < leaseTtl then
         redis.call('PEXPIRE', slotsKey, leaseTtl)
       end
@@ -78,8 +82,8 @@ local function grantFree(slotsKey, waitersKey, queueKey, claimMs, leaseTtl, noti
       redis.call('ZREM', waitersKey, head)
       live = live + 1
       granted[#granted + 1] = head
-      if head ~= quiet then
-        redis.call('PUBLISH', notify .. instanceOf(token), 'g\n' .. token .. '\n' .. channelId)
+      if head ~= quiet and not mine then
+        redis.call('PUBLISH', notify .. instance, 'g\n' .. token .. '\n' .. channelId)
       end
     end
   end
