@@ -213,7 +213,9 @@ describe('Redis outages', () => {
     const queueKeys = [keys.slots('g'), keys.waiters('g'), keys.queue('g')];
     const args = (first: string) => [first, 5_000, 60_000, keys.grants(), 'g'];
     const next = SCRIPTS.enqueueWaiter.call(cc.client, queueKeys, [...args('1|next:w'), 5, 60_000]);
-    const released = SCRIPTS.releaseSlot.call(cc.client, queueKeys, [...args('h:1'), '']).then((r) => r.removed);
+    const released = SCRIPTS.releaseSlot
+      .call(cc.client, queueKeys, [...args('h:1'), ''])
+      .then((r) => r.removed);
     const error = await failed;
     expect(error).toBeInstanceOf(StoreUnavailableError);
     resume();

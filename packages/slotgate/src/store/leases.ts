@@ -166,7 +166,14 @@ export class LeaseManager {
   adopt(channelId: string, token: string, max: number, leaseTtlMs: number): Lease {
     if (this.closed) throw new StoreUnavailableError('acquire', 'the lease manager is closed');
     const now = this.clock.now();
-    const lease: Lease = { channelId, token, acquiredAt: now, max, expiresAt: now + leaseTtlMs, ttlMs: leaseTtlMs };
+    const lease: Lease = {
+      channelId,
+      token,
+      acquiredAt: now,
+      max,
+      expiresAt: now + leaseTtlMs,
+      ttlMs: leaseTtlMs,
+    };
     this.track(lease);
     return lease;
   }

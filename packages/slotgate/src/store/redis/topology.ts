@@ -130,7 +130,11 @@ class ClusterTopology implements Topology {
       deadlines.run('release', () =>
         viaQueue
           ? SCRIPTS.releaseSlot
-              .call(client, [keys.slots(id), keys.waiters(id), keys.queue(id)], [lease.token, ...releaseArgs(lease)])
+              .call(
+                client,
+                [keys.slots(id), keys.waiters(id), keys.queue(id)],
+                [lease.token, ...releaseArgs(lease)],
+              )
               .then((reply) => released(lease, reply))
           : client.zrem(keys.slots(id), lease.token).then((removed) => removed === 1),
       ),

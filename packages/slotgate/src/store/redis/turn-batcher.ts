@@ -140,7 +140,8 @@ export class TurnBatcher {
             releases.forEach((q, i) => {
               const [err, removed] = results[i]!;
               if (err) q.reject(failure('release', err));
-              else if (q.viaQueue) q.resolve(this.deps.released(q.request, SCRIPTS.releaseSlot.reply(removed)));
+              else if (q.viaQueue)
+                q.resolve(this.deps.released(q.request, SCRIPTS.releaseSlot.reply(removed)));
               else q.resolve(Number(removed) === 1);
             }),
           (err: unknown) => releases.forEach((q) => q.reject(err)),
