@@ -11,6 +11,7 @@
  * - fresh reads bypassing the cache, coalesced per channel set, stored back into the cache;
  * - `load_cache_enabled = false`: every read goes straight to the store (the rollback switch).
  */
+import { abortable } from '../core/abort.js';
 import { within, type Clock } from '../core/clock.js';
 import { pushTo } from '../core/collections.js';
 import type { Settings } from '../core/settings.js';
@@ -307,10 +308,7 @@ export class LoadView {
    * (other instances' slots are invisible to the cached snapshot otherwise).
    */
   noteFull(id: string, max: number): void {
-    const entry = this.cache.get(id);
-    if (!entry) return;
-    const shown = this.corrected(id, entry).active;
-    if (shown < max) entry.load = { ...entry.load, active: entry.load.active + (max - shown) };
+    this.showAtLeast(id, 'active', max);
   }
 
   /**
@@ -318,11 +316,15 @@ export class LoadView {
    * `maxWaiting`, so its next waiters do not ask a queue that is known to be full.
    */
   noteQueueFull(id: string, maxWaiting: number): void {
+    this.showAtLeast(id, 'waiting', maxWaiting);
+  }
+
+  /** Until the next fetch, the channel's corrected `field` shows at least `to`. */
+  private showAtLeast(id: string, field: 'active' | 'waiting', to: number): void {
     const entry = this.cache.get(id);
     if (!entry) return;
-    const shown = this.corrected(id, entry).waiting;
-    if (shown < maxWaiting)
-      entry.load = { ...entry.load, waiting: entry.load.waiting + (maxWaiting - shown) };
+    const shown = this.corrected(id, entry)[field];
+    if (shown < to) entry.load = { ...entry.load, [field]: entry.load[field] + (to - shown) };
   }
 
   /** The acquire script (or this instance) found the channel cooling: later passes skip it until the next fetch. */
@@ -335,24 +337,4 @@ export class LoadView {
     const entry = this.cache.get(id);
     if (entry) entry.load = { ...entry.load, coolingDown: false, cooldownRemainingMs: 0 };
   }
-}
-
-/** The caller's view of shared work: rejects with the abort reason when the caller gives up; the work goes on. */
-export function abortable<T>(work: Promise<T>, signal?: AbortSignal): Promise<T> {
-  if (!signal) return work;
-  if (signal.aborted) return Promise.reject(signal.reason ?? new Error('aborted'));
-  return new Promise((resolve, reject) => {
-    const onAbort = () => reject(signal.reason ?? new Error('aborted'));
-    signal.addEventListener('abort', onAbort, { once: true });
-    work.then(
-      (value) => {
-        signal.removeEventListener('abort', onAbort);
-        resolve(value);
-      },
-      (err: unknown) => {
-        signal.removeEventListener('abort', onAbort);
-        reject(err instanceof Error ? err : new Error(String(err)));
-      },
-    );
-  });
 }

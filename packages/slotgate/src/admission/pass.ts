@@ -3,6 +3,7 @@
  * acquire script under one budget shared by every tier, admit an unlimited channel at once, and wait when every
  * candidate is full. A store failure fails bounded channels closed while the walk goes on to an unlimited one.
  */
+import { abortable } from '../core/abort.js';
 import { isBounded, type Candidate } from '../core/channel.js';
 import { StoreUnavailableError } from '../core/errors.js';
 import { weightedPick } from '../core/order.js';
@@ -11,7 +12,6 @@ import type { AcquireReply, ChannelLoad } from '../store/store.js';
 import type { Prepared } from './candidates.js';
 import { nextBatch, orderTier, waitQueues } from './decide.js';
 import { tryAcquire, type Engine } from './engine.js';
-import { abortable } from './load-view.js';
 import type { AcquireRequest, Ticket } from './types.js';
 import { waitForSlot } from './waiting.js';
 
@@ -151,10 +151,11 @@ export async function runPass<C extends Candidate>(
   if (storeDown) throw storeDown;
   if (waitPool.size > 0 && settings.wait_enabled && settings.wait_timeout_ms > 0) {
     // The view as it is now (the passes that queued since this one's loads were taken counted in), ties shuffled.
-    const now = view.peek(ids, false, true) ?? loads;
+    const shown = view.peek(ids, false, true);
     return waitForSlot(
       engine,
-      waitQueues([...waitPool], now, engine.random),
+      waitQueues([...waitPool], shown ?? loads, engine.random),
+      shown,
       prepared,
       saturated,
       settings,

@@ -11,7 +11,7 @@ import { jitter } from '../core/backoff.js';
 import { CapacityError, SlotgateError, StoreUnavailableError } from '../core/errors.js';
 import type { Settings } from '../core/settings.js';
 import type { Lease } from '../store/leases.js';
-import type { EnqueueOptions, WaiterRef } from '../store/store.js';
+import type { ChannelLoad, EnqueueOptions, WaiterRef } from '../store/store.js';
 import type { Prepared } from './candidates.js';
 import { maxWaitingOf } from './decide.js';
 import type { Engine } from './engine.js';
@@ -36,6 +36,8 @@ export function safetyPollMs(settings: Settings): number {
 export async function waitForSlot<C extends Candidate>(
   engine: Engine,
   queues: readonly C[],
+  /** The load view as the pass last saw it (undefined when it holds nothing current): queues it shows full are skipped. */
+  shown: ReadonlyMap<string, ChannelLoad> | undefined,
   prepared: Prepared<C>,
   saturated: readonly C[],
   settings: Settings,
@@ -129,7 +131,6 @@ export async function waitForSlot<C extends Candidate>(
   try {
     // A queue this instance saw full since its last load read is not asked again (its view shows it full); under
     // overload that keeps the turned-away requests off Redis.
-    const shown = view.peek(prepared.ids, false, true);
     let next = 0;
     while (joined.length < QUEUES_PER_WAITER && next < queues.length) {
       if (signal?.aborted) throw fail('aborted', joined[0] ?? queues[next]);

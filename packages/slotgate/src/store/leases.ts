@@ -8,7 +8,7 @@
  */
 import { systemClock, within, type Clock, type Timer } from '../core/clock.js';
 import { StoreUnavailableError } from '../core/errors.js';
-import { randomInstanceId } from '../core/ids.js';
+import { randomInstanceId, tokenOf } from '../core/ids.js';
 import type { AcquireReply, AcquireTarget, LeaseRef, SlotStore } from './store.js';
 
 export interface Lease extends LeaseRef {
@@ -79,7 +79,7 @@ export class LeaseManager {
   }
 
   nextToken(): string {
-    return `${this.instanceId}:${++this.seq}`;
+    return tokenOf(this.instanceId, ++this.seq);
   }
 
   /** This instance's live leases on a channel (the in-memory fallback of the load view). */
@@ -123,18 +123,23 @@ export class LeaseManager {
       throw new StoreUnavailableError('acquire', `acquire failed: ${(err as Error).message}`, { cause: err });
     }
     if (replies[replies.length - 1] !== 'acquired') return { replies };
-    const now = this.clock.now();
     const target = targets[replies.length - 1]!;
+    return { replies, lease: this.hold(target.channelId, token, target.max, leaseTtlMs) };
+  }
+
+  /** A slot the store says this token holds, from now on a tracked lease expiring `leaseTtlMs` from now. */
+  private hold(channelId: string, token: string, max: number, leaseTtlMs: number): Lease {
+    const now = this.clock.now();
     const lease: Lease = {
-      channelId: target.channelId,
+      channelId,
       token,
       acquiredAt: now,
-      max: target.max,
+      max,
       expiresAt: now + leaseTtlMs,
       ttlMs: leaseTtlMs,
     };
     this.track(lease);
-    return { replies, lease };
+    return lease;
   }
 
   /**
@@ -146,17 +151,7 @@ export class LeaseManager {
     if (this.closed) throw new StoreUnavailableError('acquire', 'the lease manager is closed');
     const leaseTtlMs = this.ttl();
     if (!(await this.store.claim({ channelId, token }, leaseTtlMs))) return undefined;
-    const now = this.clock.now();
-    const lease: Lease = {
-      channelId,
-      token,
-      acquiredAt: now,
-      max,
-      expiresAt: now + leaseTtlMs,
-      ttlMs: leaseTtlMs,
-    };
-    this.track(lease);
-    return lease;
+    return this.hold(channelId, token, max, leaseTtlMs);
   }
 
   /**
@@ -165,17 +160,7 @@ export class LeaseManager {
    */
   adopt(channelId: string, token: string, max: number, leaseTtlMs: number): Lease {
     if (this.closed) throw new StoreUnavailableError('acquire', 'the lease manager is closed');
-    const now = this.clock.now();
-    const lease: Lease = {
-      channelId,
-      token,
-      acquiredAt: now,
-      max,
-      expiresAt: now + leaseTtlMs,
-      ttlMs: leaseTtlMs,
-    };
-    this.track(lease);
-    return lease;
+    return this.hold(channelId, token, max, leaseTtlMs);
   }
 
   /** One detached removal per channel the token may have landed in, capped, never retried. */

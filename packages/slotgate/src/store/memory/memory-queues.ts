@@ -4,6 +4,7 @@
  * microtask, as a pub/sub message would.
  */
 import type { Clock } from '../../core/clock.js';
+import { instanceOfToken } from '../../core/ids.js';
 import type {
   EnqueueOptions,
   EnqueueReply,
@@ -19,8 +20,6 @@ interface Waiter {
   /** Registration expiry. */
   expiresAt: number;
 }
-
-const instanceOf = (token: string) => token.replace(/:[^:]*$/, '');
 
 export class MemoryQueues {
   /** Per channel, the waiters in arrival order. */
@@ -57,7 +56,7 @@ export class MemoryQueues {
   }
 
   private tell(token: string, message: (l: QueueListener) => void): void {
-    const listener = this.listeners.get(instanceOf(token));
+    const listener = this.listeners.get(instanceOfToken(token));
     if (listener) queueMicrotask(() => message(listener));
   }
 
@@ -95,7 +94,7 @@ export class MemoryQueues {
       // the waiter leads the queue: it formed with this waiter, so every instance holding a slot is told
       const told = new Set<string>();
       for (const holder of this.slotsOf(ref.channelId).members.keys()) {
-        const instance = instanceOf(holder);
+        const instance = instanceOfToken(holder);
         if (told.has(instance)) continue;
         told.add(instance);
         this.tell(holder, (l) => l.queued(ref.channelId));

@@ -6,6 +6,7 @@
  * back: through the queue, or by a plain ZREM.
  */
 import type { Cluster, Redis } from 'ioredis';
+import { instanceOfToken } from '../../core/ids.js';
 import type {
   AcquireReply,
   AcquireTarget,
@@ -34,12 +35,6 @@ export interface RedisQueuesDeps {
 
 /** A lease TTL for keys a grant touches when the caller gave none (it only ever extends a key's expiry). */
 const DEFAULT_LEASE_TTL_MS = 60_000;
-
-/** The instance id of a token "<instanceId>:<seq>" (as lua/includes/queue.lua reads it). */
-const instanceOf = (token: string) => {
-  const cut = token.lastIndexOf(':');
-  return cut < 0 ? token : token.slice(0, cut);
-};
 
 /** The member of a waiter in a queue: its max and its token. */
 const memberOf = (w: WaiterRef) => `${w.max}|${w.token}`;
@@ -78,18 +73,21 @@ export class RedisQueues {
   }
 
   /** The releaseSlot arguments after the token. */
-  releaseArgs = (lease: LeaseRef): (string | number)[] => [
-    this.deps.claimMs,
-    lease.ttlMs ?? DEFAULT_LEASE_TTL_MS,
-    this.deps.keys.grants(),
-    lease.channelId,
-    this.listeners.has(instanceOf(lease.token)) ? instanceOf(lease.token) : '',
-  ];
+  releaseArgs = (lease: LeaseRef): (string | number)[] => {
+    const instance = instanceOfToken(lease.token);
+    return [
+      this.deps.claimMs,
+      lease.ttlMs ?? DEFAULT_LEASE_TTL_MS,
+      this.deps.keys.grants(),
+      lease.channelId,
+      this.listeners.has(instance) ? instance : '',
+    ];
+  };
 
   /** Reads a releaseSlot reply: hands this instance's waiters the leases it granted them; true when the slot was held. */
   released = (lease: LeaseRef, reply: ReleaseSlotReply): boolean => {
     const ttl = lease.ttlMs ?? DEFAULT_LEASE_TTL_MS;
-    const listener = this.listeners.get(instanceOf(lease.token));
+    const listener = this.listeners.get(instanceOfToken(lease.token));
     for (const token of reply.local) {
       if (listener) listener.grant(lease.channelId, token, ttl);
       // stopped listening meanwhile: nobody takes it over, so it is given back and passes on
