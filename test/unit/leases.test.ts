@@ -4,7 +4,7 @@
  */
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { ManualClock } from '../../packages/slotgate/src/core/clock.js';
-import { StoreUnavailableError } from '../../packages/slotgate/src/core/errors.js';
+import { LeaseLostError, StoreUnavailableError } from '../../packages/slotgate/src/core/errors.js';
 import {
   LeaseManager,
   type Lease,
@@ -50,7 +50,7 @@ function manager(options: Partial<LeaseManagerOptions> = {}): LeaseManager {
   return m;
 }
 
-type Overrides = Partial<Pick<SlotStore, 'acquireFirst' | 'release' | 'renew'>>;
+type Overrides = Partial<Pick<SlotStore, 'acquireFirst' | 'release' | 'renew' | 'reclaim'>>;
 
 /** A store that behaves like `inner` except for the overridden operations. */
 function stub(overrides: Overrides): SlotStore {
@@ -64,6 +64,8 @@ function stub(overrides: Overrides): SlotStore {
     release: overrides.release ?? ((l) => inner.release(l)),
     releaseDeferred: (l) => sentRelease(overrides.release ? overrides.release(l) : inner.release(l)),
     renew: overrides.renew ?? ((l, ttl) => inner.renew(l, ttl)),
+    reclaim: overrides.reclaim ?? ((l, ttl, restore) => inner.reclaim(l, ttl, restore)),
+    onRestart: () => () => {},
     enqueue: (w, o) => inner.enqueue(w, o),
     pollWaiter: (w) => inner.pollWaiter(w),
     leaveQueue: (w) => inner.leaveQueue(w),
@@ -341,23 +343,59 @@ describe('renewal', () => {
     expect(events).toEqual([]);
   });
 
-  it('reports lost leases via lease_lost and drops them', async () => {
+  it('a lease the store lost is taken back while its channel has a free slot (lease_reclaimed)', async () => {
     const m = manager();
-    const kept = await take(m, 'a');
-    const removed = await take(m, 'a');
-    const other = await take(m, 'b');
-    await inner.release(removed); // gone behind the manager's back
+    const kept = await take(m, 'a', 2);
+    const removed = await take(m, 'a', 2);
+    await inner.release(removed); // gone behind the manager's back (a flushed or restarted store)
     await m.renewAll();
-    expect(events).toEqual([{ type: 'lease_lost', channelId: 'a', token: removed.token }]);
-    expect([...m.leases()].map((l) => l.token).sort()).toEqual([kept.token, other.token].sort());
-    expect([m.localCount('a'), m.localCount('b'), m.size]).toEqual([1, 1, 2]);
-    // a dropped lease is not released again
-    const before = inner.commands.release;
-    await m.release(removed)?.done;
-    expect(inner.commands.release).toBe(before);
+    expect(events).toEqual([{ type: 'lease_reclaimed', channelId: 'a', token: removed.token }]);
+    expect(await activeIn('a')).toBe(2);
+    expect(removed.expiresAt).toBe(clock.now() + 60_000);
+    expect([removed.lost.aborted, kept.lost.aborted, m.size]).toEqual([false, false, 2]);
   });
 
-  it('a lease that expired in the store before it was renewed is lost', async () => {
+  it('a lost lease whose channel is full is lost for good: dropped, reported, and its signal fires', async () => {
+    const m = manager();
+    const kept = await take(m, 'a', 1);
+    const other = await take(m, 'b', 1);
+    await inner.release(kept);
+    // another instance took the free place meanwhile
+    const newcomer = { token: 'other:1', leaseTtlMs: 60_000, checkCooldown: true };
+    expect(await inner.acquireFirst(one('a', 1), newcomer)).toEqual(['acquired']);
+    await m.renewAll();
+    expect(events).toEqual([{ type: 'lease_lost', channelId: 'a', token: kept.token, reason: 'missing' }]);
+    expect(kept.lost.aborted).toBe(true);
+    expect(kept.lost.reason).toBeInstanceOf(LeaseLostError);
+    expect(kept.lost.reason).toMatchObject({ code: 'lease_lost', channelId: 'a', reason: 'missing' });
+    expect([other.lost.aborted, m.size, m.localCount('a')]).toEqual([false, 1, 0]);
+    // a dropped lease is not released again, and the newcomer keeps its slot
+    const before = inner.commands.release;
+    expect(m.release(kept)).toBeUndefined();
+    expect(inner.commands.release).toBe(before);
+    expect(await activeIn('a')).toBe(1);
+  });
+
+  it('with reclaim off a lost lease ends at once; with fencing off it is only reported', async () => {
+    let fencing = { enabled: true, reclaim: false };
+    const m = manager({ fencing: () => fencing });
+    const a = await take(m, 'a');
+    await inner.release(a);
+    await m.renewAll();
+    expect(events).toEqual([{ type: 'lease_lost', channelId: 'a', token: a.token, reason: 'missing' }]);
+    expect(a.lost.aborted).toBe(true);
+    expect(await activeIn('a')).toBe(0); // not taken back, though there was room
+
+    fencing = { enabled: false, reclaim: true };
+    events.length = 0;
+    const b = await take(m, 'b');
+    await inner.release(b);
+    await m.renewAll();
+    expect(events).toEqual([{ type: 'lease_lost', channelId: 'b', token: b.token, reason: 'missing' }]);
+    expect(b.lost.aborted).toBe(false);
+  });
+
+  it('a lease that expired in the store and whose place was taken is lost', async () => {
     // the manager's own timers stand still (its renewal never came in time); the store's time moves on
     const m = manager({ leaseTtlMs: () => 1_000, clock: new ManualClock(clock.now()) });
     const lease = await take(m, 'a', 1);
@@ -367,8 +405,79 @@ describe('renewal', () => {
       await inner.acquireFirst(one('a', 1), { token: 'other:1', leaseTtlMs: 1_000, checkCooldown: true }),
     ).toEqual(['acquired']);
     await m.renewAll();
-    expect(events).toEqual([{ type: 'lease_lost', channelId: 'a', token: lease.token }]);
+    expect(events).toEqual([{ type: 'lease_lost', channelId: 'a', token: lease.token, reason: 'missing' }]);
+    expect([m.size, lease.lost.aborted]).toEqual([0, true]);
+  });
+
+  it('a reclaim the store cannot confirm loses the lease (its slot may be taken)', async () => {
+    const store = stub({
+      reclaim: async () => {
+        throw new StoreUnavailableError('renew', 'redis down');
+      },
+    });
+    const m = manager({ store });
+    const lease = await take(m, 'a');
+    await inner.release(lease);
+    await m.renewAll();
+    expect(events).toEqual([{ type: 'lease_lost', channelId: 'a', token: lease.token, reason: 'missing' }]);
+    expect(lease.lost.aborted).toBe(true);
+  });
+
+  it('with no renewal confirmed, a lease is fenced a margin before its local expiry (expired)', async () => {
+    let down = false;
+    const store = stub({
+      renew: async (l, ttl) => {
+        if (down) throw new Error('redis down');
+        return inner.renew(l, ttl);
+      },
+    });
+    const m = manager({ store, leaseTtlMs: () => 6_000 }); // renewed every 2 s; margin 600 ms
+    const t0 = clock.now();
+    const lease = await take(m, 'a');
+    await clock.advance(2_000); // renewed: expires at 8 s
+    expect(lease.expiresAt - t0).toBe(8_000);
+    down = true;
+    await clock.advance(3_000); // 4 s failed; the retries come every second from then on
+    expect(events.map((e) => e.type)).toEqual(['renew_failed', 'renew_failed']);
+    await clock.advance(2_399); // 7,399 ms: still live
+    expect([lease.lost.aborted, m.size]).toEqual([false, 1]);
+    await clock.advance(1); // 7,400 = 8,000 - 600
+    expect(lease.lost.aborted).toBe(true);
+    expect(lease.lost.reason).toMatchObject({ reason: 'expired', channelId: 'a' });
+    expect(events.at(-1)).toEqual({ type: 'lease_lost', channelId: 'a', token: lease.token, reason: 'expired' });
     expect(m.size).toBe(0);
+    expect(m.release(lease)).toBeUndefined();
+  });
+
+  it('a renewal confirmed in time pushes the fence back', async () => {
+    const m = manager({ leaseTtlMs: () => 6_000 });
+    const lease = await take(m, 'a');
+    await clock.advance(30_000);
+    expect([lease.lost.aborted, m.size, events]).toEqual([false, 1, []]);
+  });
+
+  it('after a restart of the store every live lease is registered again, even past a lowered max', async () => {
+    let restart: ((info: { first: boolean }) => Promise<void>) | undefined;
+    const store: SlotStore = {
+      ...stub({}),
+      onRestart: (listener) => {
+        restart = listener;
+        return () => (restart = undefined);
+      },
+    };
+    const m = manager({ store });
+    const a1 = await take(m, 'a', 2);
+    const a2 = await take(m, 'a', 2);
+    await inner.release(a1);
+    await inner.release(a2);
+    const newcomer = { token: 'other:1', leaseTtlMs: 60_000, checkCooldown: true };
+    expect(await inner.acquireFirst(one('a', 2), newcomer)).toEqual(['acquired']);
+    await restart!({ first: false });
+    expect(await activeIn('a')).toBe(3); // in flight all along: registered whatever the load
+    expect(events).toEqual([{ type: 'leases_restored', leases: 2 }]);
+    expect([a1.lost.aborted, a2.lost.aborted]).toEqual([false, false]);
+    await m.close();
+    expect(restart).toBeUndefined();
   });
 
   it('a failed renewal emits renew_failed and keeps the leases and their expiry', async () => {
@@ -459,6 +568,7 @@ describe('claim', () => {
       max: 1,
       expiresAt: now + 60_000,
       ttlMs: 60_000,
+      lost: expect.any(AbortSignal),
     });
     expect(inner.commands.renew - renewals).toBe(1);
     expect([m.size, m.localCount('g'), [...m.leases()]]).toEqual([1, 1, [lease]]);

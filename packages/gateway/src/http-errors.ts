@@ -3,7 +3,7 @@
  * `{"error":{"message","type","code"}}` and Anthropic `{"type":"error","error":{"type","message"}}`.
  * docs/errors.md is kept in step with GATEWAY_ERRORS by a test.
  */
-import { CapacityError, NoChannelError, SettingsError, StoreUnavailableError } from 'slotgate';
+import { CapacityError, LeaseLostError, NoChannelError, SettingsError, StoreUnavailableError } from 'slotgate';
 
 export type ApiShape = 'openai' | 'anthropic';
 
@@ -29,6 +29,13 @@ export const GATEWAY_ERRORS = {
     type: 'server_error',
     anthropicType: 'overloaded_error',
     meaning: 'the admission store (Redis) failed or timed out; bounded channels fail closed. Retry-After: 1.',
+  },
+  lease_lost: {
+    status: 503,
+    type: 'server_error',
+    anthropicType: 'overloaded_error',
+    meaning:
+      "the request's slot was lost (Redis lost it and the channel was full, or no renewal was confirmed before it expired): the upstream call was ended to keep the channel's max. Retry-After: 1.",
   },
   model_not_found: {
     status: 404,
@@ -126,6 +133,11 @@ export function toHttpError(err: unknown): HttpError {
       'slotgate: the admission store is unavailable, so bounded channels cannot be admitted; retry shortly',
       { 'retry-after': '1' },
     );
+  }
+  if (err instanceof LeaseLostError) {
+    return new HttpError('lease_lost', `slotgate: ${err.message}; the upstream call was ended, retry`, {
+      'retry-after': '1',
+    });
   }
   if (err instanceof NoChannelError) return new HttpError('model_not_found', err.message);
   if (err instanceof SettingsError) return new HttpError('invalid_settings', err.message);

@@ -24,8 +24,10 @@ export {
   StoreUnavailableError,
   NoChannelError,
   SettingsError,
+  LeaseLostError,
   ERROR_CODES,
   type CapacityReason,
+  type LeaseLostReason,
 } from './core/errors.js';
 export {
   ADMISSION_SETTINGS,
@@ -53,6 +55,8 @@ export {
   type AcquireOptions,
   type AcquireReply,
   type LeaseRef,
+  type ReclaimRef,
+  type RestartListener,
   type PendingRelease,
   type Listening,
   type QueueListener,

@@ -3,13 +3,13 @@
  * the body as-is, pass the answer through as it arrives, and give the slot back exactly once when the response has
  * fully ended, the client went away, or it failed. Retries on another channel before any byte reached the client.
  */
-import { finished } from 'node:stream';
+import { PassThrough, finished, type Readable } from 'node:stream';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { CapacityError, NoChannelError, type Admission, type Ticket } from 'slotgate';
 import type { GatewaySettings } from '../settings.js';
 import type { ChannelRegistry, GatewayChannel } from '../channels.js';
 import type { GatewayConfig } from '../config.js';
-import { HttpError, errorBody, type ApiShape } from '../http-errors.js';
+import { HttpError, errorBody, toHttpError, type ApiShape } from '../http-errors.js';
 import {
   UpstreamConnectError,
   UpstreamTimeoutError,
@@ -123,20 +123,24 @@ export async function proxyRequest(
     tried.add(channel.id);
     attempts++;
     let released = false;
+    // The upstream call ends when the client leaves or when the ticket's slot is lost (fencing): past that point
+    // another request may hold the slot, and the channel's max holds only if this call stops.
+    const upstreamSignal = AbortSignal.any([abort.signal, ticket.lost]);
     const release = () => {
       if (released) return;
       released = true;
       // An upstream call aborted mid-flight may still be running at the upstream for a moment: its slot goes back
       // through Redis instead of straight to the next request of this gateway.
-      void ticket.release({ handoff: !abort.signal.aborted });
+      void ticket.release({ handoff: !upstreamSignal.aborted });
     };
 
     let res: UpstreamResponse;
     try {
-      res = await callChannel(ctx, channel, path, shape, body, json, request, abort.signal);
+      res = await callChannel(ctx, channel, path, shape, body, json, request, upstreamSignal);
     } catch (err) {
       release();
       if (abort.signal.aborted) return; // the client is gone: nothing to answer
+      if (ticket.lost.aborted) throw lostSlot(request, channel, ticket.lost);
       if (err instanceof UpstreamTimeoutError) throw new HttpError('upstream_timeout', err.message);
       if (err instanceof UpstreamConnectError) {
         // A real upstream answer seen earlier in the chain beats slotgate's own 502 (its status is passed on).
@@ -162,6 +166,7 @@ export async function proxyRequest(
       } catch (err) {
         release();
         if (abort.signal.aborted) return;
+        if (ticket.lost.aborted) throw lostSlot(request, channel, ticket.lost);
         throw err;
       }
       release();
@@ -178,16 +183,64 @@ export async function proxyRequest(
       return sendLast(reply, answer, shape, ctx, tried, attempts, waitedMs);
     }
 
-    // Success: stream it through; the slot is held until the body has fully ended or the client left.
-    finished(res.body, () => release());
+    // Success: stream it through; the slot is held until the body has fully ended or the client left. A slot lost
+    // mid-stream ends the stream with an error event (SSE) or cuts it (any other body).
+    const streamed =
+      ticket.token === undefined
+        ? res.body
+        : fenced(res.body, ticket.lost, res.headers, shape, () =>
+            request.log.warn({ channel: channel.id }, 'slot lost mid-stream: the upstream call was ended'),
+          );
+    finished(streamed, () => release());
     reply.raw.once('close', release);
     reply.code(res.status);
     copyHeaders(reply, res.headers);
     reply.header('x-slotgate-channel', channel.id);
     if (waitedMs > 0) reply.header('x-slotgate-waited-ms', String(Math.round(waitedMs)));
     ctx.onResult?.({ channel: channel.id, status: res.status, attempts, waitedMs, source: 'upstream' });
-    return reply.send(res.body);
+    return reply.send(streamed);
   }
+}
+
+/** The error a request gets when its slot was lost before the first byte reached the client (logged). */
+function lostSlot(request: FastifyRequest, channel: GatewayChannel, lost: AbortSignal): HttpError {
+  request.log.warn({ channel: channel.id }, 'slot lost before the answer: the upstream call was ended');
+  return toHttpError(lost.reason);
+}
+
+/**
+ * The upstream body as the client gets it: when the ticket's slot is lost mid-stream, the upstream call is already
+ * aborted (its signal); an event stream then ends with one error event in the API's own shape, any other body is cut.
+ * A ticket of an unlimited channel never loses its slot: its body passes as it is.
+ */
+function fenced(
+  body: Readable,
+  lost: AbortSignal,
+  headers: UpstreamResponse['headers'],
+  shape: ApiShape,
+  onLost: () => void,
+): Readable {
+  const out = new PassThrough();
+  body.on('error', (err) => {
+    if (!lost.aborted) out.destroy(err);
+  });
+  body.pipe(out);
+  // A client that leaves destroys `out`: the upstream body goes with it, as when it was sent as it is.
+  out.once('close', () => body.destroy());
+  const contentType = String(headers['content-type'] ?? '');
+  const end = () => {
+    onLost();
+    body.unpipe(out);
+    body.destroy();
+    if (!contentType.startsWith('text/event-stream')) return void out.destroy(lost.reason as Error);
+    const error = errorBody(toHttpError(lost.reason), shape);
+    const event = shape === 'anthropic' ? 'event: error\n' : '';
+    out.end(`${event}data: ${JSON.stringify(error)}\n\n`);
+  };
+  if (lost.aborted) end();
+  else lost.addEventListener('abort', end, { once: true });
+  finished(out, () => lost.removeEventListener('abort', end));
+  return out;
 }
 
 async function callChannel(

@@ -69,6 +69,10 @@ export class AdmissionEngine implements Admission {
       store,
       clock,
       leaseTtlMs: () => this.current.lease_ttl_ms,
+      fencing: () => ({
+        enabled: this.current.lease_fencing_enabled,
+        reclaim: this.current.lease_reclaim_enabled,
+      }),
       onEvent: (event) => {
         if (event.type === 'lease_lost') {
           recorder.leasesLost++;

@@ -12,6 +12,9 @@ import type { Handoff } from './handoff.js';
 import type { LoadView } from './load-view.js';
 import type { Ticket } from './types.js';
 
+/** The `lost` signal of a ticket that holds no lease (an unlimited channel): it never fires. */
+const NEVER_LOST: AbortSignal = new AbortController().signal;
+
 export class Tickets {
   /** In-flight tickets of unlimited channels, by channel (they never reach the store). */
   readonly unlimitedActive = new Map<string, number>();
@@ -37,11 +40,13 @@ export class Tickets {
       channel,
       token: lease.token,
       waitedMs,
+      lost: lease.lost,
       release: (options) => {
         if (released) return released;
         const removal = leases.release(lease);
         // Counted as given back now: the removal goes out with this turn's commands, ahead of any later load read.
-        view.noteActive(channel.id, -1);
+        // A lease lost for good was counted out when it was lost.
+        if (removal) view.noteActive(channel.id, -1);
         // Never past a queue: with waiters on the channel, anywhere, the slot goes to the oldest through the store.
         const handOff = options?.handoff !== false && settings().slot_handoff_enabled && !queued(channel.id);
         // A parked slot is given back once its removal is queued: it goes out at the end of this turn or to a pass
@@ -67,6 +72,7 @@ export class Tickets {
       channel,
       token: undefined,
       waitedMs: 0,
+      lost: NEVER_LOST,
       release: async () => {
         if (released) return;
         released = true;

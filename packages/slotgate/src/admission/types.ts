@@ -51,6 +51,13 @@ export interface Ticket<C extends Candidate> {
   /** Time spent in the wait queue (0 when admitted at once). */
   waitedMs: number;
   /**
+   * Fires when the slot is lost for good (fencing, `lease_fencing_enabled`): the store no longer held it and the
+   * channel had no free slot to take it back into, or no renewal was confirmed before it expired (Redis unreachable
+   * or stalled). Another request may hold the slot by then: end the work the ticket guards (abort the upstream call),
+   * then release the ticket. Its `reason` is a LeaseLostError. Never fires for an unlimited channel.
+   */
+  readonly lost: AbortSignal;
+  /**
    * Gives the slot back exactly once (idempotent), detached from any request cancellation. `handoff: false` when the
    * work it guarded may still be running where the caller cannot see it (an upstream call aborted mid-flight): the
    * slot then goes back through the store, never straight to another request of this instance in the same turn.

@@ -50,6 +50,29 @@ export class NoChannelError extends SlotgateError {
   }
 }
 
+/** Why a lease was lost for good: the store no longer had it and no free slot was left to take it back, or no
+ * renewal was confirmed before its expiry (Redis unreachable, stalled or restarted). */
+export type LeaseLostReason = 'missing' | 'expired';
+
+/**
+ * The reason of a ticket's `lost` signal: the slot it held is no longer held, so another request may take it; the work
+ * the ticket guards must end to keep the channel's max.
+ */
+export class LeaseLostError extends SlotgateError {
+  readonly channelId: string;
+  readonly reason: LeaseLostReason;
+  constructor(channelId: string, reason: LeaseLostReason) {
+    super(
+      'lease_lost',
+      reason === 'missing'
+        ? `the slot on channel ${JSON.stringify(channelId)} was lost (the store no longer held it and the channel was full)`
+        : `the slot on channel ${JSON.stringify(channelId)} expired before a renewal was confirmed (the store did not answer)`,
+    );
+    this.channelId = channelId;
+    this.reason = reason;
+  }
+}
+
 /** Invalid settings or configuration: names each bad key, its valid range and the value received. */
 export class SettingsError extends SlotgateError {
   readonly issues: readonly string[];
@@ -67,4 +90,6 @@ export const ERROR_CODES = {
     'the admission store (Redis) failed or timed out; bounded channels fail closed',
   no_channel: 'no enabled channel is left in the candidate set',
   invalid_settings: 'a settings update was rejected whole; nothing changed',
+  lease_lost:
+    "a ticket's slot was lost for good (store lost it and the channel was full, or no renewal confirmed before expiry): the work it guards is ended",
 } as const;

@@ -65,6 +65,14 @@ export const ADMISSION_SETTINGS = {
   ),
   cooldown_seconds: intSetting(30, 1, 3600, 'default cooldown length'),
   lease_ttl_ms: intSetting(60000, 5000, 86400000, 'lease expiry; renewed every third of it'),
+  lease_fencing_enabled: boolSetting(
+    true,
+    "a ticket whose slot is lost (gone from the store, or no renewal confirmed before its expiry) fires `ticket.lost`, and the gateway ends its request; false: only the `lease_lost` event, and the request runs on past the limit",
+  ),
+  lease_reclaim_enabled: boolSetting(
+    true,
+    'a lease the store lost is first taken back when its channel has a free slot; false: its request ends at once',
+  ),
 } as const satisfies SettingsTable;
 
 export type SettingKey = keyof typeof ADMISSION_SETTINGS;

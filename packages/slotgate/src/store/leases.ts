@@ -4,12 +4,16 @@
  * - one renewal timer every `lease_ttl_ms / 3` that renews all live leases in batched store calls;
  * - release detached from the request's cancellation, retried with backoff until confirmed or the lease has expired;
  * - the uncertain-acquire rule: an acquire that errored after it may have been sent gets one detached removal of its
- *   token (500 ms cap, no retry) and surfaces as StoreUnavailableError. The lease TTL is the final backstop.
+ *   token (500 ms cap, no retry) and surfaces as StoreUnavailableError. The lease TTL is the final backstop;
+ * - fencing: a lease the store no longer holds is taken back when its channel has room, else it is lost for good and
+ *   its `lost` signal fires; so does a lease whose local expiry (last confirmed renewal + TTL, less a margin) passes
+ *   with no renewal confirmed, since the store may have given its slot away by then. After a Redis restart (the
+ *   store's restart listener), every live lease is registered again before the store admits anything.
  */
 import { systemClock, within, type Clock, type Timer } from '../core/clock.js';
-import { StoreUnavailableError } from '../core/errors.js';
+import { LeaseLostError, StoreUnavailableError, type LeaseLostReason } from '../core/errors.js';
 import { randomInstanceId, tokenOf } from '../core/ids.js';
-import type { AcquireReply, AcquireTarget, LeaseRef, SlotStore } from './store.js';
+import type { AcquireReply, AcquireTarget, LeaseRef, ReclaimRef, SlotStore } from './store.js';
 
 export interface Lease extends LeaseRef {
   acquiredAt: number;
@@ -17,10 +21,14 @@ export interface Lease extends LeaseRef {
   max: number;
   /** Local estimate of the lease expiry: last successful renewal (or acquire) + TTL. */
   expiresAt: number;
+  /** Fires (with a LeaseLostError) when the lease is lost for good: the work it guards must end. */
+  readonly lost: AbortSignal;
 }
 
 export type LeaseEvent =
-  | { type: 'lease_lost'; channelId: string; token: string }
+  | { type: 'lease_lost'; channelId: string; token: string; reason: LeaseLostReason }
+  | { type: 'lease_reclaimed'; channelId: string; token: string }
+  | { type: 'leases_restored'; leases: number }
   | { type: 'renew_failed'; leases: number; error: Error }
   | { type: 'release_retry'; channelId: string; token: string; attempt: number; error: Error }
   | { type: 'release_abandoned'; channelId: string; token: string; error: Error }
@@ -35,6 +43,16 @@ export interface LeaseManagerOptions {
   onEvent?: (event: LeaseEvent) => void;
   /** Cap on the one cleanup removal after an uncertain acquire. @default 500 */
   cleanupTimeoutMs?: number;
+  /**
+   * Fencing, read at every loss: `enabled` false only reports a lost lease (its signal never fires); `reclaim` false
+   * ends a lease the store lost without trying to take it back. @default both true
+   */
+  fencing?: () => { enabled: boolean; reclaim: boolean };
+}
+
+/** The margin before a lease's local expiry at which it is fenced: a tenth of its TTL, at most a second. */
+export function fenceMarginMs(ttlMs: number): number {
+  return Math.min(1000, Math.floor(ttlMs / 10));
 }
 
 export interface AcquireOutcome {
@@ -68,6 +86,13 @@ export class LeaseManager {
   private timer: Timer | undefined;
   private renewing: Promise<void> | undefined;
   private closed = false;
+  private readonly fencing: () => { enabled: boolean; reclaim: boolean };
+  private readonly fences = new WeakMap<Lease, AbortController>();
+  private fenceTimer: Timer | undefined;
+  private fenceAt = Infinity;
+  /** Whether the last renewal failed: the next one comes sooner. */
+  private renewFailed = false;
+  private readonly unsubscribe: () => void;
 
   constructor(options: LeaseManagerOptions) {
     this.store = options.store;
@@ -76,6 +101,8 @@ export class LeaseManager {
     this.ttl = options.leaseTtlMs;
     this.emit = options.onEvent ?? (() => {});
     this.cleanupTimeoutMs = options.cleanupTimeoutMs ?? 500;
+    this.fencing = options.fencing ?? (() => ({ enabled: true, reclaim: true }));
+    this.unsubscribe = this.store.onRestart(() => this.restore());
   }
 
   nextToken(): string {
@@ -130,6 +157,7 @@ export class LeaseManager {
   /** A slot the store says this token holds, from now on a tracked lease expiring `leaseTtlMs` from now. */
   private hold(channelId: string, token: string, max: number, leaseTtlMs: number): Lease {
     const now = this.clock.now();
+    const fence = new AbortController();
     const lease: Lease = {
       channelId,
       token,
@@ -137,7 +165,9 @@ export class LeaseManager {
       max,
       expiresAt: now + leaseTtlMs,
       ttlMs: leaseTtlMs,
+      lost: fence.signal,
     };
+    this.fences.set(lease, fence);
     this.track(lease);
     return lease;
   }
@@ -211,6 +241,7 @@ export class LeaseManager {
     this.live.set(lease.token, lease);
     this.perChannel.set(lease.channelId, this.localCount(lease.channelId) + 1);
     this.schedule();
+    this.scheduleFence(lease.expiresAt - fenceMarginMs(lease.ttlMs ?? this.ttl()));
   }
 
   private forget(lease: Lease): void {
@@ -241,7 +272,10 @@ export class LeaseManager {
     }
   }
 
-  /** Renews every live lease now (batched by the store); lost leases are dropped and reported. */
+  /**
+   * Renews every live lease now (batched by the store). A lease the store no longer has is taken back into a free slot
+   * (fencing on, reclaim on), else lost for good: dropped, reported, and its signal fires (fencing on).
+   */
   async renewAll(): Promise<void> {
     if (this.renewing) return this.renewing;
     const leases = [...this.live.values()];
@@ -251,30 +285,115 @@ export class LeaseManager {
     this.renewing = (async () => {
       try {
         const lost = await this.store.renew(leases, ttl);
+        this.renewFailed = false;
         const lostTokens = new Set(lost.map((l) => l.token));
+        const missing: Lease[] = [];
         for (const lease of leases) {
-          if (lostTokens.has(lease.token)) {
-            if (this.live.has(lease.token)) {
-              this.forget(lease);
-              this.emit({ type: 'lease_lost', channelId: lease.channelId, token: lease.token });
-            }
-          } else {
-            lease.expiresAt = started + ttl;
-            lease.ttlMs = ttl;
-          }
+          if (!lostTokens.has(lease.token)) this.renewed(lease, started, ttl);
+          else if (this.live.get(lease.token) === lease) missing.push(lease);
         }
+        if (missing.length > 0) await this.reclaim(missing, ttl);
       } catch (err) {
+        this.renewFailed = true;
         this.emit({ type: 'renew_failed', leases: leases.length, error: err as Error });
       } finally {
         this.renewing = undefined;
+        this.scheduleFence(this.earliestFence());
       }
     })();
     return this.renewing;
   }
 
-  /** Keeps one renewal timer running while leases are live. */
+  private renewed(lease: Lease, sentAt: number, ttl: number): void {
+    lease.expiresAt = sentAt + ttl;
+    lease.ttlMs = ttl;
+  }
+
+  /** Leases the store no longer had: taken back into free slots where fencing allows, else lost for good. */
+  private async reclaim(missing: readonly Lease[], ttl: number): Promise<void> {
+    const { enabled, reclaim } = this.fencing();
+    if (!enabled || !reclaim) {
+      for (const lease of missing) this.lose(lease, 'missing');
+      return;
+    }
+    const started = this.clock.now();
+    let notHeld: Set<string>;
+    try {
+      const refs: ReclaimRef[] = missing.map((l) => ({ channelId: l.channelId, token: l.token, max: l.max }));
+      notHeld = new Set((await this.store.reclaim(refs, ttl, false)).map((l) => l.token));
+    } catch {
+      // Unconfirmed: the store does not hold them, so their slots may be taken by now.
+      notHeld = new Set(missing.map((l) => l.token));
+    }
+    for (const lease of missing) {
+      if (this.live.get(lease.token) !== lease) continue; // released meanwhile
+      if (notHeld.has(lease.token)) this.lose(lease, 'missing');
+      else {
+        this.renewed(lease, started, ttl);
+        this.emit({ type: 'lease_reclaimed', channelId: lease.channelId, token: lease.token });
+      }
+    }
+  }
+
+  /**
+   * The store lost its data (a Redis restart) and admits nothing until this returns: every live lease is registered
+   * again, whatever the load — they are requests in flight that held their slots when the store lost them.
+   */
+  private async restore(): Promise<void> {
+    const leases = [...this.live.values()];
+    if (leases.length === 0) return;
+    const ttl = this.ttl();
+    const started = this.clock.now();
+    const refs: ReclaimRef[] = leases.map((l) => ({ channelId: l.channelId, token: l.token, max: l.max }));
+    const notHeld = new Set((await this.store.reclaim(refs, ttl, true)).map((l) => l.token));
+    for (const lease of leases) {
+      if (this.live.get(lease.token) !== lease) continue;
+      if (notHeld.has(lease.token)) this.lose(lease, 'missing');
+      else this.renewed(lease, started, ttl);
+    }
+    this.emit({ type: 'leases_restored', leases: leases.length - notHeld.size });
+  }
+
+  /** A lease lost for good: dropped, reported, and (fencing on) its signal fires so the work it guards ends. */
+  private lose(lease: Lease, reason: LeaseLostReason): void {
+    this.forget(lease);
+    this.emit({ type: 'lease_lost', channelId: lease.channelId, token: lease.token, reason });
+    if (this.fencing().enabled) this.fences.get(lease)?.abort(new LeaseLostError(lease.channelId, reason));
+  }
+
+  private earliestFence(): number {
+    let at = Infinity;
+    for (const lease of this.live.values()) {
+      at = Math.min(at, lease.expiresAt - fenceMarginMs(lease.ttlMs ?? this.ttl()));
+    }
+    return at;
+  }
+
+  /** Keeps one timer for the earliest local expiry; it fences every lease past its own (no renewal confirmed). */
+  private scheduleFence(at: number): void {
+    if (this.closed || at === Infinity || (this.fenceTimer && this.fenceAt <= at)) return;
+    this.fenceTimer?.cancel();
+    this.fenceAt = at;
+    this.fenceTimer = this.clock.setTimer(
+      () => {
+        this.fenceTimer = undefined;
+        this.fenceAt = Infinity;
+        if (this.fencing().enabled) {
+          const now = this.clock.now();
+          for (const lease of [...this.live.values()]) {
+            if (lease.expiresAt - fenceMarginMs(lease.ttlMs ?? this.ttl()) <= now) this.lose(lease, 'expired');
+          }
+        }
+        this.scheduleFence(this.earliestFence());
+      },
+      Math.max(1, at - this.clock.now()),
+    );
+  }
+
+  /** Keeps one renewal timer running while leases are live; after a failed renewal the next one comes sooner. */
   private schedule(): void {
     if (this.timer || this.closed) return;
+    const period = Math.max(1, Math.floor(this.ttl() / 3));
     this.timer = this.clock.setTimer(
       () => {
         this.timer = undefined;
@@ -282,7 +401,7 @@ export class LeaseManager {
           if (this.live.size > 0) this.schedule();
         });
       },
-      Math.max(1, Math.floor(this.ttl() / 3)),
+      this.renewFailed ? Math.min(period, 1000) : period,
     );
   }
 
@@ -292,8 +411,11 @@ export class LeaseManager {
    */
   async close(timeoutMs = 5000): Promise<void> {
     this.closed = true;
+    this.unsubscribe();
     this.timer?.cancel();
     this.timer = undefined;
+    this.fenceTimer?.cancel();
+    this.fenceTimer = undefined;
     for (const lease of [...this.live.values()]) this.release(lease);
     await within(this.clock, Promise.allSettled([...this.releasing]), timeoutMs);
   }

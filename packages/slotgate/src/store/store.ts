@@ -42,6 +42,14 @@ export interface LeaseRef {
   ttlMs?: number;
 }
 
+/** A lease to take back: its channel's max decides whether a free slot is left for it. */
+export interface ReclaimRef extends LeaseRef {
+  max: number;
+}
+
+/** `first`: the store's very first check (nothing was held before it); otherwise a restart was detected. */
+export type RestartListener = (info: { first: boolean }) => Promise<void>;
+
 /** A waiter in a channel's queue: its token (the lease's, once granted) and the max it waits under. */
 export interface WaiterRef {
   channelId: string;
@@ -150,6 +158,19 @@ export interface SlotStore {
 
   /** Extends every lease to now + leaseTtlMs; returns the leases that were missing (lost). Batches of ≤ 50. */
   renew(leases: readonly LeaseRef[], leaseTtlMs: number): Promise<LeaseRef[]>;
+
+  /**
+   * Takes back leases the store no longer has, to now + leaseTtlMs; returns the leases not held (lost for good).
+   * `restore`: re-registers every one whatever the load (the store lost its data while they ran: a restart).
+   * Otherwise a lease still there is renewed, and a missing one is taken back only into a free slot of its `max`.
+   */
+  reclaim(leases: readonly ReclaimRef[], leaseTtlMs: number, restore: boolean): Promise<LeaseRef[]>;
+
+  /**
+   * Calls the listener when the store finds it lost its data (a Redis that restarted empty) before it admits anything
+   * again: the listener re-registers what it holds (`reclaim` with `restore`). Returns the unsubscribe.
+   */
+  onRestart(listener: RestartListener): () => void;
 
   /**
    * Puts a waiter at the tail of the channel's FIFO queue (bounded by `maxWaiting`; the registration expires by

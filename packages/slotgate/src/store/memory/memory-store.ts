@@ -19,6 +19,7 @@ import {
   type PendingRelease,
   type Purpose,
   type QueueListener,
+  type ReclaimRef,
   type Presence,
   type ReadLoadsOptions,
   type SharedSettings,
@@ -166,6 +167,30 @@ export class MemoryStore implements SlotStore {
       else lost.push(lease);
     }
     return lost;
+  }
+
+  async reclaim(leases: readonly ReclaimRef[], leaseTtlMs: number, restore: boolean): Promise<LeaseRef[]> {
+    if (leases.length === 0) return [];
+    this.counts.renew += Math.ceil(leases.length / BATCH_SIZE);
+    const now = this.clock.now();
+    const lost: LeaseRef[] = [];
+    for (const lease of leases) {
+      const set = this.set(this.slots, lease.channelId);
+      if (!restore && !set.members.has(lease.token)) {
+        set.prune(now);
+        if (set.members.size >= lease.max) {
+          lost.push(lease);
+          continue;
+        }
+      }
+      set.members.set(lease.token, now + leaseTtlMs);
+    }
+    return lost;
+  }
+
+  /** Memory is never lost while the process runs: no restart to tell of. */
+  onRestart(): () => void {
+    return () => {};
   }
 
   async readLoads(channelIds: readonly string[], opts?: ReadLoadsOptions): Promise<Map<string, ChannelLoad>> {

@@ -46,6 +46,7 @@ const EXPECTED_TYPE = {
   cooldown: 'string',
   settings: 'hash',
   instances: 'hash',
+  epoch: 'string',
 } as const;
 
 /** SCAN MATCH treats `* ? [ ] \\` as glob syntax; a prefix is matched literally. */
@@ -117,7 +118,7 @@ export async function checkLeftovers(
       });
       continue;
     }
-    if (shape.kind === 'settings' || shape.kind === 'instances') continue;
+    if (shape.kind === 'settings' || shape.kind === 'instances' || shape.kind === 'epoch') continue;
     const pttl = await client.pttl(key);
     // A queue's scores are arrival times, not expiries: its members expire with their waiters' registrations (the
     // waiters key, checked on its own), and the key itself with its expiry.

@@ -9,6 +9,7 @@
  *   <prefix>:v1:settings:changed      pub/sub     announces settings changes
  *   <prefix>:v1:instances             hash        gateway instance id → JSON heartbeat (dashboard's instance list)
  *   <prefix>:v1:grants:<instanceId>   pub/sub     grants and queue news for one instance's waiters
+ *   <prefix>:v1:epoch                 string      "<id>|<created at, Redis ms>": changes when Redis lost its data
  *
  * The `{<channel>}` hash tag puts all keys of one channel in the same Redis Cluster slot, so every per-channel script
  * is cluster-legal. Channel ids are percent-encoded where they hold `{`, `}` or `%`, so no id can break out of its tag.
@@ -92,6 +93,11 @@ export class KeyBuilder {
     return `${this.base}:instances`;
   }
 
+  /** The store's epoch (epoch.ts): a new one means Redis restarted empty. */
+  epoch(): string {
+    return `${this.base}:epoch`;
+  }
+
   settingsChannel(): string {
     return `${this.base}:settings:changed`;
   }
@@ -106,10 +112,11 @@ export class KeyBuilder {
     key: string,
   ):
     | { channelId: string; kind: 'slots' | 'waiters' | 'queue' | 'cooldown' }
-    | { kind: 'settings' | 'instances' }
+    | { kind: 'settings' | 'instances' | 'epoch' }
     | null {
     if (key === this.settings()) return { kind: 'settings' };
     if (key === this.instances()) return { kind: 'instances' };
+    if (key === this.epoch()) return { kind: 'epoch' };
     if (!key.startsWith(`${this.base}:{`)) return null;
     const m = /^\{([^{}]*)\}:(slots|waiters|queue|cooldown)$/.exec(key.slice(this.base.length + 1));
     if (!m) return null;

@@ -26,6 +26,8 @@ import {
   type Purpose,
   type QueueListener,
   type ReadLoadsOptions,
+  type ReclaimRef,
+  type RestartListener,
   type SharedSettings,
   type SharedSettingsOptions,
   type SlotStore,
@@ -35,6 +37,7 @@ import {
 } from '../store.js';
 import { AcquireCalls } from './acquire-call.js';
 import { Deadlines } from './deadlines.js';
+import { Epoch } from './epoch.js';
 import { KeyBuilder } from './keys.js';
 import { RedisPresence } from './presence.js';
 import { RedisQueues } from './queues.js';
@@ -61,6 +64,11 @@ export interface RedisStoreOptions {
    * grant to an instance that died holds the slot. @default 5000
    */
   claimMs?: number;
+  /**
+   * After Redis restarted empty, how long (from the new epoch's creation) every instance admits nothing, so the
+   * instances still reconnecting register their leases in flight first (epoch.ts). @default 3000
+   */
+  restartGraceMs?: number;
 }
 
 /** ioredis options that make a Redis outage fail fast instead of queueing commands forever. */
@@ -90,6 +98,9 @@ export class RedisStore implements SlotStore {
   private readonly topology: Topology;
   private readonly queues: RedisQueues;
   private presenceImpl: RedisPresence | undefined;
+  private readonly epoch: Epoch;
+  private readonly onClose = (): void => this.epoch.invalidate();
+  private readonly onReady = (): void => void this.epoch.ensure().catch(() => {});
 
   constructor(options: RedisStoreOptions) {
     if (!options.client && !options.url) throw new TypeError('RedisStore needs `url` or `client`');
@@ -120,6 +131,32 @@ export class RedisStore implements SlotStore {
       released: this.queues.released,
     });
     this.maxChannelsPerAcquire = this.topology.maxChannelsPerAcquire;
+    this.epoch = new Epoch({
+      client: this.client,
+      key: this.keys.epoch(),
+      clock: this.clock,
+      deadlines: this.deadlines,
+      count: this.count,
+      graceMs: options.restartGraceMs ?? 3000,
+    });
+    // A restart drops every connection: check the epoch before the next admitting command, and at once on reconnect
+    // (an instance holding leases but admitting nothing still registers them again).
+    this.client.on('close', this.onClose);
+    this.client.on('ready', this.onReady);
+  }
+
+  /** Restarts of Redis this store detected (a new epoch found after it had verified one). */
+  get restartsDetected(): number {
+    return this.epoch.restarts;
+  }
+
+  /** Runs an admitting command once the epoch is verified on this connection (at once in the steady state). */
+  private admitting<T>(work: () => Promise<T>): Promise<T> {
+    return this.epoch.ok ? work() : this.epoch.ensure().then(work);
+  }
+
+  onRestart(listener: RestartListener): () => void {
+    return this.epoch.onRestart(listener);
   }
 
   get commands(): Readonly<Record<Purpose, number>> {
@@ -145,10 +182,12 @@ export class RedisStore implements SlotStore {
         ),
       );
     }
-    return this.topology.acquire({ targets, opts }).then((replies) => {
-      this.queues.noteAcquire(targets, replies);
-      return replies;
-    });
+    const acquire = () =>
+      this.topology.acquire({ targets, opts }).then((replies) => {
+        this.queues.noteAcquire(targets, replies);
+        return replies;
+      });
+    return this.admitting(acquire);
   }
 
   release(lease: LeaseRef): Promise<boolean> {
@@ -160,7 +199,7 @@ export class RedisStore implements SlotStore {
   }
 
   enqueue(waiter: WaiterRef, options: EnqueueOptions): Promise<EnqueueReply> {
-    return this.queues.enqueue(waiter, options);
+    return this.admitting(() => this.queues.enqueue(waiter, options));
   }
 
   /**
@@ -179,7 +218,7 @@ export class RedisStore implements SlotStore {
   }
 
   pollWaiter(waiter: WaiterRef, leaseTtlMs: number): Promise<WaiterState> {
-    return this.queues.poll(waiter, leaseTtlMs);
+    return this.admitting(() => this.queues.poll(waiter, leaseTtlMs));
   }
 
   leaveQueue(waiter: WaiterRef, leaseTtlMs: number): Promise<boolean> {
@@ -201,6 +240,32 @@ export class RedisStore implements SlotStore {
       Promise.all(batches.map((batch) => this.renewBatch(batch, leaseTtlMs))),
     );
     return lost.flat();
+  }
+
+  reclaim(leases: readonly ReclaimRef[], leaseTtlMs: number, restore: boolean): Promise<LeaseRef[]> {
+    if (leases.length === 0) return Promise.resolve([]);
+    const send = async () => {
+      const batches = this.topology.renewBatches(leases);
+      const lost = await this.run('renew', 'renew', batches.length, () =>
+        Promise.all(batches.map((batch) => this.reclaimBatch(batch, leaseTtlMs, restore))),
+      );
+      return lost.flat();
+    };
+    // A restore is what the epoch check runs before it lets anything through; a reclaim admits, so it waits for it.
+    return restore ? send() : this.admitting(send);
+  }
+
+  private async reclaimBatch(batch: readonly ReclaimRef[], leaseTtlMs: number, restore: boolean) {
+    const keyIndex = new Map<string, number>();
+    const args: (string | number)[] = [leaseTtlMs, restore ? 1 : 0];
+    for (const lease of batch) {
+      const key = this.keys.slots(lease.channelId);
+      let index = keyIndex.get(key);
+      if (index === undefined) keyIndex.set(key, (index = keyIndex.size + 1));
+      args.push(index, lease.token, lease.max);
+    }
+    const lost = await SCRIPTS.reclaimLeases.call(this.client, [...keyIndex.keys()], args);
+    return lost.map((k) => batch[k - 1]!);
   }
 
   private async renewBatch(batch: readonly LeaseRef[], leaseTtlMs: number): Promise<LeaseRef[]> {
@@ -295,6 +360,8 @@ export class RedisStore implements SlotStore {
   }
 
   async close(): Promise<void> {
+    this.client.off('close', this.onClose);
+    this.client.off('ready', this.onReady);
     this.deadlines.close();
     if (!this.owned) return;
     try {

@@ -82,6 +82,8 @@ export const SCRIPTS = {
   acquireSlots: new Script('acquireSlots-n', parseAcquireReply),
   /** See lua/renewLeases-n.lua: the 1-based positions of the leases found missing. */
   renewLeases: new Script('renewLeases-n', numbers),
+  /** See lua/reclaimLeases-n.lua: the 1-based positions of the leases not held. */
+  reclaimLeases: new Script('reclaimLeases-n', numbers),
   /** See lua/enqueueWaiter-3.lua. */
   enqueueWaiter: new Script(
     'enqueueWaiter-3',

@@ -48,7 +48,7 @@ export interface Topology {
   /** Resolves once the commands queued in this turn have gone out (load reads go behind them). */
   flushed(): Promise<void> | undefined;
   /** Renewal batches of at most BATCH_SIZE leases, each one script call. */
-  renewBatches(leases: readonly LeaseRef[]): LeaseRef[][];
+  renewBatches<L extends LeaseRef>(leases: readonly L[]): L[][];
   /** Active, waiting and cooldown of up to BATCH_SIZE channels, live members counted from `min` (exclusive). */
   readLoadBatch(ids: readonly string[], min: string, withTime: boolean): Promise<LoadBatch>;
 }
@@ -86,7 +86,7 @@ class SingleNode implements Topology {
     return this.batcher.flushed();
   }
 
-  renewBatches(leases: readonly LeaseRef[]): LeaseRef[][] {
+  renewBatches<L extends LeaseRef>(leases: readonly L[]): L[][] {
     return chunk(leases, BATCH_SIZE);
   }
 
@@ -145,8 +145,8 @@ class ClusterTopology implements Topology {
     return undefined;
   }
 
-  renewBatches(leases: readonly LeaseRef[]): LeaseRef[][] {
-    const byChannel = new Map<string, LeaseRef[]>();
+  renewBatches<L extends LeaseRef>(leases: readonly L[]): L[][] {
+    const byChannel = new Map<string, L[]>();
     for (const lease of leases) pushTo(byChannel, lease.channelId, lease);
     return [...byChannel.values()].flatMap((group) => chunk(group, BATCH_SIZE));
   }

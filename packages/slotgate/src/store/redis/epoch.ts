@@ -1,0 +1,99 @@
+/**
+ * Redis restarts. A Redis that comes back empty has forgotten every lease in flight, so the first instance to admit
+ * on it would put up to 2 × max at the upstream. The key `<prefix>:v1:epoch` holds `<id>|<created at, Redis ms>`:
+ * every instance remembers the epoch it last verified, and checks it again whenever its connection comes back (a
+ * restart always drops connections; so does a failover). Until the check has passed, the store sends no admitting
+ * command (acquire, enqueue, a waiter's poll, a reclaim). An instance that finds the key missing creates a new epoch;
+ * an instance that finds an epoch other than its own re-registers its live leases (the restore listeners), then waits
+ * until `graceMs` after the epoch was created, so the rest of the fleet (reconnecting on its own back-off) registers
+ * its leases before anyone admits.
+ *
+ * An instance whose first check creates the epoch (the fleet's first start) does not wait: it knew no epoch before,
+ * so it cannot tell a fresh Redis from a restarted one.
+ */
+import type { Cluster, Redis } from 'ioredis';
+import type { Clock } from '../../core/clock.js';
+import { StoreUnavailableError } from '../../core/errors.js';
+import { randomInstanceId } from '../../core/ids.js';
+import type { Purpose, RestartListener } from '../store.js';
+import type { Deadlines } from './deadlines.js';
+import { redisMs } from './redis-time.js';
+
+export interface EpochDeps {
+  client: Redis | Cluster;
+  key: string;
+  clock: Clock;
+  deadlines: Deadlines;
+  count: (purpose: Purpose, n: number) => void;
+  graceMs: number;
+}
+
+export class Epoch {
+  private known: string | undefined;
+  private verified = false;
+  /** Bumped by every lost connection: a check that spans one does not count as verified. */
+  private generation = 0;
+  private checking: Promise<void> | undefined;
+  private readonly listeners = new Set<RestartListener>();
+  /** Restarts detected since this store was created. */
+  restarts = 0;
+
+  constructor(private readonly deps: EpochDeps) {}
+
+  /** Whether the epoch was verified on the current connection: admitting commands may go out. */
+  get ok(): boolean {
+    return this.verified;
+  }
+
+  /** The connection was lost: verify again before the next admitting command. */
+  invalidate(): void {
+    this.verified = false;
+    this.generation++;
+  }
+
+  onRestart(listener: RestartListener): () => void {
+    this.listeners.add(listener);
+    return () => void this.listeners.delete(listener);
+  }
+
+  /** Resolves once the epoch is verified (restoring and waiting out the grace when Redis restarted). Coalesced. */
+  ensure(): Promise<void> {
+    if (this.verified) return Promise.resolve();
+    return (this.checking ??= this.check().finally(() => {
+      this.checking = undefined;
+    }));
+  }
+
+  private async check(): Promise<void> {
+    const { client, key, deadlines, count, clock, graceMs } = this.deps;
+    const generation = this.generation;
+    count('acquire', 2);
+    const [value, time] = await deadlines.run('epoch', () => Promise.all([client.get(key), client.time()]));
+    const now = redisMs(time);
+    if (value !== null && value === this.known) {
+      this.verified = generation === this.generation;
+      return;
+    }
+    let current = value;
+    let created = false;
+    if (current === null) {
+      const fresh = `${randomInstanceId()}|${now}`;
+      count('acquire', 1);
+      const set = await deadlines.run('epoch', () => client.set(key, fresh, 'NX'));
+      created = set === 'OK';
+      if (!created) {
+        count('acquire', 1);
+        current = await deadlines.run('epoch', () => client.get(key));
+      } else current = fresh;
+      if (current === null) throw new StoreUnavailableError('acquire', 'the epoch key vanished while it was read');
+    }
+    const first = this.known === undefined;
+    if (!first) this.restarts++;
+    for (const listener of this.listeners) await listener({ first });
+    this.known = current;
+    const createdAt = Number(current.split('|')[1]);
+    const wait = first && created ? 0 : createdAt + graceMs - now;
+    if (wait > 0) await clock.sleep(Math.min(wait, graceMs));
+    this.verified = generation === this.generation;
+  }
+}
