@@ -77,7 +77,11 @@ describe('docs/errors.md', () => {
     const withHeader = rows('Gateway error codes')
       .filter((r) => /Retry-After/.test(r[4] ?? ''))
       .map((r) => codeOf(r[0]));
-    expect(withHeader.sort()).toEqual(['admission_store_unavailable', 'channel_capacity_exhausted']);
+    expect(withHeader.sort()).toEqual([
+      'admission_store_unavailable',
+      'channel_capacity_exhausted',
+      'lease_lost',
+    ]);
   });
 
   it('lists exactly the library codes', () => {

@@ -31,6 +31,8 @@ const SPEC_TABLE = {
   cooldown_on_status_429: [true],
   cooldown_on_message_match: [false],
   lease_ttl_ms: [60000, 5000, 86400000],
+  lease_fencing_enabled: [true],
+  lease_reclaim_enabled: [true],
   retry_times: [1, 0, 10],
 } as const;
 /** The gateway's own keys; every other key is the admission engine's. */
