@@ -82,20 +82,28 @@ describe('lease renewal and expiry', () => {
     expect(renews % 3).toBe(0);
   });
 
-  it('a lease removed behind its holder is reported lost at the next renewal and dropped', async () => {
+  it('leases removed behind their holder are taken back while there is room, else lost (their signal fires)', async () => {
     const store = makeStore();
     const events: LeaseEvent[] = [];
     const leases = new LeaseManager({ store, leaseTtlMs: () => 300, onEvent: (e) => events.push(e) });
     cleanups.push(() => leases.close());
     const kept = (await leases.acquireFirst([{ channelId: 'lost', max: 2 }], true)).lease!;
     const gone = (await leases.acquireFirst([{ channelId: 'lost', max: 2 }], true)).lease!;
-    expect(await store.release(gone)).toBe(true); // e.g. an operator deleted it
+    // e.g. an operator deleted both, and another instance took one of the two places
+    expect(await store.release(kept)).toBe(true);
+    expect(await store.release(gone)).toBe(true);
+    const other = { token: 'other:1', leaseTtlMs: 60_000, checkCooldown: true };
+    expect(await store.acquireFirst([{ channelId: 'lost', max: 2 }], other)).toEqual(['acquired']);
     const deadline = Date.now() + 3_000;
     while (!events.some((e) => e.type === 'lease_lost') && Date.now() < deadline) await sleep(20);
-    expect(events).toEqual([{ type: 'lease_lost', channelId: 'lost', token: gone.token }]);
+    expect(events).toEqual([
+      { type: 'lease_reclaimed', channelId: 'lost', token: kept.token },
+      { type: 'lease_lost', channelId: 'lost', token: gone.token, reason: 'missing' },
+    ]);
+    expect([kept.lost.aborted, gone.lost.aborted]).toEqual([false, true]);
     expect([...leases.leases()].map((l) => l.token)).toEqual([kept.token]);
     expect(leases.localCount('lost')).toBe(1);
-    expect(await active(store, 'lost')).toBe(1);
+    expect(await active(store, 'lost')).toBe(2);
   });
 
   describe('a holder process killed with SIGKILL', () => {

@@ -1042,6 +1042,13 @@ describe('Cluster: every script call stays within one hash slot', () => {
         60_000,
       ),
     ).toEqual([{ channelId: id, token: 'c:1' }]);
+    // c:1 is gone and its channel has room again (the grant was given back): taken back; c:2 is renewed
+    const reclaim = [
+      { channelId: id, token: 'c:1', max: 1 },
+      { channelId: other, token: 'c:2', max: 1 },
+    ];
+    expect(await store.reclaim(reclaim, 60_000, false)).toEqual([]);
+    expect(await store.reclaim(reclaim, 60_000, true)).toEqual([]);
     await client.persist(keys.slots(other));
     expect(await fixFindings(fake, [{ key: keys.slots(other), kind: 'no_expiry', detail: '' }])).toBe(1);
 

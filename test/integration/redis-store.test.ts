@@ -574,6 +574,7 @@ describe('RedisStore command cost (client and server side)', () => {
     const fresh = await countingClient(server.url);
     const s = new RedisStore({ client: fresh.client, prefix });
     try {
+      await s.ready(); // the epoch check of the new connection (plain commands, no script)
       const first = await measure(() => s.acquireFirst([{ channelId: 'ev', max: 5 }], opts('e:1')), {
         cc: fresh,
         store: s,

@@ -444,7 +444,12 @@ describe('renewal', () => {
     await clock.advance(1); // 7,400 = 8,000 - 600
     expect(lease.lost.aborted).toBe(true);
     expect(lease.lost.reason).toMatchObject({ reason: 'expired', channelId: 'a' });
-    expect(events.at(-1)).toEqual({ type: 'lease_lost', channelId: 'a', token: lease.token, reason: 'expired' });
+    expect(events.at(-1)).toEqual({
+      type: 'lease_lost',
+      channelId: 'a',
+      token: lease.token,
+      reason: 'expired',
+    });
     expect(m.size).toBe(0);
     expect(m.release(lease)).toBeUndefined();
   });

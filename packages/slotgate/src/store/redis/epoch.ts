@@ -1,6 +1,6 @@
 /**
  * Redis restarts. A Redis that comes back empty has forgotten every lease in flight, so the first instance to admit
- * on it would put up to 2 × max at the upstream. The key `<prefix>:v1:epoch` holds `<id>|<created at, Redis ms>`:
+ * on it would put up to 2 × max at the upstream. The key `<prefix>:v1:epoch` holds `<id>|<created at, Redis ms>|<kind>`:
  * every instance remembers the epoch it last verified, and checks it again whenever its connection comes back (a
  * restart always drops connections; so does a failover). Until the check has passed, the store sends no admitting
  * command (acquire, enqueue, a waiter's poll, a reclaim). An instance that finds the key missing creates a new epoch;
@@ -8,8 +8,10 @@
  * until `graceMs` after the epoch was created, so the rest of the fleet (reconnecting on its own back-off) registers
  * its leases before anyone admits.
  *
- * An instance whose first check creates the epoch (the fleet's first start) does not wait: it knew no epoch before,
- * so it cannot tell a fresh Redis from a restarted one.
+ * An epoch is of kind `restart` when the instance that created it had verified an older one, else `start`: an
+ * instance that knew no epoch before cannot tell a fresh Redis from a restarted one. Only a `restart` epoch holds
+ * admissions for the grace period (an instance starting then waits out the rest of it too); a `start` epoch (a
+ * fleet's first start, or a restart first seen by an instance that had just started) holds nothing.
  */
 import type { Cluster, Redis } from 'ioredis';
 import type { Clock } from '../../core/clock.js';
@@ -68,31 +70,29 @@ export class Epoch {
     const { client, key, deadlines, count, clock, graceMs } = this.deps;
     const generation = this.generation;
     count('acquire', 2);
-    const [value, time] = await deadlines.run('epoch', () => Promise.all([client.get(key), client.time()]));
+    const [value, time] = await deadlines.run('acquire', () => Promise.all([client.get(key), client.time()]));
     const now = redisMs(time);
     if (value !== null && value === this.known) {
       this.verified = generation === this.generation;
       return;
     }
+    const first = this.known === undefined;
     let current = value;
-    let created = false;
     if (current === null) {
-      const fresh = `${randomInstanceId()}|${now}`;
+      const fresh = `${randomInstanceId()}|${now}|${first ? 'start' : 'restart'}`;
       count('acquire', 1);
-      const set = await deadlines.run('epoch', () => client.set(key, fresh, 'NX'));
-      created = set === 'OK';
-      if (!created) {
+      const set = await deadlines.run('acquire', () => client.set(key, fresh, 'NX'));
+      if (set !== 'OK') {
         count('acquire', 1);
-        current = await deadlines.run('epoch', () => client.get(key));
+        current = await deadlines.run('acquire', () => client.get(key));
       } else current = fresh;
       if (current === null) throw new StoreUnavailableError('acquire', 'the epoch key vanished while it was read');
     }
-    const first = this.known === undefined;
     if (!first) this.restarts++;
     for (const listener of this.listeners) await listener({ first });
     this.known = current;
-    const createdAt = Number(current.split('|')[1]);
-    const wait = first && created ? 0 : createdAt + graceMs - now;
+    const [, createdAt, kind] = current.split('|');
+    const wait = kind === 'restart' ? Number(createdAt) + graceMs - now : 0;
     if (wait > 0) await clock.sleep(Math.min(wait, graceMs));
     this.verified = generation === this.generation;
   }

@@ -8,6 +8,7 @@
 import { Redis } from 'ioredis';
 import type { Cluster, RedisOptions } from 'ioredis';
 import { systemClock, within, type Clock } from '../../core/clock.js';
+import { StoreUnavailableError } from '../../core/errors.js';
 import { chunk } from '../../core/collections.js';
 import {
   BATCH_SIZE,
@@ -145,14 +146,29 @@ export class RedisStore implements SlotStore {
     this.client.on('ready', this.onReady);
   }
 
+  /**
+   * Resolves once the store may admit on its current connection: the epoch verified, and after a Redis restart the
+   * leases restored and the grace waited out. Admitting calls do this by themselves; call it to do it ahead of them.
+   */
+  ready(): Promise<void> {
+    return this.epoch.ensure();
+  }
+
   /** Restarts of Redis this store detected (a new epoch found after it had verified one). */
   get restartsDetected(): number {
     return this.epoch.restarts;
   }
 
-  /** Runs an admitting command once the epoch is verified on this connection (at once in the steady state). */
-  private admitting<T>(work: () => Promise<T>): Promise<T> {
-    return this.epoch.ok ? work() : this.epoch.ensure().then(work);
+  /**
+   * Runs an admitting command once the epoch is verified on this connection (at once in the steady state). A failed
+   * check fails the command as its own operation.
+   */
+  private admitting<T>(operation: string, work: () => Promise<T>): Promise<T> {
+    if (this.epoch.ok) return work();
+    return this.epoch.ensure().then(work, (err: unknown) => {
+      const cause = err as Error;
+      throw new StoreUnavailableError(operation, `${operation} failed: ${cause.message}`, { cause });
+    });
   }
 
   onRestart(listener: RestartListener): () => void {
@@ -187,7 +203,7 @@ export class RedisStore implements SlotStore {
         this.queues.noteAcquire(targets, replies);
         return replies;
       });
-    return this.admitting(acquire);
+    return this.admitting('acquire', acquire);
   }
 
   release(lease: LeaseRef): Promise<boolean> {
@@ -199,7 +215,7 @@ export class RedisStore implements SlotStore {
   }
 
   enqueue(waiter: WaiterRef, options: EnqueueOptions): Promise<EnqueueReply> {
-    return this.admitting(() => this.queues.enqueue(waiter, options));
+    return this.admitting('wait_register', () => this.queues.enqueue(waiter, options));
   }
 
   /**
@@ -218,7 +234,7 @@ export class RedisStore implements SlotStore {
   }
 
   pollWaiter(waiter: WaiterRef, leaseTtlMs: number): Promise<WaiterState> {
-    return this.admitting(() => this.queues.poll(waiter, leaseTtlMs));
+    return this.admitting('wait_poll', () => this.queues.poll(waiter, leaseTtlMs));
   }
 
   leaveQueue(waiter: WaiterRef, leaseTtlMs: number): Promise<boolean> {
@@ -252,7 +268,7 @@ export class RedisStore implements SlotStore {
       return lost.flat();
     };
     // A restore is what the epoch check runs before it lets anything through; a reclaim admits, so it waits for it.
-    return restore ? send() : this.admitting(send);
+    return restore ? send() : this.admitting('renew', send);
   }
 
   private async reclaimBatch(batch: readonly ReclaimRef[], leaseTtlMs: number, restore: boolean) {
