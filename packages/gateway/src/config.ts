@@ -88,6 +88,10 @@ export const configSchema = z
           .default('slotgate'),
         /** Longest time one Redis operation may take before it fails closed. */
         timeout_ms: z.int().min(10).max(60_000).default(1000),
+        /** While Redis is unreachable: admit nothing (fail_closed) or up to max ÷ live instances each (local_share). */
+        store_failure_mode: z.enum(['fail_closed', 'local_share']).default('fail_closed'),
+        /** After Redis restarted empty, how long every instance admits nothing while the others restore leases. */
+        restart_grace_ms: z.int().min(0).max(60_000).default(3000),
       })
       .optional(),
     admin: z.strictObject({ token: secret.optional() }).prefault({}),

@@ -49,6 +49,7 @@ function storeFor(config: GatewayConfig): SlotStore {
         url: config.redis.url,
         prefix: config.redis.prefix,
         timeoutMs: config.redis.timeout_ms,
+        restartGraceMs: config.redis.restart_grace_ms,
       })
     : new MemoryStore();
 }
@@ -78,6 +79,8 @@ export class GatewayRuntime {
   private overrides: GatewaySettingsUpdate = {};
   private inForce: GatewaySettings;
   private heartbeat: NodeJS.Timeout | undefined;
+  /** The live instances this one saw at its last heartbeat that could list them (itself included). */
+  private fleetSeen = 0;
   /** Set by start(); nothing logs before, since no request and no store callback comes earlier. */
   private log: FastifyBaseLogger | undefined;
 
@@ -102,6 +105,8 @@ export class GatewayRuntime {
       settings: admissionPart(this.inForce),
       onEvent: this.onEvent,
       onAdmission: this.metrics.observeAdmission,
+      storeFailureMode: config.redis?.store_failure_mode ?? 'fail_closed',
+      fleetSize: () => this.fleetSeen,
     });
     this.sync = store.sharedSettings({
       parse: gatewaySettings.parse,
@@ -145,9 +150,14 @@ export class GatewayRuntime {
         'settings sync could not start; using the configured settings',
       );
     }
+    // With local_share, each heartbeat also counts the live instances: a share is max ÷ the instances last seen.
+    const counting = this.config.redis?.store_failure_mode === 'local_share';
     const beat = () =>
       void this.store.presence
         .announce(this.self)
+        .then(async () => {
+          if (counting) this.fleetSeen = (await this.store.presence.list(INSTANCE_MAX_AGE_MS)).length;
+        })
         .catch((err: Error) => log.warn({ err: err.message }, 'instance heartbeat failed'));
     beat();
     this.heartbeat = setInterval(beat, HEARTBEAT_MS);
@@ -183,6 +193,8 @@ export class GatewayRuntime {
       () => [],
     ),
     live_leases: this.admission.stats().liveLeases,
+    store_failure_mode: this.config.redis?.store_failure_mode ?? 'fail_closed',
+    ...(this.config.redis?.store_failure_mode === 'local_share' ? { instances_seen: this.fleetSeen } : {}),
   });
 
   /**

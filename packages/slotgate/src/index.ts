@@ -11,6 +11,7 @@ export type {
   AcquireRequest,
   Ticket,
 } from './admission/types.js';
+export type { StoreFailureMode } from './admission/local-share.js';
 export { OUTCOMES, type AdmissionStats, type ChannelStats, type Outcome } from './admission/stats.js';
 export type { LoadViewCounters } from './admission/load-view.js';
 export type { LeaseEvent } from './store/leases.js';

@@ -27,6 +27,7 @@ import type {
   Ticket,
 } from './types.js';
 import { Inbox } from './inbox.js';
+import { LocalShare } from './local-share.js';
 
 export function createAdmission(options: AdmissionOptions): Admission {
   return new AdmissionEngine(options);
@@ -42,6 +43,7 @@ export class AdmissionEngine implements Admission {
   private closed = false;
   /** The delivery of grants to this instance's waiters. */
   private readonly listening: Listening;
+  private readonly localShare: LocalShare;
 
   constructor(options: AdmissionOptions) {
     this.current = admissionSettings.merge(admissionSettings.defaults, options.settings ?? {});
@@ -65,9 +67,18 @@ export class AdmissionEngine implements Admission {
       const ref = { channelId, token, max: 0 };
       void store.leaveQueue(ref, this.current.lease_ttl_ms).catch(() => {});
     });
+    this.localShare = new LocalShare({
+      mode: options.storeFailureMode ?? 'fail_closed',
+      clock,
+      settings,
+      fleetSize: options.fleetSize ?? (() => 0),
+      leases: () => leases,
+    });
     const leases = new LeaseManager({
       store,
       clock,
+      keepExpired: this.localShare.keep,
+      onStore: this.localShare.note,
       leaseTtlMs: () => this.current.lease_ttl_ms,
       fencing: () => ({
         enabled: this.current.lease_fencing_enabled,
@@ -161,7 +172,11 @@ export class AdmissionEngine implements Admission {
       if (this.closed) throw new StoreUnavailableError('acquire', 'the admission engine is closed');
       const prepared = this.candidateSets.prepare(request.candidates, request.exclude);
       if (prepared.candidates.length === 0) throw new NoChannelError();
-      const ticket = await runPass(this.engine, prepared, request);
+      const ticket = await this.localShare.around(
+        prepared,
+        () => runPass(this.engine, prepared, request),
+        (channel, lease) => this.engine.tickets.bounded(channel, lease, 0, request.signal),
+      );
       if (ticket.waitedMs > 0) waitedMs = ticket.waitedMs;
       return ticket;
     } catch (err) {

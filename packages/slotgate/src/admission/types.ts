@@ -5,6 +5,7 @@ import type { Random } from '../core/order.js';
 import type { Settings, SettingsUpdate } from '../core/settings.js';
 import type { LeaseEvent } from '../store/leases.js';
 import type { ChannelLoad, SlotStore } from '../store/store.js';
+import type { StoreFailureMode } from './local-share.js';
 import type { AdmissionStats, Outcome } from './stats.js';
 
 export interface AdmissionOptions {
@@ -21,6 +22,14 @@ export interface AdmissionOptions {
   loadFetchTimeoutMs?: number;
   /** Load fetch rounds at once. @default 2 */
   maxConcurrentFetches?: number;
+  /**
+   * What a bounded channel does while the store is unreachable: `fail_closed` admits nothing (503); `local_share`
+   * admits up to ⌊max ÷ fleetSize()⌋ per channel on this instance once the store has failed for a lease TTL, and
+   * registers those slots when it answers again (docs/redis.md). @default 'fail_closed'
+   */
+  storeFailureMode?: StoreFailureMode;
+  /** How many instances share the store, as last seen (their heartbeats); 0 when none was seen. @default () => 0 */
+  fleetSize?: () => number;
   /** Lease troubles (lost, release retried or abandoned, uncertain acquire) and settings changes. */
   onEvent?: (event: AdmissionEvent) => void;
   /** Called once per acquire with its outcome and latency (metrics exporters observe histograms here). */

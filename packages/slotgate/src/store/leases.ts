@@ -29,6 +29,8 @@ export type LeaseEvent =
   | { type: 'lease_lost'; channelId: string; token: string; reason: LeaseLostReason }
   | { type: 'lease_reclaimed'; channelId: string; token: string }
   | { type: 'leases_restored'; leases: number }
+  | { type: 'lease_kept_local'; channelId: string; token: string }
+  | { type: 'local_registered'; leases: number }
   | { type: 'renew_failed'; leases: number; error: Error }
   | { type: 'release_retry'; channelId: string; token: string; attempt: number; error: Error }
   | { type: 'release_abandoned'; channelId: string; token: string; error: Error }
@@ -48,6 +50,13 @@ export interface LeaseManagerOptions {
    * ends a lease the store lost without trying to take it back. @default both true
    */
   fencing?: () => { enabled: boolean; reclaim: boolean };
+  /**
+   * Asked when a lease reaches its local expiry with no renewal confirmed: true keeps it as a local slot (the store
+   * unreachable, `store_failure_mode: local_share`, within this instance's share) instead of losing it.
+   */
+  keepExpired?: (lease: Lease) => boolean;
+  /** Told of every store call's fate (acquire, renewal): true when it answered, false when it failed. */
+  onStore?: (answered: boolean) => void;
 }
 
 /** The margin before a lease's local expiry at which it is fenced: a tenth of its TTL, at most a second. */
@@ -93,6 +102,11 @@ export class LeaseManager {
   /** Whether the last renewal failed: the next one comes sooner. */
   private renewFailed = false;
   private readonly unsubscribe: () => void;
+  private readonly keepExpired: (lease: Lease) => boolean;
+  private readonly onStore: (answered: boolean) => void;
+  /** Tokens of the local slots: held in this process only, not in the store (yet). */
+  private readonly local = new Set<string>();
+  private registering: Promise<void> | undefined;
 
   constructor(options: LeaseManagerOptions) {
     this.store = options.store;
@@ -103,6 +117,68 @@ export class LeaseManager {
     this.cleanupTimeoutMs = options.cleanupTimeoutMs ?? 500;
     this.fencing = options.fencing ?? (() => ({ enabled: true, reclaim: true }));
     this.unsubscribe = this.store.onRestart(() => this.restore());
+    this.keepExpired = options.keepExpired ?? (() => false);
+    this.onStore = options.onStore ?? (() => {});
+  }
+
+  /** This instance's local slots on a channel (not in the store). */
+  localSlots(channelId: string): number {
+    let n = 0;
+    for (const token of this.local) if (this.live.get(token)?.channelId === channelId) n++;
+    return n;
+  }
+
+  /** Whether local slots wait to be registered in the store. */
+  get hasLocal(): boolean {
+    return this.local.size > 0;
+  }
+
+  /**
+   * A slot held in this process only, while the store is unreachable (`store_failure_mode: local_share`; the caller
+   * keeps within its share). It is registered in the store by `registerLocal` once the store answers again.
+   */
+  holdLocal(channelId: string, max: number): Lease {
+    if (this.closed) throw new StoreUnavailableError('acquire', 'the lease manager is closed');
+    const lease = this.hold(channelId, this.nextToken(), max, this.ttl());
+    this.local.add(lease.token);
+    lease.expiresAt = Infinity;
+    // the renewal tick is when local slots try to get registered: every second while the store fails
+    this.renewFailed = true;
+    this.timer?.cancel();
+    this.timer = undefined;
+    this.schedule();
+    return lease;
+  }
+
+  /**
+   * Registers every local slot in the store (whatever the load: they are requests in flight), so they are leases
+   * like any other from now on. Coalesced; rejects with the store's error.
+   */
+  registerLocal(): Promise<void> {
+    if (this.local.size === 0) return Promise.resolve();
+    return (this.registering ??= this.sendLocal().finally(() => {
+      this.registering = undefined;
+    }));
+  }
+
+  private async sendLocal(): Promise<void> {
+    const leases = [...this.local].map((t) => this.live.get(t)).filter((l): l is Lease => l !== undefined);
+    const ttl = this.ttl();
+    const started = this.clock.now();
+    const refs: ReclaimRef[] = leases.map((l) => ({ channelId: l.channelId, token: l.token, max: l.max }));
+    try {
+      await this.store.reclaim(refs, ttl, true);
+    } catch (err) {
+      this.onStore(false);
+      throw err;
+    }
+    this.onStore(true);
+    for (const lease of leases) {
+      if (!this.local.delete(lease.token)) continue;
+      this.renewed(lease, started, ttl);
+    }
+    this.scheduleFence(this.earliestFence());
+    this.emit({ type: 'local_registered', leases: leases.length });
   }
 
   nextToken(): string {
@@ -144,7 +220,9 @@ export class LeaseManager {
     let replies: AcquireReply[];
     try {
       replies = await this.store.acquireFirst(targets, { token, leaseTtlMs, checkCooldown });
+      this.onStore(true);
     } catch (err) {
+      this.onStore(false);
       this.cleanupUncertain(targets, token);
       if (err instanceof StoreUnavailableError) throw err;
       throw new StoreUnavailableError('acquire', `acquire failed: ${(err as Error).message}`, { cause: err });
@@ -216,7 +294,10 @@ export class LeaseManager {
   release(lease: LeaseRef): LeaseRelease | undefined {
     const tracked = this.live.get(lease.token);
     if (!tracked) return undefined;
+    const local = this.local.has(tracked.token);
     this.forget(tracked);
+    // a local slot was never in the store: nothing to remove
+    if (local) return { done: Promise.resolve(), held: false, withdraw: () => false };
     const first = this.store.releaseDeferred(tracked);
     let withdrawn = false;
     // One continuation on the common path (confirmed or withdrawn at once); the retries only on a failure.
@@ -246,6 +327,7 @@ export class LeaseManager {
 
   private forget(lease: Lease): void {
     this.live.delete(lease.token);
+    this.local.delete(lease.token);
     const n = this.localCount(lease.channelId) - 1;
     if (n > 0) this.perChannel.set(lease.channelId, n);
     else this.perChannel.delete(lease.channelId);
@@ -278,14 +360,16 @@ export class LeaseManager {
    */
   async renewAll(): Promise<void> {
     if (this.renewing) return this.renewing;
-    const leases = [...this.live.values()];
-    if (leases.length === 0) return;
+    const leases = [...this.live.values()].filter((l) => !this.local.has(l.token));
+    // only local slots: the renewal tick is when they try to get registered
+    if (leases.length === 0) return this.registerLocal().catch(() => {});
     const ttl = this.ttl();
     const started = this.clock.now();
     this.renewing = (async () => {
       try {
         const lost = await this.store.renew(leases, ttl);
         this.renewFailed = false;
+        this.onStore(true);
         const lostTokens = new Set(lost.map((l) => l.token));
         const missing: Lease[] = [];
         for (const lease of leases) {
@@ -295,6 +379,7 @@ export class LeaseManager {
         if (missing.length > 0) await this.reclaim(missing, ttl);
       } catch (err) {
         this.renewFailed = true;
+        this.onStore(false);
         this.emit({ type: 'renew_failed', leases: leases.length, error: err as Error });
       } finally {
         this.renewing = undefined;
@@ -348,6 +433,7 @@ export class LeaseManager {
     const notHeld = new Set((await this.store.reclaim(refs, ttl, true)).map((l) => l.token));
     for (const lease of leases) {
       if (this.live.get(lease.token) !== lease) continue;
+      this.local.delete(lease.token); // registered now, local slots too
       if (notHeld.has(lease.token)) this.lose(lease, 'missing');
       else this.renewed(lease, started, ttl);
     }
@@ -381,7 +467,12 @@ export class LeaseManager {
         if (this.fencing().enabled) {
           const now = this.clock.now();
           for (const lease of [...this.live.values()]) {
-            if (lease.expiresAt - fenceMarginMs(lease.ttlMs ?? this.ttl()) <= now) this.lose(lease, 'expired');
+            if (lease.expiresAt - fenceMarginMs(lease.ttlMs ?? this.ttl()) > now) continue;
+            if (this.keepExpired(lease)) {
+              this.local.add(lease.token);
+              lease.expiresAt = Infinity;
+              this.emit({ type: 'lease_kept_local', channelId: lease.channelId, token: lease.token });
+            } else this.lose(lease, 'expired');
           }
         }
         this.scheduleFence(this.earliestFence());

@@ -1,0 +1,119 @@
+/**
+ * Bounded degradation while the store is unreachable (`storeFailureMode: 'local_share'`). Each instance admits at
+ * most ⌊max ÷ live instances⌋ per channel on its own, so a fleet that cannot reach Redis stays within every max:
+ *
+ * - it starts only once the store has failed for a whole lease TTL: by then every lease of the fleet has passed its
+ *   local expiry unrenewed, so each is either fenced or kept as a local slot within its instance's share;
+ * - a lease reaching its local expiry while the store is down is kept as a local slot if the share has room;
+ * - the share counts every slot this instance holds on the channel (leases and local slots);
+ * - with no instance seen (`fleetSize()` 0) the share is 0: nothing is admitted, as with `fail_closed`;
+ * - when the store answers again, the local slots are registered in it before anything else is admitted: each
+ *   instance registers its own at its next store call (a lease renewal retries every second while the store fails),
+ *   and one that ran on a local share keeps to it for RECOVERY_MS more, while the others register theirs.
+ *
+ * The bound holds when Redis is down for every instance. An instance cut off alone while the others still reach Redis
+ * adds up to its share on top of the max they keep (docs/redis.md).
+ */
+import type { Candidate } from '../core/channel.js';
+import type { Clock } from '../core/clock.js';
+import { StoreUnavailableError } from '../core/errors.js';
+import type { Settings } from '../core/settings.js';
+import type { Lease, LeaseManager } from '../store/leases.js';
+import type { Prepared } from './candidates.js';
+
+export type StoreFailureMode = 'fail_closed' | 'local_share';
+
+/** After the store answers again, how long an instance that ran on its local share keeps to it. */
+export const RECOVERY_MS = 2000;
+
+export interface LocalShareDeps {
+  mode: StoreFailureMode;
+  clock: Clock;
+  settings: () => Settings;
+  /** The instances sharing the store, as this one last saw them (its heartbeats); 0 when it saw none. */
+  fleetSize: () => number;
+  leases: () => LeaseManager;
+}
+
+export class LocalShare {
+  private downSince: number | undefined;
+  private recoveringUntil = 0;
+  /** Admissions made on a local share since this engine started. */
+  admitted = 0;
+
+  constructor(private readonly deps: LocalShareDeps) {}
+
+  get enabled(): boolean {
+    return this.deps.mode === 'local_share';
+  }
+
+  /** A store call answered or failed (LeaseManager's `onStore`). */
+  readonly note = (answered: boolean): void => {
+    if (answered) {
+      if (this.active) this.recoveringUntil = this.deps.clock.now() + RECOVERY_MS;
+      this.downSince = undefined;
+      if (this.enabled) void this.deps.leases().registerLocal().catch(() => {});
+    } else this.downSince ??= this.deps.clock.now();
+  };
+
+  /** This instance's share of a channel's max. */
+  share(max: number): number {
+    const n = this.deps.fleetSize();
+    return n > 0 ? Math.floor(max / n) : 0;
+  }
+
+  /** Whether the store has failed for a whole lease TTL: every lease of the fleet is fenced or local by now. */
+  get active(): boolean {
+    if (!this.enabled || this.downSince === undefined) return false;
+    return this.deps.clock.now() - this.downSince >= this.deps.settings().lease_ttl_ms;
+  }
+
+  /** LeaseManager's `keepExpired`: a lease unrenewed past its local expiry stays as a local slot within the share. */
+  readonly keep = (lease: Lease): boolean =>
+    this.enabled &&
+    this.downSince !== undefined &&
+    this.deps.leases().localSlots(lease.channelId) < this.share(lease.max);
+
+  /**
+   * Runs an admission pass; with local_share, first registers the local slots, and on a store failure admits on a
+   * local share instead (the first candidate in the pass's order with room), or fails as the store did.
+   */
+  async around<C extends Candidate, T>(
+    prepared: Prepared<C>,
+    pass: () => Promise<T>,
+    local: (channel: C, lease: Lease) => T,
+  ): Promise<T> {
+    if (!this.enabled) return pass();
+    const recovering = () =>
+      this.admitLocal(prepared, local, () => {
+        throw new StoreUnavailableError('acquire', 'the store is back: local slots are being registered');
+      });
+    if (this.deps.clock.now() < this.recoveringUntil) return recovering();
+    try {
+      await this.deps.leases().registerLocal();
+      if (this.deps.clock.now() < this.recoveringUntil) return recovering(); // its registration just started it
+      return await pass();
+    } catch (err) {
+      if (!(err instanceof StoreUnavailableError) || !this.active) throw err;
+      return this.admitLocal(prepared, local, () => {
+        throw err;
+      });
+    }
+  }
+
+  /** The first candidate, in the pass's order, with room in this instance's share. */
+  private admitLocal<C extends Candidate, T>(
+    prepared: Prepared<C>,
+    local: (channel: C, lease: Lease) => T,
+    none: () => never,
+  ): T {
+    const leases = this.deps.leases();
+    for (const channel of prepared.bounded) {
+      const max = channel.maxConcurrency!;
+      if (leases.localCount(channel.id) >= this.share(max)) continue;
+      this.admitted++;
+      return local(channel, leases.holdLocal(channel.id, max));
+    }
+    return none();
+  }
+}
