@@ -11,7 +11,9 @@
  *
  * Answers are programmable per channel and per path (status, headers, a JSON or raw body, SSE chunks with delays or
  * gates in between, a hold before the headers). Each channel's record keeps the requests received (headers and raw
- * body) and whether each was closed by the gateway before its answer was finished.
+ * body) and whether each was closed by the gateway before its answer was finished. With the `timeline` option it also
+ * keeps every change of its in-flight count with its time, so a test can tell for how long the count was over a
+ * limit, not only whether it ever was (`excess`).
  */
 import {
   createServer,
@@ -59,6 +61,8 @@ export interface ReceivedRequest {
   finished: boolean;
   /** Settles when the exchange is over (finished or aborted). */
   done: Promise<void>;
+  /** When it arrived, on `performance.now()`. */
+  receivedAt: number;
 }
 
 export interface ChannelRecord {
@@ -70,6 +74,48 @@ export interface ChannelRecord {
   received: number;
   /** Every request received; empty with `keepRequests` off. */
   requests: ReceivedRequest[];
+  /** With the `timeline` option: every change of `current` as [performance.now(), current after it]. */
+  timeline: Array<[at: number, current: number]>;
+}
+
+/** How far and for how long a channel's in-flight count went over a limit. */
+export interface Excess {
+  /** The highest count seen. */
+  peak: number;
+  /** Total time the count was above the limit, in ms (a spell still open counts up to `until`). */
+  msAbove: number;
+  /** Start of the first and end of the last spell above the limit (performance.now()); absent when none. */
+  firstAbove?: number;
+  lastAbove?: number;
+}
+
+/** Reads a timeline of [time, count] changes (in time order) against `limit`, up to `until`. */
+export function excessOver(
+  timeline: ReadonlyArray<readonly [number, number]>,
+  limit: number,
+  until: number,
+): Excess {
+  let peak = 0;
+  let msAbove = 0;
+  let since: number | undefined;
+  let firstAbove: number | undefined;
+  let lastAbove: number | undefined;
+  for (const [at, current] of timeline) {
+    peak = Math.max(peak, current);
+    if (current > limit && since === undefined) {
+      since = at;
+      firstAbove ??= at;
+    } else if (current <= limit && since !== undefined) {
+      msAbove += at - since;
+      lastAbove = at;
+      since = undefined;
+    }
+  }
+  if (since !== undefined) {
+    msAbove += Math.max(0, until - since);
+    lastAbove = until;
+  }
+  return { peak, msAbove, ...(firstAbove !== undefined ? { firstAbove, lastAbove } : {}) };
 }
 
 export interface UpstreamOptions {
@@ -84,6 +130,8 @@ export interface UpstreamOptions {
   keepRequests?: boolean;
   /** @default 5000 */
   keepAliveTimeoutMs?: number;
+  /** Keep each channel's `timeline` of in-flight counts (see `excess`). @default false */
+  timeline?: boolean;
 }
 
 /** The base URL of `channel` on an upstream at `origin`, when channels are told apart by path. */
@@ -173,7 +221,10 @@ export class FakeUpstream {
 
   record(channel: string): ChannelRecord {
     let record = this.records.get(channel);
-    if (!record) this.records.set(channel, (record = { current: 0, max: 0, received: 0, requests: [] }));
+    if (!record) {
+      record = { current: 0, max: 0, received: 0, requests: [], timeline: [] };
+      this.records.set(channel, record);
+    }
     return record;
   }
 
@@ -189,6 +240,12 @@ export class FakeUpstream {
   /** The highest number in flight at once, per channel. */
   highest(): Record<string, number> {
     return Object.fromEntries([...this.records].map(([id, r]) => [id, r.max]));
+  }
+
+  /** How far and for how long `channel` went over `limit` in flight; needs the `timeline` option. */
+  excess(channel: string, limit: number): Excess {
+    if (!this.options.timeline) throw new Error('excess() needs the upstream started with `timeline: true`');
+    return excessOver(this.record(channel).timeline, limit, performance.now());
   }
 
   /** Requests received on every channel. */
@@ -233,14 +290,17 @@ export class FakeUpstream {
     }
     const { channel, path } = attributed;
     const record = this.record(channel);
+    const receivedAt = performance.now();
     record.current++;
     record.received++;
     record.max = Math.max(record.max, record.current);
+    if (this.options.timeline) record.timeline.push([receivedAt, record.current]);
     let inFlight = true;
     const countOut = () => {
       if (!inFlight) return;
       inFlight = false;
       record.current--;
+      if (this.options.timeline) record.timeline.push([performance.now(), record.current]);
     };
     let closed!: () => void;
     const received: ReceivedRequest = {
@@ -252,6 +312,7 @@ export class FakeUpstream {
       aborted: false,
       finished: false,
       done: new Promise<void>((resolve) => (closed = resolve)),
+      receivedAt,
     };
     if (this.options.keepRequests !== false) record.requests.push(received);
     res.once('close', () => {
