@@ -60,6 +60,7 @@ function setup() {
     settings: () => settings,
     putSettings: async () => settings,
     status: async () => ({ instance_id: admission.instanceId }),
+    ready: async () => ({ ready: true }),
     metrics,
     upstream,
     logger: false,
