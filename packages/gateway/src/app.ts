@@ -86,7 +86,11 @@ export function buildApp(deps: AppDeps): FastifyInstance {
     if (httpError.code === 'internal_error') request.log.error({ err }, 'internal error');
     if (request.url.startsWith('/v1/')) deps.metrics.countResponse('gateway', httpError.status);
     if (reply.sent || reply.raw.headersSent) return;
-    void reply.code(httpError.status).headers(httpError.headers).send(errorBody(httpError, shape));
+    // frameworkErrors answer outside the hooks: the request id is set here for them
+    void reply
+      .code(httpError.status)
+      .headers({ ...httpError.headers, 'x-request-id': request.id })
+      .send(errorBody(httpError, shape));
   };
 
   const app: FastifyInstance = Fastify({
