@@ -68,6 +68,11 @@ function fastifyHttpError(err: FastifyError, bodyLimit: number): HttpError | und
     return new HttpError('request_too_large', `the request body is larger than ${bodyLimit} bytes`);
   if (err.code === 'FST_ERR_BAD_URL')
     return new HttpError('invalid_request_error', 'the URL is not valid: a malformed percent-encoding');
+  if (err.code === 'ECONNRESET')
+    return new HttpError(
+      'invalid_request_error',
+      'the client closed the connection before its request was in',
+    );
   if (typeof err.code === 'string' && err.code.startsWith('FST_ERR_CTP'))
     return new HttpError('invalid_request_error', err.message);
   if (typeof err.code === 'string' && err.code.startsWith('FST_') && (err.statusCode ?? 500) < 500)
