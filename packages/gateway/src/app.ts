@@ -158,8 +158,8 @@ export function buildApp(deps: AppDeps): FastifyInstance {
 /**
  * Stops accepting and waits for in-flight requests, up to `forceAfterMs`, then drops every connection. On close, the
  * HTTP server drops only the keep-alive connections idle at that moment; one whose response was still streaming
- * would stay open until keepAliveTimeout (72 s) or the forced close and hold the shutdown with it, so while draining each connection is
- * dropped as soon as its last response has ended.
+ * would stay open until server.keep_alive_timeout_ms or the forced close and hold the shutdown with it, so while
+ * draining each connection is dropped as soon as its last response has ended.
  */
 export async function closeApp(app: FastifyInstance, forceAfterMs: number): Promise<void> {
   draining.add(app);
