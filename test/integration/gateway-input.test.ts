@@ -353,7 +353,7 @@ describe('admin input', () => {
     expect(await redis.hgetall(store.keys.settings())).toEqual({ retry_times: '2' });
   });
 
-  it('a manual cooldown with bad seconds → 400 naming the value; an unknown channel → 404', async () => {
+  it('a manual cooldown with a bad body or bad seconds → 400 naming the value; an unknown channel → 404; nothing cools', async () => {
     const gw = await gateway();
     const res = await inject(gw, {
       method: 'POST',
@@ -364,6 +364,15 @@ describe('admin input', () => {
     expect(openaiError(res, 400, 'invalid_request_error', 'invalid_request_error')).toMatch(
       /`seconds`.*got 0/,
     );
+    // bodies that once cooled the channel for the default 30 s (or failed with a 500)
+    for (const body of ['null', '[]', '5', '{"seconds":null}']) {
+      openaiError(
+        await inject(gw, { method: 'POST', url: '/admin/channels/m1/cooldown', headers: ADMIN, body }),
+        400,
+        'invalid_request_error',
+        'invalid_request_error',
+      );
+    }
     openaiError(
       await inject(gw, { method: 'POST', url: '/admin/channels/nope/cooldown', headers: ADMIN, body: {} }),
       404,

@@ -1,9 +1,12 @@
 /**
  * The gateway with its Redis stopped and started again, on a private redis-server: bounded channels
  * fail closed with 503 admission_store_unavailable and `Retry-After: 1`, unlimited channels keep serving with no
- * Redis at all, and once Redis is back bounded channels serve again without a restart.
+ * Redis at all, and once Redis is back bounded channels serve again without a restart. /readyz follows Redis while
+ * /livez and /healthz stay 200, and a settings update while Redis is down is 503 and changes nothing.
  */
 import { describe, expect, it } from 'vitest';
+import { Redis } from 'ioredis';
+import type { RedisStore } from '../../packages/slotgate/src/store/redis/redis-store.js';
 import { FakeUpstream } from '../helpers/fake-upstream.js';
 import {
   ADMIN,
@@ -105,5 +108,59 @@ describe('gateway with Redis down', () => {
     expect((healthy.json() as { redis: { healthy: boolean } }).redis.healthy).toBe(true);
     // no lease is stranded by the outage
     expect(await eventually(() => gw.gateway.admission.stats().liveLeases === 0)).toBe(true);
+  });
+
+  it('/readyz follows Redis, /livez and /healthz do not; a settings PUT while Redis is down is 503 and changes nothing', async () => {
+    const server = await RedisServer.start();
+    cleanups.push(() => server.stop());
+    const gw = await startGateway(
+      configDoc({
+        redis: server.url,
+        channels: [{ id: 'm', type: 'mock', models: ['m'], max_concurrency: 1, mock: { latency_ms: 0 } }],
+      }),
+    );
+    cleanups.push(() => gw.close());
+    const get = (path: string) => call(`${gw.url}${path}`, { headers: ADMIN });
+    const putRetries = (n: number) =>
+      call(`${gw.url}/admin/settings`, { method: 'PUT', headers: ADMIN, body: { retry_times: n } });
+    const alive = async () => {
+      for (const path of ['/livez', '/healthz']) {
+        const res = await get(path);
+        expect(res.status).toBe(200);
+        expect(res.json()).toEqual({ ok: true });
+      }
+    };
+
+    expect((await get('/readyz')).json()).toEqual({ ready: true });
+    await alive();
+    await server.stop();
+
+    // the previous answer may be reused for up to 1 s
+    expect(await eventually(async () => (await get('/readyz')).status === 503, 10_000)).toBe(true);
+    const notReady = await get('/readyz');
+    expect((notReady.json() as { error: { code: string; message: string } }).error).toMatchObject({
+      code: 'not_ready',
+      message: expect.stringMatching(/^slotgate: not ready: the admission store \(redis\) does not answer: /),
+    });
+    await alive();
+
+    const put = await putRetries(4);
+    expect(put.status).toBe(503);
+    expect(put.headers['retry-after']).toBe('1');
+    expect((put.json() as { error: { code: string } }).error.code).toBe('admission_store_unavailable');
+    expect(gw.gateway.settings.retry_times).toBe(1);
+    expect(
+      ((await get('/admin/settings')).json() as { settings: { retry_times: number } }).settings.retry_times,
+    ).toBe(1);
+
+    await server.start(); // same port, empty data set
+    expect(await eventually(async () => (await get('/readyz')).status === 200, 15_000)).toBe(true);
+    expect(gw.gateway.settings.retry_times).toBe(1);
+    const redis = new Redis(server.url);
+    cleanups.push(() => redis.disconnect());
+    expect(await redis.hgetall((gw.gateway.store as RedisStore).keys.settings())).toEqual({});
+    // and a PUT once Redis is back is stored
+    expect((await putRetries(4)).status).toBe(200);
+    expect(gw.gateway.settings.retry_times).toBe(4);
   });
 });

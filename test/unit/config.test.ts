@@ -1,6 +1,7 @@
 /** The config file schema: every problem in one report, secrets never echoed. */
 import { describe, expect, it } from 'vitest';
 import { ConfigError, parseConfig } from '../../packages/gateway/src/config.js';
+import { checkingIntervalMs, timeoutOptions } from '../../packages/gateway/src/http-options.js';
 
 function problems(input: unknown, env: NodeJS.ProcessEnv = {}): string[] {
   try {
@@ -51,5 +52,30 @@ describe('parseConfig', () => {
     );
     expect(config.tokens[0]!.key).toBe('resolved');
     expect(Object.isFrozen(config)).toBe(true);
+  });
+
+  it('server time-outs: defaults that bound receiving a request, headers within the request time-out', () => {
+    const { server } = parseConfig({}, 'defaults.yaml');
+    expect(server).toMatchObject({
+      headers_timeout_ms: 10_000,
+      request_timeout_ms: 60_000,
+      keep_alive_timeout_ms: 72_000,
+    });
+    expect(timeoutOptions(server)).toEqual({
+      requestTimeout: 60_000,
+      keepAliveTimeout: 72_000,
+      connectionTimeout: 0, // a socket inactivity time-out would cut a silent stream
+      http: { headersTimeout: 10_000, connectionsCheckingInterval: 1000 },
+    });
+    const small = parseConfig({ server: { headers_timeout_ms: 200, request_timeout_ms: 400 } }, 'small.yaml');
+    expect(checkingIntervalMs(small.server)).toBe(50);
+
+    expect(problems({ server: { headers_timeout_ms: 5000, request_timeout_ms: 1000 } })).toEqual([
+      'server.headers_timeout_ms: expected at most server.request_timeout_ms (1000), got 5000',
+    ]);
+    expect(problems({ server: { request_timeout_ms: 0, keep_alive_timeout_ms: 'long' } })).toEqual([
+      expect.stringMatching(/^server\.request_timeout_ms: .*got 0$/),
+      expect.stringMatching(/^server\.keep_alive_timeout_ms: .*got "long"$/),
+    ]);
   });
 });

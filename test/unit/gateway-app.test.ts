@@ -3,105 +3,21 @@
  * `app.inject()`. No Redis, no open port. JSON and SSE answers, the error shapes of both APIs, the capacity 429's
  * Retry-After, and whose token each route reads.
  */
-import { afterEach, describe, expect, it } from 'vitest';
-import { MemoryStore, createAdmission, type Ticket } from 'slotgate';
-import { buildApp } from '../../packages/gateway/src/app.js';
-import { ChannelRegistry, type GatewayChannel } from '../../packages/gateway/src/channels.js';
-import { parseConfig } from '../../packages/gateway/src/config.js';
-import { GatewayMetrics } from '../../packages/gateway/src/metrics.js';
-import { admissionPart, gatewaySettings } from '../../packages/gateway/src/settings.js';
-import { UpstreamClient } from '../../packages/gateway/src/upstream.js';
-
-const TOKEN = 'tok-unit-client';
-const ADMIN_TOKEN = 'adm-unit-admin';
-const REPLY = 'one two three four';
-const BODY_LIMIT = 2048;
-
-const closers: Array<() => Promise<unknown>> = [];
-afterEach(async () => {
-  for (const close of closers.splice(0).reverse()) await close();
-});
-
-function setup() {
-  const config = parseConfig(
-    {
-      server: { body_limit_bytes: BODY_LIMIT },
-      admin: { token: ADMIN_TOKEN },
-      tokens: [{ key: TOKEN, name: 'unit' }],
-      channels: [
-        {
-          id: 'mock-a',
-          type: 'mock',
-          models: ['gpt-mock', 'claude-mock'],
-          max_concurrency: 1,
-          mock: { latency_ms: 0, chunks: 2, chunk_delay_ms: 0, reply: REPLY },
-        },
-      ],
-      settings: { wait_enabled: false },
-    },
-    'unit',
-  );
-  const registry = new ChannelRegistry(config.channels, config.tokens);
-  const settings = gatewaySettings.merge(gatewaySettings.defaults, config.settings);
-  const store = new MemoryStore();
-  const admission = createAdmission({ store, settings: admissionPart(settings) });
-  const metrics = new GatewayMetrics({
-    admission: () => admission,
-    channels: () => registry,
-    storeKind: store.kind,
-    storeUp: async () => true,
-    configVersion: () => 1,
-  });
-  const upstream = new UpstreamClient(config.timeouts);
-  const app = buildApp({
-    admission,
-    registry: () => registry,
-    config: () => config,
-    settings: () => settings,
-    putSettings: async () => settings,
-    status: async () => ({ instance_id: admission.instanceId }),
-    metrics,
-    upstream,
-    logger: false,
-  });
-  closers.push(
-    () => store.close(),
-    () => upstream.close(),
-    () => admission.close(),
-    () => app.close(),
-  );
-  return { app, admission, channel: registry.get('mock-a') as GatewayChannel };
-}
-
-type App = ReturnType<typeof setup>['app'];
-
-const openai = { authorization: `Bearer ${TOKEN}` };
-const anthropic = { 'x-api-key': TOKEN };
-
-function post(app: App, url: string, headers: Record<string, string>, payload: unknown) {
-  return app.inject({
-    method: 'POST',
-    url,
-    headers: { 'content-type': 'application/json', ...headers },
-    payload: typeof payload === 'string' ? payload : JSON.stringify(payload),
-  });
-}
-
-/** Asserts the OpenAI error body `{"error":{"message","type","code"}}`. */
-function expectOpenAIError(res: { statusCode: number; json(): unknown }, status: number, code: string) {
-  expect(res.statusCode).toBe(status);
-  const body = res.json() as { error: Record<string, unknown> };
-  expect(Object.keys(body)).toEqual(['error']);
-  expect(body.error).toMatchObject({ code, type: expect.any(String), message: expect.any(String) });
-}
-
-/** Asserts the Anthropic error body `{"type":"error","error":{"type","message"}}`. */
-function expectAnthropicError(res: { statusCode: number; json(): unknown }, status: number, type: string) {
-  expect(res.statusCode).toBe(status);
-  const body = res.json() as { type: string; error: Record<string, unknown> };
-  expect(body.type).toBe('error');
-  expect(body.error).toEqual({ type, message: expect.any(String) });
-}
+import { describe, expect, it } from 'vitest';
+import type { Ticket } from 'slotgate';
+import type { GatewayChannel } from '../../packages/gateway/src/channels.js';
+import {
+  ADMIN_TOKEN,
+  BODY_LIMIT,
+  REPLY,
+  TOKEN,
+  anthropic,
+  expectAnthropicError,
+  expectOpenAIError,
+  openai,
+  post,
+  testApp as setup,
+} from '../helpers/app.js';
 
 describe('buildApp through inject', () => {
   it('passes a JSON answer through with the channel and request id headers', async () => {

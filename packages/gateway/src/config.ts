@@ -74,6 +74,12 @@ export const configSchema = z
           .default(10 * 1024 * 1024),
         /** On SIGTERM, how long in-flight requests may take to finish. */
         shutdown_timeout_ms: z.int().min(0).max(600_000).default(30_000),
+        /** Until a request's headers have all arrived (a new connection's first request: from the connect). */
+        headers_timeout_ms: z.int().min(100).max(600_000).default(10_000),
+        /** Until a whole request, body included, has arrived; its response may then take as long as it needs. */
+        request_timeout_ms: z.int().min(100).max(3_600_000).default(60_000),
+        /** How long a keep-alive connection may stay idle between two requests. */
+        keep_alive_timeout_ms: z.int().min(100).max(3_600_000).default(72_000),
         /** Log level (pino). */
         log_level: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
       })
@@ -127,6 +133,13 @@ export const configSchema = z
       .prefault({}),
   })
   .superRefine((config, ctx) => {
+    if (config.server.headers_timeout_ms > config.server.request_timeout_ms) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['server', 'headers_timeout_ms'],
+        message: `expected at most server.request_timeout_ms (${config.server.request_timeout_ms})`,
+      });
+    }
     const ids = new Set<string>();
     config.channels.forEach((c, i) => {
       if (ids.has(c.id))

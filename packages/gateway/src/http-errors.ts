@@ -59,7 +59,14 @@ export const GATEWAY_ERRORS = {
     status: 413,
     type: 'invalid_request_error',
     anthropicType: 'request_too_large',
-    meaning: 'the body is larger than server.body_limit_bytes',
+    meaning: 'the body is larger than server.body_limit_bytes, or the headers are larger than 16 KiB',
+  },
+  request_timeout: {
+    status: 408,
+    type: 'invalid_request_error',
+    anthropicType: 'invalid_request_error',
+    meaning:
+      'the request headers did not arrive within server.headers_timeout_ms, or the whole request within server.request_timeout_ms; the connection is closed',
   },
   invalid_settings: {
     status: 400,
@@ -93,6 +100,13 @@ export const GATEWAY_ERRORS = {
     anthropicType: 'api_error',
     meaning: 'the upstream did not send its response headers within timeouts.first_byte_ms',
   },
+  not_ready: {
+    status: 503,
+    type: 'server_error',
+    anthropicType: 'overloaded_error',
+    meaning:
+      'GET /readyz: this instance should get no traffic now (its admission store does not answer); the message says why',
+  },
   internal_error: {
     status: 500,
     type: 'server_error',
@@ -103,13 +117,38 @@ export const GATEWAY_ERRORS = {
 
 export type GatewayErrorCode = keyof typeof GATEWAY_ERRORS;
 
+/** Longest piece of client input an error message echoes. */
+export const ECHO_MAX_CHARS = 200;
+/** Longest error message an answer carries; a longer one keeps its beginning and its end. */
+export const MESSAGE_MAX_CHARS = 1000;
+
+/**
+ * Client input (a string or a parsed JSON value) as an error message shows it: as JSON, so a string is quoted and its
+ * control characters escaped, cut to ECHO_MAX_CHARS with the full length noted: `"gpt-4o-mini"`,
+ * `"xxxx…… (100002 characters)`.
+ */
+export function echo(input: unknown): string {
+  const text = JSON.stringify(input) ?? String(input);
+  if (text.length <= ECHO_MAX_CHARS) return text;
+  return `${text.slice(0, ECHO_MAX_CHARS)}… (${text.length} characters)`;
+}
+
+/** Cuts the middle out of a message longer than MESSAGE_MAX_CHARS, saying how much went. */
+function bounded(message: string): string {
+  if (message.length <= MESSAGE_MAX_CHARS) return message;
+  const head = Math.floor(MESSAGE_MAX_CHARS * 0.7);
+  const tail = MESSAGE_MAX_CHARS - head;
+  return `${message.slice(0, head)} …(${message.length - head - tail} characters cut)… ${message.slice(-tail)}`;
+}
+
 export class HttpError extends Error {
+  /** `message` may quote client input: it is bounded to MESSAGE_MAX_CHARS here, whoever built it. */
   constructor(
     readonly code: GatewayErrorCode,
     message: string,
     readonly headers: Record<string, string> = {},
   ) {
-    super(message);
+    super(bounded(message));
     this.name = 'HttpError';
   }
 

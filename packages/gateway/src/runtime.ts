@@ -18,6 +18,7 @@ import {
 import type { ChannelRegistry } from './channels.js';
 import type { GatewayConfig } from './config.js';
 import { GatewayMetrics } from './metrics.js';
+import { cachedReadiness, storeReadiness, type ReadinessCheck } from './readiness.js';
 import { ConfigInForce } from './reload.js';
 import {
   admissionPart,
@@ -36,6 +37,8 @@ const INSTANCE_MAX_AGE_MS = 15_000;
  * status and shutdown wait no longer than this for the instance list.
  */
 const PRESENCE_WAIT_MS = 1000;
+/** Readiness probes share one store health check per this long. */
+const READINESS_CACHE_MS = 1000;
 
 export interface RuntimeOptions {
   config: GatewayConfig;
@@ -181,6 +184,9 @@ export class GatewayRuntime {
     this.overrides = merged;
     return this.applySettings();
   };
+
+  /** GET /readyz: this instance should get traffic while its store answers. */
+  readonly ready: ReadinessCheck = cachedReadiness(() => storeReadiness(this.store), READINESS_CACHE_MS);
 
   status = async (): Promise<Record<string, unknown>> => ({
     instance_id: this.admission.instanceId,

@@ -9,7 +9,7 @@ import { CapacityError, NoChannelError, type Admission, type Ticket } from 'slot
 import type { GatewaySettings } from '../settings.js';
 import type { ChannelRegistry, GatewayChannel } from '../channels.js';
 import type { GatewayConfig } from '../config.js';
-import { HttpError, errorBody, toHttpError, type ApiShape } from '../http-errors.js';
+import { HttpError, echo, errorBody, toHttpError, type ApiShape } from '../http-errors.js';
 import {
   UpstreamConnectError,
   UpstreamTimeoutError,
@@ -91,7 +91,7 @@ export async function proxyRequest(
   const model = json.model as string;
   const candidates = registry.candidates(token.group, model);
   if (candidates.length === 0) {
-    throw new HttpError('model_not_found', `no channel serves model "${model}" for this API key's group`);
+    throw new HttpError('model_not_found', `no channel serves model ${echo(model)} for this API key's group`);
   }
 
   // The client going away aborts waiting and the upstream request.

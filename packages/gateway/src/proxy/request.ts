@@ -36,11 +36,40 @@ function decodeJson(text: string): unknown {
   }
 }
 
-/** An admin request body as JSON; a missing body is an error of its own. */
+/** Deepest nesting of arrays and objects an admin body may have: its values are flat, and deeper input is an attack. */
+export const ADMIN_JSON_MAX_DEPTH = 32;
+
+/** Whether `value` nests arrays or objects deeper than `max` levels (walked without recursion). */
+function nestedDeeperThan(value: unknown, max: number): boolean {
+  const stack: Array<[unknown, number]> = [[value, 1]];
+  while (stack.length > 0) {
+    const [v, depth] = stack.pop()!;
+    if (v === null || typeof v !== 'object') continue;
+    if (depth > max) return true;
+    for (const child of Object.values(v)) stack.push([child, depth + 1]);
+  }
+  return false;
+}
+
+/** An admin request body as JSON; a missing body, or one nested deeper than ADMIN_JSON_MAX_DEPTH, is an error. */
 export function parseJson(raw: unknown): unknown {
   if (raw === undefined || raw === null)
     throw new HttpError('invalid_request_error', 'the request body is empty; expected a JSON object');
-  return decodeJson(Buffer.isBuffer(raw) ? raw.toString('utf8') : String(raw));
+  const json = decodeJson(Buffer.isBuffer(raw) ? raw.toString('utf8') : String(raw));
+  if (nestedDeeperThan(json, ADMIN_JSON_MAX_DEPTH)) {
+    throw new HttpError(
+      'invalid_request_error',
+      `the request body nests arrays or objects deeper than ${ADMIN_JSON_MAX_DEPTH} levels`,
+    );
+  }
+  return json;
+}
+
+/** What a JSON value is, for messages: `null`, `an array`, `a number`, … */
+export function kindOf(value: unknown): string {
+  if (value === null) return 'null';
+  if (Array.isArray(value)) return 'an array';
+  return typeof value === 'object' ? 'an object' : `a ${typeof value}`;
 }
 
 /** A client API body: the bytes to forward and the JSON object they hold, with a non-empty string `model`. */

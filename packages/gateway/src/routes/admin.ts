@@ -4,12 +4,12 @@
  */
 import { createHash, timingSafeEqual } from 'node:crypto';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
-import type { Admission } from 'slotgate';
+import { SlotgateError, StoreUnavailableError, type Admission } from 'slotgate';
 import { gatewaySettings, type GatewaySettings, type GatewaySettingsUpdate } from '../settings.js';
 import type { ChannelRegistry, GatewayChannel } from '../channels.js';
 import type { GatewayConfig } from '../config.js';
-import { HttpError } from '../http-errors.js';
-import { parseJson, presentedToken } from '../proxy/request.js';
+import { HttpError, echo } from '../http-errors.js';
+import { kindOf, parseJson, presentedToken } from '../proxy/request.js';
 
 export interface AdminContext {
   admission: Admission;
@@ -62,6 +62,54 @@ export function publicChannel(c: GatewayChannel): Record<string, unknown> {
   };
 }
 
+/** Longest `reason` a manual cooldown takes. */
+const REASON_MAX_CHARS = 200;
+const COOLDOWN_FIELDS = ['seconds', 'reason'];
+
+/**
+ * The body of POST /admin/channels/:id/cooldown: none (or `{}`) for the default length, else a JSON object with
+ * `seconds` (an integer in 1–3600) and/or `reason` (a string of 1–200 characters). Anything else is rejected whole.
+ */
+export function cooldownRequest(raw: unknown, defaultSeconds: number): { seconds: number; reason: string } {
+  const empty = raw === undefined || (Buffer.isBuffer(raw) && raw.length === 0);
+  const body = empty ? {} : parseJson(raw);
+  const invalid = (message: string) => new HttpError('invalid_request_error', message);
+  if (body === null || typeof body !== 'object' || Array.isArray(body)) {
+    throw invalid(
+      `Expected the body to be a JSON object with \`seconds\` and/or \`reason\` (or no body), got ${kindOf(body)}`,
+    );
+  }
+  const unknown = Object.keys(body).filter((k) => !COOLDOWN_FIELDS.includes(k));
+  if (unknown.length > 0)
+    throw invalid(`Unknown field ${echo(unknown[0])} (valid fields: ${COOLDOWN_FIELDS.join(', ')})`);
+  const { seconds = defaultSeconds, reason = 'set by admin' } = body as {
+    seconds?: unknown;
+    reason?: unknown;
+  };
+  if (typeof seconds !== 'number' || !Number.isInteger(seconds) || seconds < 1 || seconds > 3600)
+    throw invalid(`Expected \`seconds\` to be an integer in 1–3600, got ${echo(seconds)}`);
+  if (typeof reason !== 'string' || reason.length === 0 || reason.length > REASON_MAX_CHARS)
+    throw invalid(
+      `Expected \`reason\` to be a string of 1–${REASON_MAX_CHARS} characters, got ${echo(reason)}`,
+    );
+  return { seconds, reason };
+}
+
+/**
+ * The store failed to take a settings update that had validated (a client error of the store's, or its
+ * StoreUnavailableError): 503, like an admission the store failed, with a message that says what did not happen.
+ * slotgate's own errors and programming errors keep their answers.
+ */
+function settingsNotStored(err: unknown): unknown {
+  if (err instanceof HttpError || err instanceof TypeError || err instanceof RangeError) return err;
+  if (err instanceof SlotgateError && !(err instanceof StoreUnavailableError)) return err;
+  return new HttpError(
+    'admission_store_unavailable',
+    'slotgate: the admission store is unavailable, so the settings update was not applied; retry shortly',
+    { 'retry-after': '1' },
+  );
+}
+
 export function registerAdminRoutes(app: FastifyInstance, ctx: AdminContext): void {
   app.register(async (admin) => {
     admin.addHook('onRequest', async (request) => {
@@ -69,6 +117,12 @@ export function registerAdminRoutes(app: FastifyInstance, ctx: AdminContext): vo
         throw new HttpError('unauthorized_admin', 'admin routes need `Authorization: Bearer <admin token>`');
       }
     });
+
+    const channelOf = (id: string): GatewayChannel => {
+      const channel = ctx.registry().get(id);
+      if (!channel) throw new HttpError('not_found', `no channel ${echo(id)}`);
+      return channel;
+    };
 
     admin.get('/admin/settings', async () => ({
       settings: ctx.settings(),
@@ -86,7 +140,12 @@ export function registerAdminRoutes(app: FastifyInstance, ctx: AdminContext): vo
 
     admin.put('/admin/settings', async (request) => {
       const update = gatewaySettings.parse(parseJson(request.body));
-      return { settings: await ctx.putSettings(update) };
+      try {
+        return { settings: await ctx.putSettings(update) };
+      } catch (err) {
+        request.log.warn({ err: (err as Error).message }, 'settings update not stored');
+        throw settingsNotStored(err);
+      }
     });
 
     // Loads come through the load view (cached for load_cache_ttl_ms, shared with admission), so a dashboard that
@@ -114,30 +173,14 @@ export function registerAdminRoutes(app: FastifyInstance, ctx: AdminContext): vo
     });
 
     admin.post<{ Params: { id: string } }>('/admin/channels/:id/cooldown', async (request) => {
-      const channel = ctx.registry().get(request.params.id);
-      if (!channel) throw new HttpError('not_found', `no channel "${request.params.id}"`);
-      const body =
-        request.body === undefined || (Buffer.isBuffer(request.body) && request.body.length === 0)
-          ? {}
-          : parseJson(request.body);
-      const seconds = (body as { seconds?: unknown }).seconds ?? ctx.admission.settings.cooldown_seconds;
-      if (typeof seconds !== 'number' || !Number.isInteger(seconds) || seconds < 1 || seconds > 3600) {
-        throw new HttpError(
-          'invalid_request_error',
-          `Expected \`seconds\` to be an integer in 1–3600, got ${JSON.stringify(seconds)}`,
-        );
-      }
-      const reason =
-        typeof (body as { reason?: unknown }).reason === 'string'
-          ? (body as { reason: string }).reason.slice(0, 200)
-          : 'set by admin';
+      const channel = channelOf(request.params.id);
+      const { seconds, reason } = cooldownRequest(request.body, ctx.admission.settings.cooldown_seconds);
       await ctx.admission.cooldown(channel, { ms: seconds * 1000, reason });
       return { channel: channel.id, cooling: ctx.admission.settings.cooldown_enabled, seconds, reason };
     });
 
     admin.delete<{ Params: { id: string } }>('/admin/channels/:id/cooldown', async (request) => {
-      const channel = ctx.registry().get(request.params.id);
-      if (!channel) throw new HttpError('not_found', `no channel "${request.params.id}"`);
+      const channel = channelOf(request.params.id);
       await ctx.admission.clearCooldown(channel);
       return { channel: channel.id, cooling: false };
     });

@@ -1,6 +1,6 @@
 /**
  * GET /dashboard, the rollout dashboard: one static HTML file, no build step; it reads the admin API with the token
- * the operator types in. GET /healthz: the process answers, whatever the store's state.
+ * the operator types in.
  */
 import { readFileSync } from 'node:fs';
 import type { FastifyInstance } from 'fastify';
@@ -13,8 +13,6 @@ export function dashboardHtml(): string {
 }
 
 export function registerDashboardRoutes(app: FastifyInstance): void {
-  app.get('/healthz', async () => ({ ok: true }));
-
   app.get('/dashboard', async (_request, reply) => {
     void reply.header('content-type', 'text/html; charset=utf-8').header('cache-control', 'no-store');
     return dashboardHtml();

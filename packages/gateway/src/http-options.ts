@@ -1,0 +1,80 @@
+/**
+ * The Fastify options that guard connections before any route runs: the request id a client may choose, the
+ * time-outs that bound receiving a request (never sending its response: an LLM stream may run for many minutes), and
+ * the answer to a connection-level error (a time-out, headers too large, bytes that are not HTTP), in slotgate's
+ * error shape instead of Fastify's.
+ */
+import { randomUUID } from 'node:crypto';
+import { STATUS_CODES, type IncomingMessage, type Server } from 'node:http';
+import type { Socket } from 'node:net';
+import type { FastifyBaseLogger, FastifyHttpOptions } from 'fastify';
+import type { GatewayConfig } from './config.js';
+import { HttpError, errorBody } from './http-errors.js';
+
+/** A client's `x-request-id` is kept only in this shape; anything else gets a fresh UUID. */
+export const REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/;
+
+/** The client's `x-request-id` when it is safe to log and echo, else a fresh UUID. */
+export function requestId(request: IncomingMessage): string {
+  const given = request.headers['x-request-id'];
+  return typeof given === 'string' && REQUEST_ID.test(given) ? given : randomUUID();
+}
+
+/**
+ * Node checks the headers and request time-outs of every connection still receiving a request this often (its
+ * default, 30 s, would let a 10 s time-out run to 40 s); a time-out is enforced within this much of its value.
+ */
+export function checkingIntervalMs(server: GatewayConfig['server']): number {
+  return Math.min(1000, Math.ceil(Math.min(server.headers_timeout_ms, server.request_timeout_ms) / 4));
+}
+
+/**
+ * Node's `requestTimeout` and `headersTimeout` run from the first byte of a request (from the connection's start for
+ * the first one) until the request has been received whole, so a response streaming for an hour is never cut; between
+ * two requests of a keep-alive connection, `keepAliveTimeout` applies instead. The socket inactivity time-out
+ * (`connectionTimeout`) stays off: it would cut a stream whose upstream is silent for a while (timeouts.idle_ms
+ * bounds that gap).
+ */
+export function timeoutOptions(server: GatewayConfig['server']): FastifyHttpOptions<Server> {
+  return {
+    requestTimeout: server.request_timeout_ms,
+    keepAliveTimeout: server.keep_alive_timeout_ms,
+    connectionTimeout: 0,
+    http: {
+      headersTimeout: server.headers_timeout_ms,
+      connectionsCheckingInterval: checkingIntervalMs(server),
+    },
+  };
+}
+
+/** A connection-level error as slotgate answers it. */
+function clientHttpError(code: string): HttpError {
+  if (code === 'ERR_HTTP_REQUEST_TIMEOUT')
+    return new HttpError(
+      'request_timeout',
+      'the request did not arrive in time (server.headers_timeout_ms / server.request_timeout_ms)',
+    );
+  if (code === 'HPE_HEADER_OVERFLOW')
+    return new HttpError('request_too_large', 'the request headers are larger than 16 KiB');
+  return new HttpError('invalid_request_error', 'the request is not valid HTTP/1.1');
+}
+
+/**
+ * Fastify's `clientErrorHandler`: like Node's own, it answers only on a connection that has not written anything yet
+ * (never into the middle of an earlier response), then closes the connection.
+ */
+export function clientErrorHandler(log: () => FastifyBaseLogger) {
+  return (err: Error & { code?: string }, socket: Socket): void => {
+    if (err.code === 'ECONNRESET' || socket.destroyed) return;
+    const error = clientHttpError(err.code ?? '');
+    log().debug({ code: err.code, answer: error.code }, 'connection error');
+    if (socket.writable && socket.bytesWritten === 0) {
+      const body = JSON.stringify(errorBody(error, 'openai'));
+      socket.write(
+        `HTTP/1.1 ${error.status} ${STATUS_CODES[error.status]}\r\nContent-Type: application/json\r\n` +
+          `Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
+      );
+    }
+    socket.destroy();
+  };
+}

@@ -1,0 +1,48 @@
+/**
+ * Readiness: whether this instance should get traffic now. The decision is one function, `ReadinessCheck`; the
+ * runtime builds it from the store's health, and GET /readyz answers with it. Probes come every few seconds from
+ * every load balancer and kubelet, so the answer is shared by concurrent probes and kept for a moment.
+ */
+import type { SlotStore } from 'slotgate';
+
+export interface Readiness {
+  ready: boolean;
+  /** Why not (or what is degraded), for the probe's answer and the operator. */
+  reason?: string;
+}
+
+export type ReadinessCheck = () => Promise<Readiness>;
+
+/** The admission store answers: a bounded channel cannot be admitted while it does not. */
+export async function storeReadiness(store: SlotStore): Promise<Readiness> {
+  const health = await store.health();
+  return health.healthy
+    ? { ready: true }
+    : {
+        ready: false,
+        reason: `the admission store (${store.kind}) does not answer: ${health.error ?? 'unknown'}`,
+      };
+}
+
+/**
+ * `check` asked at most once per `ttlMs`: concurrent callers share the call in flight, and its answer is kept for
+ * `ttlMs` after it settled. A check that throws counts as not ready.
+ */
+export function cachedReadiness(
+  check: ReadinessCheck,
+  ttlMs: number,
+  now: () => number = Date.now,
+): ReadinessCheck {
+  let last: { at: number; answer: Promise<Readiness> } | undefined;
+  return () => {
+    if (last && now() - last.at < ttlMs) return last.answer;
+    const answer = check().catch((err: unknown): Readiness => ({
+      ready: false,
+      reason: `readiness check failed: ${String(err)}`,
+    }));
+    const entry = { at: Number.POSITIVE_INFINITY, answer };
+    last = entry;
+    void answer.then(() => (entry.at = now()));
+    return answer;
+  };
+}
