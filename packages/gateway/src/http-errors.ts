@@ -3,7 +3,13 @@
  * `{"error":{"message","type","code"}}` and Anthropic `{"type":"error","error":{"type","message"}}`.
  * docs/errors.md is kept in step with GATEWAY_ERRORS by a test.
  */
-import { CapacityError, LeaseLostError, NoChannelError, SettingsError, StoreUnavailableError } from 'slotgate';
+import {
+  CapacityError,
+  LeaseLostError,
+  NoChannelError,
+  SettingsError,
+  StoreUnavailableError,
+} from 'slotgate';
 
 export type ApiShape = 'openai' | 'anthropic';
 

@@ -186,7 +186,14 @@ export class GatewayRuntime {
   };
 
   /** GET /readyz: this instance should get traffic while its store answers. */
-  readonly ready: ReadinessCheck = cachedReadiness(() => storeReadiness(this.store), READINESS_CACHE_MS);
+  readonly ready: ReadinessCheck = cachedReadiness(async () => {
+    const answer = await storeReadiness(this.store);
+    // a degraded mode that still admits keeps the instance in service
+    if (!answer.ready && this.admission.stats().localShare.active) {
+      return { ready: true, reason: `degraded: admitting on a local share (${answer.reason ?? ''})` };
+    }
+    return answer;
+  }, READINESS_CACHE_MS);
 
   status = async (): Promise<Record<string, unknown>> => ({
     instance_id: this.admission.instanceId,

@@ -256,6 +256,11 @@ export class AdmissionEngine implements Admission {
       loadView: { ...view.counters },
       leasesLost: r.leasesLost,
       liveLeases: leases.size,
+      localShare: {
+        mode: this.localShare.mode,
+        active: this.localShare.active,
+        admitted: this.localShare.admitted,
+      },
       channels,
     };
   }

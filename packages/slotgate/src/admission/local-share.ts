@@ -43,6 +43,10 @@ export class LocalShare {
 
   constructor(private readonly deps: LocalShareDeps) {}
 
+  get mode(): StoreFailureMode {
+    return this.deps.mode;
+  }
+
   get enabled(): boolean {
     return this.deps.mode === 'local_share';
   }
@@ -52,7 +56,11 @@ export class LocalShare {
     if (answered) {
       if (this.active) this.recoveringUntil = this.deps.clock.now() + RECOVERY_MS;
       this.downSince = undefined;
-      if (this.enabled) void this.deps.leases().registerLocal().catch(() => {});
+      if (this.enabled)
+        void this.deps
+          .leases()
+          .registerLocal()
+          .catch(() => {});
     } else this.downSince ??= this.deps.clock.now();
   };
 

@@ -1,4 +1,5 @@
 /** The counters the admission engine keeps; a gateway exports them to Prometheus. */
+import type { StoreFailureMode } from './local-share.js';
 import type { CapacityReason } from '../core/errors.js';
 import { Histogram, type HistogramSnapshot } from '../core/histogram.js';
 import type { Purpose } from '../store/store.js';
@@ -34,6 +35,8 @@ export interface AdmissionStats {
   loadView: LoadViewCounters;
   leasesLost: number;
   liveLeases: number;
+  /** The store failure mode, whether it admits on a local share now (the store down), and how often it did. */
+  localShare: { mode: StoreFailureMode; active: boolean; admitted: number };
   channels: Record<string, ChannelStats>;
 }
 

@@ -67,7 +67,7 @@ export const ADMISSION_SETTINGS = {
   lease_ttl_ms: intSetting(60000, 5000, 86400000, 'lease expiry; renewed every third of it'),
   lease_fencing_enabled: boolSetting(
     true,
-    "a ticket whose slot is lost (gone from the store, or no renewal confirmed before its expiry) fires `ticket.lost`, and the gateway ends its request; false: only the `lease_lost` event, and the request runs on past the limit",
+    'a ticket whose slot is lost (gone from the store, or no renewal confirmed before its expiry) fires `ticket.lost`, and the gateway ends its request; false: only the `lease_lost` event, and the request runs on past the limit',
   ),
   lease_reclaim_enabled: boolSetting(
     true,

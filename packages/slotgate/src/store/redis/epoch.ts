@@ -86,7 +86,8 @@ export class Epoch {
         count('acquire', 1);
         current = await deadlines.run('acquire', () => client.get(key));
       } else current = fresh;
-      if (current === null) throw new StoreUnavailableError('acquire', 'the epoch key vanished while it was read');
+      if (current === null)
+        throw new StoreUnavailableError('acquire', 'the epoch key vanished while it was read');
     }
     if (!first) this.restarts++;
     for (const listener of this.listeners) await listener({ first });
