@@ -841,6 +841,18 @@ describe('pollWaiter and leaveQueue scripts', () => {
     expect(await members(keys.slots('lg'))).toEqual(['b:1']);
     expect(await feed.settle()).toEqual(['h q lg', 'a g a:1 lg', 'b g b:1 lg']);
   });
+
+  it('a leave that finds a lease expired in a full channel sweeps it and grants the slot to the next waiter', async () => {
+    const feed = await grantsFeed();
+    await hold('lx', 'h:1');
+    expect(await enqueue('lx', 'a:1', 1)).toBe('queued');
+    expect(await enqueue('lx', 'b:1', 1)).toBe('queued');
+    // the holder died (or was cut off): its lease expired, and nobody released it
+    await client.zadd(keys.slots('lx'), 1, 'h:1');
+    expect(await leaveQueue('lx', 'a:1', 1)).toBe(false); // a gives up before any poll of its own
+    expect(await members(keys.slots('lx'))).toEqual(['b:1']);
+    expect(await feed.settle()).toEqual(['h q lx', 'b g b:1 lx']);
+  });
 });
 
 describe('queue news: the "q" message', () => {

@@ -11,15 +11,22 @@
 
   Returns 1 when a grant was given back, 0 otherwise.
   Cost: 2 ZREM, ZREM of the token's slot; when it held one, the grant loop (a ZRANGE alone when nobody waits).
+  Otherwise ZCARD, and when the slots in use reach the leaver's max, one sweep of expired leases: a lease whose holder
+  died or was cut off frees its slot here too, not only at a waiter's safety poll (waiters that time out before their
+  first poll would otherwise never see it), and the grant loop runs when the sweep freed one.
 ]]
 --- @include "redisNow"
 --- @include "queue"
 local member = ARGV[1]
-local token = string.sub(member, string.find(member, '|', 1, true) + 1)
+local token, max = splitMember(member)
 redis.call('ZREM', KEYS[3], member)
 redis.call('ZREM', KEYS[2], member)
 local returned = redis.call('ZREM', KEYS[1], token)
-if returned == 1 then
+local freed = returned == 1
+if not freed and max > 0 and redis.call('ZCARD', KEYS[1]) >= max then
+  freed = redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', redisNow()) > 0
+end
+if freed then
   grantFree(KEYS[1], KEYS[2], KEYS[3], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4], ARGV[5], nil)
 end
 return returned
