@@ -243,9 +243,11 @@ export class FakeUpstream {
   }
 
   /** How far and for how long `channel` went over `limit` in flight; needs the `timeline` option. */
-  excess(channel: string, limit: number): Excess {
+  /** The channel's peak and time above `limit`, from its timeline up to `until` (default: now). */
+  excess(channel: string, limit: number, until = performance.now()): Excess {
     if (!this.options.timeline) throw new Error('excess() needs the upstream started with `timeline: true`');
-    return excessOver(this.record(channel).timeline, limit, performance.now());
+    const timeline = this.record(channel).timeline.filter(([at]) => at <= until);
+    return excessOver(timeline, limit, until);
   }
 
   /** Requests received on every channel. */
