@@ -110,7 +110,13 @@ export async function proxyRequest(
     const settings = ctx.settings();
     let ticket: Ticket<GatewayChannel>;
     try {
-      ticket = await ctx.admission.acquire({ candidates, signal: abort.signal, exclude: tried });
+      ticket = await ctx.admission.acquire({
+        candidates,
+        // while it waits, a config reload reaches it: the channels serving it under the configuration in force
+        resolve: () => ctx.registry().candidates(token.group, model),
+        signal: abort.signal,
+        exclude: tried,
+      });
     } catch (err) {
       // The client learns more from the upstream's own error than from "no capacity left to retry on".
       if (lastUpstream && (err instanceof CapacityError || err instanceof NoChannelError)) {
