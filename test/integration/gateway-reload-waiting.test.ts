@@ -32,6 +32,8 @@ expectNoSecretsLogged();
 interface Arrival {
   channel: string;
   inFlight: number;
+  /** The status it is answered with once opened. */
+  status: number;
   /** Lets the request's answer go. */
   open: () => void;
   request: ReceivedRequest;
@@ -45,14 +47,16 @@ beforeEach(async () => {
   up = await FakeUpstream.start({
     reply: async (request) => {
       const held = gate();
-      arrivals.push({
+      const arrival: Arrival = {
         channel: request.channel,
         inFlight: up.record(request.channel).current,
+        status: 200,
         open: held.open,
         request,
-      });
+      };
+      arrivals.push(arrival);
       await held.promise;
-      return { json: { channel: request.channel } };
+      return { status: arrival.status, json: { channel: request.channel } };
     },
   });
   cleanups.push(() => {
@@ -176,6 +180,23 @@ describe('a config reload reaches the requests already waiting', () => {
     expect(up.record('a').received).toBe(2);
     expect(up.record('b').received).toBe(4);
     expect(up.record('b').max).toBe(1);
+  });
+
+  it('a retry after a reload goes only to the channels in force: a disabled channel is not tried', async () => {
+    const { gw, reload } = await reloadingGateway([
+      channel('first', { priority: 10 }),
+      channel('second', { priority: 0 }),
+    ]);
+    let answered: Answer | undefined;
+    void ask(gw).then((a) => (answered = a));
+    await arrived(1);
+    expect(arrivals[0]!.channel).toBe('first');
+    await reload([channel('first', { priority: 10 }), channel('second', { priority: 0, enabled: false })]);
+    arrivals[0]!.status = 500; // retryable: before the reload it would have been retried on `second`
+    arrivals[0]!.open();
+    expect(await eventually(() => answered !== undefined || arrivals.length > 1, 10_000)).toBe(true);
+    expect(arrivals.map((a) => a.channel)).toEqual(['first']);
+    expect(answered?.status).toBe(500); // the upstream's own answer: nothing left to retry on
   });
 
   it('when the only channel serving the model is disabled or removed, its waiters fail as a new request would (404 model_not_found)', async () => {

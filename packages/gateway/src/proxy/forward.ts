@@ -102,6 +102,8 @@ export async function proxyRequest(
   reply.raw.on('close', onClose);
 
   const config = ctx.config();
+  // The channels serving the request under the configuration in force: a retry, and a wait, follow a reload.
+  const inForce = () => ctx.registry().candidates(token.group, model);
   const tried = new Set<string>();
   let attempts = 0;
   let lastUpstream: BufferedAnswer | HttpError | undefined;
@@ -111,9 +113,8 @@ export async function proxyRequest(
     let ticket: Ticket<GatewayChannel>;
     try {
       ticket = await ctx.admission.acquire({
-        candidates,
-        // while it waits, a config reload reaches it: the channels serving it under the configuration in force
-        resolve: () => ctx.registry().candidates(token.group, model),
+        candidates: attempts === 0 ? candidates : inForce(),
+        resolve: inForce,
         signal: abort.signal,
         exclude: tried,
       });
