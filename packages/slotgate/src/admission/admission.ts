@@ -1,7 +1,7 @@
 /**
  * The admission engine's facade: it builds this instance's state holders (leases, load view, inbox, cooldowns,
- * handoff, tickets, stats) once, and hands every acquire to the pass (pass.ts), which decides with the functions of
- * decide.ts and waits with waiting.ts.
+ * handoff, tickets, stats) once, and hands every acquire to the pass (pass.ts, through in-force.ts, which follows a
+ * configuration change), which decides with the functions of decide.ts and waits with waiting.ts.
  */
 import { isBounded, type Candidate } from '../core/channel.js';
 import { systemClock } from '../core/clock.js';
@@ -10,12 +10,12 @@ import { admissionSettings, type Settings } from '../core/settings.js';
 import { LeaseManager } from '../store/leases.js';
 import type { ChannelLoad, Listening } from '../store/store.js';
 import { capacityError } from './capacity.js';
-import { CandidateSets, type Prepared } from './candidates.js';
+import { CandidateSets } from './candidates.js';
 import { Cooldowns } from './cooldowns.js';
-import type { Engine, WaitSpan } from './engine.js';
+import type { Engine } from './engine.js';
 import { Handoff } from './handoff.js';
 import { LoadView } from './load-view.js';
-import { runPass } from './pass.js';
+import { admitInForce } from './in-force.js';
 import { StatsRecorder, type AdmissionStats, type ChannelStats, type Outcome } from './stats.js';
 import { Tickets } from './tickets.js';
 import type {
@@ -27,7 +27,6 @@ import type {
   Ticket,
 } from './types.js';
 import { Inbox } from './inbox.js';
-import { NO_CHANNEL_LEFT } from './waiting.js';
 
 export function createAdmission(options: AdmissionOptions): Admission {
   return new AdmissionEngine(options);
@@ -166,7 +165,8 @@ export class AdmissionEngine implements Admission {
     let waitedMs: number | undefined;
     try {
       if (this.closed) throw new StoreUnavailableError('acquire', 'the admission engine is closed');
-      const ticket = await this.admit(request);
+      const prepared = this.candidateSets.prepare(request.candidates, request.exclude);
+      const ticket = await admitInForce(this.engine, request, prepared);
       if (ticket.waitedMs > 0) waitedMs = ticket.waitedMs;
       return ticket;
     } catch (err) {
@@ -183,55 +183,6 @@ export class AdmissionEngine implements Admission {
         this.onAdmission?.({ outcome, latencyMs, ...(waitedMs !== undefined ? { waitedMs } : {}) });
       }
     }
-  }
-
-  /**
-   * Passes until one admits: a waiter whose candidate set changed under it goes on with a new pass over the new set,
-   * and a ticket admitted while the configuration changed stands only if the configuration in force still allows it
-   * (its channel is in the set, under a max no lower than the one it was admitted under); otherwise its slot is given
-   * back and the request passes again. The time already waited counts against the same deadline.
-   */
-  private async admit<C extends Candidate>(request: AcquireRequest<C>): Promise<Ticket<C>> {
-    const { clock } = this.engine;
-    let generation = this.generation;
-    let prepared = this.candidateSets.prepare(request.candidates, request.exclude);
-    let span: WaitSpan | undefined;
-    for (;;) {
-      if (prepared.candidates.length === 0) {
-        throw span ? new NoChannelError(NO_CHANNEL_LEFT) : new NoChannelError();
-      }
-      const result = await runPass(this.engine, prepared, { request, generation, ...(span ? { span } : {}) });
-      if ('next' in result) {
-        ({ next: prepared, generation, span } = result);
-        continue;
-      }
-      const waited =
-        span && result.waitedMs === 0 ? { ...result, waitedMs: clock.now() - span.start } : result;
-      if (this.generation === generation) return waited;
-      generation = this.generation;
-      prepared = this.engine.resolve(request);
-      const kept = this.stillAdmitted(waited, prepared);
-      if (kept) return kept;
-      void waited.release({ handoff: false });
-      const start = span?.start ?? clock.now() - waited.waitedMs;
-      span = span ?? { start, deadline: start + this.current.wait_timeout_ms };
-    }
-  }
-
-  /** The ticket under the set in force (its channel's object there), or undefined when that set does not allow it. */
-  private stillAdmitted<C extends Candidate>(ticket: Ticket<C>, now: Prepared<C>): Ticket<C> | undefined {
-    const channel = now.candidates.find((c) => c.id === ticket.channel.id);
-    if (!channel) return undefined;
-    if (ticket.token === undefined) {
-      if (isBounded(channel)) return undefined;
-    } else if (isBounded(channel)) {
-      // the max it was admitted under is its lease's (a rare path: only when the configuration changed meanwhile)
-      let admittedUnder = 0;
-      for (const lease of this.engine.leases.leases())
-        if (lease.token === ticket.token) admittedUnder = lease.max;
-      if (channel.maxConcurrency! < admittedUnder) return undefined;
-    }
-    return channel === ticket.channel ? ticket : { ...ticket, channel };
   }
 
   cooldown(channel: string | Candidate, opts: { ms?: number; reason?: string } = {}): Promise<void> {
