@@ -12,7 +12,7 @@ import type { Candidate } from '../../packages/slotgate/src/core/channel.js';
 import { NoChannelError } from '../../packages/slotgate/src/core/errors.js';
 import type { MemoryStore } from '../../packages/slotgate/src/store/memory/memory-store.js';
 import type { QueueListener } from '../../packages/slotgate/src/store/store.js';
-import { closeEngines, engine, hold, load, memory, setup } from './admission-fixture.js';
+import { closeEngines, engine, hold, holdReleases, load, memory, setup } from './admission-fixture.js';
 import { elapse, flush, track } from './manual-time.js';
 
 afterEach(closeEngines);
@@ -241,6 +241,34 @@ describe('a disabled or removed channel reaches the waiters', () => {
     admission.configChanged();
     await flush();
     expect([waiter.value?.channel.id, waiter.value?.token]).toEqual(['spare', undefined]);
+  });
+});
+
+describe('handoff after a lowered max', () => {
+  it('a slot released in the turn a new request asks is not handed to it past the new max: it waits', async () => {
+    const m = memory();
+    const { clock, store } = m;
+    holdReleases(store);
+    const admission = engine(m, LONG_WAIT, zero);
+    const cfg = config({ id: 'h', maxConcurrency: 3 });
+    const held = await hold(admission, cfg.channels[0]!, 3);
+    cfg.set({ id: 'h', maxConcurrency: 1 });
+    admission.configChanged();
+    const t0 = clock.now();
+    await held[0]!.release(); // parked until the end of the turn
+    const next = track(clock, admission.acquire({ candidates: cfg.channels, resolve: cfg.resolve }));
+    await flush();
+    expect(admission.stats().handoffs).toBe(0);
+    expect(next.at).toBeUndefined();
+    expect(await load(store, 'h')).toMatchObject({ active: 2, waiting: 1 });
+    await elapse(clock, 10);
+    await held[1]!.release();
+    await flush();
+    expect(next.at).toBeUndefined();
+    await held[2]!.release();
+    await flush();
+    expect([next.at, next.value?.waitedMs]).toEqual([t0 + 10, 10]);
+    await next.value!.release();
   });
 });
 
