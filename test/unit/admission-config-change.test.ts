@@ -8,6 +8,7 @@
  * `random` of 0 puts the safety polls at +1000, +2000, … (wait_interval_ms 40).
  */
 import { afterEach, describe, expect, it } from 'vitest';
+import type { Ticket } from '../../packages/slotgate/src/admission/types.js';
 import type { Candidate } from '../../packages/slotgate/src/core/channel.js';
 import { NoChannelError } from '../../packages/slotgate/src/core/errors.js';
 import type { MemoryStore } from '../../packages/slotgate/src/store/memory/memory-store.js';
@@ -202,6 +203,58 @@ describe('a disabled or removed channel reaches the waiters', () => {
     await elapse(clock, 1);
     expect(waiter.at).toBe(t0 + 1000);
     expect((waiter.error as { reason?: string }).reason).toBe('wait_timeout');
+  });
+
+  it('a waiter that left one of its two queues joins another channel still valid for it, and is served there', async () => {
+    const { clock, store, admission, other } = setup(LONG_WAIT, zero);
+    const ids = ['a', 'b', 'c'];
+    const cfg = config(...ids.map((id) => ({ id, maxConcurrency: 1 })));
+    const holders = new Map<string, Ticket<Candidate>>();
+    for (const c of cfg.channels) holders.set(c.id, (await hold(other, c))[0]!);
+    const t0 = clock.now();
+    const waiter = track(clock, admission.acquire({ candidates: cfg.channels, resolve: cfg.resolve }));
+    await flush();
+    const joined = Object.keys(admission.stats().channels).sort();
+    expect(joined).toHaveLength(2);
+    const [gone, kept] = joined as [string, string];
+    const spare = ids.find((id) => !joined.includes(id))!;
+
+    cfg.set(...ids.map((id) => ({ id, maxConcurrency: 1, enabled: id !== gone })));
+    admission.configChanged();
+    await flush();
+    expect(Object.keys(admission.stats().channels).sort()).toEqual([kept, spare].sort());
+    expect(await load(store, gone)).toMatchObject({ waiting: 0 });
+    await elapse(clock, 10);
+    await holders.get(spare)!.release();
+    await flush();
+    expect([waiter.at, waiter.value?.channel.id]).toEqual([t0 + 10, spare]);
+    await waiter.value!.release();
+  });
+
+  it('a channel added by the change with a free slot takes the waiter at once; one added full does not move it', async () => {
+    const { clock, store, admission, other } = setup(LONG_WAIT, zero);
+    const cfg = config({ id: 'old', maxConcurrency: 1 });
+    await hold(other, cfg.channels[0]!);
+    await hold(other, { id: 'busy', maxConcurrency: 1 });
+    const t0 = clock.now();
+    const waiter = track(clock, admission.acquire({ candidates: cfg.channels, resolve: cfg.resolve }));
+    await elapse(clock, 10);
+    cfg.set({ id: 'old', maxConcurrency: 1 }, { id: 'busy', maxConcurrency: 1 });
+    admission.configChanged();
+    await flush();
+    expect(waiter.at).toBeUndefined();
+    expect(admission.stats().channels).toEqual({ old: { active: 0, waiting: 1 } }); // still in its own queue
+    await elapse(clock, 10);
+    cfg.set(
+      { id: 'old', maxConcurrency: 1 },
+      { id: 'busy', maxConcurrency: 1 },
+      { id: 'new', maxConcurrency: 2 },
+    );
+    admission.configChanged();
+    await flush();
+    expect([waiter.at, waiter.value?.channel.id, waiter.value?.waitedMs]).toEqual([t0 + 20, 'new', 20]);
+    expect(await load(store, 'old')).toMatchObject({ active: 1, waiting: 0 });
+    await waiter.value!.release();
   });
 
   it.each(['disabled', 'removed'] as const)(

@@ -8,8 +8,9 @@
  *
  * The candidate set is resolved again when the configuration changes (Admission.configChanged) and at every safety
  * poll, before any grant is claimed: the waiter leaves the queues of channels no longer in its set, moves to a
- * channel's new max in its place in the queue (under a new token, so no grant made under the old max is claimed), and
- * when none of its queues is left, the acquire goes on with a new pass over the new set, under the same deadline.
+ * channel's new max in its place in the queue (under a new token, so no grant made under the old max is claimed),
+ * tries the channels the change opened to it, joins another queue for one it left, and when none of its queues is
+ * left, the acquire goes on with a new pass over the new set, under the same deadline.
  */
 import { isBounded, type Candidate } from '../core/channel.js';
 import { jitter } from '../core/backoff.js';
@@ -18,8 +19,8 @@ import type { Settings } from '../core/settings.js';
 import type { Lease } from '../store/leases.js';
 import type { ChannelLoad, EnqueueOptions, EnqueueReply, WaiterRef } from '../store/store.js';
 import type { Prepared } from './candidates.js';
-import { maxWaitingOf } from './decide.js';
-import type { Attempt, Engine, Moved } from './engine.js';
+import { maxWaitingOf, waitQueues } from './decide.js';
+import { tryAcquire, type Attempt, type Engine, type Moved } from './engine.js';
 import type { Ticket } from './types.js';
 
 /** How long a registration outlives the wait deadline, so a live waiter never loses its place to expiry. */
@@ -249,14 +250,15 @@ export async function waitForSlot<C extends Candidate>(
    */
   async function reconfigure(): Promise<Ticket<C> | Moved<C> | undefined> {
     seen = engine.generation();
+    const previous = current;
     const next = engine.resolve(request);
-    const changed = next !== current;
     current = next;
     if (next.candidates.length === 0) throw new NoChannelError(NO_CHANNEL_LEFT);
     const unlimited = next.candidates.find((c) => !isBounded(c) && !engine.cooldowns.isCooling(c));
     if (unlimited) return engine.tickets.unlimited(unlimited);
-    if (!changed) return undefined;
+    if (next === previous) return undefined;
     const moves: Registration<C>[] = [];
+    let left = false;
     for (const p of [...places]) {
       const now = next.tierOf.get(p.channel.id)?.channel;
       if (now && now.maxConcurrency === p.max) {
@@ -264,13 +266,51 @@ export async function waitForSlot<C extends Candidate>(
       } else if (now) {
         moves.push(move(p, now));
       } else {
+        left = true;
         drop(p);
         void store.leaveQueue(refOf(p), settings.lease_ttl_ms).catch(() => {});
       }
     }
     const ticket = moves.length > 0 ? await settle(moves) : undefined;
     if (ticket) return ticket;
-    return places.length > 0 ? undefined : { next, generation: seen, span: { start: waitStart, deadline } };
+    if (places.length === 0) return { next, generation: seen, span: { start: waitStart, deadline } };
+    return takeUp(previous, left);
+  }
+
+  /**
+   * The channels of the new set this waiter does not stand in: those it could not use before (added, enabled, or
+   * under a raised max) are tried with one acquire call, which never takes a slot ahead of a queue; a waiter that left
+   * a queue joins others in its place, emptiest first, as it joined its first ones.
+   */
+  async function takeUp(previous: Prepared<C>, left: boolean): Promise<Ticket<C> | undefined> {
+    const before = new Map(previous.shape.filter((s) => s.enabled).map((s) => [s.id, s.max]));
+    const loads = view.peek(current.ids, false, true);
+    const others = current.bounded.filter(
+      (c) => !places.some((p) => p.channel.id === c.id) && !engine.cooldowns.isCooling(c, loads),
+    );
+    const opened = others.filter((c) => (before.get(c.id) ?? 0) < c.maxConcurrency!);
+    if (opened.length > 0) {
+      const outcome = await tryAcquire(engine, opened.slice(0, store.maxChannelsPerAcquire), settings);
+      if (outcome.lease) {
+        const waited = clock.now() - waitStart;
+        engine.recorder.waitTime.observe(waited);
+        return engine.tickets.bounded(opened[outcome.replies.length - 1]!, outcome.lease, waited, signal);
+      }
+    }
+    if (!left || places.length >= QUEUES_PER_WAITER) return undefined;
+    const joining = waitQueues(others, loads ?? new Map(), engine.random).slice(
+      0,
+      QUEUES_PER_WAITER - places.length,
+    );
+    return settle(joining.map((c) => enqueueing({ channel: c, token: newToken(), max: c.maxConcurrency! })));
+  }
+
+  /** A token of this waiter's for a new registration: grants made to it reach this waiter's mailbox. */
+  function newToken(): string {
+    const fresh = leases.nextToken();
+    tokens.push(fresh);
+    inbox.attach(fresh, box);
+    return fresh;
   }
 
   /**
@@ -282,9 +322,7 @@ export async function waitForSlot<C extends Candidate>(
     box.leased.delete(p.channel.id);
     for (let i = box.granted.length - 1; i >= 0; i--)
       if (box.granted[i] === p.channel.id) box.granted.splice(i, 1);
-    const moved: Place<C> = { channel: to, token: leases.nextToken(), max: to.maxConcurrency! };
-    tokens.push(moved.token);
-    inbox.attach(moved.token, box);
+    const moved: Place<C> = { channel: to, token: newToken(), max: to.maxConcurrency! };
     return [moved, () => store.requeue(refOf(p), refOf(moved), optionsOf(to))];
   }
 
