@@ -142,6 +142,27 @@ describe('a lowered max reaches the waiters', () => {
   });
 });
 
+describe('a set resolved again that did not change', () => {
+  it('costs no store command: a resolver returning a new array each time, at configChanged and at a safety poll', async () => {
+    const { clock, store, admission, other } = setup(LONG_WAIT, zero);
+    const channels = [
+      { id: 'u1', maxConcurrency: 1 },
+      { id: 'u2', maxConcurrency: 1 },
+      { id: 'u3', maxConcurrency: 1 },
+    ];
+    for (const c of channels) await hold(other, c);
+    const waiter = track(clock, admission.acquire({ candidates: channels, resolve: () => [...channels] }));
+    await flush();
+    const before = { ...store.commands };
+    admission.configChanged();
+    await elapse(clock, 999);
+    expect(store.commands).toEqual(before);
+    await elapse(clock, 1); // the safety poll: one pollWaiter per queue, nothing else
+    expect(store.commands).toEqual({ ...before, wait: before.wait + 2 });
+    expect(waiter.at).toBeUndefined();
+  });
+});
+
 describe('a disabled or removed channel reaches the waiters', () => {
   it('a waiter on two queues leaves the disabled one and keeps its place in the other; the freed slot goes to nobody', async () => {
     const { clock, store, admission, other } = setup(LONG_WAIT, zero);
