@@ -353,6 +353,65 @@ export function runStoreContract(name: string, make: () => Promise<StoreFixture>
       expect((await store.readLoads(['lv'])).get('lv')).toMatchObject({ active: 1, waiting: 0 });
     });
 
+    it('requeue keeps the place: a waiter moved to a new token and a lower max is granted in its turn, under the new max', async () => {
+      const a = listen('rq');
+      await a.ready;
+      const held = await fill('rq', 3);
+      for (const n of [1, 2, 3])
+        expect(await store.enqueue(w('rq', `rq:${n}`, 3), queueOpts(5))).toBe('queued');
+      // the second waiter's channel went from max 3 to max 1: the moved registration keeps its place, behind rq:1
+      expect(await store.requeue(w('rq', 'rq:2', 3), w('rq', 'rq:2b', 1), queueOpts(5))).toBe('queued');
+      expect(await store.pollWaiter(w('rq', 'rq:2', 3), 60_000)).toBe('gone');
+      expect((await store.readLoads(['rq'])).get('rq')).toMatchObject({ active: 3, waiting: 3 });
+      await store.release({ channelId: 'rq', token: held[0]!, ttlMs: 60_000 });
+      await until(() => a.grants.length === 1);
+      expect(a.grants).toEqual([['rq', 'rq:1']]); // rq:1 still waits under max 3
+      await store.claim({ channelId: 'rq', token: 'rq:1' }, 60_000);
+      // three in use: the head now waits under max 1, and rq:3 (max 3) behind it waits too
+      await store.release({ channelId: 'rq', token: held[1]!, ttlMs: 60_000 });
+      await store.release({ channelId: 'rq', token: held[2]!, ttlMs: 60_000 });
+      await settle();
+      expect(a.grants).toEqual([['rq', 'rq:1']]);
+      expect((await store.readLoads(['rq'])).get('rq')).toMatchObject({ active: 1, waiting: 2 });
+      await store.release({ channelId: 'rq', token: 'rq:1', ttlMs: 60_000 });
+      await until(() => a.grants.length === 3);
+      expect(a.grants.slice(1)).toEqual([
+        ['rq', 'rq:2b'],
+        ['rq', 'rq:3'],
+      ]);
+    });
+
+    it('requeue gives back a grant not yet claimed: the old token can no longer claim it, the new one waits at the head', async () => {
+      const a = listen('rg');
+      await a.ready;
+      const held = await fill('rg', 2);
+      expect(await store.enqueue(w('rg', 'rg:1', 2), queueOpts(5))).toBe('queued');
+      expect(await store.enqueue(w('rg', 'rg:2', 2), queueOpts(5))).toBe('queued');
+      await store.release({ channelId: 'rg', token: held[0]!, ttlMs: 60_000 });
+      await until(() => a.grants.length === 1); // rg:1 granted under max 2, not claimed yet
+      expect(await store.requeue(w('rg', 'rg:1', 2), w('rg', 'rg:1b', 1), queueOpts(5))).toBe('queued');
+      expect(await store.claim({ channelId: 'rg', token: 'rg:1' }, 60_000)).toBe(false);
+      expect((await store.readLoads(['rg'])).get('rg')).toMatchObject({ active: 1, waiting: 2 });
+      await store.release({ channelId: 'rg', token: held[1]!, ttlMs: 60_000 });
+      await until(() => a.grants.length === 3);
+      expect(a.grants).toEqual([
+        ['rg', 'rg:1'],
+        ['rg', 'rg:1b'],
+        ['rg', 'rg:2'],
+      ]);
+    });
+
+    it('requeue of a waiter the queue lost joins at the tail, bounded by max waiting; a raised max is granted at once', async () => {
+      await fill('rl', 1);
+      expect(await store.enqueue(w('rl', 'rl:1', 1), queueOpts(2))).toBe('queued');
+      expect(await store.requeue(w('rl', 'rl:lost', 1), w('rl', 'rl:2', 1), queueOpts(2))).toBe('queued');
+      expect(await store.requeue(w('rl', 'rl:lost', 1), w('rl', 'rl:3', 1), queueOpts(2))).toBe('queue_full');
+      expect(await store.pollWaiter(w('rl', 'rl:3', 1), 60_000)).toBe('gone');
+      // rl:1's channel went from max 1 to 2: moved, it takes the slot now free under the new max
+      expect(await store.requeue(w('rl', 'rl:1', 1), w('rl', 'rl:1b', 2), queueOpts(2))).toBe('granted');
+      expect((await store.readLoads(['rl'])).get('rl')).toMatchObject({ active: 2, waiting: 1 });
+    });
+
     it('when a queue forms, each instance holding a slot of the channel is told once', async () => {
       const h = listen('hq');
       const o = listen('oq');

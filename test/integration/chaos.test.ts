@@ -225,7 +225,10 @@ async function finish(
     scenario: name,
     fault_ms: Math.round(healAt - faultAt),
     teardown: Object.fromEntries(
-      Object.entries(withTeardown).map(([id, e]) => [id, { peak: e.peak, ms_above_max: Math.round(e.msAbove) }]),
+      Object.entries(withTeardown).map(([id, e]) => [
+        id,
+        { peak: e.peak, ms_above_max: Math.round(e.msAbove) },
+      ]),
     ),
     per_key: Object.fromEntries(
       Object.entries(excess).map(([id, e]) => [

@@ -168,6 +168,21 @@ function pollWaiter(id: string, token: string, max: number, o: QueueOptions = {}
   return SCRIPTS.pollWaiter.call(client, queueKeys(id), queueArgs(id, member(token, max), o));
 }
 
+/** Moves `from`'s registration to `to` (both as [token, max]). */
+function requeue(
+  id: string,
+  from: [string, number],
+  to: [string, number],
+  { maxWaiting = 10, ttlMs = 60_000, ...o }: QueueOptions & { maxWaiting?: number; ttlMs?: number } = {},
+) {
+  return SCRIPTS.requeueWaiter.call(client, queueKeys(id), [
+    member(...from),
+    ...queueArgs(id, member(...to), o),
+    maxWaiting,
+    ttlMs,
+  ]);
+}
+
 function leaveQueue(id: string, token: string, max: number, o: QueueOptions = {}) {
   return SCRIPTS.leaveQueue.call(client, queueKeys(id), queueArgs(id, member(token, max), o));
 }
@@ -855,6 +870,44 @@ describe('pollWaiter and leaveQueue scripts', () => {
   });
 });
 
+describe('requeueWaiter script', () => {
+  it('the moved member takes the arrival of the old one (same µs score) and a fresh registration expiry', async () => {
+    await hold('rq', 'h:1', 'h:2', 'h:3');
+    for (const t of ['a:1', 'b:1', 'c:1']) expect(await enqueue('rq', t, 3)).toBe('queued');
+    const arrival = await client.zscore(keys.queue('rq'), '3|b:1');
+    const before = await redisNow();
+    expect(await requeue('rq', ['b:1', 3], ['b:2', 1], { ttlMs: 45_000 })).toBe('queued');
+    expect(await client.zscore(keys.queue('rq'), '1|b:2')).toBe(arrival);
+    expect(Number(await client.zscore(keys.waiters('rq'), '1|b:2'))).toBeGreaterThanOrEqual(before + 45_000);
+    expect(await client.zrange(keys.queue('rq'), 0, -1)).toEqual(['3|a:1', '1|b:2', '3|c:1']);
+    expect(await members(keys.waiters('rq'))).toEqual(['1|b:2', '3|a:1', '3|c:1']);
+  });
+
+  it('a grant the old member holds is given back; the new member stands first and is granted under its own max', async () => {
+    const feed = await grantsFeed();
+    await hold('rg', 'h:1', 'h:2');
+    expect(await enqueue('rg', 'a:1', 2)).toBe('queued');
+    expect(await enqueue('rg', 'b:1', 2)).toBe('queued');
+    expect(await releaseSlot('rg', 'h:1')).toBe(true); // a:1 granted under max 2
+    expect(await requeue('rg', ['a:1', 2], ['a:2', 1])).toBe('queued'); // one slot in use: max 1 is reached
+    expect(await members(keys.slots('rg'))).toEqual(['h:2']);
+    expect(await client.zrange(keys.queue('rg'), 0, -1)).toEqual(['1|a:2', '2|b:1']);
+    expect(await releaseSlot('rg', 'h:2')).toBe(true);
+    expect(await members(keys.slots('rg'))).toEqual(['a:2', 'b:1']);
+    expect(await feed.settle()).toEqual(['h q rg', 'a g a:1 rg', 'h q rg', 'a g a:2 rg', 'b g b:1 rg']);
+  });
+
+  it('a member the queue lost joins at the tail, or is turned away from a full queue', async () => {
+    await hold('rl', 'h:1');
+    expect(await enqueue('rl', 'a:1', 1)).toBe('queued');
+    expect(await requeue('rl', ['lost:1', 1], ['b:1', 1], { maxWaiting: 2 })).toBe('queued');
+    expect(await requeue('rl', ['lost:2', 1], ['c:1', 1], { maxWaiting: 2 })).toBe('queue_full');
+    expect(await client.zrange(keys.queue('rl'), 0, -1)).toEqual(['1|a:1', '1|b:1']);
+    expect(await requeue('rl', ['a:1', 1], ['a:2', 2], { maxWaiting: 2 })).toBe('granted'); // a raised max
+    expect(await members(keys.slots('rl'))).toEqual(['a:2', 'h:1']);
+  });
+});
+
 describe('queue news: the "q" message', () => {
   it('reaches each instance holding a slot once, when the queue forms, and again when it forms anew', async () => {
     const feed = await grantsFeed();
@@ -1043,8 +1096,10 @@ describe('Cluster: every script call stays within one hash slot', () => {
     expect(await store.enqueue(waiter, wait)).toBe('queued');
     expect(await store.acquireFirst([{ channelId: id, max: 1 }], opts('c:3'))).toEqual(['queued']);
     expect(await store.pollWaiter(waiter, 60_000)).toBe('queued');
+    const moved = { ...waiter, token: 'w:2' };
+    expect(await store.requeue(waiter, moved, wait)).toBe('queued');
     expect(await store.release({ channelId: id, token: 'c:1' })).toBe(true); // through the queue: a grant
-    expect(await store.leaveQueue(waiter, 60_000)).toBe(true);
+    expect(await store.leaveQueue(moved, 60_000)).toBe(true);
     expect(
       await store.renew(
         [

@@ -11,7 +11,7 @@ import { ManualClock } from '../../packages/slotgate/src/core/clock.js';
 import { CapacityError } from '../../packages/slotgate/src/core/errors.js';
 import type { SettingsUpdate } from '../../packages/slotgate/src/core/settings.js';
 import { MemoryStore } from '../../packages/slotgate/src/store/memory/memory-store.js';
-import { PURPOSES } from '../../packages/slotgate/src/store/store.js';
+import { PURPOSES, type PendingRelease } from '../../packages/slotgate/src/store/store.js';
 import type { Settled } from './manual-time.js';
 
 const opened: Admission[] = [];
@@ -74,4 +74,29 @@ export async function hold(admission: Admission, channel: Candidate, n = 1): Pro
   const tickets = [];
   for (let i = 0; i < n; i++) tickets.push(await admission.acquire({ candidates: [channel] }));
   return tickets;
+}
+
+/**
+ * Holds every release until the end of the event-loop turn, and lets it be withdrawn until then, as RedisStore's
+ * pipeline does: the only kind of release a slot handoff can take over.
+ */
+export function holdReleases(store: MemoryStore): void {
+  const send = store.release.bind(store);
+  store.releaseDeferred = (lease): PendingRelease => {
+    let state: 'held' | 'withdrawn' | 'sent' = 'held';
+    let settle!: (removed: boolean | Promise<boolean>) => void;
+    const done = new Promise<boolean>((resolve) => (settle = resolve));
+    setImmediate(() => {
+      if (state !== 'held') return;
+      state = 'sent';
+      settle(send(lease));
+    });
+    const withdraw = () => {
+      if (state !== 'held') return false;
+      state = 'withdrawn';
+      settle(true);
+      return true;
+    };
+    return { done, held: true, withdraw };
+  };
 }

@@ -12,13 +12,14 @@ import type { Candidate } from '../../packages/slotgate/src/core/channel.js';
 import { StoreUnavailableError } from '../../packages/slotgate/src/core/errors.js';
 import { DEFAULT_SETTINGS, type SettingsUpdate } from '../../packages/slotgate/src/core/settings.js';
 import type { MemoryStore } from '../../packages/slotgate/src/store/memory/memory-store.js';
-import type { AcquireReply, PendingRelease, QueueListener } from '../../packages/slotgate/src/store/store.js';
+import type { AcquireReply, QueueListener } from '../../packages/slotgate/src/store/store.js';
 import {
   capacityError,
   closeEngines,
   engine,
   failedWith,
   hold,
+  holdReleases,
   load,
   memory,
   setup,
@@ -85,31 +86,6 @@ function loseGrants(store: MemoryStore): () => void {
     });
   };
   return () => listeners.forEach((l) => l.resync());
-}
-
-/**
- * Holds every release until the end of the event-loop turn, and lets it be withdrawn until then, as RedisStore's
- * pipeline does: the only kind of release a slot handoff can take over.
- */
-function holdReleases(store: MemoryStore): void {
-  const send = store.release.bind(store);
-  store.releaseDeferred = (lease): PendingRelease => {
-    let state: 'held' | 'withdrawn' | 'sent' = 'held';
-    let settle!: (removed: boolean | Promise<boolean>) => void;
-    const done = new Promise<boolean>((resolve) => (settle = resolve));
-    setImmediate(() => {
-      if (state !== 'held') return;
-      state = 'sent';
-      settle(send(lease));
-    });
-    const withdraw = () => {
-      if (state !== 'held') return false;
-      state = 'withdrawn';
-      settle(true);
-      return true;
-    };
-    return { done, held: true, withdraw };
-  };
 }
 
 describe('grants', () => {

@@ -69,6 +69,7 @@ function stub(overrides: Overrides): SlotStore {
     enqueue: (w, o) => inner.enqueue(w, o),
     pollWaiter: (w) => inner.pollWaiter(w),
     leaveQueue: (w) => inner.leaveQueue(w),
+    requeue: (f, t, o) => inner.requeue(f, t, o),
     listen: (id, l) => inner.listen(id, l),
     claim: (l, ttl) => inner.claim(l, ttl),
     queued: (id) => inner.queued(id),

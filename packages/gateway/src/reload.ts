@@ -60,7 +60,7 @@ export interface ReloadOptions {
   /** Applied to every configuration loaded (the command line's --port/--host/--redis overrides). */
   transform?: (config: GatewayConfig) => GatewayConfig;
   current: ConfigInForce;
-  /** Called after a new configuration is in force (settings from the file apply again). */
+  /** Called after a new configuration is in force (settings from the file apply again, waiting requests follow it). */
   onReplaced: () => void;
   metrics: Pick<GatewayMetrics, 'configReloadErrors'>;
   log: FastifyBaseLogger;

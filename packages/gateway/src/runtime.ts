@@ -177,6 +177,15 @@ export class GatewayRuntime {
     return this.inForce;
   };
 
+  /**
+   * After a reload put a new configuration in force: its settings apply, and the requests waiting for a slot resolve
+   * their candidates again under it (a lowered max, a disabled or removed channel reach them too).
+   */
+  configReplaced = (): void => {
+    this.applySettings();
+    this.admission.configChanged();
+  };
+
   /** Writes a settings update for every instance; a bad combination is rejected before anything changes. */
   putSettings = async (update: GatewaySettingsUpdate): Promise<GatewaySettings> => {
     const merged = { ...this.overrides, ...update };

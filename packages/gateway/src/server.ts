@@ -61,7 +61,7 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
         path: options.configPath,
         transform: options.transformConfig,
         current: runtime.current,
-        onReplaced: runtime.applySettings,
+        onReplaced: runtime.configReplaced,
         metrics: runtime.metrics,
         log: app.log,
       })

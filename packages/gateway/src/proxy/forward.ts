@@ -102,6 +102,8 @@ export async function proxyRequest(
   reply.raw.on('close', onClose);
 
   const config = ctx.config();
+  // The channels serving the request under the configuration in force: a retry, and a wait, follow a reload.
+  const inForce = () => ctx.registry().candidates(token.group, model);
   const tried = new Set<string>();
   let attempts = 0;
   let lastUpstream: BufferedAnswer | HttpError | undefined;
@@ -110,7 +112,12 @@ export async function proxyRequest(
     const settings = ctx.settings();
     let ticket: Ticket<GatewayChannel>;
     try {
-      ticket = await ctx.admission.acquire({ candidates, signal: abort.signal, exclude: tried });
+      ticket = await ctx.admission.acquire({
+        candidates: attempts === 0 ? candidates : inForce(),
+        resolve: inForce,
+        signal: abort.signal,
+        exclude: tried,
+      });
     } catch (err) {
       // The client learns more from the upstream's own error than from "no capacity left to retry on".
       if (lastUpstream && (err instanceof CapacityError || err instanceof NoChannelError)) {

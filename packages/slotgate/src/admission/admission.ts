@@ -1,7 +1,7 @@
 /**
  * The admission engine's facade: it builds this instance's state holders (leases, load view, inbox, cooldowns,
- * handoff, tickets, stats) once, and hands every acquire to the pass (pass.ts), which decides with the functions of
- * decide.ts and waits with waiting.ts.
+ * handoff, tickets, stats) once, and hands every acquire to the pass (pass.ts, through in-force.ts, which follows a
+ * configuration change), which decides with the functions of decide.ts and waits with waiting.ts.
  */
 import { isBounded, type Candidate } from '../core/channel.js';
 import { systemClock } from '../core/clock.js';
@@ -15,7 +15,7 @@ import { Cooldowns } from './cooldowns.js';
 import type { Engine } from './engine.js';
 import { Handoff } from './handoff.js';
 import { LoadView } from './load-view.js';
-import { runPass } from './pass.js';
+import { admitInForce } from './in-force.js';
 import { StatsRecorder, type AdmissionStats, type ChannelStats, type Outcome } from './stats.js';
 import { Tickets } from './tickets.js';
 import type {
@@ -44,6 +44,8 @@ export class AdmissionEngine implements Admission {
   /** The delivery of grants to this instance's waiters. */
   private readonly listening: Listening;
   private readonly localShare: LocalShare;
+  /** How many times the candidate sets changed (configChanged). */
+  private generation = 0;
 
   constructor(options: AdmissionOptions) {
     this.current = admissionSettings.merge(admissionSettings.defaults, options.settings ?? {});
@@ -143,6 +145,9 @@ export class AdmissionEngine implements Admission {
       handoff,
       tickets,
       settings,
+      generation: () => this.generation,
+      resolve: (request) =>
+        this.candidateSets.prepare(request.resolve?.() ?? request.candidates, request.exclude),
       capacityError: capacity,
     };
   }
@@ -154,6 +159,11 @@ export class AdmissionEngine implements Admission {
   /** The load view, for tests and the admin API. */
   get loadView(): LoadView {
     return this.engine.view;
+  }
+
+  configChanged(): void {
+    this.generation++;
+    this.engine.inbox.wake();
   }
 
   updateSettings(update: unknown): Settings {
@@ -171,10 +181,9 @@ export class AdmissionEngine implements Admission {
     try {
       if (this.closed) throw new StoreUnavailableError('acquire', 'the admission engine is closed');
       const prepared = this.candidateSets.prepare(request.candidates, request.exclude);
-      if (prepared.candidates.length === 0) throw new NoChannelError();
       const ticket = await this.localShare.around(
         prepared,
-        () => runPass(this.engine, prepared, request),
+        () => admitInForce(this.engine, request, prepared),
         (channel, lease) => this.engine.tickets.bounded(channel, lease, 0, request.signal),
       );
       if (ticket.waitedMs > 0) waitedMs = ticket.waitedMs;

@@ -9,12 +9,14 @@ import type { Random } from '../core/order.js';
 import type { Settings } from '../core/settings.js';
 import type { LeaseManager } from '../store/leases.js';
 import type { SlotStore } from '../store/store.js';
+import type { Prepared } from './candidates.js';
 import type { Cooldowns } from './cooldowns.js';
 import type { Handoff } from './handoff.js';
 import type { LoadView } from './load-view.js';
 import type { StatsRecorder } from './stats.js';
 import type { Tickets } from './tickets.js';
 import type { Inbox } from './inbox.js';
+import type { AcquireRequest } from './types.js';
 
 export interface Engine {
   readonly store: SlotStore;
@@ -29,12 +31,37 @@ export interface Engine {
   readonly tickets: Tickets;
   /** The settings in force (read once per pass: a change applies to the next pass). */
   settings(): Settings;
+  /** How many times the candidate sets changed (Admission.configChanged): a waiter that saw fewer resolves again. */
+  generation(): number;
+  /** The request's candidate set in force now (its `resolve()`, else its `candidates` read again), prepared. */
+  resolve<C extends Candidate>(request: AcquireRequest<C>): Prepared<C>;
   capacityError(
     reason: CapacityReason,
     candidates: readonly Candidate[],
     saturated: readonly Candidate[],
     waitedOn?: Candidate,
   ): CapacityError;
+}
+
+/** A wait already under way, carried over to the next pass of the same acquire when its candidate set changed. */
+export interface WaitSpan {
+  start: number;
+  deadline: number;
+}
+
+/** One pass of an acquire: its request, the generation its candidates were resolved at, and a wait carried over. */
+export interface Attempt<C extends Candidate> {
+  request: AcquireRequest<C>;
+  generation: number;
+  span?: WaitSpan;
+}
+
+/** A waiter none of whose queues is valid any more: the acquire goes on with a new pass over `next`. */
+export interface Moved<C extends Candidate> {
+  next: Prepared<C>;
+  /** The generation `next` was resolved at. */
+  generation: number;
+  span: WaitSpan;
 }
 
 /** One acquire call over `batch` (one store call), counted for the stats. */

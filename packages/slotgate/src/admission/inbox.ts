@@ -1,7 +1,8 @@
 /**
  * This instance's waiters, by token, and the grants the store sends them. A waiter registers before it enqueues, so
- * a grant that arrives before the enqueue's own reply is kept for it. A grant for a token nobody waits for any more
- * (the waiter timed out or gave up) is given back at once, so it passes to the next waiter.
+ * a grant that arrives before the enqueue's own reply is kept for it. A grant for a registration nobody stands in any
+ * more (the waiter timed out, gave up, left that queue, or moved there to a new token) is given back at once, so it
+ * passes to the next waiter.
  */
 import { pushTo, removeFrom } from '../core/collections.js';
 import type { QueueListener } from '../store/store.js';
@@ -30,7 +31,12 @@ export class Inbox implements QueueListener {
     return box;
   }
 
-  /** The waiter is queued on the channel (it counts there in this instance's loads). */
+  /** Delivers the grants of another token of the same waiter (a registration it moved to) to its mailbox. */
+  attach(token: string, box: Mailbox): void {
+    this.boxes.set(token, box);
+  }
+
+  /** The waiter is queued on the channel under this token (it counts there in this instance's loads). */
   joined(channelId: string, token: string): void {
     pushTo(this.byChannel, channelId, token);
   }
@@ -45,7 +51,7 @@ export class Inbox implements QueueListener {
 
   grant(channelId: string, token: string, leaseTtlMs?: number): void {
     const box = this.boxes.get(token);
-    if (!box) {
+    if (!box || !this.byChannel.get(channelId)?.includes(token)) {
       this.giveBack(channelId, token);
       return;
     }
@@ -63,6 +69,11 @@ export class Inbox implements QueueListener {
       box.recheck = true;
       box.onGrant?.();
     }
+  }
+
+  /** Wakes every waiter (the candidate sets changed: each resolves its own again). */
+  wake(): void {
+    for (const box of this.boxes.values()) box.onGrant?.();
   }
 
   /** Waiters of this instance queued on the channel. */

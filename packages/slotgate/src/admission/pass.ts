@@ -11,17 +11,18 @@ import type { Lease } from '../store/leases.js';
 import type { AcquireReply, ChannelLoad } from '../store/store.js';
 import type { Prepared } from './candidates.js';
 import { nextBatch, orderTier, waitQueues } from './decide.js';
-import { tryAcquire, type Engine } from './engine.js';
-import type { AcquireRequest, Ticket } from './types.js';
+import { tryAcquire, type Attempt, type Engine, type Moved } from './engine.js';
+import type { Ticket } from './types.js';
 import { waitForSlot } from './waiting.js';
 
+/** One pass over a prepared candidate set: a ticket, or the set to go on with when the waiter's set changed. */
 export async function runPass<C extends Candidate>(
   engine: Engine,
   prepared: Prepared<C>,
-  request: AcquireRequest<C>,
-): Promise<Ticket<C>> {
+  attempt: Attempt<C>,
+): Promise<Ticket<C> | Moved<C>> {
   const { candidates, byTier, bounded, ids } = prepared;
-  const { signal } = request;
+  const { signal } = attempt.request;
   const { view, cooldowns, tickets, handoff } = engine;
   const settings = engine.settings();
 
@@ -159,7 +160,7 @@ export async function runPass<C extends Candidate>(
       prepared,
       saturated,
       settings,
-      signal,
+      attempt,
     );
   }
   throw engine.capacityError('full', candidates, saturated);

@@ -46,7 +46,14 @@ export interface AdmissionRecord {
 export type AdmissionEvent = LeaseEvent | { type: 'settings_changed'; settings: Settings };
 
 export interface AcquireRequest<C extends Candidate> {
+  /** The candidate set on arrival. */
   candidates: readonly C[];
+  /**
+   * The candidate set as the configuration in force has it now, asked again while the request waits: at once after
+   * `admission.configChanged()`, at every safety poll, and before a ticket is handed out under a configuration that
+   * changed during the acquire. Without it, `candidates` is read again (so changes made to it in place count).
+   */
+  resolve?: () => readonly C[];
   /** Abort while waiting → CapacityError reason 'aborted'. */
   signal?: AbortSignal;
   /** Channel ids to skip in this pass (already tried by the caller's retry chain). */
@@ -79,6 +86,13 @@ export interface Admission {
   /** Starts a cooldown: in the store for a bounded (or unknown) channel, in process memory for an unlimited one. */
   cooldown(channel: string | Candidate, opts?: { ms?: number; reason?: string }): Promise<void>;
   clearCooldown(channel: string | Candidate): Promise<void>;
+  /**
+   * Says the candidate sets changed (a configuration reload): every request of this instance waiting for a slot
+   * resolves its candidates again at once (`AcquireRequest.resolve`). It leaves the queues of channels no longer in
+   * its set (disabled, removed, excluded or now unlimited), moves to the channel's new max in its place in the queue,
+   * takes up the new set when none of its queues is left, and fails with NoChannelError when the set is empty.
+   */
+  configChanged(): void;
   /** Validates the whole update (throws SettingsError and changes nothing on bad input) and applies it. */
   updateSettings(update: unknown): Settings;
   readonly settings: Settings;

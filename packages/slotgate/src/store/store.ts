@@ -188,6 +188,14 @@ export interface SlotStore {
   pollWaiter(waiter: WaiterRef, leaseTtlMs: number): Promise<WaiterState>;
   /** Takes the waiter out of the queue; a grant it holds there and will not claim passes on. True when it had one. */
   leaveQueue(waiter: WaiterRef, leaseTtlMs: number): Promise<boolean>;
+  /**
+   * Moves a waiter's registration to a new token and max (its channel's max changed while it waited), keeping its
+   * place: where `from` is queued, `to` takes its arrival; where `from` holds a grant it has not claimed, the grant is
+   * given back and `to` stands at the head (where `from` stood when granted); where `from` is neither, `to` joins at
+   * the tail like `enqueue` (bounded by `maxWaiting`). Free slots are then granted under each head's own max, `to`
+   * included (`granted`, with no message). Grants made to `from` are never claimable again.
+   */
+  requeue(from: WaiterRef, to: WaiterRef, options: EnqueueOptions): Promise<EnqueueReply>;
   /** Delivers grants and queue news for this instance's waiters until stopped. */
   listen(instanceId: string, listener: QueueListener): Listening;
   /**

@@ -89,9 +89,31 @@ export class MemoryQueues {
     // Behind others: a slot that came free went to them when it did (one that ran out unseen goes at the next
     // release, acquire or safety poll), as in Redis.
     if (ahead > 0) return 'queued';
+    return this.grantOrLead(ref);
+  }
+
+  /** The registration of `from` moves to `to` in its place (see SlotStore.requeue). */
+  requeue(from: WaiterRef, to: WaiterRef, options: EnqueueOptions): EnqueueReply {
+    const channelId = from.channelId;
+    const queue = this.live(channelId);
+    const waiter = { ref: { ...to }, expiresAt: this.clock.now() + options.ttlMs };
+    const at = queue.findIndex((w) => w.ref.token === from.token);
+    if (at >= 0) queue[at] = waiter;
+    // a grant it had not claimed is given back: it stands at the head again, where it was when granted
+    else if (this.slotsOf(channelId).members.delete(from.token)) queue.unshift(waiter);
+    else if (queue.length >= options.maxWaiting) return 'queue_full';
+    else queue.push(waiter);
+    this.queues.set(channelId, queue);
+    return this.grantOrLead(to);
+  }
+
+  /**
+   * After `ref` joined: `granted` when the free slots reached it; otherwise, when it leads the queue, every instance
+   * holding a slot of the channel is told a queue formed.
+   */
+  private grantOrLead(ref: WaiterRef): EnqueueReply {
     if (this.grantFree(ref.channelId, ref.token).includes(ref.token)) return 'granted';
     if (this.live(ref.channelId)[0]?.ref.token === ref.token) {
-      // the waiter leads the queue: it formed with this waiter, so every instance holding a slot is told
       const told = new Set<string>();
       for (const holder of this.slotsOf(ref.channelId).members.keys()) {
         const instance = instanceOfToken(holder);

@@ -144,6 +144,11 @@ export class MemoryStore implements SlotStore {
     return this.queues.leave(waiter);
   }
 
+  async requeue(from: WaiterRef, to: WaiterRef, options: EnqueueOptions): Promise<EnqueueReply> {
+    this.counts.wait++;
+    return this.queues.requeue(from, to, options);
+  }
+
   listen(instanceId: string, listener: QueueListener): Listening {
     return this.queues.listen(instanceId, listener);
   }

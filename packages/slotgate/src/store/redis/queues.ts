@@ -22,7 +22,7 @@ import type {
 } from '../store.js';
 import type { Deadlines } from './deadlines.js';
 import type { KeyBuilder } from './keys.js';
-import { SCRIPTS, type ReleaseSlotReply } from './scripts.js';
+import { SCRIPTS, type ReleaseSlotReply, type Script } from './scripts.js';
 
 export interface RedisQueuesDeps {
   client: Redis | Cluster;
@@ -105,11 +105,27 @@ export class RedisQueues {
     return [memberOf(w), this.deps.claimMs, leaseTtlMs, this.deps.keys.grants(), w.channelId];
   }
 
-  async enqueue(w: WaiterRef, options: EnqueueOptions): Promise<EnqueueReply> {
+  enqueue(w: WaiterRef, options: EnqueueOptions): Promise<EnqueueReply> {
+    return this.register(SCRIPTS.enqueueWaiter, w, options);
+  }
+
+  /** `from`'s registration becomes `to`'s, in its place (lua/requeueWaiter-3.lua). */
+  requeue(from: WaiterRef, to: WaiterRef, options: EnqueueOptions): Promise<EnqueueReply> {
+    return this.register(SCRIPTS.requeueWaiter, to, options, from);
+  }
+
+  /** Registers `w` (the script's arguments start with `from`'s member when it moves `from`'s registration). */
+  private async register(
+    script: Script<EnqueueReply>,
+    w: WaiterRef,
+    options: EnqueueOptions,
+    from?: WaiterRef,
+  ): Promise<EnqueueReply> {
     this.deps.count('wait', 1);
     try {
       const reply = await this.deps.deadlines.run('wait_register', () =>
-        SCRIPTS.enqueueWaiter.call(this.deps.client, this.keysOf(w.channelId), [
+        script.call(this.deps.client, this.keysOf(w.channelId), [
+          ...(from ? [memberOf(from)] : []),
           ...this.argsOf(w, options.leaseTtlMs),
           options.maxWaiting,
           options.ttlMs,
@@ -120,8 +136,10 @@ export class RedisQueues {
     } catch (err) {
       // Uncertain, like an acquire: the script may still run after the time-out, and the caller, told it failed,
       // will never leave the queue. One detached removal, behind it on the same connection, undoes it (and gives
-      // back a grant it may have made); the registration's expiry is the backstop.
+      // back a grant it may have made); the registration's expiry is the backstop. For a requeue, whichever of the
+      // two registrations stands.
       this.leave(w, options.leaseTtlMs).catch(() => {});
+      if (from) this.leave(from, options.leaseTtlMs).catch(() => {});
       throw err;
     }
   }

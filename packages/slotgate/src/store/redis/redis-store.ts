@@ -241,6 +241,10 @@ export class RedisStore implements SlotStore {
     return this.queues.leave(waiter, leaseTtlMs);
   }
 
+  requeue(from: WaiterRef, to: WaiterRef, options: EnqueueOptions): Promise<EnqueueReply> {
+    return this.queues.requeue(from, to, options);
+  }
+
   listen(instanceId: string, listener: QueueListener): Listening {
     return this.queues.listen(instanceId, listener);
   }

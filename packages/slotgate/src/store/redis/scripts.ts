@@ -96,6 +96,11 @@ export const SCRIPTS = {
   }),
   /** See lua/pollWaiter-3.lua. */
   pollWaiter: new Script('pollWaiter-3', (reply): WaiterState => WAITER_CODES[code(reply, WAITER_CODES)]!),
+  /** See lua/requeueWaiter-3.lua. */
+  requeueWaiter: new Script(
+    'requeueWaiter-3',
+    (reply): EnqueueReply => ENQUEUE_CODES[code(reply, ENQUEUE_CODES)]!,
+  ),
   /** See lua/leaveQueue-3.lua: true when a grant was given back. */
   leaveQueue: new Script('leaveQueue-3', (reply) => Number(reply) === 1),
   /** See lua/fixLeftover-2.lua: removals made (an expiry set counts as one). */

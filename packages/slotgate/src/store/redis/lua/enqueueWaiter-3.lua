@@ -66,12 +66,5 @@ if head ~= member then
   return 1 -- behind a live waiter: the queue was there before
 end
 -- the waiter leads the queue: it formed with this waiter, so every instance holding a slot is told
-local told = {}
-for _, holder in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
-  local instance = instanceOf(holder)
-  if not told[instance] then
-    told[instance] = true
-    redis.call('PUBLISH', notify .. instance, 'q\n' .. channelId)
-  end
-end
+tellHolders(KEYS[1], notify, channelId)
 return 1

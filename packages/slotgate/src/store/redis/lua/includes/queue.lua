@@ -88,3 +88,16 @@ local function grantFree(slotsKey, waitersKey, queueKey, claimMs, leaseTtl, noti
     end
   end
 end
+
+-- Tells every instance holding a slot of the channel, once each, that a queue formed ("q\n<channel>"), so none of
+-- them passes a slot on locally ahead of it. Costs a ZRANGE of the slots and one PUBLISH per holding instance.
+local function tellHolders(slotsKey, notify, channelId)
+  local told = {}
+  for _, holder in ipairs(redis.call('ZRANGE', slotsKey, 0, -1)) do
+    local instance = instanceOf(holder)
+    if not told[instance] then
+      told[instance] = true
+      redis.call('PUBLISH', notify .. instance, 'q\n' .. channelId)
+    end
+  end
+end
