@@ -115,7 +115,7 @@ export class GatewayRuntime {
       onRestore: (o, origin) =>
         this.log?.warn(
           { event: 'settings_restored', overrides: o, version: origin.version, changed_by: origin.changedBy },
-          'settings overrides restored: the store had lost them (a Redis restart?)',
+          'settings overrides restored: the store had lost them',
         ),
       onError: (err) => this.log?.error({ err: err.message }, 'settings sync'),
     });
