@@ -23,6 +23,7 @@ import { ConfigInForce } from './reload.js';
 import {
   admissionPart,
   gatewaySettings,
+  settingsSource,
   type GatewaySettings,
   type GatewaySettingsUpdate,
 } from './settings.js';
@@ -113,11 +114,17 @@ export class GatewayRuntime {
     });
     this.sync = store.sharedSettings({
       parse: gatewaySettings.parse,
+      instanceId: this.admission.instanceId,
       onOverrides: (o) => {
         this.overrides = o;
         this.applySettings();
         this.log?.info({ overrides: o }, 'settings applied');
       },
+      onRestore: (o, origin) =>
+        this.log?.warn(
+          { event: 'settings_restored', overrides: o, version: origin.version, changed_by: origin.changedBy },
+          'settings overrides restored: the store had lost them',
+        ),
       onError: (err) => this.log?.error({ err: err.message }, 'settings sync'),
     });
     this.upstream = new UpstreamClient(config.timeouts);
@@ -211,6 +218,7 @@ export class GatewayRuntime {
     redis: await this.redisHealth(),
     config: this.current.describe(),
     settings_overrides: this.overrides,
+    settings_source: settingsSource(this.current.config.settings, this.overrides, this.sync.origin),
     instances: await settleWithin(this.store.presence.list(INSTANCE_MAX_AGE_MS), PRESENCE_WAIT_MS).catch(
       () => [],
     ),

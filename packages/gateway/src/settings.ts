@@ -7,6 +7,7 @@ import {
   boolSetting,
   defineSettings,
   intSetting,
+  type OverridesOrigin,
   type SettingsOf,
   type SettingsUpdate,
 } from 'slotgate';
@@ -27,4 +28,31 @@ const ADMISSION_KEYS = Object.keys(ADMISSION_SETTINGS) as (keyof typeof ADMISSIO
 /** The admission engine's part of the gateway's settings. */
 export function admissionPart(settings: GatewaySettings): SettingsUpdate {
   return Object.fromEntries(ADMISSION_KEYS.map((k) => [k, settings[k]])) as SettingsUpdate;
+}
+
+/** Where a setting in force comes from: its default, the config file's `settings`, or an override shared through the store. */
+export type SettingSource = 'default' | 'config_file' | 'override';
+
+/**
+ * What GET /admin/status says of the settings in force: each key's source, and the store's record of the overrides'
+ * last change (when, by which instance, and whether an instance put them back after the store lost them).
+ */
+export function settingsSource(
+  fromFile: GatewaySettingsUpdate,
+  overrides: GatewaySettingsUpdate,
+  origin: OverridesOrigin,
+): Record<string, unknown> {
+  const source = (key: keyof GatewaySettings): SettingSource =>
+    overrides[key] !== undefined ? 'override' : fromFile[key] !== undefined ? 'config_file' : 'default';
+  return {
+    keys: Object.fromEntries(gatewaySettings.keys.map((k) => [k, source(k)])),
+    overrides: {
+      version: origin.version,
+      change: origin.change,
+      changed_at: origin.changedAt,
+      changed_by: origin.changedBy,
+      restored_at: origin.restoredAt,
+      restored_by: origin.restoredBy,
+    },
+  };
 }

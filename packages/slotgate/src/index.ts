@@ -72,6 +72,7 @@ export {
   type StoreHealth,
   type SharedSettings,
   type SharedSettingsOptions,
+  type OverridesOrigin,
   type Presence,
   type InstanceInfo,
 } from './store/store.js';

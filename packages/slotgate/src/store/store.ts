@@ -221,8 +221,9 @@ export interface SlotStore {
   health(): Promise<StoreHealth>;
 
   /**
-   * Settings overrides shared by every instance on this store: in Redis a hash and a change announcement, so every
-   * instance applies a change within a second; in memory, this process only.
+   * Settings overrides shared by every instance on this store: in Redis a hash, a record of its last change and a
+   * change announcement, so every instance applies a change within a second and puts the overrides back when Redis
+   * comes back without them; in memory, this process only.
    */
   sharedSettings<T extends object>(options: SharedSettingsOptions<T>): SharedSettings<T>;
 
@@ -246,9 +247,44 @@ export interface SharedSettingsOptions<T extends object> {
   /** Called with the validated overrides on start, on every change and on every periodic re-read that differs. */
   onOverrides: (overrides: T) => void;
   onError?: (err: Error) => void;
-  /** Fallback re-read period for a lost change announcement. @default 5000 */
+  /**
+   * Called on the instance that put the overrides back after the store lost them (a Redis that restarted empty):
+   * what it restored and the record it restored them with.
+   */
+  onRestore?: (overrides: T, origin: OverridesOrigin) => void;
+  /** Fallback re-read period for a lost change announcement; it also bounds how long a store loss goes unseen. @default 5000 */
   rereadMs?: number;
+  /** Who writes, recorded with every change and restore (`changedBy`, `restoredBy`). @default a random id */
+  instanceId?: string;
 }
+
+/** What a store records of the overrides' last change, as an instance last read it. */
+export interface OverridesOrigin {
+  /** Counts the recorded changes; a higher version always wins over a lower one. 0: no record (nothing written yet). */
+  version: number;
+  /**
+   * `update` (`write`), `reset`, or `external`: the overrides were changed outside `sharedSettings` (by hand, or by
+   * an older release) and `changedAt` is when an instance first saw it. null with no record.
+   */
+  change: 'update' | 'reset' | 'external' | null;
+  /** When the change was made (ISO time, on the store's clock); null when unknown. */
+  changedAt: string | null;
+  /** The `instanceId` that made it; null when unknown (external). */
+  changedBy: string | null;
+  /** When an instance put these overrides back after the store had lost them; null when they were never lost. */
+  restoredAt: string | null;
+  restoredBy: string | null;
+}
+
+/** The origin of overrides nobody has recorded a change of. */
+export const NO_ORIGIN: OverridesOrigin = Object.freeze({
+  version: 0,
+  change: null,
+  changedAt: null,
+  changedBy: null,
+  restoredAt: null,
+  restoredBy: null,
+});
 
 export interface SharedSettings<T extends object> {
   /**
@@ -258,8 +294,13 @@ export interface SharedSettings<T extends object> {
   start(): Promise<void>;
   /** Validates an update, merges it into the stored overrides and announces it to every instance. */
   write(update: T): Promise<void>;
-  /** Removes every override (back to each instance's configured values) and announces it. */
+  /**
+   * Removes every override (back to each instance's configured values) and announces it. A reset is recorded too, so
+   * an instance that still holds the overrides of before never puts them back after a store loss.
+   */
   reset(): Promise<void>;
+  /** The record of the overrides in force on this instance: which change, when, by whom, and whether restored. */
+  readonly origin: OverridesOrigin;
   close(): Promise<void>;
 }
 

@@ -3,12 +3,32 @@
  * process, so an application uses the same calls whether or not it shares a Redis with other instances.
  */
 import type { Clock } from '../../core/clock.js';
-import type { InstanceInfo, Presence, SharedSettings, SharedSettingsOptions } from '../store.js';
+import { randomInstanceId } from '../../core/ids.js';
+import {
+  NO_ORIGIN,
+  type InstanceInfo,
+  type OverridesOrigin,
+  type Presence,
+  type SharedSettings,
+  type SharedSettingsOptions,
+} from '../store.js';
 
+/** Overrides of this process: recorded like the Redis ones (version, time, instance), and never lost while it lives. */
 export class LocalSharedSettings<T extends object> implements SharedSettings<T> {
   private overrides: Record<string, unknown> = {};
+  private current: OverridesOrigin = NO_ORIGIN;
+  private readonly instanceId: string;
 
-  constructor(private readonly opts: SharedSettingsOptions<T>) {}
+  constructor(
+    private readonly opts: SharedSettingsOptions<T>,
+    private readonly clock: Clock,
+  ) {
+    this.instanceId = opts.instanceId ?? randomInstanceId();
+  }
+
+  get origin(): OverridesOrigin {
+    return this.current;
+  }
 
   async start(): Promise<void> {
     this.opts.onOverrides(this.opts.parse(this.overrides));
@@ -18,11 +38,22 @@ export class LocalSharedSettings<T extends object> implements SharedSettings<T> 
     const valid = this.opts.parse(update);
     if (Object.keys(valid).length === 0) return;
     this.overrides = { ...this.overrides, ...valid };
-    this.opts.onOverrides(this.opts.parse(this.overrides));
+    this.changed('update');
   }
 
   async reset(): Promise<void> {
     this.overrides = {};
+    this.changed('reset');
+  }
+
+  private changed(change: 'update' | 'reset'): void {
+    this.current = {
+      ...NO_ORIGIN,
+      version: this.current.version + 1,
+      change,
+      changedAt: new Date(this.clock.now()).toISOString(),
+      changedBy: this.instanceId,
+    };
     this.opts.onOverrides(this.opts.parse(this.overrides));
   }
 

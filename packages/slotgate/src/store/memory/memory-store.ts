@@ -66,7 +66,7 @@ export class MemoryStore implements SlotStore {
   }
 
   sharedSettings<T extends object>(options: SharedSettingsOptions<T>): SharedSettings<T> {
-    return new LocalSharedSettings(options);
+    return new LocalSharedSettings(options, this.clock);
   }
 
   get commands(): Readonly<Record<Purpose, number>> {

@@ -6,6 +6,9 @@
  *   <prefix>:v1:{<channel>}:queue     sorted set  member = "<max>|<token>", score = arrival (µs, Redis clock): FIFO
  *   <prefix>:v1:{<channel>}:cooldown  string      value = reason, PX = cooldown length
  *   <prefix>:v1:settings              hash        settings overrides shared by every instance
+ *   <prefix>:v1:settings:record:{<prefix>:v1:settings}
+ *                                     hash        the overrides' last change (version, who, when, digest); the tag
+ *                                                 puts it in the overrides' Cluster slot, so one script writes both
  *   <prefix>:v1:settings:changed      pub/sub     announces settings changes
  *   <prefix>:v1:instances             hash        gateway instance id → JSON heartbeat (dashboard's instance list)
  *   <prefix>:v1:grants:<instanceId>   pub/sub     grants and queue news for one instance's waiters
@@ -89,6 +92,11 @@ export class KeyBuilder {
     return `${this.base}:settings`;
   }
 
+  /** The record of the overrides' last change, in the same hash slot as `settings()` (its hash tag is that key). */
+  settingsRecord(): string {
+    return `${this.base}:settings:record:{${this.settings()}}`;
+  }
+
   instances(): string {
     return `${this.base}:instances`;
   }
@@ -114,7 +122,7 @@ export class KeyBuilder {
     | { channelId: string; kind: 'slots' | 'waiters' | 'queue' | 'cooldown' }
     | { kind: 'settings' | 'instances' | 'epoch' }
     | null {
-    if (key === this.settings()) return { kind: 'settings' };
+    if (key === this.settings() || key === this.settingsRecord()) return { kind: 'settings' };
     if (key === this.instances()) return { kind: 'instances' };
     if (key === this.epoch()) return { kind: 'epoch' };
     if (!key.startsWith(`${this.base}:{`)) return null;

@@ -9,6 +9,7 @@ import { readFileSync } from 'node:fs';
 import type { ChainableCommander, Cluster, Redis } from 'ioredis';
 import type { AcquireReply, EnqueueReply, WaiterState } from '../store.js';
 import { SCHEMA_VERSION } from './keys.js';
+import { parseSnapshot } from './settings-record.js';
 
 type Client = Redis | Cluster;
 type Arg = string | number;
@@ -107,9 +108,23 @@ export const SCRIPTS = {
   fixLeftover: new Script('fixLeftover-2', Number),
 } as const;
 
-/** Registers every script on the client, so pipelines made from it carry them too. */
+/**
+ * The settings scripts (shared-settings.ts), apart from the slot scripts: they work on the two settings keys, not on
+ * a channel's. See lua/readSettings-2.lua, lua/writeSettings-2.lua (the version recorded, 0 when not recorded, -1 when
+ * the store lost a newer version) and lua/restoreSettings-2.lua (the Redis time of the restore, 0 when not restored).
+ */
+export const SETTINGS_SCRIPTS = {
+  read: new Script('readSettings-2', parseSnapshot),
+  write: new Script('writeSettings-2', Number),
+  restore: new Script('restoreSettings-2', Number),
+} as const;
+
+/**
+ * Registers every script on the client before any command goes out: an auto-pipeline made from the client before a
+ * script was registered would not carry it, and a call of it joining that pipeline would fail.
+ */
 export function defineScripts(client: Client): void {
-  for (const script of Object.values(SCRIPTS)) script.define(client);
+  for (const script of [...Object.values(SCRIPTS), ...Object.values(SETTINGS_SCRIPTS)]) script.define(client);
 }
 
 const ACQUIRE_CODES: Record<number, AcquireReply> = { 0: 'full', 1: 'acquired', 2: 'cooling', 3: 'queued' };
