@@ -172,6 +172,9 @@ describe('GET /admin/status: where the settings in force come from', () => {
         restored_at: null,
       });
       expect(Date.parse(after.settings_source.overrides.changed_at as string)).not.toBeNaN();
+      // GET /admin/settings says the same
+      const got = await gateway.app.inject({ method: 'GET', url: '/admin/settings', headers });
+      expect(got.json()).toMatchObject({ source: after.settings_source });
     } finally {
       await gateway.close();
     }

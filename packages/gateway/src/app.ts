@@ -37,6 +37,8 @@ export interface AppDeps {
   putSettings: (update: GatewaySettingsUpdate) => Promise<GatewaySettings>;
   /** The body of GET /admin/status. */
   status: () => Promise<Record<string, unknown>>;
+  /** Where each setting in force comes from (default, config file, override) and the overrides' last change. */
+  settingsSource?: () => Record<string, unknown>;
   /** GET /readyz: whether this instance should get traffic now, and why not. */
   ready: ReadinessCheck;
   metrics: GatewayMetrics;

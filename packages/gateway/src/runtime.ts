@@ -211,6 +211,13 @@ export class GatewayRuntime {
     return answer;
   }, READINESS_CACHE_MS);
 
+  /** Where each setting in force comes from, and the overrides' last change (GET /admin/settings and /admin/status). */
+  settingsSource = (): Record<string, unknown> =>
+    settingsSource(this.current.config.settings, this.overrides, this.sync.origin) as unknown as Record<
+      string,
+      unknown
+    >;
+
   status = async (): Promise<Record<string, unknown>> => ({
     instance_id: this.admission.instanceId,
     uptime_s: Math.round((Date.now() - this.startedAt) / 1000),
@@ -218,7 +225,7 @@ export class GatewayRuntime {
     redis: await this.redisHealth(),
     config: this.current.describe(),
     settings_overrides: this.overrides,
-    settings_source: settingsSource(this.current.config.settings, this.overrides, this.sync.origin),
+    settings_source: this.settingsSource(),
     instances: await settleWithin(this.store.presence.list(INSTANCE_MAX_AGE_MS), PRESENCE_WAIT_MS).catch(
       () => [],
     ),

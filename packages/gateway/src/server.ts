@@ -49,6 +49,7 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
     settings: () => runtime.settings,
     putSettings: runtime.putSettings,
     status: runtime.status,
+    settingsSource: runtime.settingsSource,
     ready: runtime.ready,
     metrics: runtime.metrics,
     upstream: runtime.upstream,

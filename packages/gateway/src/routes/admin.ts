@@ -19,6 +19,8 @@ export interface AdminContext {
   putSettings: (update: GatewaySettingsUpdate) => Promise<GatewaySettings>;
   settings: () => GatewaySettings;
   status: () => Promise<Record<string, unknown>>;
+  /** Where each setting in force comes from; GET /admin/settings shows it as `source`. */
+  settingsSource?: () => Record<string, unknown>;
 }
 
 const digest = (s: string) => createHash('sha256').update(s).digest();
@@ -126,6 +128,7 @@ export function registerAdminRoutes(app: FastifyInstance, ctx: AdminContext): vo
 
     admin.get('/admin/settings', async () => ({
       settings: ctx.settings(),
+      ...(ctx.settingsSource ? { source: ctx.settingsSource() } : {}),
       spec: Object.fromEntries(
         gatewaySettings.keys.map((k) => [
           k,
