@@ -10,7 +10,7 @@ import { ManualClock } from '../../packages/slotgate/src/core/clock.js';
 import { StoreUnavailableError } from '../../packages/slotgate/src/core/errors.js';
 import { MemoryStore } from '../../packages/slotgate/src/store/memory/memory-store.js';
 import { sentRelease, type SlotStore } from '../../packages/slotgate/src/store/store.js';
-import { elapse, flush } from './manual-time.js';
+import { elapse } from './manual-time.js';
 
 const FAILING = new Set([
   'acquireFirst',
