@@ -242,10 +242,14 @@ export class FakeUpstream {
     return Object.fromEntries([...this.records].map(([id, r]) => [id, r.max]));
   }
 
-  /** How far and for how long `channel` went over `limit` in flight; needs the `timeline` option. */
-  excess(channel: string, limit: number): Excess {
+  /**
+   * How far and for how long `channel` went over `limit` in flight, up to `until` (performance.now(); the changes
+   * after it are left out); needs the `timeline` option.
+   */
+  excess(channel: string, limit: number, until = performance.now()): Excess {
     if (!this.options.timeline) throw new Error('excess() needs the upstream started with `timeline: true`');
-    return excessOver(this.record(channel).timeline, limit, performance.now());
+    const timeline = this.record(channel).timeline.filter(([at]) => at <= until);
+    return excessOver(timeline, limit, until);
   }
 
   /** Requests received on every channel. */
