@@ -63,6 +63,8 @@ export interface ReceivedRequest {
   done: Promise<void>;
   /** When it arrived, on `performance.now()`. */
   receivedAt: number;
+  /** When it stopped counting as in flight (its last byte written, or closed early), on `performance.now()`. */
+  endedAt?: number;
 }
 
 export interface ChannelRecord {
@@ -304,7 +306,8 @@ export class FakeUpstream {
       if (!inFlight) return;
       inFlight = false;
       record.current--;
-      if (this.options.timeline) record.timeline.push([performance.now(), record.current]);
+      received.endedAt = performance.now();
+      if (this.options.timeline) record.timeline.push([received.endedAt, record.current]);
     };
     let closed!: () => void;
     const received: ReceivedRequest = {

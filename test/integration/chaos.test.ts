@@ -17,12 +17,13 @@ import { Redis } from 'ioredis';
 import { describe, expect, it } from 'vitest';
 import {
   CHANNELS,
-  CLIENT_TOKEN,
-  MODEL,
   StreamingLoad,
+  admitted,
+  channelsFull,
   inFlightVia,
   startFleet,
   userAgent,
+  waitFor,
   type Fleet,
 } from '../helpers/chaos-fleet.js';
 import { RedisServer } from '../helpers/redis-server.js';
@@ -133,37 +134,7 @@ function loadOn(): StreamingLoad {
   return load;
 }
 
-/** Resolves once `check` holds (polled every 20 ms); throws naming `what` after `ms`. */
-async function waitFor(check: () => boolean, ms: number, what: string): Promise<void> {
-  const deadline = performance.now() + ms;
-  while (!check()) {
-    if (performance.now() > deadline) throw new Error(`${what}: not within ${ms} ms`);
-    await sleep(20);
-  }
-}
-
-/**
- * Asks `url` for a (non-streamed) completion until one is answered 200; returns how many ms that took, or -1 if
- * none was within `ms`.
- */
-async function admitted(url: string, ms: number): Promise<number> {
-  const started = performance.now();
-  while (performance.now() - started < ms) {
-    const res = await fetch(`${url}/v1/chat/completions`, {
-      method: 'POST',
-      headers: { authorization: `Bearer ${CLIENT_TOKEN}`, 'content-type': 'application/json' },
-      body: JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: 'are you back?' }] }),
-      signal: AbortSignal.timeout(Math.max(1, Math.ceil(ms - (performance.now() - started)))),
-    }).catch(() => undefined);
-    const status = res?.status;
-    await res?.body?.cancel();
-    if (status === 200) return performance.now() - started;
-    await sleep(100);
-  }
-  return -1;
-}
-
-const bothFull = (fleet: Fleet) => CHANNELS.every((id) => fleet.upstream.record(id).current === MAX);
+const bothFull = (fleet: Fleet) => channelsFull(fleet.upstream, MAX);
 
 /** Starts the clients of every gateway; resolves FAULT_AFTER_FULL_MS after both channels are full. */
 async function loadUntilFull(fleet: Fleet): Promise<StreamingLoad> {
