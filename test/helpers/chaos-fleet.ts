@@ -29,6 +29,10 @@ export interface FleetOptions {
   /** Streamed answers: `chunks` chunks, one every `chunkDelayMs`. */
   chunks: number;
   chunkDelayMs: number;
+  /** More keys of each gateway's `redis` section (e.g. `store_failure_mode`). */
+  redis?: Record<string, unknown>;
+  /** The admin token of every gateway (for /admin/status); none by default. */
+  adminToken?: string;
 }
 
 export interface Fleet {
@@ -55,7 +59,8 @@ export async function startFleet(opts: FleetOptions): Promise<Fleet> {
     for (const [i, url] of opts.redisUrls.entries()) {
       const config = {
         server: { log_level: 'info', shutdown_timeout_ms: 0 }, // info: the listening line
-        redis: { url, prefix: opts.prefix, timeout_ms: opts.redisTimeoutMs },
+        redis: { url, prefix: opts.prefix, timeout_ms: opts.redisTimeoutMs, ...opts.redis },
+        ...(opts.adminToken !== undefined ? { admin: { token: opts.adminToken } } : {}),
         tokens: [{ key: CLIENT_TOKEN, name: 'chaos' }],
         channels: Object.entries(CHANNEL_KEYS).map(([key, id]) => ({
           id,
@@ -77,6 +82,40 @@ export async function startFleet(opts: FleetOptions): Promise<Fleet> {
   }
   return { upstream, gateways, close };
 }
+
+/** Resolves once `check` holds (polled every 20 ms); throws naming `what` after `ms`. */
+export async function waitFor(check: () => boolean, ms: number, what: string): Promise<void> {
+  const deadline = performance.now() + ms;
+  while (!check()) {
+    if (performance.now() > deadline) throw new Error(`${what}: not within ${ms} ms`);
+    await sleep(20);
+  }
+}
+
+/**
+ * Asks `url` for a (non-streamed) completion until one is answered 200; returns how many ms that took, or -1 if
+ * none was within `ms`.
+ */
+export async function admitted(url: string, ms: number): Promise<number> {
+  const started = performance.now();
+  while (performance.now() - started < ms) {
+    const res = await fetch(`${url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${CLIENT_TOKEN}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: 'are you back?' }] }),
+      signal: AbortSignal.timeout(Math.max(1, Math.ceil(ms - (performance.now() - started)))),
+    }).catch(() => undefined);
+    const status = res?.status;
+    await res?.body?.cancel();
+    if (status === 200) return performance.now() - started;
+    await sleep(100);
+  }
+  return -1;
+}
+
+/** Every channel has `max` requests in flight at the upstream. */
+export const channelsFull = (upstream: FakeUpstream, max: number): boolean =>
+  CHANNELS.every((id) => upstream.record(id).current === max);
 
 /** Requests in flight at the upstream now that came through gateway `i`. */
 export function inFlightVia(upstream: FakeUpstream, i: number): number {

@@ -63,6 +63,8 @@ export interface ReceivedRequest {
   done: Promise<void>;
   /** When it arrived, on `performance.now()`. */
   receivedAt: number;
+  /** When it stopped counting as in flight (its last byte written, or closed early), on `performance.now()`. */
+  endedAt?: number;
 }
 
 export interface ChannelRecord {
@@ -242,8 +244,10 @@ export class FakeUpstream {
     return Object.fromEntries([...this.records].map(([id, r]) => [id, r.max]));
   }
 
-  /** How far and for how long `channel` went over `limit` in flight; needs the `timeline` option. */
-  /** The channel's peak and time above `limit`, from its timeline up to `until` (default: now). */
+  /**
+   * How far and for how long `channel` went over `limit` in flight, up to `until` (performance.now(); the changes
+   * after it are left out); needs the `timeline` option.
+   */
   excess(channel: string, limit: number, until = performance.now()): Excess {
     if (!this.options.timeline) throw new Error('excess() needs the upstream started with `timeline: true`');
     const timeline = this.record(channel).timeline.filter(([at]) => at <= until);
@@ -302,7 +306,8 @@ export class FakeUpstream {
       if (!inFlight) return;
       inFlight = false;
       record.current--;
-      if (this.options.timeline) record.timeline.push([performance.now(), record.current]);
+      received.endedAt = performance.now();
+      if (this.options.timeline) record.timeline.push([received.endedAt, record.current]);
     };
     let closed!: () => void;
     const received: ReceivedRequest = {
