@@ -35,6 +35,8 @@ function behind(store: MemoryStore, down: { value: boolean }): SlotStore {
       if (typeof value !== 'function') return value;
       const fn = value as (...a: unknown[]) => unknown;
       return (...args: unknown[]) => {
+        if (prop === 'health')
+          return Promise.resolve(down.value ? { healthy: false, error: 'down' } : { healthy: true });
         if (down.value && prop === 'releaseDeferred') {
           return sentRelease(Promise.reject(new StoreUnavailableError('release', 'down')));
         }
@@ -118,6 +120,33 @@ describe("storeFailureMode 'local_share'", () => {
     // the registered slots are leases like any other: released through the store
     for (const t of [...running(held), ...local]) await t.release();
     expect((await store.readLoads(['c'])).get('c')!.active).toBe(0);
+  });
+
+  it('an instance that sends the store nothing learns of the outage from its probe, and admits on its share', async () => {
+    const { clock, down, instances } = fleet('local_share');
+    down.value = true;
+    await elapse(clock, TTL + 1_100); // a probe failed over a lease TTL ago
+    const ticket = await instances[2]!.acquire({ candidates: [channel] });
+    expect(ticket.lost.aborted).toBe(false);
+    expect(instances[2]!.stats().localShare).toEqual({ mode: 'local_share', active: true, admitted: 1 });
+  });
+
+  it('a local slot that no longer fits when the store is back is lost, never registered past max', async () => {
+    const { clock, store, down, instances, events } = fleet('local_share');
+    down.value = true;
+    await elapse(clock, TTL + 1_100);
+    const local = await instances[1]!.acquire({ candidates: [channel] });
+    down.value = false;
+    // before b's probe sees the store back, the channel fills up through the store
+    for (let i = 1; i <= 3; i++) {
+      const opts = { token: `other:${i}`, leaseTtlMs: TTL, checkCooldown: false };
+      expect(await store.acquireFirst([{ channelId: 'c', max: 3 }], opts)).toEqual(['acquired']);
+    }
+    await elapse(clock, 1_100);
+    expect(local.lost.aborted).toBe(true);
+    expect(local.lost.reason).toMatchObject({ code: 'lease_lost', reason: 'missing' });
+    expect(events).toContainEqual({ type: 'local_registered', leases: 0 });
+    expect((await store.readLoads(['c'])).get('c')!.active).toBe(3);
   });
 
   it('admits nothing on its own when it has seen no instance (a share of 0)', async () => {

@@ -83,8 +83,13 @@ export class GatewayRuntime {
   private overrides: GatewaySettingsUpdate = {};
   private inForce: GatewaySettings;
   private heartbeat: NodeJS.Timeout | undefined;
-  /** The live instances this one saw at its last heartbeat that could list them (itself included). */
+  /**
+   * The live instances this one saw (itself included): the most any heartbeat listed within INSTANCE_MAX_AGE_MS, so a
+   * presence list that Redis lost (a restart) and that fills up again as the instances announce themselves never
+   * makes the share of each look larger than it is.
+   */
   private fleetSeen = 0;
+  private readonly fleetCounts: Array<{ at: number; n: number }> = [];
   /** Set by start(); nothing logs before, since no request and no store callback comes earlier. */
   private log: FastifyBaseLogger | undefined;
 
@@ -166,12 +171,20 @@ export class GatewayRuntime {
       void this.store.presence
         .announce(this.self)
         .then(async () => {
-          if (counting) this.fleetSeen = (await this.store.presence.list(INSTANCE_MAX_AGE_MS)).length;
+          if (counting) this.countFleet((await this.store.presence.list(INSTANCE_MAX_AGE_MS)).length);
         })
         .catch((err: Error) => log.warn({ err: err.message }, 'instance heartbeat failed'));
     beat();
     this.heartbeat = setInterval(beat, HEARTBEAT_MS);
     this.heartbeat.unref();
+  }
+
+  private countFleet(n: number): void {
+    const now = Date.now();
+    this.fleetCounts.push({ at: now, n });
+    while (this.fleetCounts.length > 0 && this.fleetCounts[0]!.at < now - INSTANCE_MAX_AGE_MS)
+      this.fleetCounts.shift();
+    this.fleetSeen = Math.max(...this.fleetCounts.map((c) => c.n));
   }
 
   /** Recomputes the settings after the overrides or the config file changed. */

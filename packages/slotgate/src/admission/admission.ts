@@ -75,6 +75,7 @@ export class AdmissionEngine implements Admission {
       settings,
       fleetSize: options.fleetSize ?? (() => 0),
       leases: () => leases,
+      health: () => store.health(),
     });
     const leases = new LeaseManager({
       store,
@@ -277,6 +278,7 @@ export class AdmissionEngine implements Admission {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
+    this.localShare.close();
     await this.engine.leases.close();
     await this.listening.stop();
   }

@@ -151,8 +151,9 @@ export class LeaseManager {
   }
 
   /**
-   * Registers every local slot in the store (whatever the load: they are requests in flight), so they are leases
-   * like any other from now on. Coalesced; rejects with the store's error.
+   * Registers the local slots in the store, into free slots only (one that does not fit is lost, and its signal
+   * fires), so they are leases like any other from now on. After a Redis restart the restore listener has registered
+   * them already, whatever the load. Coalesced; rejects with the store's error.
    */
   registerLocal(): Promise<void> {
     if (this.local.size === 0) return Promise.resolve();
@@ -166,19 +167,28 @@ export class LeaseManager {
     const ttl = this.ttl();
     const started = this.clock.now();
     const refs: ReclaimRef[] = leases.map((l) => ({ channelId: l.channelId, token: l.token, max: l.max }));
+    let notHeld: Set<string>;
     try {
-      await this.store.reclaim(refs, ttl, true);
+      // into free slots only: a slot admitted locally that no longer fits (the others admitted through the store
+      // meanwhile) is lost, and its request ended, rather than registered past the max
+      notHeld = new Set((await this.store.reclaim(refs, ttl, false)).map((l) => l.token));
     } catch (err) {
       this.onStore(false);
       throw err;
     }
     this.onStore(true);
+    let registered = 0;
     for (const lease of leases) {
-      if (!this.local.delete(lease.token)) continue;
-      this.renewed(lease, started, ttl);
+      if (!this.local.has(lease.token) || this.live.get(lease.token) !== lease) continue;
+      if (notHeld.has(lease.token)) this.lose(lease, 'missing');
+      else {
+        this.local.delete(lease.token);
+        this.renewed(lease, started, ttl);
+        registered++;
+      }
     }
     this.scheduleFence(this.earliestFence());
-    this.emit({ type: 'local_registered', leases: leases.length });
+    this.emit({ type: 'local_registered', leases: registered });
   }
 
   nextToken(): string {
