@@ -66,6 +66,7 @@ function stub(overrides: Overrides): SlotStore {
     renew: overrides.renew ?? ((l, ttl) => inner.renew(l, ttl)),
     reclaim: overrides.reclaim ?? ((l, ttl, restore) => inner.reclaim(l, ttl, restore)),
     onRestart: () => () => {},
+    onReconnect: () => () => {},
     enqueue: (w, o) => inner.enqueue(w, o),
     pollWaiter: (w) => inner.pollWaiter(w),
     leaveQueue: (w) => inner.leaveQueue(w),

@@ -76,6 +76,7 @@ export class AdmissionEngine implements Admission {
       fleetSize: options.fleetSize ?? (() => 0),
       leases: () => leases,
       health: () => store.health(),
+      onReconnect: (listener) => store.onReconnect(listener),
     });
     const leases = new LeaseManager({
       store,

@@ -30,6 +30,8 @@ export type StoreFailureMode = 'fail_closed' | 'local_share';
 export const RECOVERY_MS = 2000;
 /** How often the store's health is probed with local_share. */
 export const PROBE_MS = 1000;
+/** How long one health check stands for the admissions on a share that follow it. */
+export const FRESH_MS = 250;
 
 export interface LocalShareDeps {
   mode: StoreFailureMode;
@@ -40,12 +42,16 @@ export interface LocalShareDeps {
   leases: () => LeaseManager;
   /** The store's health check (one PING on Redis). */
   health: () => Promise<StoreHealth>;
+  /** Subscribes to the store's reconnections (its connection established again after a loss). */
+  onReconnect: (listener: () => void) => () => void;
 }
 
 export class LocalShare {
   private downSince: number | undefined;
   private recoveringUntil = 0;
   private probe: Timer | undefined;
+  /** The health check that admissions on a share share (FRESH_MS). */
+  private fresh: Promise<void> | undefined;
   private closed = false;
   /** Admissions made on a local share since this engine started. */
   admitted = 0;
@@ -53,8 +59,14 @@ export class LocalShare {
   constructor(private readonly deps: LocalShareDeps) {
     // The store's health is probed every PROBE_MS (one PING) with local_share only: an instance that sends nothing
     // to the store (no lease, every queue looking full) still learns when the store went and when it came back.
-    if (this.enabled) this.schedule();
+    if (!this.enabled) return;
+    this.schedule();
+    // The store's connection is back: it answers, so no admission on a share from now on (the probe would see it up
+    // to a probe period later, and a share admitted past a store that answers is not counted by the others).
+    this.unsubscribe = deps.onReconnect(() => this.note(true));
   }
+
+  private unsubscribe: (() => void) | undefined;
 
   get mode(): StoreFailureMode {
     return this.deps.mode;
@@ -77,6 +89,7 @@ export class LocalShare {
   close(): void {
     this.closed = true;
     this.probe?.cancel();
+    this.unsubscribe?.();
   }
 
   /** A store call answered or failed (LeaseManager's `onStore`, the health probe). */

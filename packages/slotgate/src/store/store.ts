@@ -172,6 +172,9 @@ export interface SlotStore {
    */
   onRestart(listener: RestartListener): () => void;
 
+  /** Calls the listener whenever the store's connection is established again after a loss. Returns the unsubscribe. */
+  onReconnect(listener: () => void): () => void;
+
   /**
    * Puts a waiter at the tail of the channel's FIFO queue (bounded by `maxWaiting`; the registration expires by
    * itself after `ttlMs`). A slot that comes free goes to the oldest live waiter: it becomes that waiter's lease until

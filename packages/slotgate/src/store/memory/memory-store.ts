@@ -198,6 +198,11 @@ export class MemoryStore implements SlotStore {
     return () => {};
   }
 
+  /** No connection to lose. */
+  onReconnect(): () => void {
+    return () => {};
+  }
+
   async readLoads(channelIds: readonly string[], opts?: ReadLoadsOptions): Promise<Map<string, ChannelLoad>> {
     opts?.onSent?.();
     const loads = new Map<string, ChannelLoad>();

@@ -101,7 +101,11 @@ export class RedisStore implements SlotStore {
   private presenceImpl: RedisPresence | undefined;
   private readonly epoch: Epoch;
   private readonly onClose = (): void => this.epoch.invalidate();
-  private readonly onReady = (): void => void this.epoch.ensure().catch(() => {});
+  private readonly reconnectListeners = new Set<() => void>();
+  private readonly onReady = (): void => {
+    for (const listener of this.reconnectListeners) listener();
+    void this.epoch.ensure().catch(() => {});
+  };
 
   constructor(options: RedisStoreOptions) {
     if (!options.client && !options.url) throw new TypeError('RedisStore needs `url` or `client`');
@@ -173,6 +177,11 @@ export class RedisStore implements SlotStore {
 
   onRestart(listener: RestartListener): () => void {
     return this.epoch.onRestart(listener);
+  }
+
+  onReconnect(listener: () => void): () => void {
+    this.reconnectListeners.add(listener);
+    return () => void this.reconnectListeners.delete(listener);
   }
 
   get commands(): Readonly<Record<Purpose, number>> {
