@@ -132,10 +132,18 @@ export async function proxyRequest(
     let released = false;
     // The upstream call ends when the client leaves or when the ticket's slot is lost (fencing): past that point
     // another request may hold the slot, and the channel's max holds only if this call stops.
-    const upstreamSignal = AbortSignal.any([abort.signal, ticket.lost]);
+    // (Linked by hand: AbortSignal.any costs a weak reference and a finalizer per request, and a ticket's `lost` can
+    // outlive the request through a handoff, so its listener goes at the release.)
+    const upstream = new AbortController();
+    const stopUpstream = () => upstream.abort();
+    abort.signal.addEventListener('abort', stopUpstream, { once: true });
+    if (ticket.token !== undefined) ticket.lost.addEventListener('abort', stopUpstream, { once: true });
+    const upstreamSignal = upstream.signal;
     const release = () => {
       if (released) return;
       released = true;
+      abort.signal.removeEventListener('abort', stopUpstream);
+      ticket.lost.removeEventListener('abort', stopUpstream);
       // An upstream call aborted mid-flight may still be running at the upstream for a moment: its slot goes back
       // through Redis instead of straight to the next request of this gateway.
       void ticket.release({ handoff: !upstreamSignal.aborted });
@@ -227,6 +235,20 @@ function fenced(
   shape: ApiShape,
   onLost: () => void,
 ): Readable {
+  const contentType = String(headers['content-type'] ?? '');
+  if (!contentType.startsWith('text/event-stream')) {
+    // any other body is cut (its upstream call is aborted by the same signal): no stream in between
+    const cut = () => {
+      onLost();
+      body.destroy(lost.reason as Error);
+    };
+    if (lost.aborted) cut();
+    else {
+      lost.addEventListener('abort', cut, { once: true });
+      finished(body, () => lost.removeEventListener('abort', cut));
+    }
+    return body;
+  }
   const out = new PassThrough();
   body.on('error', (err) => {
     if (!lost.aborted) out.destroy(err);
@@ -234,12 +256,10 @@ function fenced(
   body.pipe(out);
   // A client that leaves destroys `out`: the upstream body goes with it, as when it was sent as it is.
   out.once('close', () => body.destroy());
-  const contentType = String(headers['content-type'] ?? '');
   const end = () => {
     onLost();
     body.unpipe(out);
     body.destroy();
-    if (!contentType.startsWith('text/event-stream')) return void out.destroy(lost.reason as Error);
     const error = errorBody(toHttpError(lost.reason), shape);
     const event = shape === 'anthropic' ? 'event: error\n' : '';
     out.end(`${event}data: ${JSON.stringify(error)}\n\n`);
