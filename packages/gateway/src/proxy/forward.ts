@@ -200,10 +200,12 @@ export async function proxyRequest(
 
     // Success: stream it through; the slot is held until the body has fully ended or the client left. A slot lost
     // mid-stream ends the stream with an error event (SSE) or cuts it (any other body).
+    // Any other body is cut by the upstream call's own signal; an event stream ends with an error event.
+    const eventStream = String(res.headers['content-type'] ?? '').startsWith('text/event-stream');
     const streamed =
-      ticket.token === undefined
+      ticket.token === undefined || !eventStream
         ? res.body
-        : fenced(res.body, ticket.lost, res.headers, shape, () =>
+        : fenced(res.body, ticket.lost, shape, () =>
             request.log.warn({ channel: channel.id }, 'slot lost mid-stream: the upstream call was ended'),
           );
     finished(streamed, () => release());
@@ -224,31 +226,10 @@ function lostSlot(request: FastifyRequest, channel: GatewayChannel, lost: AbortS
 }
 
 /**
- * The upstream body as the client gets it: when the ticket's slot is lost mid-stream, the upstream call is already
- * aborted (its signal); an event stream then ends with one error event in the API's own shape, any other body is cut.
- * A ticket of an unlimited channel never loses its slot: its body passes as it is.
+ * An event stream as the client gets it: when the ticket's slot is lost mid-stream, the upstream call is already
+ * aborted (its signal), and the stream ends with one error event in the API's own shape.
  */
-function fenced(
-  body: Readable,
-  lost: AbortSignal,
-  headers: UpstreamResponse['headers'],
-  shape: ApiShape,
-  onLost: () => void,
-): Readable {
-  const contentType = String(headers['content-type'] ?? '');
-  if (!contentType.startsWith('text/event-stream')) {
-    // any other body is cut (its upstream call is aborted by the same signal): no stream in between
-    const cut = () => {
-      onLost();
-      body.destroy(lost.reason as Error);
-    };
-    if (lost.aborted) cut();
-    else {
-      lost.addEventListener('abort', cut, { once: true });
-      finished(body, () => lost.removeEventListener('abort', cut));
-    }
-    return body;
-  }
+function fenced(body: Readable, lost: AbortSignal, shape: ApiShape, onLost: () => void): Readable {
   const out = new PassThrough();
   body.on('error', (err) => {
     if (!lost.aborted) out.destroy(err);
