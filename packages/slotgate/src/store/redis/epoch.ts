@@ -40,7 +40,43 @@ export class Epoch {
   /** Restarts detected since this store was created. */
   restarts = 0;
 
-  constructor(private readonly deps: EpochDeps) {}
+  private readonly reconnectListeners = new Set<() => void>();
+  /** A restart drops every connection: verify again before the next admitting command. */
+  private readonly onClose = (): void => this.invalidate();
+  /** And at once on reconnect: an instance holding leases but admitting nothing still registers them again. */
+  private readonly onReady = (): void => {
+    for (const listener of this.reconnectListeners) listener();
+    void this.ensure().catch(() => {});
+  };
+
+  constructor(private readonly deps: EpochDeps) {
+    deps.client.on('close', this.onClose);
+    deps.client.on('ready', this.onReady);
+  }
+
+  /** Stops following the client's connection (the store closes). */
+  detach(): void {
+    this.deps.client.off('close', this.onClose);
+    this.deps.client.off('ready', this.onReady);
+  }
+
+  /** Calls the listener whenever the connection is established again after a loss. Returns the unsubscribe. */
+  onReconnect(listener: () => void): () => void {
+    this.reconnectListeners.add(listener);
+    return () => void this.reconnectListeners.delete(listener);
+  }
+
+  /**
+   * Runs an admitting command once the epoch is verified on this connection (at once in the steady state). A failed
+   * check fails the command as its own operation.
+   */
+  admitting<T>(operation: string, work: () => Promise<T>): Promise<T> {
+    if (this.verified) return work();
+    return this.ensure().then(work, (err: unknown) => {
+      const cause = err as Error;
+      throw new StoreUnavailableError(operation, `${operation} failed: ${cause.message}`, { cause });
+    });
+  }
 
   /** Whether the epoch was verified on the current connection: admitting commands may go out. */
   get ok(): boolean {

@@ -8,7 +8,6 @@
 import { Redis } from 'ioredis';
 import type { Cluster, RedisOptions } from 'ioredis';
 import { systemClock, within, type Clock } from '../../core/clock.js';
-import { StoreUnavailableError } from '../../core/errors.js';
 import { chunk } from '../../core/collections.js';
 import {
   BATCH_SIZE,
@@ -40,6 +39,7 @@ import { AcquireCalls } from './acquire-call.js';
 import { Deadlines } from './deadlines.js';
 import { Epoch } from './epoch.js';
 import { KeyBuilder } from './keys.js';
+import { runLeaseBatch } from './lease-batches.js';
 import { RedisPresence } from './presence.js';
 import { RedisQueues } from './queues.js';
 import { RedisClock } from './redis-time.js';
@@ -100,12 +100,6 @@ export class RedisStore implements SlotStore {
   private readonly queues: RedisQueues;
   private presenceImpl: RedisPresence | undefined;
   private readonly epoch: Epoch;
-  private readonly onClose = (): void => this.epoch.invalidate();
-  private readonly reconnectListeners = new Set<() => void>();
-  private readonly onReady = (): void => {
-    for (const listener of this.reconnectListeners) listener();
-    void this.epoch.ensure().catch(() => {});
-  };
 
   constructor(options: RedisStoreOptions) {
     if (!options.client && !options.url) throw new TypeError('RedisStore needs `url` or `client`');
@@ -144,10 +138,6 @@ export class RedisStore implements SlotStore {
       count: this.count,
       graceMs: options.restartGraceMs ?? 3000,
     });
-    // A restart drops every connection: check the epoch before the next admitting command, and at once on reconnect
-    // (an instance holding leases but admitting nothing still registers them again).
-    this.client.on('close', this.onClose);
-    this.client.on('ready', this.onReady);
   }
 
   /**
@@ -163,25 +153,12 @@ export class RedisStore implements SlotStore {
     return this.epoch.restarts;
   }
 
-  /**
-   * Runs an admitting command once the epoch is verified on this connection (at once in the steady state). A failed
-   * check fails the command as its own operation.
-   */
-  private admitting<T>(operation: string, work: () => Promise<T>): Promise<T> {
-    if (this.epoch.ok) return work();
-    return this.epoch.ensure().then(work, (err: unknown) => {
-      const cause = err as Error;
-      throw new StoreUnavailableError(operation, `${operation} failed: ${cause.message}`, { cause });
-    });
-  }
-
   onRestart(listener: RestartListener): () => void {
     return this.epoch.onRestart(listener);
   }
 
   onReconnect(listener: () => void): () => void {
-    this.reconnectListeners.add(listener);
-    return () => void this.reconnectListeners.delete(listener);
+    return this.epoch.onReconnect(listener);
   }
 
   get commands(): Readonly<Record<Purpose, number>> {
@@ -212,7 +189,7 @@ export class RedisStore implements SlotStore {
         this.queues.noteAcquire(targets, replies);
         return replies;
       });
-    return this.admitting('acquire', acquire);
+    return this.epoch.admitting('acquire', acquire);
   }
 
   release(lease: LeaseRef): Promise<boolean> {
@@ -224,7 +201,7 @@ export class RedisStore implements SlotStore {
   }
 
   enqueue(waiter: WaiterRef, options: EnqueueOptions): Promise<EnqueueReply> {
-    return this.admitting('wait_register', () => this.queues.enqueue(waiter, options));
+    return this.epoch.admitting('wait_register', () => this.queues.enqueue(waiter, options));
   }
 
   /**
@@ -243,7 +220,7 @@ export class RedisStore implements SlotStore {
   }
 
   pollWaiter(waiter: WaiterRef, leaseTtlMs: number): Promise<WaiterState> {
-    return this.admitting('wait_poll', () => this.queues.poll(waiter, leaseTtlMs));
+    return this.epoch.admitting('wait_poll', () => this.queues.poll(waiter, leaseTtlMs));
   }
 
   leaveQueue(waiter: WaiterRef, leaseTtlMs: number): Promise<boolean> {
@@ -262,52 +239,37 @@ export class RedisStore implements SlotStore {
     return this.queues.hasQueue(channelId);
   }
 
-  async renew(leases: readonly LeaseRef[], leaseTtlMs: number): Promise<LeaseRef[]> {
-    if (leases.length === 0) return [];
-    const batches = this.topology.renewBatches(leases);
-    const lost = await this.run('renew', 'renew', batches.length, () =>
-      Promise.all(batches.map((batch) => this.renewBatch(batch, leaseTtlMs))),
+  renew(leases: readonly LeaseRef[], leaseTtlMs: number): Promise<LeaseRef[]> {
+    return this.leaseBatches(leases, (batch) =>
+      runLeaseBatch(this.client, this.keys, SCRIPTS.renewLeases, [leaseTtlMs], batch),
     );
-    return lost.flat();
   }
 
   reclaim(leases: readonly ReclaimRef[], leaseTtlMs: number, restore: boolean): Promise<LeaseRef[]> {
-    if (leases.length === 0) return Promise.resolve([]);
-    const send = async () => {
-      const batches = this.topology.renewBatches(leases);
-      const lost = await this.run('renew', 'renew', batches.length, () =>
-        Promise.all(batches.map((batch) => this.reclaimBatch(batch, leaseTtlMs, restore))),
+    const send = () =>
+      this.leaseBatches(leases, (batch) =>
+        runLeaseBatch(
+          this.client,
+          this.keys,
+          SCRIPTS.reclaimLeases,
+          [leaseTtlMs, restore ? 1 : 0],
+          batch,
+          (lease) => [lease.max],
+        ),
       );
-      return lost.flat();
-    };
     // A restore is what the epoch check runs before it lets anything through; a reclaim admits, so it waits for it.
-    return restore ? send() : this.admitting('renew', send);
+    return restore ? send() : this.epoch.admitting('renew', send);
   }
 
-  private async reclaimBatch(batch: readonly ReclaimRef[], leaseTtlMs: number, restore: boolean) {
-    const keyIndex = new Map<string, number>();
-    const args: (string | number)[] = [leaseTtlMs, restore ? 1 : 0];
-    for (const lease of batch) {
-      const key = this.keys.slots(lease.channelId);
-      let index = keyIndex.get(key);
-      if (index === undefined) keyIndex.set(key, (index = keyIndex.size + 1));
-      args.push(index, lease.token, lease.max);
-    }
-    const lost = await SCRIPTS.reclaimLeases.call(this.client, [...keyIndex.keys()], args);
-    return lost.map((k) => batch[k - 1]!);
-  }
-
-  private async renewBatch(batch: readonly LeaseRef[], leaseTtlMs: number): Promise<LeaseRef[]> {
-    const keyIndex = new Map<string, number>();
-    const args: (string | number)[] = [leaseTtlMs];
-    for (const lease of batch) {
-      const key = this.keys.slots(lease.channelId);
-      let index = keyIndex.get(key);
-      if (index === undefined) keyIndex.set(key, (index = keyIndex.size + 1));
-      args.push(index, lease.token);
-    }
-    const lost = await SCRIPTS.renewLeases.call(this.client, [...keyIndex.keys()], args);
-    return lost.map((k) => batch[k - 1]!);
+  /** The leases in script batches (≤ 50; per channel on Cluster), one `renew` command each: those not held. */
+  private async leaseBatches<L extends LeaseRef>(
+    leases: readonly L[],
+    send: (batch: readonly L[]) => Promise<L[]>,
+  ): Promise<L[]> {
+    if (leases.length === 0) return [];
+    const batches = this.topology.renewBatches(leases);
+    const lost = await this.run('renew', 'renew', batches.length, () => Promise.all(batches.map(send)));
+    return lost.flat();
   }
 
   /**
@@ -389,8 +351,7 @@ export class RedisStore implements SlotStore {
   }
 
   async close(): Promise<void> {
-    this.client.off('close', this.onClose);
-    this.client.off('ready', this.onReady);
+    this.epoch.detach();
     this.deadlines.close();
     if (!this.owned) return;
     try {

@@ -14,6 +14,7 @@
   Cost: TIME, then per lease ZADD (+ ZSCORE, ZCOUNT when reclaiming a missing one), PTTL (+ PEXPIRE) per key.
 ]]
 --- @include "redisNow"
+--- @include "extendKeys"
 local now = redisNow()
 local ttl = tonumber(ARGV[1])
 local restore = ARGV[2] == '1'
@@ -35,9 +36,5 @@ for j = 3, #ARGV, 3 do
     lost[#lost + 1] = k
   end
 end
-for key in pairs(touched) do
-  if redis.call('PTTL', key) < ttl then
-    redis.call('PEXPIRE', key, ttl)
-  end
-end
+extendKeys(touched, ttl)
 return lost

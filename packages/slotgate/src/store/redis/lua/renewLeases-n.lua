@@ -11,6 +11,7 @@
   Cost: TIME, then ZADD XX CH per lease, PTTL (+ PEXPIRE when it extends) per key.
 ]]
 --- @include "redisNow"
+--- @include "extendKeys"
 local now = redisNow()
 local ttl = tonumber(ARGV[1])
 local lost = {}
@@ -25,9 +26,5 @@ for j = 2, #ARGV, 2 do
     touched[key] = true
   end
 end
-for key in pairs(touched) do
-  if redis.call('PTTL', key) < ttl then
-    redis.call('PEXPIRE', key, ttl)
-  end
-end
+extendKeys(touched, ttl)
 return lost
