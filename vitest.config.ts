@@ -24,7 +24,11 @@ export default defineConfig({
         extends: true,
         test: {
           name: 'integration',
-          include: ['test/integration/**/*.test.ts', 'test/contract/redis-store.test.ts'],
+          include: [
+            'test/integration/**/*.test.ts',
+            'test/contract/redis-store.test.ts',
+            'test/contract/redis-cluster-store.test.ts',
+          ],
           globalSetup: ['test/helpers/global-setup.ts'],
         },
       },

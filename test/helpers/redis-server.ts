@@ -69,7 +69,11 @@ async function waitForPing(url: string, failed: () => Error | undefined, timeout
 
 export class RedisServer {
   private child: ChildProcess | undefined;
-  private constructor(readonly port: number) {}
+  private constructor(
+    readonly port: number,
+    /** Extra redis-server arguments (a cluster node's, a replica's). */
+    private readonly extraArgs: readonly string[] = [],
+  ) {}
 
   get url(): string {
     return `redis://127.0.0.1:${this.port}`;
@@ -79,9 +83,9 @@ export class RedisServer {
     return this.child?.pid;
   }
 
-  static async start(port?: number): Promise<RedisServer> {
+  static async start(port?: number, extraArgs: readonly string[] = []): Promise<RedisServer> {
     assertRedisServerInstalled();
-    const server = new RedisServer(port ?? (await freePort()));
+    const server = new RedisServer(port ?? (await freePort()), extraArgs);
     await server.start();
     return server;
   }
@@ -101,6 +105,7 @@ export class RedisServer {
         'no',
         '--protected-mode',
         'no',
+        ...this.extraArgs,
       ],
       { stdio: 'ignore' },
     );

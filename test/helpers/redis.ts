@@ -4,11 +4,41 @@
  */
 import { randomBytes } from 'node:crypto';
 import { inject } from 'vitest';
-import { Redis, type RedisOptions } from 'ioredis';
+import { Cluster, Redis, type ClusterOptions, type RedisOptions } from 'ioredis';
 import { defaultRedisOptions } from '../../packages/slotgate/src/store/redis/redis-store.js';
 
 export function redisUrl(): string {
   return inject('redisUrl');
+}
+
+/** Seed nodes of the shared private cluster, `host:port`. */
+export function clusterNodes(): string[] {
+  return inject('redisClusterNodes');
+}
+
+/** A Cluster client on the shared cluster (the caller disconnects it). */
+export function clusterClient(options: ClusterOptions = {}): Cluster {
+  const client = new Cluster(
+    clusterNodes().map((a) => ({ host: a.split(':')[0]!, port: Number(a.split(':')[1]) })),
+    options,
+  );
+  client.on('error', () => {});
+  return client;
+}
+
+/** Deletes every key matching `pattern` on every master of the shared cluster. */
+export async function clearCluster(pattern: string): Promise<void> {
+  const client = clusterClient();
+  try {
+    await Promise.all(
+      client.nodes('master').map(async (node) => {
+        const keys = await node.keys(pattern);
+        for (const key of keys) await client.del(key);
+      }),
+    );
+  } finally {
+    client.disconnect();
+  }
 }
 
 export function uniquePrefix(name = 't'): string {

@@ -23,6 +23,7 @@ import type {
 import type { Deadlines } from './deadlines.js';
 import type { KeyBuilder } from './keys.js';
 import { SCRIPTS, type ReleaseSlotReply, type Script } from './scripts.js';
+import { subscriberOf } from './connection.js';
 
 export interface RedisQueuesDeps {
   client: Redis | Cluster;
@@ -165,10 +166,7 @@ export class RedisQueues {
   listen(instanceId: string, listener: QueueListener): Listening {
     this.listeners.set(instanceId, listener);
     const channel = this.deps.keys.grants(instanceId);
-    const subscriber = (this.deps.client as Redis).duplicate({
-      enableOfflineQueue: true,
-      maxRetriesPerRequest: null,
-    });
+    const subscriber = subscriberOf(this.deps.client);
     subscriber.on('error', () => {}); // reconnects by itself (and resubscribes); see 'ready' below
     // After a lost connection the messages sent meanwhile are gone: once the subscription is back (a SUBSCRIBE
     // answered on the new connection, after ioredis's own resubscription), every waiter checks its queues.

@@ -7,6 +7,13 @@
  */
 import { Redis } from 'ioredis';
 import type { Cluster, RedisOptions } from 'ioredis';
+import {
+  clusterClient,
+  defaultRedisOptions,
+  sentinelClient,
+  type ClusterConnection,
+  type SentinelConnection,
+} from './connection.js';
 import { systemClock, within, type Clock } from '../../core/clock.js';
 import { chunk } from '../../core/collections.js';
 import {
@@ -48,15 +55,22 @@ import { RedisSharedSettings } from './shared-settings.js';
 import { topologyOf, type Topology } from './topology.js';
 
 export interface RedisStoreOptions {
-  /** A redis:// URL; the store creates (and closes) its own client. */
+  /** A redis:// (or rediss://) URL of one node; the store creates (and closes) its own client. */
   url?: string;
-  /** Or a client you own (ioredis Redis or Cluster); the store never closes it. */
+  /** Or a Redis Cluster: seed nodes and options (docs/redis.md, "Redis Cluster"); the store creates its client. */
+  cluster?: ClusterConnection;
+  /** Or a Sentinel-managed primary (docs/redis.md, "Sentinel"); the store creates its client. */
+  sentinel?: SentinelConnection;
+  /**
+   * Or a client you own (ioredis Redis or Cluster); the store never closes it. A Cluster client should auto-pipeline
+   * (`enableAutoPipelining: true`), or every call is a write of its own.
+   */
   client?: Redis | Cluster;
   /** Key prefix. Keys are `<prefix>:v1:...`. @default 'slotgate' */
   prefix?: string;
   /** Longest time any store operation may take before it fails with StoreUnavailableError. @default 1000 */
   timeoutMs?: number;
-  /** Extra ioredis options for a client created from `url`. */
+  /** Extra ioredis options for a client the store creates (on Cluster, each node connection's). */
   redisOptions?: RedisOptions;
   /** Time and timers (the time bound, the Redis clock estimate, key-expiry hints). @default the system clock */
   clock?: Clock;
@@ -72,15 +86,7 @@ export interface RedisStoreOptions {
   restartGraceMs?: number;
 }
 
-/** ioredis options that make a Redis outage fail fast instead of queueing commands forever. */
-export function defaultRedisOptions(): RedisOptions {
-  return {
-    enableAutoPipelining: true,
-    maxRetriesPerRequest: 1,
-    retryStrategy: (times) => Math.min(50 * 2 ** Math.min(times, 6), 2000),
-    connectTimeout: 2000,
-  };
-}
+export { defaultRedisOptions } from './connection.js';
 
 /** Longest wait for a health check's PING. */
 const HEALTH_TIMEOUT_MS = 1000;
@@ -102,10 +108,8 @@ export class RedisStore implements SlotStore {
   private readonly epoch: Epoch;
 
   constructor(options: RedisStoreOptions) {
-    if (!options.client && !options.url) throw new TypeError('RedisStore needs `url` or `client`');
     this.owned = !options.client;
-    this.client =
-      options.client ?? new Redis(options.url!, { ...defaultRedisOptions(), ...options.redisOptions });
+    this.client = options.client ?? createClient(options);
     if (this.owned) this.client.on('error', () => {}); // surfaced per operation as StoreUnavailableError
     this.keys = new KeyBuilder(options.prefix);
     this.clock = options.clock ?? systemClock;
@@ -360,4 +364,19 @@ export class RedisStore implements SlotStore {
       this.client.disconnect();
     }
   }
+}
+
+/** The client a store creates from exactly one of `url`, `cluster` and `sentinel`. */
+function createClient(options: RedisStoreOptions): Redis | Cluster {
+  const given = (['url', 'cluster', 'sentinel'] as const).filter((k) => options[k] !== undefined);
+  if (given.length !== 1) {
+    throw new TypeError(
+      given.length === 0
+        ? 'RedisStore needs one of `url`, `cluster`, `sentinel` or `client`'
+        : `RedisStore takes one of \`url\`, \`cluster\` and \`sentinel\`, got ${given.join(' and ')}`,
+    );
+  }
+  if (options.cluster) return clusterClient(options.cluster, options.redisOptions);
+  if (options.sentinel) return sentinelClient(options.sentinel, options.redisOptions);
+  return new Redis(options.url!, { ...defaultRedisOptions(), ...options.redisOptions });
 }

@@ -36,35 +36,72 @@ export interface ReleaseSlotReply {
   local: string[];
 }
 
-/** One script: `call` runs it on a client, `queue` adds it to a pipeline. KEYS always travel as keys. */
+/**
+ * One script: `call` runs it on a client, `queue` adds it to a pipeline. KEYS always travel as keys.
+ *
+ * A script with a fixed number of keys (`-3`) is registered with that `numberOfKeys`, so its first argument is its
+ * first key: ioredis's auto-pipelining on Cluster groups a call by the slot of its first argument, and would group a
+ * call whose first argument is the key count by the slot of "3" (every call then fails with "All keys in the
+ * pipeline should belong to the same slots allocation group"). A script with a variable number of keys (`-n`) is
+ * also registered once per fixed key count it takes on Cluster (`clusterKeys`, one channel's keys), for the same
+ * reason; on a single node the `-n` command takes the count as its first argument.
+ */
 export class Script<Reply> {
   readonly command: string;
   private source: string | undefined;
+  /** The number of keys of a `-N` script; undefined for `-n`. */
+  private readonly numberOfKeys: number | undefined;
 
   constructor(
     readonly file: string,
     private readonly parse: (reply: unknown) => Reply,
+    /** Key counts a `-n` script is called with on Cluster (each gets a command of its own). */
+    private readonly clusterKeys: readonly number[] = [],
   ) {
     this.command = `slotgate_${SCHEMA_VERSION}_${file.replace(/-.*$/, '')}`;
+    const n = /-(\d+)$/.exec(file);
+    this.numberOfKeys = n ? Number(n[1]) : undefined;
+  }
+
+  /** The command registered for a call with `keyCount` keys, and whether it takes the count as its first argument. */
+  private commandFor(keyCount: number): { name: string; counted: boolean } {
+    if (this.numberOfKeys !== undefined) {
+      if (keyCount !== this.numberOfKeys) {
+        throw new RangeError(`${this.file} takes ${this.numberOfKeys} keys, got ${keyCount}`);
+      }
+      return { name: this.command, counted: false };
+    }
+    if (this.clusterKeys.includes(keyCount)) return { name: `${this.command}_${keyCount}`, counted: false };
+    return { name: this.command, counted: true };
   }
 
   /** Registers the script on the client (idempotent: a client shared by several stores gets it once). */
   define(client: Client): void {
     if (typeof (client as unknown as Record<string, unknown>)[this.command] === 'function') return;
     this.source ??= loadLua(this.file);
-    client.defineCommand(this.command, { lua: this.source });
+    client.defineCommand(this.command, { lua: this.source, numberOfKeys: this.numberOfKeys });
+    for (const n of this.clusterKeys) {
+      client.defineCommand(`${this.command}_${n}`, { lua: this.source, numberOfKeys: n });
+    }
+  }
+
+  private argsOf(keys: readonly string[], args: readonly Arg[]): { name: string; argv: Arg[] } {
+    const { name, counted } = this.commandFor(keys.length);
+    return { name, argv: counted ? [keys.length, ...keys, ...args] : [...keys, ...args] };
   }
 
   async call(client: Client, keys: readonly string[], args: readonly Arg[]): Promise<Reply> {
     this.define(client);
-    const run = (client as unknown as Record<string, (...a: Arg[]) => Promise<unknown>>)[this.command]!;
-    return this.parse(await run.call(client, keys.length, ...keys, ...args));
+    const { name, argv } = this.argsOf(keys, args);
+    const run = (client as unknown as Record<string, (...a: Arg[]) => Promise<unknown>>)[name]!;
+    return this.parse(await run.apply(client, argv));
   }
 
   /** Adds the call to a pipeline of a client it is defined on; `parse` reads its slot of the pipeline's result. */
   queue(pipeline: ChainableCommander, keys: readonly string[], args: readonly Arg[]): void {
-    const add = (pipeline as unknown as Record<string, (...a: Arg[]) => unknown>)[this.command]!;
-    add.call(pipeline, keys.length, ...keys, ...args);
+    const { name, argv } = this.argsOf(keys, args);
+    const add = (pipeline as unknown as Record<string, (...a: Arg[]) => unknown>)[name]!;
+    add.apply(pipeline, argv);
   }
 
   /** The typed reply of a raw result (a pipeline's slot). */
@@ -80,11 +117,11 @@ function numbers(reply: unknown): number[] {
 
 export const SCRIPTS = {
   /** See lua/acquireSlots-n.lua: one flat list of reply codes for every request of the call. */
-  acquireSlots: new Script('acquireSlots-n', parseAcquireReply),
+  acquireSlots: new Script('acquireSlots-n', parseAcquireReply, [4]),
   /** See lua/renewLeases-n.lua: the 1-based positions of the leases found missing. */
-  renewLeases: new Script('renewLeases-n', numbers),
+  renewLeases: new Script('renewLeases-n', numbers, [1]),
   /** See lua/reclaimLeases-n.lua: the 1-based positions of the leases not held. */
-  reclaimLeases: new Script('reclaimLeases-n', numbers),
+  reclaimLeases: new Script('reclaimLeases-n', numbers, [1]),
   /** See lua/enqueueWaiter-3.lua. */
   enqueueWaiter: new Script(
     'enqueueWaiter-3',

@@ -30,6 +30,7 @@ import {
   type RecordedSnapshot,
   type SettingsSnapshot,
 } from './settings-record.js';
+import { subscriberOf } from './connection.js';
 
 export interface RedisSharedSettingsDeps {
   client: Redis | Cluster;
@@ -98,10 +99,7 @@ export class RedisSharedSettings<T extends object> implements SharedSettings<T> 
 
   async start(): Promise<void> {
     await this.refresh();
-    const subscriber = (this.deps.client as Redis).duplicate({
-      enableOfflineQueue: true,
-      maxRetriesPerRequest: null,
-    });
+    const subscriber = subscriberOf(this.deps.client);
     subscriber.on('error', (err: Error) => this.opts.onError?.(err));
     subscriber.on('message', () => void this.refresh());
     // After a reconnect, messages sent meanwhile are lost, and a restarted Redis may have lost the overrides too.

@@ -1,0 +1,124 @@
+/**
+ * The store's Redis connection, from one of three descriptions: a URL (one node), a Cluster (seed nodes, an optional
+ * NAT map) or a Sentinel set (sentinels and the primary's name). Every client made here fails fast instead of queueing
+ * commands forever, and auto-pipelines (on Cluster, one pipeline per node; scripts.ts keeps every call routable).
+ * `subscriberOf` makes the extra connection a pub/sub subscription needs, for a client of any of the three kinds.
+ */
+import { Cluster, Redis } from 'ioredis';
+import type { ClusterOptions, NatMap, RedisOptions, SentinelAddress } from 'ioredis';
+
+/** A Redis Cluster to connect to. */
+export interface ClusterConnection {
+  /** Seed nodes, `host:port` or `{ host, port }`: any reachable subset; the rest is discovered. */
+  nodes: readonly (string | { host: string; port: number })[];
+  /** Addresses the nodes announce → addresses this process reaches them at (NAT, containers). */
+  natMap?: Record<string, { host: string; port: number }>;
+  /** Password (and user name) of every node. */
+  password?: string;
+  username?: string;
+  /** Use TLS to every node. */
+  tls?: boolean;
+  /** Further ioredis ClusterOptions (they win over the store's defaults). */
+  options?: ClusterOptions;
+}
+
+/** A Sentinel-managed primary to connect to. */
+export interface SentinelConnection {
+  /** The sentinels, `host:port` or `{ host, port }`. */
+  sentinels: readonly (string | { host: string; port: number })[];
+  /** The name the sentinels know the primary by (`sentinel monitor <name> ...`). */
+  name: string;
+  /** Password (and user name) of the primary and replicas. */
+  password?: string;
+  username?: string;
+  /** Password (and user name) of the sentinels themselves. */
+  sentinelPassword?: string;
+  sentinelUsername?: string;
+  /** Use TLS to the data nodes (and to the sentinels). */
+  tls?: boolean;
+  /** Further ioredis options (they win over the store's defaults). */
+  options?: RedisOptions;
+}
+
+/** ioredis options that make a Redis outage fail fast instead of queueing commands forever. */
+export function defaultRedisOptions(): RedisOptions {
+  return {
+    enableAutoPipelining: true,
+    maxRetriesPerRequest: 1,
+    retryStrategy: (times) => Math.min(50 * 2 ** Math.min(times, 6), 2000),
+    connectTimeout: 2000,
+  };
+}
+
+/** `host:port` (IPv6 in brackets) or an object, as ioredis takes it; a bad entry is a TypeError naming it. */
+export function parseAddress(address: string | { host: string; port: number }): {
+  host: string;
+  port: number;
+} {
+  if (typeof address !== 'string') return { host: address.host, port: address.port };
+  const m = /^(?:\[([^\]]+)\]|([^:]+)):(\d{1,5})$/.exec(address.trim());
+  const port = m ? Number(m[3]) : NaN;
+  if (!m || port < 1 || port > 65535) {
+    throw new TypeError(`Expected an address as host:port, got ${JSON.stringify(address)}`);
+  }
+  return { host: m[1] ?? m[2]!, port };
+}
+
+export function clusterClient(c: ClusterConnection, redisOptions: RedisOptions = {}): Cluster {
+  const { enableAutoPipelining: _pipelined, ...nodeOptions } = { ...defaultRedisOptions(), ...redisOptions };
+  return new Cluster(c.nodes.map(parseAddress), {
+    enableAutoPipelining: true,
+    // a node's connection fails fast like a single node's; the cluster client follows MOVED/ASK itself
+    redisOptions: {
+      ...nodeOptions,
+      ...(c.password !== undefined && { password: c.password }),
+      ...(c.username !== undefined && { username: c.username }),
+      ...(c.tls && { tls: {} }),
+    },
+    scaleReads: 'master',
+    maxRedirections: 16,
+    retryDelayOnMoved: 0,
+    retryDelayOnFailover: 100,
+    retryDelayOnClusterDown: 100,
+    retryDelayOnTryAgain: 100,
+    slotsRefreshTimeout: 2000,
+    clusterRetryStrategy: (times) => Math.min(100 * 2 ** Math.min(times, 5), 2000),
+    ...(c.natMap && { natMap: c.natMap as NatMap }),
+    ...c.options,
+  });
+}
+
+export function sentinelClient(s: SentinelConnection, redisOptions: RedisOptions = {}): Redis {
+  return new Redis({
+    ...defaultRedisOptions(),
+    ...redisOptions,
+    sentinels: s.sentinels.map(parseAddress) as Partial<SentinelAddress>[],
+    name: s.name,
+    ...(s.password !== undefined && { password: s.password }),
+    ...(s.username !== undefined && { username: s.username }),
+    ...(s.sentinelPassword !== undefined && { sentinelPassword: s.sentinelPassword }),
+    ...(s.sentinelUsername !== undefined && { sentinelUsername: s.sentinelUsername }),
+    ...(s.tls && { tls: {}, enableTLSForSentinelMode: true }),
+    // after a failover, a connection that lands on a node now a replica is closed and sent to the new primary
+    failoverDetector: true,
+    ...s.options,
+  });
+}
+
+/**
+ * A connection of its own for a pub/sub subscription, with the options a subscription needs (it waits through an
+ * outage and resubscribes). A Cluster's duplicate takes its options second, and its node connections' options
+ * under `redisOptions`.
+ */
+export function subscriberOf(client: Redis | Cluster): Redis | Cluster {
+  const waitThrough: RedisOptions = { enableOfflineQueue: true, maxRetriesPerRequest: null };
+  if ((client as { isCluster?: boolean }).isCluster) {
+    const cluster = client as Cluster;
+    return cluster.duplicate(undefined, {
+      enableOfflineQueue: true,
+      enableAutoPipelining: false,
+      redisOptions: { ...cluster.options.redisOptions, ...waitThrough },
+    });
+  }
+  return (client as Redis).duplicate({ ...waitThrough, enableAutoPipelining: false });
+}
