@@ -1,8 +1,13 @@
 /**
  * A Redis that restarts empty (SIGKILL, started again on the same port with no data): every instance finds the new
  * epoch before it admits anything, the instances holding leases register them again, and nobody admits before the
- * grace is over, so a channel never gets more than its max. And the reclaim script on its own.
+ * grace is over, so a channel never gets more than its max. The same when Redis comes back with data that lacks the
+ * last writes (a snapshot here; a lagging replica after a failover): another redis-server process answering makes a
+ * failover epoch. And the reclaim script on its own.
  */
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { describe, expect, it } from 'vitest';
 import { Redis } from 'ioredis';
@@ -85,12 +90,50 @@ describe('Redis restarted empty', () => {
     await a.store.ready();
     const admin = new Redis(server.url);
     cleanups.push(() => admin.disconnect());
-    expect(await admin.get(a.store.keys.epoch())).toMatch(/^[\w-]+\|\d+\|start$/);
+    expect(await admin.get(a.store.keys.epoch())).toMatch(/^[\w-]+\|\d+\|start\|[0-9a-f]{40}$/);
     expect(a.store.restartsDetected).toBe(0);
     // a second instance joins the same epoch: nothing restored, nothing detected
     const b = instance(server, prefix, 'b');
     await b.store.ready();
     expect([b.store.restartsDetected, b.events]).toEqual([0, []]);
+  });
+});
+
+describe('Redis back from a snapshot that lacks the last writes (as after a failover to a lagging replica)', () => {
+  it('the new redis-server process makes a failover epoch: the lease written after the snapshot is restored before anyone admits', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'slotgate-snapshot-'));
+    cleanups.push(async () => rmSync(dir, { recursive: true, force: true }));
+    const server = await RedisServer.start(undefined, ['--dir', dir, '--dbfilename', 'snapshot.rdb']);
+    cleanups.push(() => server.stop());
+    const prefix = uniquePrefix('snapshot');
+    const a = instance(server, prefix, 'a');
+    const b = instance(server, prefix, 'b');
+    const target = [{ channelId: 's', max: 2 }];
+    const before = (await a.leases.acquireFirst(target, true)).lease!;
+    await b.store.ready();
+    const admin = new Redis(server.url, { maxRetriesPerRequest: 1 });
+    await admin.save(); // the snapshot holds the epoch and the first lease
+    admin.disconnect();
+    const after = (await a.leases.acquireFirst(target, true)).lease!; // written after the snapshot: lost below
+    expect([before, after].every(Boolean)).toBe(true);
+
+    await server.restart(); // SIGKILL; the new process loads the snapshot: same epoch id, another run_id
+    expect(await members(server, a.store.keys.slots('s'))).toEqual([before.token]);
+    let reply;
+    for (let i = 0; i < 100 && !reply; i++) {
+      reply = await b.leases.acquireFirst(target, true).catch(() => undefined);
+      if (!reply) await sleep(50);
+    }
+    // without the failover epoch b would take the slot of the lost lease: 3 in flight on a channel of max 2
+    expect(reply?.replies).toEqual(['full']);
+    expect(await members(server, a.store.keys.slots('s'))).toEqual([before.token, after.token].sort());
+    const check = new Redis(server.url, { maxRetriesPerRequest: 1 });
+    cleanups.push(async () => check.disconnect());
+    expect(await check.get(a.store.keys.epoch())).toMatch(/^[\w-]+\|\d+\|failover\|[0-9a-f]{40}$/);
+    expect(a.events.filter((e) => e.type === 'leases_restored')).toEqual([
+      { type: 'leases_restored', leases: 2 },
+    ]);
+    expect([a.store.restartsDetected, b.store.restartsDetected]).toEqual([1, 1]);
   });
 });
 

@@ -1,17 +1,23 @@
 /**
- * Redis restarts. A Redis that comes back empty has forgotten every lease in flight, so the first instance to admit
- * on it would put up to 2 × max at the upstream. The key `<prefix>:v1:epoch` holds `<id>|<created at, Redis ms>|<kind>`:
- * every instance remembers the epoch it last verified, and checks it again whenever its connection comes back (a
- * restart always drops connections; so does a failover). Until the check has passed, the store sends no admitting
- * command (acquire, enqueue, a waiter's poll, a reclaim). An instance that finds the key missing creates a new epoch;
- * an instance that finds an epoch other than its own re-registers its live leases (the restore listeners), then waits
- * until `graceMs` after the epoch was created, so the rest of the fleet (reconnecting on its own back-off) registers
- * its leases before anyone admits.
+ * Redis restarts and failovers. A Redis that comes back empty has forgotten every lease in flight, so the first
+ * instance to admit on it would put up to 2 × max at the upstream; a replica promoted by a failover lacks the last
+ * leases written (replication is asynchronous). The key `<prefix>:v1:epoch` holds
+ * `<id>|<created at, Redis ms>|<kind>|<run_id of the redis-server that made or last confirmed it>`: every instance
+ * remembers the epoch it last verified, and checks it again whenever its connection comes back (a restart always
+ * drops connections; so does a failover). Until the check has passed, the store sends no admitting command (acquire,
+ * enqueue, a waiter's poll, a reclaim). The check (lua/checkEpoch-1.lua) makes a new epoch when the key is missing,
+ * and when the key was recorded by another redis-server process (kind `failover`). An instance that finds an epoch
+ * other than its own re-registers its live leases (the restore listeners), then waits until `graceMs` after the
+ * epoch was created, so the rest of the fleet (reconnecting on its own back-off) registers its leases before anyone
+ * admits.
  *
- * An epoch is of kind `restart` when the instance that created it had verified an older one, else `start`: an
- * instance that knew no epoch before cannot tell a fresh Redis from a restarted one. Only a `restart` epoch holds
- * admissions for the grace period (an instance starting then waits out the rest of it too); a `start` epoch (a
+ * A missing key makes an epoch of kind `restart` when the instance had verified an older one, else `start`: an
+ * instance that knew no epoch before cannot tell a fresh Redis from a restarted one. `restart` and `failover` epochs
+ * hold admissions for the grace period (an instance starting then waits out the rest of it too); a `start` epoch (a
  * fleet's first start, or a restart first seen by an instance that had just started) holds nothing.
+ *
+ * On Cluster the key lives on one master: a restart or failover of another master is not seen here, and its leases
+ * come back through the renewals' reclaim (docs/redis.md, "Redis Cluster").
  */
 import type { Cluster, Redis } from 'ioredis';
 import type { Clock } from '../../core/clock.js';
@@ -19,7 +25,7 @@ import { StoreUnavailableError } from '../../core/errors.js';
 import { randomInstanceId } from '../../core/ids.js';
 import type { Purpose, RestartListener } from '../store.js';
 import type { Deadlines } from './deadlines.js';
-import { redisMs } from './redis-time.js';
+import { SCRIPTS } from './scripts.js';
 
 export interface EpochDeps {
   client: Redis | Cluster;
@@ -105,31 +111,20 @@ export class Epoch {
   private async check(): Promise<void> {
     const { client, key, deadlines, count, clock, graceMs } = this.deps;
     const generation = this.generation;
-    count('acquire', 2);
-    const [value, time] = await deadlines.run('acquire', () => Promise.all([client.get(key), client.time()]));
-    const now = redisMs(time);
-    if (value !== null && value === this.known) {
+    const first = this.known === undefined;
+    count('acquire', 1);
+    const { value, now } = await deadlines.run('acquire', () =>
+      SCRIPTS.checkEpoch.call(client, [key], [randomInstanceId(), first ? 'start' : 'restart']),
+    );
+    const [id, createdAt, kind] = value.split('|');
+    if (id === this.known) {
       this.verified = generation === this.generation;
       return;
     }
-    const first = this.known === undefined;
-    let current = value;
-    if (current === null) {
-      const fresh = `${randomInstanceId()}|${now}|${first ? 'start' : 'restart'}`;
-      count('acquire', 1);
-      const set = await deadlines.run('acquire', () => client.set(key, fresh, 'NX'));
-      if (set !== 'OK') {
-        count('acquire', 1);
-        current = await deadlines.run('acquire', () => client.get(key));
-      } else current = fresh;
-      if (current === null)
-        throw new StoreUnavailableError('acquire', 'the epoch key vanished while it was read');
-    }
     if (!first) this.restarts++;
     for (const listener of this.listeners) await listener({ first });
-    this.known = current;
-    const [, createdAt, kind] = current.split('|');
-    const wait = kind === 'restart' ? Number(createdAt) + graceMs - now : 0;
+    this.known = id;
+    const wait = kind === 'restart' || kind === 'failover' ? Number(createdAt) + graceMs - now : 0;
     if (wait > 0) await clock.sleep(Math.min(wait, graceMs));
     this.verified = generation === this.generation;
   }

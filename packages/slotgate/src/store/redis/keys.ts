@@ -12,7 +12,7 @@
  *   <prefix>:v1:settings:changed      pub/sub     announces settings changes
  *   <prefix>:v1:instances             hash        gateway instance id → JSON heartbeat (dashboard's instance list)
  *   <prefix>:v1:grants:<instanceId>   pub/sub     grants and queue news for one instance's waiters
- *   <prefix>:v1:epoch                 string      "<id>|<created at, Redis ms>": changes when Redis lost its data
+ *   <prefix>:v1:epoch                 string      "<id>|<created at, Redis ms>|<kind>|<run_id>": changes when Redis lost data
  *
  * The `{<channel>}` hash tag puts all keys of one channel in the same Redis Cluster slot, so every per-channel script
  * is cluster-legal. Channel ids are percent-encoded where they hold `{`, `}` or `%`, so no id can break out of its tag.
@@ -101,7 +101,7 @@ export class KeyBuilder {
     return `${this.base}:instances`;
   }
 
-  /** The store's epoch (epoch.ts): a new one means Redis restarted empty. */
+  /** The store's epoch (epoch.ts): a new one means Redis restarted empty or another redis-server took over. */
   epoch(): string {
     return `${this.base}:epoch`;
   }

@@ -44,7 +44,8 @@ export interface ReleaseSlotReply {
  * call whose first argument is the key count by the slot of "3" (every call then fails with "All keys in the
  * pipeline should belong to the same slots allocation group"). A script with a variable number of keys (`-n`) is
  * also registered once per fixed key count it takes on Cluster (`clusterKeys`, one channel's keys), for the same
- * reason; on a single node the `-n` command takes the count as its first argument.
+ * reason; on a single node only the `-n` command is registered (ioredis sends each command's body once per connection,
+ * so a second command of the same script would cost a second EVAL with the body) and takes the count first.
  */
 export class Script<Reply> {
   readonly command: string;
@@ -64,14 +65,15 @@ export class Script<Reply> {
   }
 
   /** The command registered for a call with `keyCount` keys, and whether it takes the count as its first argument. */
-  private commandFor(keyCount: number): { name: string; counted: boolean } {
+  private commandFor(keyCount: number, cluster: boolean): { name: string; counted: boolean } {
     if (this.numberOfKeys !== undefined) {
       if (keyCount !== this.numberOfKeys) {
         throw new RangeError(`${this.file} takes ${this.numberOfKeys} keys, got ${keyCount}`);
       }
       return { name: this.command, counted: false };
     }
-    if (this.clusterKeys.includes(keyCount)) return { name: `${this.command}_${keyCount}`, counted: false };
+    if (cluster && this.clusterKeys.includes(keyCount))
+      return { name: `${this.command}_${keyCount}`, counted: false };
     return { name: this.command, counted: true };
   }
 
@@ -80,26 +82,34 @@ export class Script<Reply> {
     if (typeof (client as unknown as Record<string, unknown>)[this.command] === 'function') return;
     this.source ??= loadLua(this.file);
     client.defineCommand(this.command, { lua: this.source, numberOfKeys: this.numberOfKeys });
+    if (!isCluster(client)) return;
     for (const n of this.clusterKeys) {
       client.defineCommand(`${this.command}_${n}`, { lua: this.source, numberOfKeys: n });
     }
   }
 
-  private argsOf(keys: readonly string[], args: readonly Arg[]): { name: string; argv: Arg[] } {
-    const { name, counted } = this.commandFor(keys.length);
+  private argsOf(
+    keys: readonly string[],
+    args: readonly Arg[],
+    cluster: boolean,
+  ): { name: string; argv: Arg[] } {
+    const { name, counted } = this.commandFor(keys.length, cluster);
     return { name, argv: counted ? [keys.length, ...keys, ...args] : [...keys, ...args] };
   }
 
   async call(client: Client, keys: readonly string[], args: readonly Arg[]): Promise<Reply> {
     this.define(client);
-    const { name, argv } = this.argsOf(keys, args);
+    const { name, argv } = this.argsOf(keys, args, isCluster(client));
     const run = (client as unknown as Record<string, (...a: Arg[]) => Promise<unknown>>)[name]!;
     return this.parse(await run.apply(client, argv));
   }
 
-  /** Adds the call to a pipeline of a client it is defined on; `parse` reads its slot of the pipeline's result. */
+  /**
+   * Adds the call to a pipeline of a single node's client it is defined on (on Cluster the store sends calls one by
+   * one, auto-pipelined per node); `parse` reads its slot of the pipeline's result.
+   */
   queue(pipeline: ChainableCommander, keys: readonly string[], args: readonly Arg[]): void {
-    const { name, argv } = this.argsOf(keys, args);
+    const { name, argv } = this.argsOf(keys, args, false);
     const add = (pipeline as unknown as Record<string, (...a: Arg[]) => unknown>)[name]!;
     add.apply(pipeline, argv);
   }
@@ -108,6 +118,10 @@ export class Script<Reply> {
   reply(raw: unknown): Reply {
     return this.parse(raw);
   }
+}
+
+function isCluster(client: Client): boolean {
+  return (client as { isCluster?: boolean }).isCluster === true;
 }
 
 function numbers(reply: unknown): number[] {
@@ -141,6 +155,13 @@ export const SCRIPTS = {
   ),
   /** See lua/leaveQueue-3.lua: true when a grant was given back. */
   leaveQueue: new Script('leaveQueue-3', (reply) => Number(reply) === 1),
+  /** See lua/checkEpoch-1.lua: the epoch value and the Redis time in ms. */
+  checkEpoch: new Script('checkEpoch-1', (reply): { value: string; now: number } => {
+    if (!Array.isArray(reply) || reply.length !== 2) {
+      throw new TypeError(`unexpected script reply ${JSON.stringify(reply)}`);
+    }
+    return { value: String(reply[0]), now: Number(reply[1]) };
+  }),
   /** See lua/fixLeftover-2.lua: removals made (an expiry set counts as one). */
   fixLeftover: new Script('fixLeftover-2', Number),
 } as const;

@@ -1,0 +1,37 @@
+--[[
+  checkEpoch: read the store's epoch, and make a new one when the Redis answering is not the one that recorded it.
+
+  KEYS[1]  the epoch key: "<id>|<created at, Redis ms>|<kind>|<run_id>"
+  ARGV[1]  a fresh epoch id, used only when this call makes a new epoch
+  ARGV[2]  the kind of an epoch made because the key is missing: "start" (the caller knew no epoch) or "restart"
+
+  The run_id (INFO server) is new for every redis-server process. A key recorded by another process means this
+  Redis took over from it without every write it had: a replica promoted by a failover (replication is
+  asynchronous), or a restart from a persistence file (which lags the last writes). That makes a new epoch of kind
+  "failover", which every instance treats like a restart: re-register the leases in flight, then admit after the grace.
+  A key without a run_id (written before it was recorded) gets this run_id with the same epoch.
+
+  Returns { epoch value, Redis time in ms }.
+  Cost: INFO, TIME, GET (+ SET when it makes or completes an epoch). Once per connection, not per admission.
+]]
+--- @include "redisNow"
+local runId = string.match(redis.call('INFO', 'server'), 'run_id:(%w+)') or '?'
+local now = redisNow()
+local value = redis.call('GET', KEYS[1])
+if not value then
+  value = ARGV[1] .. '|' .. now .. '|' .. ARGV[2] .. '|' .. runId
+  redis.call('SET', KEYS[1], value)
+else
+  local id, createdAt, kind, recorded = string.match(value, '^([^|]*)|([^|]*)|([^|]*)|?([^|]*)$')
+  if not id then
+    value = ARGV[1] .. '|' .. now .. '|failover|' .. runId
+    redis.call('SET', KEYS[1], value)
+  elseif recorded == '' then
+    value = id .. '|' .. createdAt .. '|' .. kind .. '|' .. runId
+    redis.call('SET', KEYS[1], value)
+  elseif recorded ~= runId then
+    value = ARGV[1] .. '|' .. now .. '|failover|' .. runId
+    redis.call('SET', KEYS[1], value)
+  end
+end
+return { value, now }
