@@ -16,14 +16,16 @@
  * hold admissions for the grace period (an instance starting then waits out the rest of it too); a `start` epoch (a
  * fleet's first start, or a restart first seen by an instance that had just started) holds nothing.
  *
- * On Cluster the key lives on one master: a restart or failover of another master is not seen here, and its leases
- * come back through the renewals' reclaim (docs/redis.md, "Redis Cluster").
+ * On Cluster every master holds an epoch key of its own (`<prefix>:v1:epoch:{<tag>}`, a tag whose hash slot the master
+ * serves, cluster-epochs.ts), checked whenever one of the node connections comes back: a master that restarted empty
+ * or was failed over to a replica has lost leases of its channels just like a single node.
  */
 import type { Cluster, Redis } from 'ioredis';
 import type { Clock } from '../../core/clock.js';
 import { StoreUnavailableError } from '../../core/errors.js';
 import { randomInstanceId } from '../../core/ids.js';
 import type { Purpose, RestartListener } from '../store.js';
+import { epochKeys } from './cluster-epochs.js';
 import type { Deadlines } from './deadlines.js';
 import { SCRIPTS } from './scripts.js';
 
@@ -36,8 +38,12 @@ export interface EpochDeps {
   graceMs: number;
 }
 
+/** Between two checks of a Cluster that lost a node. */
+const CHECK_RETRY_MS = 250;
+
 export class Epoch {
-  private known: string | undefined;
+  /** The epoch id last verified, per epoch key (one key; on Cluster one per master). */
+  private readonly known = new Map<string, string>();
   private verified = false;
   /** Bumped by every lost connection: a check that spans one does not count as verified. */
   private generation = 0;
@@ -55,15 +61,86 @@ export class Epoch {
     void this.ensure().catch(() => {});
   };
 
-  constructor(private readonly deps: EpochDeps) {
-    deps.client.on('close', this.onClose);
-    deps.client.on('ready', this.onReady);
+  /**
+   * On Cluster, each node's connection (a master can restart alone). ioredis may replace a node's connection rather
+   * than reconnect it, and a replaced one's 'close' comes after it left the pool. So a check runs at once (its restore
+   * must not wait for an admitting command) when a node connection comes back after a loss, when a node leaves, and
+   * when an address seen before joins again; a node's first connection needs none (every check covers all masters).
+   */
+  private readonly followed = new Map<Redis, { close: () => void; ready: () => void }>();
+  private readonly seen = new Set<string>();
+  private readonly follow = (node: Redis): void => {
+    let lost = false;
+    const handlers = {
+      close: () => {
+        lost = true;
+        this.onClose();
+      },
+      ready: () => {
+        if (!lost) return;
+        lost = false;
+        this.recheck();
+      },
+    };
+    this.followed.set(node, handlers);
+    node.on('close', handlers.close);
+    node.on('ready', handlers.ready);
+    const address = `${node.options.host}:${node.options.port}`;
+    if (this.seen.has(address)) this.recheck();
+    this.seen.add(address);
+  };
+  private readonly unfollow = (node: Redis): void => {
+    const handlers = this.followed.get(node);
+    if (!handlers) return;
+    this.followed.delete(node);
+    node.off('close', handlers.close);
+    node.off('ready', handlers.ready);
+    this.recheck();
+  };
+
+  /** A Cluster node came back or went: tell the reconnect listeners, and check until a check passes. */
+  private recheck(): void {
+    this.invalidate();
+    for (const listener of this.reconnectListeners) listener();
+    this.checkUntilVerified();
   }
 
-  /** Stops following the client's connection (the store closes). */
+  private detached = false;
+
+  /**
+   * On Cluster, a node that left comes back only when the client refreshes its slot map, which an idle client does
+   * not do soon: keep checking (each check reaches every master, connecting to it) until one passes.
+   */
+  private checkUntilVerified(): void {
+    if (this.detached || this.verified) return;
+    this.ensure().catch(() => this.deps.clock.sleep(CHECK_RETRY_MS).then(() => this.checkUntilVerified()));
+  }
+
+  constructor(private readonly deps: EpochDeps) {
+    const { client } = deps;
+    if (isClusterClient(client)) {
+      client.on('+node', this.follow);
+      client.on('-node', this.unfollow);
+      for (const node of client.nodes()) this.follow(node);
+    } else {
+      client.on('close', this.onClose);
+      client.on('ready', this.onReady);
+    }
+  }
+
+  /** Stops following the client's connections (the store closes). */
   detach(): void {
-    this.deps.client.off('close', this.onClose);
-    this.deps.client.off('ready', this.onReady);
+    const { client } = this.deps;
+    this.detached = true;
+    for (const [node, handlers] of this.followed) {
+      node.off('close', handlers.close);
+      node.off('ready', handlers.ready);
+    }
+    this.followed.clear();
+    client.off('+node', this.follow);
+    client.off('-node', this.unfollow);
+    client.off('close', this.onClose);
+    client.off('ready', this.onReady);
   }
 
   /** Calls the listener whenever the connection is established again after a loss. Returns the unsubscribe. */
@@ -111,21 +188,36 @@ export class Epoch {
   private async check(): Promise<void> {
     const { client, key, deadlines, count, clock, graceMs } = this.deps;
     const generation = this.generation;
-    const first = this.known === undefined;
-    count('acquire', 1);
-    const { value, now } = await deadlines.run('acquire', () =>
-      SCRIPTS.checkEpoch.call(client, [key], [randomInstanceId(), first ? 'start' : 'restart']),
+    const keys = isClusterClient(client) ? await epochKeys(client, key) : [key];
+    count('acquire', keys.length);
+    const replies = await deadlines.run('acquire', () =>
+      Promise.all(
+        keys.map((k) =>
+          SCRIPTS.checkEpoch.call(client, [k], [randomInstanceId(), this.known.has(k) ? 'restart' : 'start']),
+        ),
+      ),
     );
-    const [id, createdAt, kind] = value.split('|');
-    if (id === this.known) {
-      this.verified = generation === this.generation;
-      return;
+    let changed = false;
+    let first = true;
+    let wait = 0;
+    replies.forEach(({ value, now }, i) => {
+      const [id, createdAt, kind] = value.split('|');
+      const known = this.known.get(keys[i]!);
+      if (id === known) return;
+      changed = true;
+      if (known !== undefined) first = false;
+      if (kind === 'restart' || kind === 'failover') wait = Math.max(wait, Number(createdAt) + graceMs - now);
+    });
+    if (changed) {
+      if (!first) this.restarts++;
+      for (const listener of this.listeners) await listener({ first });
+      replies.forEach(({ value }, i) => this.known.set(keys[i]!, value.split('|')[0]!));
+      if (wait > 0) await clock.sleep(Math.min(wait, graceMs));
     }
-    if (!first) this.restarts++;
-    for (const listener of this.listeners) await listener({ first });
-    this.known = id;
-    const wait = kind === 'restart' || kind === 'failover' ? Number(createdAt) + graceMs - now : 0;
-    if (wait > 0) await clock.sleep(Math.min(wait, graceMs));
     this.verified = generation === this.generation;
   }
+}
+
+function isClusterClient(client: Redis | Cluster): client is Cluster {
+  return (client as { isCluster?: boolean }).isCluster === true;
 }

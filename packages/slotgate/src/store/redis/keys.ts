@@ -124,7 +124,7 @@ export class KeyBuilder {
     | null {
     if (key === this.settings() || key === this.settingsRecord()) return { kind: 'settings' };
     if (key === this.instances()) return { kind: 'instances' };
-    if (key === this.epoch()) return { kind: 'epoch' };
+    if (key === this.epoch() || key.startsWith(`${this.epoch()}:{`)) return { kind: 'epoch' };
     if (!key.startsWith(`${this.base}:{`)) return null;
     const m = /^\{([^{}]*)\}:(slots|waiters|queue|cooldown)$/.exec(key.slice(this.base.length + 1));
     if (!m) return null;

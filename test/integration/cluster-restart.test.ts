@@ -1,0 +1,75 @@
+/**
+ * A master of a Redis Cluster that restarts empty (SIGKILL, started again on the same port with its nodes.conf, so it
+ * serves the same slots with no data): each master holds an epoch key of its own, so the instances see the restart
+ * like a single node's. The holder registers its leases again before another instance admits on the channel.
+ */
+import { setTimeout as sleep } from 'node:timers/promises';
+import calculateSlot from 'cluster-key-slot';
+import { describe, expect, it } from 'vitest';
+import { LeaseManager, type LeaseEvent } from '../../packages/slotgate/src/store/leases.js';
+import { RedisStore } from '../../packages/slotgate/src/store/redis/redis-store.js';
+import { useCleanups } from '../helpers/cleanups.js';
+import { RedisCluster } from '../helpers/redis-cluster.js';
+import { uniquePrefix } from '../helpers/redis.js';
+
+const cleanups = useCleanups();
+
+function instance(cluster: RedisCluster, prefix: string, id: string, events: LeaseEvent[] = []) {
+  const store = new RedisStore({
+    cluster: { nodes: cluster.addresses },
+    prefix,
+    timeoutMs: 500,
+    restartGraceMs: 1_500,
+  });
+  const leases = new LeaseManager({
+    store,
+    instanceId: id,
+    leaseTtlMs: () => 30_000, // far longer than the test: only a restore can put the leases back
+    onEvent: (e) => events.push(e),
+  });
+  cleanups.push(() => store.close());
+  cleanups.push(() => leases.close(500));
+  return { store, leases, events };
+}
+
+describe('a Redis Cluster master restarted empty', () => {
+  it('its epoch key is gone: the holder registers its leases again before another instance admits', async () => {
+    const cluster = await RedisCluster.start();
+    cleanups.push(() => cluster.stop());
+    const prefix = uniquePrefix('cluster-restart');
+    const a = instance(cluster, prefix, 'a');
+    const b = instance(cluster, prefix, 'b');
+    const target = [{ channelId: 'r', max: 2 }];
+    const held = [
+      (await a.leases.acquireFirst(target, true)).lease!,
+      (await a.leases.acquireFirst(target, true)).lease!,
+    ];
+    expect(held.every(Boolean)).toBe(true);
+    await b.store.ready();
+
+    // the master serving the channel's slot, found on the cluster's own slot map
+    const admin = cluster.client();
+    cleanups.push(async () => admin.disconnect());
+    await admin.ping();
+    const owner = admin.slots[calculateSlot(a.store.keys.slots('r'))]![0]!;
+    const server = cluster.servers.find((s) => `127.0.0.1:${s.port}` === owner)!;
+    expect(server).toBeDefined();
+    await server.restart();
+    await cluster.waitUntilOk();
+
+    let reply;
+    for (let i = 0; i < 200 && !reply; i++) {
+      reply = await b.leases.acquireFirst(target, true).catch(() => undefined);
+      if (!reply) await sleep(50);
+    }
+    // without an epoch on that master, b would be admitted into the slots a's two requests still use
+    expect(reply?.replies).toEqual(['full']);
+    expect((await admin.zrange(a.store.keys.slots('r'), 0, -1)).sort()).toEqual(
+      held.map((l) => l.token).sort(),
+    );
+    expect(a.events.filter((e) => e.type === 'leases_restored').length).toBeGreaterThanOrEqual(1);
+    expect(held.map((l) => l.lost.aborted)).toEqual([false, false]);
+    expect(a.store.restartsDetected).toBeGreaterThanOrEqual(1);
+    expect(b.store.restartsDetected).toBeGreaterThanOrEqual(1);
+  });
+});
