@@ -14,6 +14,8 @@ import { clearCluster, clusterClient, clusterNodes, uniquePrefix } from '../help
 import { RedisServer } from '../helpers/redis-server.js';
 
 const cleanups = useCleanups();
+/** A test that runs the CLI several times (each a tsx start of a second or more on a busy machine). */
+const SEVERAL_RUNS = { timeout: 60_000 };
 
 interface CliResult {
   code: number;
@@ -73,34 +75,38 @@ function clusterPrefix(name: string): string {
 }
 
 describe('slotgate doctor on a Redis Cluster', () => {
-  it('finds the leftovers on every master from one seed node, and --fix removes them', async () => {
-    const nodes = clusterNodes();
-    const planter = clusterClient();
-    cleanups.push(() => void planter.disconnect());
-    const prefix = clusterPrefix('doctor-cluster');
-    const planted = await plantOnEveryMaster(planter, prefix);
-    expect(planted.size).toBe(3);
-    // the seed node owns one of them: the other two are only found by scanning beyond it
-    expect([...planted.keys()]).toContain(nodes[0]);
-    const keys = [...planted.values()].sort();
+  it(
+    'finds the leftovers on every master from one seed node, and --fix removes them',
+    SEVERAL_RUNS,
+    async () => {
+      const nodes = clusterNodes();
+      const planter = clusterClient();
+      cleanups.push(() => void planter.disconnect());
+      const prefix = clusterPrefix('doctor-cluster');
+      const planted = await plantOnEveryMaster(planter, prefix);
+      expect(planted.size).toBe(3);
+      // the seed node owns one of them: the other two are only found by scanning beyond it
+      expect([...planted.keys()]).toContain(nodes[0]);
+      const keys = [...planted.values()].sort();
 
-    // the library, given a Cluster client that has not connected yet
-    const fresh = clusterClient();
-    cleanups.push(() => void fresh.disconnect());
-    const report = await checkLeftovers(fresh, prefix);
-    expect(report.nodes).toBe(3);
-    expect(report.findings.map((f) => f.key).sort()).toEqual(keys);
+      // the library, given a Cluster client that has not connected yet
+      const fresh = clusterClient();
+      cleanups.push(() => void fresh.disconnect());
+      const report = await checkLeftovers(fresh, prefix);
+      expect(report.nodes).toBe(3);
+      expect(report.findings.map((f) => f.key).sort()).toEqual(keys);
 
-    const found = await doctor('--cluster', nodes[0]!, '--prefix', prefix);
-    expect(found.code, found.stderr).toBe(1);
-    expect(found.stdout).toContain(`prefix "${prefix}", 3 key(s) scanned on 3 nodes`);
-    for (const key of keys) expect(found.stdout).toMatch(new RegExp(`LEFTOVER expired_members +${key}`));
+      const found = await doctor('--cluster', nodes[0]!, '--prefix', prefix);
+      expect(found.code, found.stderr).toBe(1);
+      expect(found.stdout).toContain(`prefix "${prefix}", 3 key(s) scanned on 3 nodes`);
+      for (const key of keys) expect(found.stdout).toMatch(new RegExp(`LEFTOVER expired_members +${key}`));
 
-    const fixed = await doctor('--cluster', nodes.join(','), '--prefix', prefix, '--fix');
-    expect(fixed.code, fixed.stderr).toBe(0);
-    expect(fixed.stdout).toContain('fixed: 3 removal(s) for 3 finding(s)');
-    expect(await Promise.all(keys.map((key) => planter.exists(key)))).toEqual([0, 0, 0]);
-  });
+      const fixed = await doctor('--cluster', nodes.join(','), '--prefix', prefix, '--fix');
+      expect(fixed.code, fixed.stderr).toBe(0);
+      expect(fixed.stdout).toContain('fixed: 3 removal(s) for 3 finding(s)');
+      expect(await Promise.all(keys.map((key) => planter.exists(key)))).toEqual([0, 0, 0]);
+    },
+  );
 
   it('--config takes the cluster and the prefix from a gateway config file, and only its redis section', async () => {
     const planter = clusterClient();
@@ -122,25 +128,32 @@ describe('slotgate doctor on a Redis Cluster', () => {
     for (const key of planted.values()) expect(found.stdout).toContain(key);
   });
 
-  it('bad addresses, a conflict and an unreachable cluster exit 2 with one clear line', async () => {
-    const cases: [string[], RegExp][] = [
-      [['--cluster', '127.0.0.1'], /--cluster: expected host:port .*got "127\.0\.0\.1"/],
-      [['--sentinel', 's:26379'], /--sentinel needs the primary's name: --master NAME/],
-      [['--redis', 'redis://127.0.0.1:9', '--cluster', 'a:1'], /give one of --redis, --cluster, --sentinel/],
-      [['--cluster', '127.0.0.1:9'], /slotgate doctor: /],
-      [[], /give --redis URL, --cluster host:port/],
-    ];
-    for (const [args, message] of cases) {
-      const run = await doctor(...args);
-      expect(run.code, args.join(' ')).toBe(2);
-      expect(run.stderr).toMatch(message);
-      expect(run.stderr, 'no stack trace').not.toMatch(/\n\s+at /);
-    }
-  });
+  it(
+    'bad addresses, a conflict and an unreachable cluster exit 2 with one clear line',
+    SEVERAL_RUNS,
+    async () => {
+      const cases: [string[], RegExp][] = [
+        [['--cluster', '127.0.0.1'], /--cluster: expected host:port .*got "127\.0\.0\.1"/],
+        [['--sentinel', 's:26379'], /--sentinel needs the primary's name: --master NAME/],
+        [
+          ['--redis', 'redis://127.0.0.1:9', '--cluster', 'a:1'],
+          /give one of --redis, --cluster, --sentinel/,
+        ],
+        [['--cluster', '127.0.0.1:9'], /slotgate doctor: /],
+        [[], /give --redis URL, --cluster host:port/],
+      ];
+      for (const [args, message] of cases) {
+        const run = await doctor(...args);
+        expect(run.code, args.join(' ')).toBe(2);
+        expect(run.stderr).toMatch(message);
+        expect(run.stderr, 'no stack trace').not.toMatch(/\n\s+at /);
+      }
+    },
+  );
 });
 
 describe('slotgate doctor with nothing under its prefix', () => {
-  it('names the prefixes it saw instead, or says it saw none', async () => {
+  it('names the prefixes it saw instead, or says it saw none', SEVERAL_RUNS, async () => {
     const server = await RedisServer.start();
     cleanups.push(() => server.stop());
     const empty = await doctor('--redis', server.url);
