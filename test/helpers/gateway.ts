@@ -16,7 +16,7 @@ import { Redis } from 'ioredis';
 import { request as undiciRequest, type Dispatcher } from 'undici';
 import { createGateway, type Gateway, type GatewayOptions } from '../../packages/gateway/src/server.js';
 import { parseConfig, type GatewayConfig } from '../../packages/gateway/src/config.js';
-import { redisUrl, uniquePrefix } from './redis.js';
+import { clearCluster, redisUrl, uniquePrefix } from './redis.js';
 
 /** Secrets used by every gateway test config. None may ever appear in a response body, admin output or log line. */
 export const SECRETS = {
@@ -132,6 +132,8 @@ export async function startGateway(
 async function closeAndClean(gateway: Gateway, config: GatewayConfig): Promise<void> {
   await gateway.close();
   if (!config.redis) return;
+  if (config.redis.cluster) return clearCluster(`${config.redis.prefix}:v1:*`).catch(() => {});
+  if (!config.redis.url) return;
   const client = new Redis(config.redis.url, { maxRetriesPerRequest: 1, lazyConnect: true });
   client.on('error', () => {});
   try {

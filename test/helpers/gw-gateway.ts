@@ -59,11 +59,19 @@ process.once('exit', () => {
   for (const proc of running) killNow(proc);
 });
 
+/** What `slotgate serve` would pick up on its own (REDIS_CLUSTER_NODES may be set for the test harness itself). */
+const SERVE_ENV = [
+  'REDIS_URL',
+  'REDIS_CLUSTER_NODES',
+  'REDIS_SENTINELS',
+  'REDIS_SENTINEL_MASTER',
+  'SLOTGATE_CONFIG',
+] as const;
+
 /** The test process's environment minus what `slotgate serve` would pick up on its own. */
 export function cleanEnv(extra: NodeJS.ProcessEnv = {}): NodeJS.ProcessEnv {
   const env = { ...process.env, ...extra };
-  if (!('REDIS_URL' in extra)) delete env.REDIS_URL;
-  if (!('SLOTGATE_CONFIG' in extra)) delete env.SLOTGATE_CONFIG;
+  for (const name of SERVE_ENV) if (!(name in extra)) delete env[name];
   return env;
 }
 

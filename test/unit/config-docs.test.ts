@@ -1,7 +1,8 @@
 /**
  * docs/configuration.md stays in step with the config file schema (packages/gateway/src/config.ts) and the settings
  * table (packages/gateway/src/settings.ts): every key path of the schema, walked through its zod shape, must appear in the page as
- * `path` (list items as `channels[].id`), and the page's complete example must load with the real loader.
+ * `path` (list items as `channels[].id`), and the page's complete example, like every YAML block on it, must load
+ * with the real loader.
  */
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
@@ -77,5 +78,16 @@ describe('docs/configuration.md', () => {
     for (const key of topLevel) expect(block, key).toMatch(new RegExp(`^${key}:`, 'm'));
     expect(new Set(config.channels.map((c) => c.type))).toEqual(new Set(['openai', 'anthropic', 'mock']));
     expect(config.redis?.url).toBe('value-of-SLOTGATE_REDIS_URL');
+  });
+
+  it('every YAML block of the page loads with the real loader (the redis.cluster and redis.sentinel examples too)', () => {
+    const blocks = [...DOC.matchAll(/```yaml\n([\s\S]*?)```/g)].map((m) => m[1]!);
+    const load = (block: string) => {
+      const names = [...block.matchAll(/env:([A-Za-z_][A-Za-z0-9_]*)/g)].map((m) => m[1]!);
+      return parseConfigText(block, 'docs/configuration.md', Object.fromEntries(names.map((n) => [n, 'x'])));
+    };
+    const redis = blocks.map((b) => load(b).redis);
+    expect(redis.some((r) => r?.cluster?.nodes.length === 3)).toBe(true);
+    expect(redis.some((r) => r?.sentinel?.master_name !== undefined)).toBe(true);
   });
 });

@@ -1,6 +1,7 @@
 /** The config file schema: every problem in one report, secrets never echoed. */
 import { describe, expect, it } from 'vitest';
 import { ConfigError, parseConfig } from '../../packages/gateway/src/config.js';
+import { redisConnection } from '../../packages/gateway/src/config-redis.js';
 import { checkingIntervalMs, timeoutOptions } from '../../packages/gateway/src/http-options.js';
 
 function problems(input: unknown, env: NodeJS.ProcessEnv = {}): string[] {
@@ -76,6 +77,140 @@ describe('parseConfig', () => {
     expect(problems({ server: { request_timeout_ms: 0, keep_alive_timeout_ms: 'long' } })).toEqual([
       expect.stringMatching(/^server\.request_timeout_ms: .*got 0$/),
       expect.stringMatching(/^server\.keep_alive_timeout_ms: .*got "long"$/),
+    ]);
+  });
+});
+
+describe('parseConfig: redis.cluster and redis.sentinel', () => {
+  const PW = 'pw-S3CRET-cluster-41';
+
+  it('a cluster: nodes, NAT map and env: secrets, mapped to the store options', () => {
+    const config = parseConfig(
+      {
+        redis: {
+          cluster: {
+            nodes: ['10.0.0.1:7000', '[::1]:7001'],
+            nat_map: { '10.0.0.1:7000': 'redis-0.example:17000' },
+            username: 'gw',
+            password: 'env:CLUSTER_PW',
+            tls: true,
+            max_redirections: 8,
+            slots_refresh_timeout_ms: 5000,
+          },
+        },
+      },
+      'cluster.yaml',
+      { CLUSTER_PW: PW },
+    );
+    expect(config.redis).toMatchObject({ prefix: 'slotgate', cluster: { password: PW } });
+    expect(redisConnection(config.redis!)).toEqual({
+      cluster: {
+        nodes: ['10.0.0.1:7000', '[::1]:7001'],
+        natMap: { '10.0.0.1:7000': { host: 'redis-0.example', port: 17000 } },
+        username: 'gw',
+        password: PW,
+        tls: true,
+        options: { maxRedirections: 8, slotsRefreshTimeout: 5000 },
+      },
+    });
+  });
+
+  it('a sentinel set: every secret resolved from env:, mapped to the store options', () => {
+    const env = { A: 'a-pw', B: 'b-user', C: 'c-pw', D: 'd-user' };
+    const config = parseConfig(
+      {
+        redis: {
+          sentinel: {
+            sentinels: ['s1:26379', 's2:26379'],
+            master_name: 'mymaster',
+            password: 'env:A',
+            username: 'env:B',
+            sentinel_password: 'env:C',
+            sentinel_username: 'env:D',
+          },
+        },
+      },
+      'sentinel.yaml',
+      env,
+    );
+    expect(redisConnection(config.redis!)).toEqual({
+      sentinel: {
+        sentinels: ['s1:26379', 's2:26379'],
+        name: 'mymaster',
+        password: 'a-pw',
+        username: 'b-user',
+        sentinelPassword: 'c-pw',
+        sentinelUsername: 'd-user',
+      },
+    });
+    // one unset variable per secret field, each named
+    expect(
+      problems({
+        redis: {
+          cluster: { nodes: ['a:1'], password: 'env:NO_PW' },
+        },
+      }),
+    ).toEqual([
+      'redis.cluster.password: expected the environment variable NO_PW to be set (from "env:NO_PW"), got nothing',
+    ]);
+  });
+
+  it('redis.url stays as it was: resolved from env:, the only connection option', () => {
+    const config = parseConfig({ redis: { url: 'env:URL' } }, 'url.yaml', { URL: 'redis://10.0.0.5:6379' });
+    expect(redisConnection(config.redis!)).toEqual({ url: 'redis://10.0.0.5:6379' });
+  });
+
+  it('exactly one of url, cluster and sentinel, and the message names them without echoing secrets', () => {
+    expect(problems({ redis: { prefix: 'p' } })).toEqual([
+      'redis: expected exactly one of redis.url, redis.cluster and redis.sentinel, got none of them',
+    ]);
+    const both = problems({
+      redis: { url: `redis://:${PW}@h:1`, cluster: { nodes: ['h:1'], password: PW } },
+    });
+    expect(both).toEqual([
+      'redis: expected exactly one of redis.url, redis.cluster and redis.sentinel, got redis.url and redis.cluster',
+    ]);
+    expect(
+      problems({ redis: { url: 'redis://h:1', sentinel: { sentinels: ['h:1'], master_name: 'm' } } }),
+    ).toEqual([
+      'redis: expected exactly one of redis.url, redis.cluster and redis.sentinel, got redis.url and redis.sentinel',
+    ]);
+  });
+
+  it('bad addresses are named by path; one that may hold a password is never shown', () => {
+    const issues = problems({
+      redis: {
+        cluster: {
+          nodes: ['10.0.0.1:7000', 'no-port', `redis://:${PW}@10.0.0.2:7000`, 'h:70000'],
+          nat_map: { 'bad key': 'h:1', 'h:2': 'h' },
+          password: 42,
+        },
+      },
+    });
+    const text = issues.join('\n');
+    expect(text).not.toContain(PW);
+    expect(issues).toEqual([
+      'redis.cluster.nodes[1]: expected host:port (IPv6 in brackets, port 1–65535), got "no-port"',
+      'redis.cluster.nodes[2]: expected host:port (IPv6 in brackets, port 1–65535), got (not shown: it may hold a password)',
+      'redis.cluster.nodes[3]: expected host:port (IPv6 in brackets, port 1–65535), got "h:70000"',
+      'redis.cluster.nat_map.h:2: expected host:port (IPv6 in brackets, port 1–65535), got "h"',
+      'redis.cluster.nat_map.bad key: expected host:port (IPv6 in brackets, port 1–65535) as the key, got "bad key"',
+      expect.stringMatching(/^redis\.cluster\.password: .*got \(a secret, not shown\)$/),
+    ]);
+    // a list written as one string, a URL among the sentinels, and a section of the wrong shape
+    const more = problems({
+      redis: { sentinel: { sentinels: `${PW}@h:1,h:2`, master_name: '' } },
+    });
+    expect(more.join('\n')).not.toContain(PW);
+    expect(more).toEqual([
+      expect.stringMatching(/^redis\.sentinel\.sentinels: .*got \(not shown: it may hold a password\)$/),
+      expect.stringMatching(/^redis\.sentinel\.master_name: .*got ""$/),
+    ]);
+    expect(problems({ redis: { cluster: `user:${PW}@h:1` } })).toEqual([
+      expect.stringMatching(/^redis\.cluster: .*got \(a secret, not shown\)$/),
+    ]);
+    expect(problems({ redis: { cluster: { nodes: [] } } })).toEqual([
+      expect.stringMatching(/^redis\.cluster\.nodes: .*got \[\]$/),
     ]);
   });
 });

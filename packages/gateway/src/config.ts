@@ -7,6 +7,7 @@ import { readFile } from 'node:fs/promises';
 import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
 import { SettingsError } from 'slotgate';
+import { ADDRESS_HIDDEN, redisSchema, resolveRedisSecrets } from './config-redis.js';
 import { gatewaySettings, type GatewaySettingsUpdate } from './settings.js';
 
 const ENV_REF = /^env:([A-Za-z_][A-Za-z0-9_]*)$/;
@@ -84,22 +85,7 @@ export const configSchema = z
         log_level: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
       })
       .prefault({}),
-    redis: z
-      .strictObject({
-        url: secret,
-        prefix: z
-          .string()
-          .min(1)
-          .regex(/^[^{}\s]+$/, 'no braces or spaces')
-          .default('slotgate'),
-        /** Longest time one Redis operation may take before it fails closed. */
-        timeout_ms: z.int().min(10).max(60_000).default(1000),
-        /** While Redis is unreachable: admit nothing (fail_closed) or up to max ÷ live instances each (local_share). */
-        store_failure_mode: z.enum(['fail_closed', 'local_share']).default('fail_closed'),
-        /** After Redis restarted empty, how long every instance admits nothing while the others restore leases. */
-        restart_grace_ms: z.int().min(0).max(60_000).default(3000),
-      })
-      .optional(),
+    redis: redisSchema.optional(),
     admin: z.strictObject({ token: secret.optional() }).prefault({}),
     tokens: z.array(tokenSchema).default([]),
     channels: z.array(channelSchema).default([]),
@@ -199,7 +185,10 @@ export class ConfigError extends Error {
  * a bare string, the whole document): never echoed in error messages, which reach logs and /admin/status.
  */
 const SECRET_PATH =
-  /(^|\.)(key|token|url|base_url|headers\.[^.]+)$|^(\(root\)|redis|admin|tokens(\[\d+\])?|channels(\[\d+\])?(\.headers)?)$/;
+  /(^|\.)(key|token|url|base_url|headers\.[^.]+|(sentinel_)?(password|username))$|^(\(root\)|redis(\.cluster|\.sentinel)?|admin|tokens(\[\d+\])?|channels(\[\d+\])?(\.headers)?)$/;
+
+/** Paths of Redis addresses: a value with `@` there is likely a URL with a password in it, never echoed. */
+const ADDRESS_PATH = /^redis\.(cluster\.(nodes|nat_map)|sentinel\.sentinels)\b/;
 
 function pathOf(path: readonly PropertyKey[]): string {
   return (
@@ -221,6 +210,7 @@ function show(value: unknown, path: string): string {
   if (value === undefined) return 'nothing';
   if (SECRET_PATH.test(path)) return '(a secret, not shown)';
   const text = JSON.stringify(value) ?? String(value);
+  if (ADDRESS_PATH.test(path) && text.includes('@')) return ADDRESS_HIDDEN;
   return text.length > 60 ? `${text.slice(0, 60)}…` : text;
 }
 
@@ -238,7 +228,7 @@ function resolveSecrets(config: RawConfig, env: NodeJS.ProcessEnv, issues: strin
     }
     return resolved;
   };
-  if (config.redis) config.redis.url = resolve(config.redis.url, 'redis.url');
+  if (config.redis) resolveRedisSecrets(config.redis, resolve);
   if (config.admin.token) config.admin.token = resolve(config.admin.token, 'admin.token');
   config.tokens.forEach((t, i) => (t.key = resolve(t.key, `tokens[${i}].key`)));
   config.channels.forEach((c, i) => {
@@ -269,6 +259,9 @@ export function parseConfig(
       if (issue.code === 'unrecognized_keys') {
         return `${path}: unknown key${issue.keys.length > 1 ? 's' : ''} ${issue.keys.map((k) => `"${k}"`).join(', ')}`;
       }
+      // a check that says itself what it got (without the secrets next to it)
+      const got = issue.code === 'custom' ? (issue.params as { got?: unknown } | undefined)?.got : undefined;
+      if (typeof got === 'string') return `${path}: ${issue.message}, got ${got}`;
       return `${path}: ${issue.message}, got ${show(valueAt(input, issue.path), path)}`;
     });
     // The settings section is checked by its own schema: report its problems in the same pass, not on the next try.

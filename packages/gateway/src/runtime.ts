@@ -17,6 +17,7 @@ import {
 } from 'slotgate';
 import type { ChannelRegistry } from './channels.js';
 import type { GatewayConfig } from './config.js';
+import { redisConnection } from './config-redis.js';
 import { GatewayMetrics } from './metrics.js';
 import { cachedReadiness, storeReadiness, type ReadinessCheck } from './readiness.js';
 import { ConfigInForce } from './reload.js';
@@ -50,7 +51,7 @@ export interface RuntimeOptions {
 function storeFor(config: GatewayConfig): SlotStore {
   return config.redis
     ? new RedisStore({
-        url: config.redis.url,
+        ...redisConnection(config.redis),
         prefix: config.redis.prefix,
         timeoutMs: config.redis.timeout_ms,
         restartGraceMs: config.redis.restart_grace_ms,

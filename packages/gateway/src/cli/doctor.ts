@@ -1,30 +1,83 @@
-/** `slotgate doctor --redis URL [--prefix P] [--fix]`: exit 1 when leftover keys are found. */
-import { Redis } from 'ioredis';
+/**
+ * `slotgate doctor`: checks one node (`--redis`), every master of a Cluster (`--cluster`) or the primary of a Sentinel
+ * set (`--sentinel --master`), or the Redis of a gateway config file (`--config`); exit 1 when leftover keys are found,
+ * 2 when it cannot run.
+ */
+import type { Cluster, Redis } from 'ioredis';
 import { checkLeftovers, formatLeftoverReport as formatReport } from 'slotgate';
+import { readFile } from 'node:fs/promises';
+import { parse as parseYaml } from 'yaml';
+import { ConfigError, parseConfig } from '../config.js';
+import { redisConnection, type RedisConfig } from '../config-redis.js';
+import { doctorClient } from './doctor-client.js';
+import { redisTarget, UsageError, withTarget, type RedisFlags } from './redis-target.js';
 
-export interface DoctorOptions {
-  redis?: string;
-  prefix: string;
+export interface DoctorOptions extends RedisFlags {
+  /** A gateway config file whose `redis` section names the Redis (and the prefix). */
+  config?: string;
+  /** @default the config's redis.prefix, else 'slotgate' */
+  prefix?: string;
   fix?: boolean;
   json?: boolean;
 }
 
+const NO_REDIS =
+  'give --redis URL, --cluster host:port[,...], --sentinel host:port[,...] --master NAME or --config FILE ' +
+  '(or set REDIS_URL, REDIS_CLUSTER_NODES or REDIS_SENTINELS)';
+
+/**
+ * The `redis` section of a config file, as written. Only this section is read and checked: the doctor needs no
+ * channel key, so a host without those variables set can still run it.
+ */
+async function fileSection(path: string): Promise<unknown> {
+  let text: string;
+  try {
+    text = await readFile(path, 'utf8');
+  } catch (err) {
+    throw new ConfigError(path, [`cannot read the file: ${(err as NodeJS.ErrnoException).code ?? 'error'}`]);
+  }
+  try {
+    return (parseYaml(text) as { redis?: unknown } | null)?.redis;
+  } catch (err) {
+    throw new ConfigError(path, [`not valid YAML/JSON: ${(err as Error).message.split('\n')[0]}`]);
+  }
+}
+
+const isObject = (v: unknown): v is Record<string, unknown> =>
+  v !== null && typeof v === 'object' && !Array.isArray(v);
+
+/** The validated `redis` section to check: the config file's, with what the flags and environment name instead. */
+async function redisSection(opts: DoctorOptions, env: NodeJS.ProcessEnv): Promise<RedisConfig> {
+  const choice = redisTarget(opts, env);
+  const raw = opts.config ? await fileSection(opts.config) : undefined;
+  // a section of the wrong shape goes to the schema as it is, for its error
+  const section = isObject(raw) || raw === undefined ? withTarget(raw, choice) : raw;
+  if (section === undefined) {
+    throw new UsageError(opts.config ? `${opts.config} has no redis section; ${NO_REDIS}` : NO_REDIS);
+  }
+  if (opts.prefix !== undefined && isObject(section)) section.prefix = opts.prefix;
+  return parseConfig({ redis: section }, opts.config ?? 'the command line', env).redis!;
+}
+
 export async function doctor(opts: DoctorOptions, env: NodeJS.ProcessEnv = process.env): Promise<number> {
-  const url = opts.redis ?? env.REDIS_URL;
-  if (!url) {
-    console.error('slotgate doctor: give --redis URL (or set REDIS_URL)');
+  let redis: RedisConfig;
+  try {
+    redis = await redisSection(opts, env);
+  } catch (err) {
+    if (!(err instanceof UsageError || err instanceof ConfigError)) throw err;
+    console.error(`slotgate doctor: ${err.message}`);
     return 2;
   }
-  const client = new Redis(url, { maxRetriesPerRequest: 1, connectTimeout: 3000, retryStrategy: () => null });
-  client.on('error', () => {});
+  let client: Redis | Cluster | undefined;
   try {
-    const report = await checkLeftovers(client, opts.prefix, opts.fix === true);
+    client = doctorClient(redisConnection(redis));
+    const report = await checkLeftovers(client, redis.prefix, opts.fix === true);
     console.log(opts.json ? JSON.stringify(report, null, 2) : formatReport(report, opts.fix === true));
     return report.findings.length > 0 && !opts.fix ? 1 : 0;
   } catch (err) {
     console.error(`slotgate doctor: ${(err as Error).message}`);
     return 2;
   } finally {
-    client.disconnect();
+    client?.disconnect();
   }
 }

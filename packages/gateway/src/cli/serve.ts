@@ -8,16 +8,20 @@ import {
   type GatewayConfig,
 } from '../config.js';
 import { createGateway } from '../server.js';
+import { redisTarget, UsageError, withTarget, type RedisFlags, type TargetChoice } from './redis-target.js';
 
-export interface ServeOptions {
+export interface ServeOptions extends RedisFlags {
   config?: string;
   port?: string;
   host?: string;
-  redis?: string;
 }
 
-function withOverrides(config: GatewayConfig, opts: ServeOptions, env: NodeJS.ProcessEnv): GatewayConfig {
-  const redisUrl = opts.redis ?? env.REDIS_URL;
+function withOverrides(
+  config: GatewayConfig,
+  opts: ServeOptions,
+  redis: TargetChoice,
+  env: NodeJS.ProcessEnv,
+): GatewayConfig {
   const { source, settings, ...rest } = config;
   const raw: Record<string, unknown> = {
     ...structuredClone(rest),
@@ -28,19 +32,26 @@ function withOverrides(config: GatewayConfig, opts: ServeOptions, env: NodeJS.Pr
       ...(opts.port !== undefined ? { port: Number(opts.port) } : {}),
     },
   };
-  if (redisUrl) raw.redis = { ...(config.redis ?? {}), url: redisUrl };
+  const section = withTarget(raw.redis as Record<string, unknown> | undefined, redis);
+  if (section) raw.redis = section;
   return parseConfig(raw, source, env);
 }
 
 export async function serve(opts: ServeOptions, env: NodeJS.ProcessEnv = process.env): Promise<void> {
   const path = opts.config ?? env.SLOTGATE_CONFIG;
   let config: GatewayConfig;
+  let redis: TargetChoice = {};
   try {
+    redis = redisTarget(opts, env);
     config = path
       ? await loadConfigFile(path, env)
       : parseConfigText(await readDemoConfigText(), '<built-in demo>', env);
-    config = withOverrides(config, opts, env);
+    config = withOverrides(config, opts, redis, env);
   } catch (err) {
+    if (err instanceof UsageError) {
+      console.error(`slotgate serve: ${err.message}`);
+      process.exit(2);
+    }
     if (err instanceof ConfigError) {
       console.error(err.message);
       process.exit(2);
@@ -50,7 +61,7 @@ export async function serve(opts: ServeOptions, env: NodeJS.ProcessEnv = process
   const gateway = await createGateway({
     config,
     ...(path
-      ? { configPath: path, transformConfig: (next: GatewayConfig) => withOverrides(next, opts, env) }
+      ? { configPath: path, transformConfig: (next: GatewayConfig) => withOverrides(next, opts, redis, env) }
       : {}),
   });
   const address = await gateway.listen();

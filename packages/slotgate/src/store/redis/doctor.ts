@@ -30,12 +30,19 @@ export interface Finding {
 
 export interface DoctorReport {
   prefix: string;
+  /** Nodes scanned: every master of a Cluster, else 1. */
+  nodes: number;
   scanned: number;
   findings: Finding[];
   /** Keys under the prefix of another schema version: reported, never counted or touched. */
   otherVersions: string[];
   /** Keys of another prefix that starts with this one (`<prefix>:<more>:v1:...`): reported, never touched. */
   otherPrefixes: string[];
+  /**
+   * Only when no key was under the prefix: the prefixes of slotgate-shaped keys (`<prefix>:v<N>:...`) a bounded scan
+   * saw (at most PREFIX_HINTS of them, from at most HINT_SCAN_CALLS SCAN calls per node), to say where keys may be.
+   */
+  prefixesSeen?: string[];
   fixed: number;
 }
 
@@ -57,18 +64,44 @@ export function globEscape(text: string): string {
 /** `<more>:v<N>:...` after the prefix: the shape of another slotgate prefix's keys. */
 const OTHER_PREFIX = /^[^{}\s]+?:v\d+:/;
 
-async function scanAll(client: Redis | Cluster, pattern: string): Promise<string[]> {
-  const nodes = isCluster(client) ? client.nodes('master') : [client];
+/** The nodes holding keys: every master of a Cluster (a client that is ready: its node list is filled then). */
+function nodesOf(client: Redis | Cluster): (Redis | Cluster)[] {
+  if (!isCluster(client)) return [client];
+  const masters = client.nodes('master');
+  // a Cluster client lists no node before it is ready: "clean" from scanning nothing would be a lie
+  if (masters.length === 0)
+    throw new Error('the Redis Cluster client knows no master node (is it connected?)');
+  return masters;
+}
+
+/** Every key matching `pattern` on `nodes`; `maxCalls` bounds the SCAN calls per node. */
+async function scanAll(nodes: (Redis | Cluster)[], pattern: string, maxCalls = Infinity): Promise<string[]> {
   const keys = new Set<string>();
   for (const node of nodes) {
     let cursor = '0';
+    let calls = 0;
     do {
       const [next, batch] = await node.scan(cursor, 'MATCH', pattern, 'COUNT', 1000);
       for (const key of batch) keys.add(key);
       cursor = next;
-    } while (cursor !== '0');
+    } while (cursor !== '0' && ++calls < maxCalls);
   }
   return [...keys].sort();
+}
+
+/** Prefixes named in a hint, and SCAN calls (of COUNT 1000) per node spent looking for them. */
+const PREFIX_HINTS = 10;
+const HINT_SCAN_CALLS = 20;
+
+/** The prefixes of slotgate-shaped keys a bounded scan sees (a prefix has no braces or spaces). */
+async function prefixesSeen(nodes: (Redis | Cluster)[]): Promise<string[]> {
+  const found = new Set<string>();
+  for (const key of await scanAll(nodes, '*:v[0-9]*:*', HINT_SCAN_CALLS)) {
+    const m = /^([^{}\s]+?):v\d+:/.exec(key);
+    if (m) found.add(m[1]!);
+    if (found.size >= PREFIX_HINTS) break;
+  }
+  return [...found].sort();
 }
 
 async function redisNow(client: Redis | Cluster): Promise<number> {
@@ -87,8 +120,10 @@ export async function checkLeftovers(
   fix = false,
 ): Promise<DoctorReport> {
   const keys = new KeyBuilder(prefix);
-  const all = await scanAll(client, `${globEscape(prefix)}:*`);
+  // first: a command waits for a Cluster client to be ready, and its list of masters with it
   const now = await redisNow(client);
+  const nodes = nodesOf(client);
+  const all = await scanAll(nodes, `${globEscape(prefix)}:*`);
   const findings: Finding[] = [];
   const otherVersions: string[] = [];
   const otherPrefixes: string[] = [];
@@ -146,7 +181,16 @@ export async function checkLeftovers(
   }
 
   if (fix) fixed = await fixFindings(client, findings);
-  return { prefix, scanned: all.length, findings, otherVersions, otherPrefixes, fixed };
+  return {
+    prefix,
+    nodes: nodes.length,
+    scanned: all.length,
+    findings,
+    otherVersions,
+    otherPrefixes,
+    ...(all.length === 0 && { prefixesSeen: await prefixesSeen(nodes) }),
+    fixed,
+  };
 }
 
 /**
@@ -173,8 +217,17 @@ async function fixOne(client: Redis | Cluster, f: Finding): Promise<number> {
 }
 
 export function formatReport(report: DoctorReport, fix: boolean): string {
-  const lines = [`slotgate doctor: prefix "${report.prefix}", ${report.scanned} key(s) scanned`];
+  const nodes = `${report.nodes} node${report.nodes === 1 ? '' : 's'}`;
+  const lines = [`slotgate doctor: prefix "${report.prefix}", ${report.scanned} key(s) scanned on ${nodes}`];
   if (report.findings.length === 0) lines.push('clean: no leftover keys');
+  if (report.prefixesSeen?.length) {
+    const names = report.prefixesSeen.map((p) => `"${p}"`).join(', ');
+    lines.push(`  hint: no key under this prefix; keys were seen under ${names} (check with --prefix)`);
+  } else if (report.prefixesSeen) {
+    lines.push(
+      '  hint: no key under this prefix, nor a key of another slotgate prefix among those seen (is this the right Redis?)',
+    );
+  }
   for (const f of report.findings) lines.push(`  LEFTOVER ${f.kind.padEnd(20)} ${f.key}  — ${f.detail}`);
   for (const key of report.otherVersions)
     lines.push(`  note: ${key} belongs to another schema version; left alone`);

@@ -1,0 +1,171 @@
+/**
+ * The `redis` section of the config file: one node (`url`), a Redis Cluster (`cluster`) or a Sentinel-managed primary
+ * (`sentinel`) — exactly one — plus what applies to all three. Also how that section becomes the library's
+ * RedisStore connection options, in one place for the gateway and `slotgate doctor`.
+ */
+import { z } from 'zod';
+import type { RedisStoreOptions } from 'slotgate';
+
+/** `host:port`, IPv6 in brackets: the shape the library's parseAddress takes. */
+const ADDRESS = /^(?:\[[^\]\s]+\]|[^:\s[\]@/]+):(\d{1,5})$/;
+
+export function isAddress(text: string): boolean {
+  const m = ADDRESS.exec(text);
+  return m !== null && Number(m[1]) >= 1 && Number(m[1]) <= 65535;
+}
+
+export const ADDRESS_EXPECTED = 'expected host:port (IPv6 in brackets, port 1–65535)';
+
+export const ADDRESS_HIDDEN = '(not shown: it may hold a password)';
+
+/**
+ * A bad address as it may be printed: one with `@` is likely a URL with a password in it (a URL belongs in
+ * `redis.url`), so it is never echoed.
+ */
+export function showAddress(text: string): string {
+  return text.includes('@') ? ADDRESS_HIDDEN : JSON.stringify(text);
+}
+
+const secret = z.string().min(1);
+const address = z.string().refine(isAddress, ADDRESS_EXPECTED);
+const addresses = z.array(address).min(1);
+
+const clusterSchema = z.strictObject({
+  /** Seed nodes: any reachable subset of the cluster; the rest is discovered. */
+  nodes: addresses,
+  /** Address a node announces → the address this gateway reaches it at (NAT, containers). */
+  nat_map: z
+    .record(z.string(), address)
+    .superRefine((map, ctx) => {
+      for (const key of Object.keys(map)) {
+        if (!isAddress(key)) {
+          ctx.addIssue({
+            code: 'custom',
+            path: [key],
+            message: `${ADDRESS_EXPECTED} as the key`,
+            params: { got: showAddress(key) },
+          });
+        }
+      }
+    })
+    .optional(),
+  username: secret.optional(),
+  password: secret.optional(),
+  tls: z.boolean().optional(),
+  /** MOVED/ASK redirections one command follows (resharding) before it fails. */
+  max_redirections: z.int().min(1).max(1000).optional(),
+  /** How long one refresh of the slot map may take; a slow or distant cluster may need more. */
+  slots_refresh_timeout_ms: z.int().min(100).max(60_000).optional(),
+});
+
+const sentinelSchema = z.strictObject({
+  sentinels: addresses,
+  /** The name the sentinels monitor the primary under. */
+  master_name: z.string().min(1),
+  username: secret.optional(),
+  password: secret.optional(),
+  sentinel_username: secret.optional(),
+  sentinel_password: secret.optional(),
+  tls: z.boolean().optional(),
+});
+
+const CONNECTIONS = ['url', 'cluster', 'sentinel'] as const;
+
+export const redisSchema = z
+  .strictObject({
+    url: secret.optional(),
+    cluster: clusterSchema.optional(),
+    sentinel: sentinelSchema.optional(),
+    prefix: z
+      .string()
+      .min(1)
+      .regex(/^[^{}\s]+$/, 'no braces or spaces')
+      .default('slotgate'),
+    /** Longest time one Redis operation may take before it fails closed. */
+    timeout_ms: z.int().min(10).max(60_000).default(1000),
+    /** While Redis is unreachable: admit nothing (fail_closed) or up to max ÷ live instances each (local_share). */
+    store_failure_mode: z.enum(['fail_closed', 'local_share']).default('fail_closed'),
+    /** After Redis restarted empty, how long every instance admits nothing while the others restore leases. */
+    restart_grace_ms: z.int().min(0).max(60_000).default(3000),
+  })
+  .superRefine((redis, ctx) => {
+    const given = CONNECTIONS.filter((k) => redis[k] !== undefined);
+    if (given.length === 1) return;
+    ctx.addIssue({
+      code: 'custom',
+      message: 'expected exactly one of redis.url, redis.cluster and redis.sentinel',
+      // config.ts prints `got` instead of the section's value (which holds secrets)
+      params: { got: given.length === 0 ? 'none of them' : given.map((k) => `redis.${k}`).join(' and ') },
+    });
+  });
+
+export type RedisConfig = z.infer<typeof redisSchema>;
+
+/** Replaces `env:NAME` in the section's secrets with `resolve` (config.ts). */
+export function resolveRedisSecrets(
+  redis: RedisConfig,
+  resolve: (value: string, path: string) => string,
+): void {
+  if (redis.url !== undefined) redis.url = resolve(redis.url, 'redis.url');
+  for (const [part, fields] of [
+    ['cluster', ['username', 'password']],
+    ['sentinel', ['username', 'password', 'sentinel_username', 'sentinel_password']],
+  ] as const) {
+    const section = redis[part] as Record<string, unknown> | undefined;
+    if (!section) continue;
+    for (const field of fields) {
+      const value = section[field];
+      if (typeof value === 'string') section[field] = resolve(value, `redis.${part}.${field}`);
+    }
+  }
+}
+
+/** The connection part of RedisStoreOptions: exactly one of url, cluster and sentinel. */
+export type RedisConnection = Pick<RedisStoreOptions, 'url' | 'cluster' | 'sentinel'>;
+
+/** The library's connection options for a validated section (the schema guarantees exactly one). */
+export function redisConnection(redis: RedisConfig): RedisConnection {
+  const { cluster, sentinel } = redis;
+  if (cluster) {
+    const options = {
+      ...(cluster.max_redirections !== undefined && { maxRedirections: cluster.max_redirections }),
+      ...(cluster.slots_refresh_timeout_ms !== undefined && {
+        slotsRefreshTimeout: cluster.slots_refresh_timeout_ms,
+      }),
+    };
+    return {
+      cluster: {
+        nodes: cluster.nodes,
+        ...(cluster.nat_map && {
+          natMap: Object.fromEntries(
+            Object.entries(cluster.nat_map).map(([from, to]) => [from, splitAddress(to)]),
+          ),
+        }),
+        ...(cluster.username !== undefined && { username: cluster.username }),
+        ...(cluster.password !== undefined && { password: cluster.password }),
+        ...(cluster.tls && { tls: true }),
+        ...(Object.keys(options).length > 0 && { options }),
+      },
+    };
+  }
+  if (sentinel) {
+    return {
+      sentinel: {
+        sentinels: sentinel.sentinels,
+        name: sentinel.master_name,
+        ...(sentinel.username !== undefined && { username: sentinel.username }),
+        ...(sentinel.password !== undefined && { password: sentinel.password }),
+        ...(sentinel.sentinel_username !== undefined && { sentinelUsername: sentinel.sentinel_username }),
+        ...(sentinel.sentinel_password !== undefined && { sentinelPassword: sentinel.sentinel_password }),
+        ...(sentinel.tls && { tls: true }),
+      },
+    };
+  }
+  return { url: redis.url! };
+}
+
+/** A validated `host:port` as { host, port } (brackets of an IPv6 host removed). */
+export function splitAddress(text: string): { host: string; port: number } {
+  const at = text.lastIndexOf(':');
+  return { host: text.slice(0, at).replace(/^\[(.*)\]$/, '$1'), port: Number(text.slice(at + 1)) };
+}
