@@ -79,3 +79,37 @@ describe('a Redis Cluster master restarted empty', () => {
     expect(b.store.restartsDetected).toBeGreaterThanOrEqual(1);
   });
 });
+
+describe('the grants subscription on a Redis Cluster', () => {
+  it('when the node it lives on restarts, it subscribes again on a node and tells the waiters to resync', async () => {
+    const cluster = await RedisCluster.start();
+    cleanups.push(() => cluster.stop());
+    const store = new RedisStore({
+      cluster: { nodes: cluster.addresses },
+      prefix: uniquePrefix('cluster-sub'),
+    });
+    cleanups.push(() => store.close());
+    let resyncs = 0;
+    const listening = store.listen('w', { grant: () => {}, queued: () => {}, resync: () => void resyncs++ });
+    cleanups.push(() => listening.stop());
+    await listening.ready;
+    // the node holding the subscription: the one with a pub/sub client
+    const subscribed = async () => {
+      const lists = await Promise.all(
+        cluster.servers.map((s) =>
+          cluster
+            .onNode(s, (c) => c.call('CLIENT', 'LIST', 'TYPE', 'pubsub') as Promise<string>)
+            .catch(() => ''),
+        ),
+      );
+      return cluster.servers.filter((_, i) => lists[i]!.trim() !== '');
+    };
+    const [node] = await subscribed();
+    expect(node).toBeDefined();
+    await node!.restart();
+    await cluster.waitUntilOk();
+    for (let i = 0; i < 200 && (resyncs === 0 || (await subscribed()).length === 0); i++) await sleep(50);
+    expect(resyncs).toBeGreaterThan(0);
+    expect(await subscribed()).toHaveLength(1);
+  });
+});

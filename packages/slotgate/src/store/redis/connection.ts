@@ -6,6 +6,7 @@
  */
 import { Cluster, Redis } from 'ioredis';
 import type { ClusterOptions, NatMap, RedisOptions, SentinelAddress } from 'ioredis';
+import { NodeSubscriber } from './node-subscriber.js';
 
 /** A Redis Cluster to connect to. */
 export interface ClusterConnection {
@@ -105,19 +106,27 @@ export function sentinelClient(s: SentinelConnection, redisOptions: RedisOptions
   });
 }
 
+/** What a pub/sub subscription needs of its connection. */
+export interface Subscriber {
+  on(event: 'message', listener: (channel: string, message: string) => void): unknown;
+  on(event: 'ready' | 'close', listener: () => void): unknown;
+  on(event: 'error', listener: (err: Error) => void): unknown;
+  subscribe(...channels: string[]): Promise<unknown>;
+  disconnect(): void;
+}
+
 /**
  * A connection of its own for a pub/sub subscription, with the options a subscription needs (it waits through an
- * outage and resubscribes). A Cluster's duplicate takes its options second, and its node connections' options
- * under `redisOptions`.
+ * outage and resubscribes). On Cluster, a connection to one node at a time (node-subscriber.ts).
  */
-export function subscriberOf(client: Redis | Cluster): Redis | Cluster {
+export function subscriberOf(client: Redis | Cluster): Subscriber {
   const waitThrough: RedisOptions = { enableOfflineQueue: true, maxRetriesPerRequest: null };
   if ((client as { isCluster?: boolean }).isCluster) {
     const cluster = client as Cluster;
-    return cluster.duplicate(undefined, {
-      enableOfflineQueue: true,
+    return new NodeSubscriber(cluster, {
+      ...cluster.options.redisOptions,
+      ...waitThrough,
       enableAutoPipelining: false,
-      redisOptions: { ...cluster.options.redisOptions, ...waitThrough },
     });
   }
   return (client as Redis).duplicate({ ...waitThrough, enableAutoPipelining: false });

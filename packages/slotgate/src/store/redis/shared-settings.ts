@@ -30,7 +30,7 @@ import {
   type RecordedSnapshot,
   type SettingsSnapshot,
 } from './settings-record.js';
-import { subscriberOf } from './connection.js';
+import { subscriberOf, type Subscriber } from './connection.js';
 
 export interface RedisSharedSettingsDeps {
   client: Redis | Cluster;
@@ -40,7 +40,7 @@ export interface RedisSharedSettingsDeps {
 }
 
 export class RedisSharedSettings<T extends object> implements SharedSettings<T> {
-  private subscriber: Redis | Cluster | undefined;
+  private subscriber: Subscriber | undefined;
   private timer: Timer | undefined;
   private closed = false;
   /** The overrides last handed to onOverrides, as JSON. */
