@@ -49,6 +49,7 @@ export {
 } from './core/settings.js';
 export { MemoryStore, type MemoryStoreOptions } from './store/memory/memory-store.js';
 export { RedisStore, type RedisStoreOptions } from './store/redis/redis-store.js';
+export type { NodeHealth, TopologyKind } from './store/redis/nodes.js';
 export {
   PURPOSES,
   type SlotStore,
