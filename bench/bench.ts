@@ -6,38 +6,25 @@
 import { mkdir, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import { join } from 'node:path';
+import { openCluster } from './cluster-redis.js';
+import { clusterLegend, clusterTable, clusterTargets } from './cluster-report.js';
 import { ALL_IDS, loadContenders } from './contenders/index.js';
-import {
-  fleetCostTable,
-  fleetInstanceTable,
-  fleetLegend,
-  fleetNotes,
-  fleetParamsLine,
-  fleetTable,
-} from './fleet-report.js';
+import { fleetLegend } from './fleet-report.js';
 import { fleetTargetMatrix } from './fleet-targets.js';
-import { runFleet, WorkerPool } from './fleet.js';
-import { runHttp } from './http.js';
 import { FLEET_SCENARIOS, findFleetScenario, type FleetScenario } from './openloop.js';
+import { fleetContenders, runPass, type Pass } from './pass.js';
 import { openRedis, type RedisUnderTest } from './redis.js';
-import {
-  figures,
-  httpTable,
-  legend,
-  loadTable,
-  paramsLine,
-  purposeTable,
-  readmeTable,
-  scaleTable,
-  serverCommandTable,
-  type Meta,
-} from './report.js';
+import { figures, legend, readmeTable, type Meta } from './report.js';
 import { evaluateTargets, targetsTable } from './targets.js';
-import { OversellError, runInProcess, type RunRecord } from './run.js';
-import { runScaleOut } from './scale.js';
+import { OversellError, type RunRecord } from './run.js';
 import { SCENARIOS, findScenario, type Scenario } from './scenarios.js';
 import { chartSvg } from './svg.js';
 import type { Contender } from './types.js';
+
+export type Topology = 'single' | 'cluster';
+
+/** What the cluster pass runs when no --only is given: the closed loop unsaturated and saturated, and a fleet. */
+export const CLUSTER_DEFAULT_IDS = ['W1', 'W2', 'open200w'];
 
 export interface BenchOptions {
   /** Scenario ids (default: all). */
@@ -57,6 +44,15 @@ export interface BenchOptions {
   budgetS?: number;
   warmupMs?: number;
   redisUrl?: string;
+  /**
+   * Where to run: on one node, and/or on a 3-master Redis Cluster (the same scenarios, side by side).
+   * @default ['single', 'cluster']
+   */
+  topologies?: readonly Topology[];
+  /** Scenarios of the cluster pass. @default `only`, else CLUSTER_DEFAULT_IDS (HTTP runs on one node only) */
+  clusterOnly?: readonly string[];
+  /** Seed nodes (host:port) of a cluster to measure instead of a private one. */
+  clusterNodes?: readonly string[];
   /** Directory for the JSON, SVG and markdown files; none written when undefined. */
   outDir?: string;
   out?: (text: string) => void;
@@ -83,10 +79,6 @@ const fleetOverheadS = (s: FleetScenario) =>
  * the fleet scenarios when named, Bottleneck in the closed loop only.
  */
 const FLEET_DEFAULT_IDS = ['slotgate', 'slotgate-no-handoff', 'redis-semaphore'];
-
-/** The contenders a fleet scenario runs: by id in worker processes; open loop needs a bounded wait. */
-const fleetContenders = (s: FleetScenario, contenders: readonly Contender[]) =>
-  contenders.filter((c) => ALL_IDS.includes(c.id) && (s.kind === 'fair' || c.boundedWait));
 
 function plan(
   scenarios: readonly Scenario[],
@@ -127,6 +119,23 @@ function plan(
   return { scale, http, open, estimateS: Math.round(total(scale, http, open)) };
 }
 
+/** The load/scale/HTTP and fleet scenarios of `ids`; an unknown id is an error naming the known ones. */
+function scenariosOf(ids: readonly string[]): { scenarios: Scenario[]; fleet: FleetScenario[] } {
+  const scenarios: Scenario[] = [];
+  const fleet: FleetScenario[] = [];
+  for (const id of ids) {
+    const s = findScenario(id);
+    const f = findFleetScenario(id);
+    if (s) scenarios.push(s);
+    else if (f) fleet.push(f);
+    else {
+      const known = [...SCENARIOS, ...FLEET_SCENARIOS].map((x) => x.id).join(', ');
+      throw new Error(`unknown scenario "${id}" (known: ${known})`);
+    }
+  }
+  return { scenarios, fleet };
+}
+
 export async function runBench(options: BenchOptions = {}): Promise<BenchReport> {
   const out = options.out ?? ((t: string) => process.stdout.write(`${t}\n`));
   const progress = options.progress ?? ((t: string) => process.stderr.write(`${t}\n`));
@@ -135,19 +144,16 @@ export async function runBench(options: BenchOptions = {}): Promise<BenchReport>
   const durationS = options.durationS ?? 10;
   const warmupMs = options.warmupMs ?? 500;
   const budgetS = options.budgetS ?? 900;
+  const topologies = options.topologies ?? ['single', 'cluster'];
 
-  const scenarios: Scenario[] = [];
-  const fleetScenarios: FleetScenario[] = [];
-  for (const id of options.only ?? [...SCENARIOS, ...FLEET_SCENARIOS].map((s) => s.id)) {
-    const s = findScenario(id);
-    const f = findFleetScenario(id);
-    if (s) scenarios.push(s);
-    else if (f) fleetScenarios.push(f);
-    else {
-      const known = [...SCENARIOS, ...FLEET_SCENARIOS].map((x) => x.id).join(', ');
-      throw new Error(`unknown scenario "${id}" (known: ${known})`);
-    }
-  }
+  const single = topologies.includes('single')
+    ? scenariosOf(options.only ?? [...SCENARIOS, ...FLEET_SCENARIOS].map((s) => s.id))
+    : { scenarios: [], fleet: [] };
+  // the gateway's HTTP runs stay on one node: its config names one Redis URL in the benchmark's set-up
+  const onCluster = topologies.includes('cluster')
+    ? scenariosOf(options.clusterOnly ?? options.only ?? CLUSTER_DEFAULT_IDS)
+    : { scenarios: [], fleet: [] };
+  onCluster.scenarios = onCluster.scenarios.filter((s) => s.kind !== 'http');
   const loaded = loadContenders(options.contenders ?? ALL_IDS);
   const contenders = [...loaded, ...(options.extraContenders ?? [])];
   if (contenders.length === 0) throw new Error('no contender could be loaded');
@@ -155,21 +161,42 @@ export async function runBench(options: BenchOptions = {}): Promise<BenchReport>
   const fleetPool = options.contenders
     ? contenders
     : contenders.filter((c) => FLEET_DEFAULT_IDS.includes(c.id));
+  const clusterContenders = contenders.filter((c) => !c.notOnCluster);
+  const notOnCluster = contenders.filter((c) => c.notOnCluster);
   const planned = plan(
-    scenarios,
+    single.scenarios,
     contenders.length,
     slotgates.length,
     { durationS, budgetS, warmupMs },
     options.scaleDurationS,
     options.httpDurationS,
     {
-      scenarios: fleetScenarios,
+      scenarios: single.fleet,
       contenders: fleetPool,
       ...(options.openDurationS ? { openS: options.openDurationS } : {}),
     },
   );
+  // the cluster pass takes the single pass's durations; its time comes on top of the budget
+  const clusterPlan = plan(
+    onCluster.scenarios,
+    clusterContenders.length,
+    0,
+    { durationS, budgetS, warmupMs },
+    planned.scale,
+    planned.http,
+    { scenarios: onCluster.fleet, contenders: fleetPool.filter((c) => !c.notOnCluster), openS: planned.open },
+  );
+  const clusterRuns = onCluster.scenarios.length + onCluster.fleet.length > 0;
 
-  const redis: RedisUnderTest = await openRedis(options.redisUrl);
+  const redis: RedisUnderTest | undefined =
+    single.scenarios.length + single.fleet.length > 0 ? await openRedis(options.redisUrl) : undefined;
+  let cluster: RedisUnderTest | undefined;
+  try {
+    cluster = clusterRuns ? await openCluster(options.clusterNodes) : undefined;
+  } catch (err) {
+    await redis?.close();
+    throw err;
+  }
   const cpus = os.cpus();
   const meta: Meta = {
     startedAt: started.toISOString(),
@@ -177,7 +204,8 @@ export async function runBench(options: BenchOptions = {}): Promise<BenchReport>
     node: process.version,
     cpu: `${cpus.length} × ${cpus[0]?.model.trim() ?? '?'}`,
     os: `${os.type()} ${os.release()} (${os.arch()})`,
-    redis: redis.label,
+    redis: (redis ?? cluster)?.label ?? '?',
+    ...(cluster ? { cluster: cluster.label } : {}),
     durations: { load: durationS, scale: planned.scale, http: planned.http, open: planned.open, warmupMs },
     contenders: contenders.map((c) => ({ id: c.id, label: c.label, behaviour: c.behaviour })),
     notes: [
@@ -185,13 +213,21 @@ export async function runBench(options: BenchOptions = {}): Promise<BenchReport>
       'Peers that have no wait queue (redis-semaphore) turn a full candidate set into a 429 at once; slotgate waits up to 5 s in its bounded queue and Bottleneck in its own (unbounded in time) limiter queue — compare 429 ratios and latencies with that in mind.',
     ],
   };
+  const ids = (x: { scenarios: Scenario[]; fleet: FleetScenario[] }) =>
+    [...x.scenarios, ...x.fleet].map((s) => s.id).join(', ');
   out(`# slotgate bench\n`);
   out(
-    `${started.toISOString()} · Redis: ${redis.label} · Node ${meta.node} · ${meta.cpu} · ${meta.os}\n\n` +
+    `${started.toISOString()} · Redis: ${meta.redis}${cluster && redis ? ` · Cluster: ${cluster.label}` : ''} · ` +
+      `Node ${meta.node} · ${meta.cpu} · ${meta.os}\n\n` +
       `Durations: ${durationS} s per W run, ${planned.scale} s per scale-out run, ${planned.http} s per HTTP run, ` +
-      `${planned.open} s per fleet run (each after a warm-up); estimated ${Math.round(planned.estimateS / 60)} min ` +
-      `for ${[...scenarios, ...fleetScenarios].map((s) => s.id).join(', ')} × ` +
-      `${contenders.map((c) => c.id).join(', ')}.` +
+      `${planned.open} s per fleet run (each after a warm-up); estimated ` +
+      `${Math.round((planned.estimateS + clusterPlan.estimateS) / 60)} min for ` +
+      (redis ? `${ids(single)} × ${contenders.map((c) => c.id).join(', ')} on one node` : '') +
+      (redis && clusterRuns ? '; ' : '') +
+      (clusterRuns
+        ? `${ids(onCluster)} × ${clusterContenders.map((c) => c.id).join(', ')} on the cluster`
+        : '') +
+      '.' +
       (planned.scale < durationS || planned.http < durationS || planned.open < (options.openDurationS ?? 10)
         ? ` Scale-out, HTTP and fleet runs were shortened to fit the ${Math.round(budgetS / 60)}-minute budget.`
         : ''),
@@ -224,82 +260,39 @@ export async function runBench(options: BenchOptions = {}): Promise<BenchReport>
       clearTimeout(timer);
     }
   };
+  const pass = (on: RedisUnderTest, which: typeof single, own: readonly Contender[], suffix = ''): Pass => ({
+    redis: on,
+    scenarios: which.scenarios,
+    fleetScenarios: which.fleet,
+    contenders: own,
+    fleetPool: fleetPool.filter((c) => own.includes(c)),
+    durations: { load: durationS, scale: planned.scale, http: planned.http, open: planned.open, warmupMs },
+    meta: { ...meta, redis: on.label },
+    attempt,
+    stopped: () => oversell !== undefined,
+    out,
+    suffix,
+  });
 
   try {
-    for (const s of scenarios) {
-      const mine: RunRecord[] = [];
-      if (s.kind === 'load') {
-        for (const c of contenders) {
-          const r = await attempt(`${s.id} / ${c.id}`, () =>
-            runInProcess(redis, c, s, durationS, { warmupMs }),
-          );
-          if (r) mine.push(r);
-        }
-      } else if (s.kind === 'scale') {
-        for (const c of contenders.filter((x) => ALL_IDS.includes(x.id))) {
-          for (const n of s.instances) {
-            const r = await attempt(`${s.id} / ${c.id} × ${n}`, () =>
-              runScaleOut(redis, c, s, n, planned.scale, warmupMs),
-            );
-            if (r) mine.push(r);
-          }
-        }
-      } else {
-        for (const c of slotgates) {
-          for (const n of s.instances) {
-            const r = await attempt(`${s.id} / ${c.id} × ${n}`, () =>
-              runHttp(
-                redis,
-                { id: c.id as 'slotgate' | 'slotgate-rollback', label: c.label },
-                s,
-                n,
-                planned.http,
-              ),
-            );
-            if (r) mine.push(r);
-          }
-        }
-      }
-      if (mine.length === 0) continue;
-      out(`\n## ${s.title}\n\n${paramsLine(s, mine[0]!, meta)}\n`);
-      out(s.kind === 'load' ? loadTable(mine) : s.kind === 'scale' ? scaleTable(mine) : httpTable(mine));
-      const purposes = purposeTable(mine);
-      if (purposes) out(`\n${purposes}`);
-      if (s.kind !== 'http') out(`\n${serverCommandTable(mine)}`);
-      if (oversell) break;
-    }
-    const pool = new WorkerPool();
-    try {
-      for (const s of oversell ? [] : fleetScenarios) {
-        const mine: RunRecord[] = [];
-        for (const c of fleetContenders(s, fleetPool)) {
-          for (const n of s.instances) {
-            const r = await attempt(`${s.id} / ${c.id} × ${n}`, () =>
-              runFleet(redis, pool, { contender: c, scenario: s, instances: n, durationS: planned.open }),
-            );
-            if (r) mine.push(r);
-            else await pool.close(); // a run that timed out may still be using its workers
-          }
-        }
-        if (mine.length === 0) continue;
-        out(`\n## ${s.title} (${s.id})\n\n${fleetParamsLine(s, mine, meta)}\n`);
-        out(fleetTable(s, mine));
-        for (const note of fleetNotes(mine)) out(`\n${note}`);
-        out(`\n${fleetInstanceTable(mine)}\n\n${fleetCostTable(mine)}`);
-        out(`\n${serverCommandTable(mine)}`);
-        const purposes = purposeTable(mine);
-        if (purposes) out(`\n${purposes}`);
-        if (oversell) break;
-      }
-    } finally {
-      await pool.close();
+    if (redis) await runPass(pass(redis, single, contenders));
+    if (cluster && !oversell) {
+      out(`\n# On a Redis Cluster\n\nThe same scenarios on ${cluster.label}.`);
+      await runPass(pass(cluster, onCluster, clusterContenders, ' — on the cluster'));
     }
     meta.totalS = Math.round((performance.now() - t0) / 1000);
-    const targets = evaluateTargets(runs);
+    // the single-node targets compare runs on one node; the cluster has targets of its own, against them
+    const oneNode = runs.filter((r) => !r.topology);
+    const targets = [...evaluateTargets(oneNode), ...clusterTargets(runs)];
     out(`\n## Targets\n\n${targetsTable(targets)}`);
-    const matrix = fleetTargetMatrix(runs);
+    const matrix = fleetTargetMatrix(oneNode);
     if (matrix) out(`\n### Fleet targets per run\n\n${matrix}`);
-    const readme = readmeTable(runs, meta);
+    const side = clusterTable(
+      runs,
+      notOnCluster.map((c) => `${c.label}: ${c.notOnCluster}`),
+    );
+    if (side) out(`\n## Cluster beside single node\n\n${side}\n\n${clusterLegend()}`);
+    const readme = readmeTable(oneNode, meta);
     if (readme) out(`\n## README table\n\n${readme}`);
     out(`\n## Legend\n\n${legend(meta)}${runs.some((r) => r.fleet) ? `\n${fleetLegend().join('\n')}` : ''}`);
     if (failures.length) out(`\n## Runs that failed\n\n${failures.map((f) => `- ${f}`).join('\n')}`);
@@ -313,7 +306,7 @@ export async function runBench(options: BenchOptions = {}): Promise<BenchReport>
       const json = join(options.outDir, `${stamp}.json`);
       await writeFile(json, `${JSON.stringify(report, null, 2)}\n`);
       files.push(json);
-      const svg = chartSvg(runs, `${redis.label} · ${meta.cpu} · ${durationS} s per run`);
+      const svg = chartSvg(oneNode, `${meta.redis} · ${meta.cpu} · ${durationS} s per run`);
       if (svg) {
         const path = join(options.outDir, `${stamp}.svg`);
         await writeFile(path, svg);
@@ -332,6 +325,7 @@ export async function runBench(options: BenchOptions = {}): Promise<BenchReport>
     }
     return { meta, runs, targets, failures, files };
   } finally {
-    await redis.close();
+    await redis?.close();
+    await cluster?.close();
   }
 }

@@ -1,6 +1,6 @@
 /** The options of `npm run bench`; the work is in bench.ts. */
 import { Command } from 'commander';
-import { runBench } from './bench.js';
+import { CLUSTER_DEFAULT_IDS, runBench, type Topology } from './bench.js';
 
 export interface BenchCommandOptions {
   only?: string;
@@ -11,6 +11,9 @@ export interface BenchCommandOptions {
   openDuration?: string;
   budget: string;
   redis?: string;
+  topology: string;
+  clusterOnly?: string;
+  clusterNodes?: string;
   out: string;
 }
 
@@ -19,6 +22,14 @@ const list = (value: string | undefined) =>
     ?.split(',')
     .map((s) => s.trim())
     .filter(Boolean);
+
+function topologies(value: string): Topology[] {
+  const given = list(value) ?? [];
+  const bad = given.filter((t) => t !== 'single' && t !== 'cluster');
+  if (given.length === 0 || bad.length)
+    throw new Error(`Expected \`--topology\` to be single, cluster or both, got ${JSON.stringify(value)}`);
+  return given as Topology[];
+}
 
 function seconds(value: string | undefined, name: string): number | undefined {
   if (value === undefined) return undefined;
@@ -63,6 +74,20 @@ export function benchCommand(): Command {
       '--redis <url>',
       'measure this Redis instead of a private redis-server (env REDIS_URL); its other traffic counts too',
     )
+    .option(
+      '--topology <list>',
+      'single, cluster or both: the cluster pass runs its scenarios on a private 3-master Redis Cluster (started ' +
+        'like the single node) with every contender that supports Cluster, and prints them beside the single node',
+      'single,cluster',
+    )
+    .option(
+      '--cluster-only <ids>',
+      `scenarios of the cluster pass (default: --only, else ${CLUSTER_DEFAULT_IDS.join(',')}; HTTP runs on one node only)`,
+    )
+    .option(
+      '--cluster-nodes <list>',
+      'measure this cluster (seed nodes host:port, comma-separated) instead of a private one (env REDIS_CLUSTER_NODES)',
+    )
     .option('--out <dir>', 'directory for the JSON, SVG and README-table files', 'bench/results')
     .action(async (opts: BenchCommandOptions) => {
       try {
@@ -76,6 +101,11 @@ export function benchCommand(): Command {
           budgetS: seconds(opts.budget, 'budget')!,
           ...((opts.redis ?? process.env.REDIS_URL)
             ? { redisUrl: opts.redis ?? process.env.REDIS_URL! }
+            : {}),
+          topologies: topologies(opts.topology),
+          ...(opts.clusterOnly ? { clusterOnly: list(opts.clusterOnly)! } : {}),
+          ...((opts.clusterNodes ?? process.env.REDIS_CLUSTER_NODES)
+            ? { clusterNodes: list(opts.clusterNodes ?? process.env.REDIS_CLUSTER_NODES)! }
             : {}),
           outDir: opts.out,
         });

@@ -4,9 +4,9 @@
  * commands run inside Lua scripts too, and used_cpu_user + used_cpu_sys), and client-side round trips (socket
  * writes of every ioredis client the contenders open).
  */
-import { Redis } from 'ioredis';
+import { Redis, type Cluster } from 'ioredis';
 // Internal: every contender's clients get the options slotgate's RedisStore gives its own (not public API).
-import { defaultRedisOptions } from '../packages/slotgate/src/store/redis/redis-store.js';
+import { clusterClient, defaultRedisOptions } from '../packages/slotgate/src/store/redis/connection.js';
 import { parseCommandstats, RedisServer } from '../test/helpers/redis-server.js';
 
 export interface ServerSnapshot {
@@ -15,10 +15,21 @@ export interface ServerSnapshot {
   /** used_cpu_user + used_cpu_sys, seconds */
   cpuSeconds: number;
   at: number;
+  /** On a cluster: each master's own figures (the sums above are over them). */
+  perNode?: NodeSnapshot[];
+}
+
+export interface NodeSnapshot {
+  /** host:port */
+  node: string;
+  commands: Record<string, number>;
+  cpuSeconds: number;
 }
 
 export interface RedisUnderTest {
+  /** A redis:// URL, or on a cluster `redis-cluster://host:port,…` (clusterTarget): what benchClient connects to. */
   url: string;
+  topology: 'single' | 'cluster';
   /** e.g. "private redis-server 7.0.15 on 127.0.0.1 (this machine)" */
   label: string;
   version: string;
@@ -47,6 +58,7 @@ export async function openRedis(url?: string): Promise<RedisUnderTest> {
   const host = new URL(url).hostname;
   return {
     url,
+    topology: 'single',
     version,
     isPrivate: own !== undefined,
     label: own
@@ -87,6 +99,18 @@ export function commandDelta(before: ServerSnapshot, after: ServerSnapshot): Rec
   return delta;
 }
 
+const CLUSTER_SCHEME = 'redis-cluster://';
+
+/** The target string of a cluster: its seed nodes (host:port) behind a scheme of the benchmark's own. */
+export const clusterTarget = (nodes: readonly string[]): string => `${CLUSTER_SCHEME}${nodes.join(',')}`;
+
+/** A client on `url` with slotgate's RedisStore options: on a cluster target, the store's own Cluster client. */
+export function benchClient(url: string): Redis | Cluster {
+  return url.startsWith(CLUSTER_SCHEME)
+    ? clusterClient({ nodes: url.slice(CLUSTER_SCHEME.length).split(',') })
+    : new Redis(url, defaultRedisOptions());
+}
+
 /**
  * Counts, on every ioredis client a contender opens, two things:
  *
@@ -108,9 +132,10 @@ export class RoundTripCounter {
   /** > 0 while a counted command method runs: pipelines created then are ioredis's own auto-pipelines. */
   private depth = 0;
 
-  watch(client: Redis): Redis {
-    const wrapSocket = () => {
-      const stream = (client as unknown as { stream?: { write: (...args: unknown[]) => boolean } }).stream;
+  watch<C extends Redis | Cluster>(client: C): C {
+    const wrapSocket = (connection: Redis) => {
+      const stream = (connection as unknown as { stream?: { write: (...args: unknown[]) => boolean } })
+        .stream;
       if (!stream || this.wrapped.has(stream)) return;
       this.wrapped.add(stream);
       const write = stream.write.bind(stream);
@@ -119,8 +144,16 @@ export class RoundTripCounter {
         return write(...args);
       };
     };
-    client.on('connect', wrapSocket);
-    wrapSocket();
+    const watchSockets = (connection: Redis) => {
+      connection.on('connect', () => wrapSocket(connection));
+      wrapSocket(connection);
+    };
+    // A Cluster writes through one connection per node, made as the cluster is discovered.
+    if ((client as { isCluster?: boolean }).isCluster) {
+      const cluster = client as Cluster;
+      cluster.on('+node', watchSockets);
+      cluster.nodes().forEach(watchSockets);
+    } else watchSockets(client as Redis);
 
     // Arrow functions keep the counter's `this`; the wrappers below are plain functions so they keep the caller's.
     const enter = () => {
@@ -169,8 +202,8 @@ export class RoundTripCounter {
       count(name);
       count(`${name}Buffer`);
     };
-    const duplicate = client.duplicate.bind(client);
-    client.duplicate = (...args: Parameters<Redis['duplicate']>) => this.watch(duplicate(...args));
+    const duplicate = client.duplicate.bind(client) as (...args: unknown[]) => C;
+    (client as { duplicate: unknown }).duplicate = (...args: unknown[]) => this.watch(duplicate(...args));
     return client;
   }
 
@@ -178,9 +211,9 @@ export class RoundTripCounter {
     return { requests: this.requests, writes: this.writes };
   }
 
-  /** A new client with slotgate's RedisStore options, counted. */
-  client(url: string): Redis {
-    const client = new Redis(url, defaultRedisOptions());
+  /** A new client with slotgate's RedisStore options (a Cluster client on a cluster target), counted. */
+  client(url: string): Redis | Cluster {
+    const client = benchClient(url);
     client.on('error', () => {}); // surfaced per command
     return this.watch(client);
   }

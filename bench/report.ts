@@ -12,6 +12,8 @@ export interface Meta {
   cpu: string;
   os: string;
   redis: string;
+  /** The Redis Cluster of the cluster pass, when there was one. */
+  cluster?: string;
   durations: { load: number; scale: number; http: number; open?: number; warmupMs: number };
   contenders: { id: string; label: string; behaviour: string }[];
   notes: string[];

@@ -68,6 +68,10 @@ export interface RunRecord {
   };
   /** Fleet runs (fleet.ts): the per-request figures, fairness and the ideal scheduler's figures. */
   fleet?: FleetRecord;
+  /** Set on a run measured on a Redis Cluster (cluster-redis.ts). */
+  topology?: 'cluster';
+  /** On a cluster: each master's server-side commands and CPU over the window. */
+  perNode?: { node: string; commands: number; cpuMs: number }[];
 }
 
 export class OversellError extends Error {
@@ -151,6 +155,22 @@ export function summarize(
   };
   if (extra.purposes) record.purposes = extra.purposes;
   if (extra.instances) record.instances = extra.instances;
+  const nodes = server.after.perNode;
+  if (nodes) {
+    record.topology = 'cluster';
+    record.perNode = nodes.map((n) => {
+      const before = server.before.perNode?.find((b) => b.node === n.node);
+      const commands = commandDelta(
+        { commands: before?.commands ?? {}, cpuSeconds: 0, at: 0 },
+        { commands: n.commands, cpuSeconds: 0, at: 0 },
+      );
+      return {
+        node: n.node,
+        commands: Object.values(commands).reduce((a, b) => a + b, 0),
+        cpuMs: (n.cpuSeconds - (before?.cpuSeconds ?? 0)) * 1000,
+      };
+    });
+  }
   return record;
 }
 

@@ -3,7 +3,7 @@
  * slotgate in rollback mode, redis-semaphore, Bottleneck). Each one is set up against the Redis under test and then
  * asked, by many concurrent acquirers, for a slot on one channel of a candidate set.
  */
-import type { Redis } from 'ioredis';
+import type { Cluster, Redis } from 'ioredis';
 
 /** A bounded channel as the benchmark sees it. */
 export interface BenchChannel {
@@ -33,10 +33,10 @@ export interface SetupContext {
   namespace: string;
   /**
    * A new ioredis client on the Redis under test, with the same options for every contender (those slotgate's
-   * RedisStore uses: auto-pipelining on). Its socket writes, and those of its duplicates, count as round trips.
-   * Every client a contender opens must come from here.
+   * RedisStore uses: auto-pipelining on; on a cluster, the store's own Cluster client). Its socket writes, and those of
+   * its duplicates, count as round trips. Every client a contender opens must come from here.
    */
-  client(): Redis;
+  client(): Redis | Cluster;
   /**
    * The fleet scenarios' wait time-out: a request every candidate refuses may wait this long for a slot, then it is
    * refused. Undefined: the contender's own closed-loop behaviour.
@@ -66,5 +66,7 @@ export interface Contender {
   behaviour: string;
   /** How it waits when given SetupContext.waitTimeoutMs; contenders without it are left out of the fleet scenarios. */
   boundedWait?: string;
+  /** Why it does not run on a Redis Cluster (shown as n/a there); undefined: it does. */
+  notOnCluster?: string;
   setup(ctx: SetupContext): Promise<Session>;
 }

@@ -9,6 +9,10 @@
 import Bottleneck from 'bottleneck';
 import { Refused, type Contender, type Session } from '../types.js';
 
+const NOT_ON_CLUSTER =
+  'its scripts take several keys per limiter (b_<id>_settings, b_<id>_job_weights, …), Cluster-legal only with a ' +
+  'hash tag in every limiter id; not set up for Cluster here, measured on one node only';
+
 export const contender: Contender = {
   id: 'bottleneck',
   label: 'Bottleneck 2 (Redis clustering)',
@@ -16,8 +20,10 @@ export const contender: Contender = {
     'one limiter per channel (maxConcurrent = max, highWater = max, strategy OVERFLOW), one shared IORedisConnection; ' +
     'each request is scheduled on the next candidate round-robin and waits in that limiter queue (no time-out) ' +
     'until Redis grants it; a job dropped at highWater is the 429',
+  notOnCluster: NOT_ON_CLUSTER,
   async setup(ctx): Promise<Session> {
     const client = ctx.client();
+    if ((client as { isCluster?: boolean }).isCluster) throw new Error(`bottleneck: ${NOT_ON_CLUSTER}`);
     const connection = new Bottleneck.IORedisConnection({ client });
     const errors: unknown[] = [];
     connection.on('error', (err: unknown) => errors.push(err));

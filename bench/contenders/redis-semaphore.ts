@@ -5,6 +5,7 @@
  * Given a wait time-out (the fleet scenarios), a request every candidate refused then waits with the library's own
  * `acquire` — retries every 10 ms (its default) until the time-out — on the channel it started its walk on.
  */
+import type { Redis } from 'ioredis';
 import { Semaphore, TimeoutError } from 'redis-semaphore';
 import { Refused, type Contender, type Session } from '../types.js';
 
@@ -21,7 +22,9 @@ export const contender: Contender = {
     "after a refused walk, the library's own acquire on the walk's first channel: a retry every 10 ms " +
     '(retryInterval, its default) until the rest of the wait time-out (acquireTimeout) has passed; then the 429',
   async setup(ctx): Promise<Session> {
-    const client = ctx.client();
+    // Every script of a Semaphore takes its one key, so a Cluster client routes each call by it (ioredis knows
+    // EVALSHA's key position); its type only asks for the commands both clients have.
+    const client = ctx.client() as Redis;
     const key = (id: string) => `${ctx.namespace}:${id}`;
     let offset = 0;
     return {

@@ -2,7 +2,8 @@
  * The benchmark harness (src/bench, bench/contenders) on the shared test Redis: one tiny run per contender proves
  * each one admits, releases and is measured; a contender that admits max + 1 must fail the run (the oversell check
  * cannot pass vacuously); the cross-process overlap sweep counts what it should; and a tiny open-loop fleet run on
- * two worker processes reports every request and the ideal scheduler's figures next to its own.
+ * two worker processes reports every request and the ideal scheduler's figures next to its own; on the shared cluster
+ * the cluster pass measures every master and sets its runs beside the single node's.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ALL_IDS, loadContender } from '../../bench/contenders/index.js';
@@ -11,13 +12,15 @@ import { fleetTargetMatrix } from '../../bench/fleet-targets.js';
 import { runFleet, WorkerPool } from '../../bench/fleet.js';
 import { traceOf, type OpenScenario } from '../../bench/openloop.js';
 import { highestOverlap } from '../../bench/load.js';
+import { openCluster } from '../../bench/cluster-redis.js';
+import { clusterTable, clusterTargets } from '../../bench/cluster-report.js';
 import { openRedis, type RedisUnderTest } from '../../bench/redis.js';
 import { runBench } from '../../bench/bench.js';
 import { OversellError, runInProcess } from '../../bench/run.js';
 import { runScaleOut } from '../../bench/scale.js';
 import type { Scenario } from '../../bench/scenarios.js';
 import { Refused, type Contender } from '../../bench/types.js';
-import { redisUrl } from '../helpers/redis.js';
+import { clusterNodes, redisUrl } from '../helpers/redis.js';
 
 const TINY: Scenario = {
   id: 'smoke',
@@ -109,6 +112,7 @@ describe('bench harness', () => {
         durationS: 1,
         warmupMs: 0,
         redisUrl: redisUrl(),
+        topologies: ['single'],
         out: (t) => lines.push(t),
         progress: () => {},
       }),
@@ -190,5 +194,41 @@ describe('bench harness', () => {
     expect(fleetTable(scenario, [r])).toMatch(/ideal FIFO/);
     expect(fleetInstanceTable([r])).toMatch(/slotgate/);
     expect(fleetTargetMatrix([r])).toMatch(/smoke-open×2 slotgate/);
+  });
+
+  it('runs slotgate and redis-semaphore on the cluster: commands of every master counted, side by side with one node', async () => {
+    const cluster = await openCluster(clusterNodes());
+    const runs = [];
+    try {
+      expect(cluster.topology).toBe('cluster');
+      for (const id of ['slotgate', 'redis-semaphore']) {
+        const contender = loadContender(id);
+        runs.push(await runInProcess(redis, contender, TINY, 1, { warmupMs: 100 }));
+        runs.push(await runInProcess(cluster, contender, TINY, 1, { warmupMs: 100 }));
+      }
+    } finally {
+      await cluster.close();
+    }
+    for (const r of runs.filter((x) => x.topology === 'cluster')) {
+      expect(r.admissions).toBeGreaterThan(20);
+      expect(r.errors).toEqual({});
+      expect(r.oversold).toEqual([]);
+      expect(r.perNode).toHaveLength(3);
+      // the per-master figures add up to the run's total (the shared cluster's other traffic counts too)
+      const total = Object.values(r.serverCommands).reduce((a, b) => a + b, 0);
+      expect(r.perNode!.reduce((a, n) => a + n.commands, 0)).toBe(total);
+      if (r.contender === 'redis-semaphore') expect(total).toBeGreaterThan(r.admissions);
+    }
+    expect(runs.filter((r) => !r.topology)).toHaveLength(2);
+    const side = clusterTable(runs, ['Bottleneck: n/a'])!;
+    expect(side.split('\n')).toHaveLength(2 + 2 + 1); // header, rule, two pairs, the n/a row
+    expect(side).toMatch(/Bottleneck: n\/a/);
+    const targets = clusterTargets(runs);
+    expect(targets.map((t) => t.target)).toEqual([
+      'Cluster, smoke: admissions/s per slot ≥ 0.9 × single node',
+      'Cluster, smoke: Redis commands per admission ≤ 1.5 × single node',
+      'Zero oversell on the cluster',
+    ]);
+    expect(targets.at(-1)!.verdict).toBe('PASS');
   });
 });

@@ -259,6 +259,11 @@ describe('GET /dashboard in a browser', () => {
       .poll(async () => (await readRows(page)).map((r) => r.channel), POLL)
       .toEqual(CHANNELS.map((c) => c.id));
     expect(await rowOf(page, 'busy')).toMatchObject({ inUse: '0 / 2', barWidth: '0%', barFull: false });
+    // The store's topology and its one node, as /admin/status reports them.
+    // (textContent: the card title is upper-cased by CSS)
+    await expect.poll(() => page.locator('#redis-topology').textContent(), POLL).toBe('· single');
+    expect(await textOf(page, '#redis-nodes tbody tr td:first-child')).toBe(new URL(redisUrl()).host);
+    expect(await textOf(page, '#redis-nodes tbody tr td:nth-child(3)')).toBe('up');
     expect((await rowOf(page, 'free')).inUse).toBe('0 / unlimited');
     expect(await textOf(page, '#channels tbody tr[data-channel="real-off"] td:first-child')).toBe(
       'real-off (disabled)',

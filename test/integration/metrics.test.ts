@@ -131,6 +131,9 @@ const ALLOWED_LABELS = new Set([
   'source',
   'code',
   'le',
+  // the Redis nodes the store writes to (host:port, and master / replica / standalone)
+  'node',
+  'role',
   // prom-client's default process/nodejs metrics
   'version',
   'major',

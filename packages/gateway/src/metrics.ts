@@ -6,7 +6,14 @@
  * load view, so a scrape costs no Redis command while its snapshot is fresh. docs/operations.md lists every metric.
  */
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
-import { OUTCOMES, PURPOSES, type Admission, type AdmissionRecord, type ChannelLoad } from 'slotgate';
+import {
+  OUTCOMES,
+  PURPOSES,
+  type Admission,
+  type AdmissionRecord,
+  type ChannelLoad,
+  type NodeHealth,
+} from 'slotgate';
 import type { ChannelRegistry } from './channels.js';
 
 export interface MetricsSources {
@@ -14,6 +21,8 @@ export interface MetricsSources {
   channels: () => ChannelRegistry;
   storeUp: () => Promise<boolean>;
   storeKind: string;
+  /** A Redis store's nodes (every Cluster master, or the one node), each PINGed; undefined for another store. */
+  storeNodes?: () => Promise<NodeHealth[]>;
   configVersion: () => number;
 }
 
@@ -155,6 +164,45 @@ export class GatewayMetrics {
         this.set({ store: sources.storeKind }, (await sources.storeUp()) ? 1 : 0);
       },
     });
+
+    // Per-node gauges: one PING round per scrape, shared by both (the masters only, so the label set stays small).
+    if (sources.storeNodes) {
+      const readNodes = sources.storeNodes;
+      let nodesRound: Promise<NodeHealth[]> | undefined;
+      const nodes = (): Promise<NodeHealth[]> => {
+        if (!nodesRound) {
+          const pending = readNodes().catch((): NodeHealth[] => []);
+          nodesRound = pending;
+          void pending.then(() => {
+            if (nodesRound === pending) nodesRound = undefined;
+          });
+        }
+        return nodesRound;
+      };
+      new Gauge({
+        name: 'slotgate_redis_node_up',
+        help: 'Whether each Redis node the store writes to (every Cluster master, or the one node) answers PING (1) or not (0)',
+        labelNames: ['node', 'role'],
+        registers: [register],
+        async collect() {
+          const all = await nodes();
+          this.reset();
+          for (const n of all) this.set({ node: n.address, role: n.role }, n.healthy ? 1 : 0);
+        },
+      });
+      new Gauge({
+        name: 'slotgate_redis_node_latency_seconds',
+        help: 'PING round trip to each Redis node the store writes to (nodes that answered)',
+        labelNames: ['node'],
+        registers: [register],
+        async collect() {
+          const all = await nodes();
+          this.reset();
+          for (const n of all)
+            if (n.latencyMs !== undefined) this.set({ node: n.address }, n.latencyMs / 1000);
+        },
+      });
+    }
 
     // Per-channel gauges are filled from one snapshot per scrape. Every gauge awaits it in its own collect(): a
     // registry collects all metrics at once, so a gauge without a collect of its own would be read before another

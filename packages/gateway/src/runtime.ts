@@ -106,6 +106,7 @@ export class GatewayRuntime {
       channels: () => this.current.registry,
       storeKind: store.kind,
       storeUp: async () => (await store.health()).healthy,
+      ...(store instanceof RedisStore ? { storeNodes: () => store.nodes() } : {}),
       configVersion: () => this.current.version,
     });
     // Settings: defaults < config file < overrides (admin PUT; shared with every instance on the store).
@@ -267,10 +268,28 @@ export class GatewayRuntime {
 
   private async redisHealth(): Promise<Record<string, unknown> | null> {
     if (this.store.kind !== 'redis') return null;
-    const health = await this.store.health();
-    return health.healthy
-      ? { healthy: true, latency_ms: health.latencyMs }
-      : { healthy: false, error: health.error };
+    const store = this.store;
+    const [health, nodes] = await Promise.all([
+      store.health(),
+      store instanceof RedisStore ? store.nodes() : undefined,
+    ]);
+    return {
+      ...(health.healthy
+        ? { healthy: true, latency_ms: health.latencyMs }
+        : { healthy: false, error: health.error }),
+      ...(store instanceof RedisStore && nodes
+        ? {
+            topology: store.topologyKind,
+            nodes: nodes.map((n) => ({
+              address: n.address,
+              role: n.role,
+              healthy: n.healthy,
+              ...(n.latencyMs !== undefined && { latency_ms: n.latencyMs }),
+              ...(n.error !== undefined && { error: n.error }),
+            })),
+          }
+        : {}),
+    };
   }
 
   private onEvent = (event: AdmissionEvent): void => {

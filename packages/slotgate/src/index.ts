@@ -50,6 +50,7 @@ export {
 export { MemoryStore, type MemoryStoreOptions } from './store/memory/memory-store.js';
 export { RedisStore, type RedisStoreOptions } from './store/redis/redis-store.js';
 export type { ClusterConnection, SentinelConnection } from './store/redis/connection.js';
+export type { NodeHealth, TopologyKind } from './store/redis/nodes.js';
 export {
   PURPOSES,
   type SlotStore,

@@ -46,6 +46,7 @@ import { AcquireCalls } from './acquire-call.js';
 import { Deadlines } from './deadlines.js';
 import { Epoch } from './epoch.js';
 import { KeyBuilder } from './keys.js';
+import { nodeHealth, topologyKindOf, type NodeHealth, type TopologyKind } from './nodes.js';
 import { runLeaseBatch } from './lease-batches.js';
 import { RedisPresence } from './presence.js';
 import { RedisQueues } from './queues.js';
@@ -352,6 +353,16 @@ export class RedisStore implements SlotStore {
     } catch (err) {
       return { healthy: false, error: (err as Error).message };
     }
+  }
+
+  /** How the store reaches Redis: one node, a Cluster, or a Sentinel-managed primary. */
+  get topologyKind(): TopologyKind {
+    return topologyKindOf(this.client);
+  }
+
+  /** Every master of a Cluster, or the one node of a single or Sentinel connection, each PINGed (nodes.ts). */
+  nodes(): Promise<NodeHealth[]> {
+    return nodeHealth(this.client, this.clock, HEALTH_TIMEOUT_MS);
   }
 
   async close(): Promise<void> {

@@ -2,21 +2,27 @@
  * What differs between one Redis node and a Redis Cluster, in one place. On a single node the commands of one
  * event-loop turn share a pipeline (TurnBatcher), one acquire call may try many channels, and a load read is one
  * pipeline. On Cluster every script call must stay within one hash slot, so an acquire tries one channel per call,
- * releases go out at once, renewals are grouped by channel, and load reads go out per key (ioredis's auto-pipelining
- * groups them per node; cross-slot pipelines are not allowed).
+ * renewals are grouped by channel, and load reads go out per key (ioredis's auto-pipelining groups them per node;
+ * cross-slot pipelines are not allowed). Releases and acquires are still held to the end of the turn as on one node:
+ * a held release can be withdrawn (the slot passes to another request of this instance with no command: without it,
+ * every admission on Cluster cost an acquire and a release), and the turn's acquires of one channel share one call.
  */
 import type { Cluster, Redis } from 'ioredis';
 import { chunk, pushTo } from '../../core/collections.js';
 import {
   BATCH_SIZE,
-  sentRelease,
   type AcquireReply,
   type ChannelLoad,
   type LeaseRef,
   type PendingRelease,
   type Purpose,
 } from '../store.js';
-import type { AcquireCalls, AcquireRequest } from './acquire-call.js';
+import {
+  groupAcquires,
+  MAX_CHANNELS_PER_CALL,
+  type AcquireCalls,
+  type AcquireRequest,
+} from './acquire-call.js';
 import type { Deadlines } from './deadlines.js';
 import type { KeyBuilder } from './keys.js';
 import { SCRIPTS, type ReleaseSlotReply } from './scripts.js';
@@ -108,27 +114,113 @@ class SingleNode implements Topology {
   }
 }
 
+interface Queued<Req, Res> {
+  request: Req;
+  resolve: (value: Res) => void;
+  reject: (err: unknown) => void;
+}
+
+interface QueuedRelease extends Queued<LeaseRef, boolean> {
+  withdrawn: boolean;
+  viaQueue: boolean;
+}
+
+/**
+ * One turn's commands go out at `setImmediate`, as TurnBatcher's pipeline does on one node, but each as a command of
+ * its own — the releases first (a ZREM, or releaseSlot where the channel has waiters), then one acquireSlots call per
+ * channel for the turn's acquires of that channel — which auto-pipelining writes once per node.
+ */
 class ClusterTopology implements Topology {
   readonly maxChannelsPerAcquire = 1;
+  private acquires: Queued<AcquireRequest, AcquireReply[]>[] = [];
+  private releases: QueuedRelease[] = [];
+  private scheduled = false;
+  private afterFlush: (() => void)[] = [];
+  /** Tokens whose release was withdrawn in this turn: a slot passes on at most once per token and turn. */
+  private withdrawnThisTurn = new Set<string>();
 
   constructor(private readonly deps: TopologyDeps) {}
 
   acquire(request: AcquireRequest): Promise<AcquireReply[]> {
-    const { client, calls, deadlines, count } = this.deps;
-    const call = calls.build([request]);
-    count('acquire', 1);
-    return deadlines
-      .run('acquire', () => SCRIPTS.acquireSlots.call(client, call.keys, call.args))
-      .then((codes) => call.read(codes)[0]!);
+    return new Promise((resolve, reject) => {
+      this.acquires.push({ request, resolve, reject });
+      this.schedule();
+    });
   }
 
   release(lease: LeaseRef, viaQueue: boolean): PendingRelease {
+    let queued!: QueuedRelease;
+    const done = new Promise<boolean>((resolve, reject) => {
+      queued = { request: lease, resolve, reject, withdrawn: false, viaQueue };
+    });
+    this.releases.push(queued);
+    this.schedule();
+    const turn = this.releases;
+    return {
+      done,
+      held: true,
+      withdraw: () => {
+        if (queued.withdrawn || this.releases !== turn || this.withdrawnThisTurn.has(lease.token))
+          return false;
+        this.withdrawnThisTurn.add(lease.token);
+        queued.withdrawn = true;
+        queued.resolve(true);
+        return true;
+      },
+    };
+  }
+
+  flushed(): Promise<void> | undefined {
+    if (!this.scheduled) return undefined;
+    return new Promise((resolve) => this.afterFlush.push(resolve));
+  }
+
+  private schedule(): void {
+    if (this.scheduled) return;
+    this.scheduled = true;
+    setImmediate(this.flush);
+  }
+
+  private readonly flush = (): void => {
+    this.scheduled = false;
+    const releases = this.releases.filter((q) => !q.withdrawn);
+    const acquires = this.acquires;
+    const waiting = this.afterFlush;
+    this.releases = [];
+    this.acquires = [];
+    this.afterFlush = [];
+    this.withdrawnThisTurn = new Set();
+    for (const q of releases) this.sendRelease(q);
+    const byChannel = new Map<string, Queued<AcquireRequest, AcquireReply[]>[]>();
+    for (const q of acquires) pushTo(byChannel, q.request.targets[0]!.channelId, q);
+    for (const queue of byChannel.values()) {
+      for (const group of groupAcquires(queue, MAX_CHANNELS_PER_CALL)) this.sendAcquire(group);
+    }
+    // commands sent later (load reads) queue behind these on each node's auto-pipeline
+    for (const resolve of waiting) resolve();
+  };
+
+  private sendAcquire(group: readonly Queued<AcquireRequest, AcquireReply[]>[]): void {
+    const { client, calls, deadlines, count } = this.deps;
+    const call = calls.build(group.map((q) => q.request));
+    count('acquire', 1);
+    deadlines
+      .run('acquire', () => SCRIPTS.acquireSlots.call(client, call.keys, call.args))
+      .then((codes) => call.read(codes))
+      .then(
+        (replies) => group.forEach((q, i) => q.resolve(replies[i]!)),
+        (err: unknown) => group.forEach((q) => q.reject(err)),
+      );
+  }
+
+  private sendRelease(q: QueuedRelease): void {
     const { client, keys, deadlines, count, releaseArgs, released } = this.deps;
+    const lease = q.request;
     const id = lease.channelId;
     count('release', 1);
-    return sentRelease(
-      deadlines.run('release', () =>
-        viaQueue
+    deadlines
+      .run('release', () =>
+        q.viaQueue
           ? SCRIPTS.releaseSlot
               .call(
                 client,
@@ -137,12 +229,8 @@ class ClusterTopology implements Topology {
               )
               .then((reply) => released(lease, reply))
           : client.zrem(keys.slots(id), lease.token).then((removed) => removed === 1),
-      ),
-    );
-  }
-
-  flushed(): undefined {
-    return undefined;
+      )
+      .then(q.resolve, q.reject);
   }
 
   renewBatches<L extends LeaseRef>(leases: readonly L[]): L[][] {
