@@ -4,9 +4,9 @@
  * like a single node's. The holder registers its leases again before another instance admits on the channel.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
-import calculateSlot from 'cluster-key-slot';
 import { describe, expect, it } from 'vitest';
 import { LeaseManager, type LeaseEvent } from '../../packages/slotgate/src/store/leases.js';
+import { hashSlot } from '../../packages/slotgate/src/store/redis/cluster-epochs.js';
 import { RedisStore } from '../../packages/slotgate/src/store/redis/redis-store.js';
 import { useCleanups } from '../helpers/cleanups.js';
 import { RedisCluster } from '../helpers/redis-cluster.js';
@@ -42,7 +42,7 @@ describe('a Redis Cluster master restarted empty', () => {
     const admin = cluster.client();
     cleanups.push(async () => admin.disconnect());
     await admin.ping();
-    const ownerOf = (key: string) => admin.slots[calculateSlot(key)]![0]!;
+    const ownerOf = (key: string) => admin.slots[hashSlot(key)]![0]!;
     // a channel on another master than the one that would hold a single, fleet-wide epoch key
     let channelId = 'r';
     for (let n = 0; ownerOf(a.store.keys.slots(channelId)) === ownerOf(a.store.keys.epoch()); n++) {

@@ -211,21 +211,25 @@ describe('npm pack', { timeout: TEST_MS }, () => {
 });
 
 describe('npm install of both tarballs into an empty project', { timeout: TEST_MS }, () => {
-  it('prints no engine warning; the library depends on ioredis and zod only', async () => {
+  it('prints no engine warning; the library depends on ioredis, zod and cluster-key-slot only', async () => {
     expect(install.report).not.toMatch(/EBADENGINE/);
     const library = JSON.parse(
       await readFile(join(project, 'node_modules/slotgate/package.json'), 'utf8'),
     ) as Record<string, Record<string, string> | undefined>;
-    expect(Object.keys(library.dependencies ?? {}).sort()).toEqual(['ioredis', 'zod']);
+    expect(Object.keys(library.dependencies ?? {}).sort()).toEqual(['cluster-key-slot', 'ioredis', 'zod']);
     expect(library.peerDependencies).toBeUndefined();
     expect(library.optionalDependencies).toBeUndefined();
 
-    // The tree as installed: under slotgate only ioredis and zod, and the gateway uses this very slotgate.
+    // The tree as installed: under slotgate only those three, and the gateway uses this very slotgate.
     const ls = await run('npm', ['ls', '--all', '--json'], { cwd: project });
     expect(ls.code, ls.report).toBe(0);
     type Node = { version?: string; dependencies?: Record<string, Node> };
     const tree = JSON.parse(ls.stdout) as Node;
-    expect(Object.keys(tree.dependencies?.slotgate?.dependencies ?? {}).sort()).toEqual(['ioredis', 'zod']);
+    expect(Object.keys(tree.dependencies?.slotgate?.dependencies ?? {}).sort()).toEqual([
+      'cluster-key-slot',
+      'ioredis',
+      'zod',
+    ]);
     expect(tree.dependencies?.['slotgate-gateway']?.dependencies?.slotgate?.version).toBe('0.2.0');
     await expect(
       stat(join(project, 'node_modules/slotgate-gateway/node_modules/slotgate')),

@@ -5,8 +5,11 @@
  * to another tag: a key the store never verified counts as a first sight, not a restart (a resharding moves keys
  * with their data).
  */
+import { createRequire } from 'node:module';
 import type { Cluster } from 'ioredis';
-import calculateSlot from 'cluster-key-slot';
+
+/** The hash slot of a key, honouring its {tag}: the function ioredis itself uses (cluster-key-slot ships no types). */
+export const hashSlot = createRequire(import.meta.url)('cluster-key-slot') as (key: string) => number;
 
 /** Tags probed per master before giving up (each hits a given master with probability slots served / 16384). */
 const MAX_TAGS = 100_000;
@@ -20,7 +23,7 @@ export async function epochKeys(client: Cluster, base: string): Promise<string[]
   const pending = new Set(masters);
   for (let n = 0; n < MAX_TAGS && pending.size > 0; n++) {
     const key = `${base}:{e${n}}`;
-    const master = client.slots[calculateSlot(key)]?.[0];
+    const master = client.slots[hashSlot(key)]?.[0];
     if (master && pending.delete(master)) keys.push(key);
   }
   return keys;
