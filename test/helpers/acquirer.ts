@@ -27,6 +27,8 @@ export interface AcquirerOptions {
   acquirers: number;
   admissions: number;
   channels: number;
+  /** The channels' ids (as many as `channels`). @default ch0, ch1, ... */
+  channelIds?: string[];
   maxConcurrency: number;
   settings: SettingsUpdate;
   /** Loops stop trying after this long (ms from `go`), so a stuck run ends with a partial summary. */
@@ -71,7 +73,7 @@ async function main(): Promise<void> {
     onEvent: (event) => bump(events, event.type),
   });
   const candidates = Array.from({ length: opts.channels }, (_, i) => ({
-    id: `ch${i}`,
+    id: opts.channelIds?.[i] ?? `ch${i}`,
     maxConcurrency: opts.maxConcurrency,
   }));
 

@@ -43,7 +43,7 @@ import {
   type WaiterState,
 } from '../store.js';
 import { AcquireCalls } from './acquire-call.js';
-import { Deadlines } from './deadlines.js';
+import type { Deadlines } from './deadlines.js';
 import { Epoch } from './epoch.js';
 import { KeyBuilder } from './keys.js';
 import { runLeaseBatch } from './lease-batches.js';
@@ -52,7 +52,7 @@ import { RedisQueues } from './queues.js';
 import { RedisClock } from './redis-time.js';
 import { SCRIPTS, defineScripts } from './scripts.js';
 import { RedisSharedSettings } from './shared-settings.js';
-import { topologyOf, type Topology } from './topology.js';
+import { deadlinesFor, topologyOf, type Topology } from './topology.js';
 
 export interface RedisStoreOptions {
   /** A redis:// (or rediss://) URL of one node; the store creates (and closes) its own client. */
@@ -113,7 +113,7 @@ export class RedisStore implements SlotStore {
     if (this.owned) this.client.on('error', () => {}); // surfaced per operation as StoreUnavailableError
     this.keys = new KeyBuilder(options.prefix);
     this.clock = options.clock ?? systemClock;
-    this.deadlines = new Deadlines(this.clock, options.timeoutMs ?? 1000);
+    this.deadlines = deadlinesFor(this.client, this.clock, options.timeoutMs ?? 1000);
     this.redisClock = new RedisClock(this.clock);
     defineScripts(this.client);
     const claimMs = options.claimMs ?? 5000;

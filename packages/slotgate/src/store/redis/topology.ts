@@ -3,9 +3,11 @@
  * event-loop turn share a pipeline (TurnBatcher), one acquire call may try many channels, and a load read is one
  * pipeline. On Cluster every script call must stay within one hash slot, so an acquire tries one channel per call,
  * releases go out at once, renewals are grouped by channel, and load reads go out per key (ioredis's auto-pipelining
- * groups them per node; cross-slot pipelines are not allowed).
+ * groups them per node; cross-slot pipelines are not allowed); and a command Redis redirected while slots move is
+ * sent again (ClusterDeadlines).
  */
 import type { Cluster, Redis } from 'ioredis';
+import type { Clock } from '../../core/clock.js';
 import { chunk, pushTo } from '../../core/collections.js';
 import {
   BATCH_SIZE,
@@ -17,7 +19,7 @@ import {
   type Purpose,
 } from '../store.js';
 import type { AcquireCalls, AcquireRequest } from './acquire-call.js';
-import type { Deadlines } from './deadlines.js';
+import { Deadlines } from './deadlines.js';
 import type { KeyBuilder } from './keys.js';
 import { SCRIPTS, type ReleaseSlotReply } from './scripts.js';
 import { TurnBatcher } from './turn-batcher.js';
@@ -55,6 +57,11 @@ export interface Topology {
 
 export function isCluster(client: Redis | Cluster): client is Cluster {
   return (client as { isCluster?: boolean }).isCluster === true;
+}
+
+/** The time bound of a store's operations; on Cluster it also sends redirected operations again. */
+export function deadlinesFor(client: Redis | Cluster, clock: Clock, timeoutMs: number): Deadlines {
+  return isCluster(client) ? new ClusterDeadlines(clock, timeoutMs, client) : new Deadlines(clock, timeoutMs);
 }
 
 export function topologyOf(deps: TopologyDeps): Topology {
@@ -153,17 +160,71 @@ class ClusterTopology implements Topology {
 
   async readLoadBatch(ids: readonly string[], min: string, withTime: boolean): Promise<LoadBatch> {
     const { client, keys } = this.deps;
-    const time = withTime ? client.time() : undefined;
-    const loads = await Promise.all(
-      ids.map(async (id) => {
-        const [active, waiting, pttl] = await Promise.all([
-          client.zcount(keys.slots(id), min, '+inf'),
-          client.zcount(keys.waiters(id), min, '+inf'),
-          client.pttl(keys.cooldown(id)),
-        ]);
-        return toLoad(active, waiting, pttl);
-      }),
-    );
-    return time ? { loads, time: (await time) as unknown as string[] } : { loads };
+    // one Promise.all for TIME too: a TIME left pending when a load read fails would reject unhandled (and end the
+    // process), as when ioredis refuses a whole auto-pipeline while the slot map changes
+    const [loads, time] = await Promise.all([
+      Promise.all(
+        ids.map(async (id) => {
+          const [active, waiting, pttl] = await Promise.all([
+            client.zcount(keys.slots(id), min, '+inf'),
+            client.zcount(keys.waiters(id), min, '+inf'),
+            client.pttl(keys.cooldown(id)),
+          ]);
+          return toLoad(active, waiting, pttl);
+        }),
+      ),
+      withTime ? client.time() : undefined,
+    ]);
+    return time ? { loads, time: time as unknown as string[] } : { loads };
+  }
+}
+
+/**
+ * Replies that mean Redis did not run the command (or ioredis never sent it): a redirection while a slot moves
+ * (MOVED, ASK, TRYAGAIN: some of a script's keys on each master mid-migration), a slot not served, ioredis's own
+ * redirections exhausted, and an auto-pipeline refused because the slot map changed between queueing and sending it.
+ * ioredis follows these itself only when every command of a pipeline failed alike; in an auto-pipeline shared with
+ * commands that ran, they reach the caller.
+ */
+const NOT_RUN =
+  /^(?:MOVED|ASK|TRYAGAIN|CLUSTERDOWN) |^Too many Cluster redirections|^All keys in the pipeline should belong to the same slots allocation group/;
+
+/** Longest pause between two tries of a redirected operation. */
+const MAX_RETRY_DELAY_MS = 100;
+
+/**
+ * The time bound, and on Cluster a redirected operation sent again until it runs or its time is up: a slot being
+ * migrated answers every script over its channel's keys with TRYAGAIN until the migration ends, and the slot map is
+ * stale until refreshed after a MOVED. Sending again is safe because a redirected command never ran; an operation
+ * of several commands is sent again whole, so each one's other commands are reads or idempotent (load reads, renewal
+ * batches, the epoch check).
+ */
+export class ClusterDeadlines extends Deadlines {
+  constructor(
+    private readonly time: Clock,
+    timeoutMs: number,
+    private readonly client: Cluster,
+  ) {
+    super(time, timeoutMs);
+  }
+
+  override run<T>(operation: string, work: () => Promise<T>): Promise<T> {
+    const until = this.time.now() + this.timeoutMs;
+    return super.run(operation, () => this.follow(work, until, 0));
+  }
+
+  private follow<T>(work: () => Promise<T>, until: number, attempt: number): Promise<T> {
+    return work().catch(async (err: unknown) => {
+      const message = err instanceof Error ? err.message : '';
+      const delay = Math.min(5 * 2 ** attempt, MAX_RETRY_DELAY_MS);
+      if (!NOT_RUN.test(message) || this.time.now() + delay >= until) throw err;
+      // a MOVED, or an auto-pipeline refused: the slot map is stale (ioredis refreshes it only for a pipeline that
+      // failed whole); the pause covers ASK and TRYAGAIN, which last until the slot's migration ends
+      if (!message.startsWith('ASK') && !message.startsWith('TRYAGAIN')) {
+        await new Promise<void>((resolve) => this.client.refreshSlotsCache(() => resolve()));
+      }
+      await this.time.sleep(delay);
+      return this.follow(work, until, attempt + 1);
+    });
   }
 }
