@@ -184,10 +184,12 @@ class ClusterTopology implements Topology {
  * (MOVED, ASK, TRYAGAIN: some of a script's keys on each master mid-migration), a slot not served, ioredis's own
  * redirections exhausted, and an auto-pipeline refused because the slot map changed between queueing and sending it.
  * ioredis follows these itself only when every command of a pipeline failed alike; in an auto-pipeline shared with
- * commands that ran, they reach the caller.
+ * commands that ran, they reach the caller. And NOSCRIPT: ioredis counts a script as loaded on a connection once its
+ * EVAL is written, so an EVAL that was redirected leaves the next EVALSHA there without the script, and a pipeline's
+ * redirected command is sent again without ioredis's own EVAL fallback.
  */
 const NOT_RUN =
-  /^(?:MOVED|ASK|TRYAGAIN|CLUSTERDOWN) |^Too many Cluster redirections|^All keys in the pipeline should belong to the same slots allocation group/;
+  /^(?:MOVED|ASK|TRYAGAIN|CLUSTERDOWN|NOSCRIPT) |^Too many Cluster redirections|^All keys in the pipeline should belong to the same slots allocation group/;
 
 /** Longest pause between two tries of a redirected operation. */
 const MAX_RETRY_DELAY_MS = 100;
