@@ -1,16 +1,17 @@
 /**
  * A process with one request waiting in a channel's queue, for the test of a grant to an instance that died:
  *
- *   node --import tsx test/helpers/queued-waiter.ts <redisUrl> <prefix> <channel>
+ *   node --import tsx test/helpers/queued-waiter.ts '<json StoreTarget>' <prefix> <channel>
  *
  * It prints `queued` once its request waits in the queue, then waits until it is killed.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
 import { createAdmission } from '../../packages/slotgate/src/admission/admission.js';
 import { RedisStore } from '../../packages/slotgate/src/store/redis/redis-store.js';
+import type { StoreTarget } from './redis.js';
 
-const [url, prefix, channel] = process.argv.slice(2) as [string, string, string];
-const store = new RedisStore({ url, prefix });
+const [target, prefix, channel] = process.argv.slice(2) as [string, string, string];
+const store = new RedisStore({ ...(JSON.parse(target) as StoreTarget), prefix });
 const admission = createAdmission({
   store,
   settings: { wait_timeout_ms: 60_000, max_waiting_per_channel: 20, wait_interval_ms: 5000 },

@@ -30,12 +30,75 @@ export function clusterClient(options: ClusterOptions = {}): Cluster {
 export async function clearCluster(pattern: string): Promise<void> {
   const client = clusterClient();
   try {
+    await client.ping(); // nodes() is empty until the client has its slots map
     await Promise.all(
       client.nodes('master').map(async (node) => {
         const keys = await node.keys(pattern);
         for (const key of keys) await client.del(key);
       }),
     );
+  } finally {
+    client.disconnect();
+  }
+}
+
+/**
+ * Where a store connects, as RedisStore options that survive JSON (a child process takes them on its command line):
+ * the shared single node or the shared cluster.
+ */
+export type StoreTarget = { url: string } | { cluster: { nodes: string[] } };
+
+/** The two topologies every multi-instance test runs on, named for describe.each's `$name`. */
+export function topologies(): { name: string; target: StoreTarget }[] {
+  return [
+    { name: 'one Redis node', target: { url: redisUrl() } },
+    { name: 'a 3-master Redis Cluster', target: { cluster: { nodes: clusterNodes() } } },
+  ];
+}
+
+export interface KeyReader {
+  /** Every key matching `pattern` (on a cluster, on every master). */
+  keys(pattern: string): Promise<string[]>;
+  /** One hash, wherever it lives. */
+  hgetall(key: string): Promise<Record<string, string>>;
+  close(): void;
+}
+
+/** A reader of the target's keys on one connection (one client per node on a cluster), for polling. */
+export function keyReader(target: StoreTarget): KeyReader {
+  const client = 'url' in target ? new Redis(target.url) : clusterClient();
+  client.on('error', () => {});
+  return {
+    async keys(pattern) {
+      if (!(client instanceof Cluster)) return client.keys(pattern);
+      await client.ping(); // nodes() is empty until the client has its slots map
+      const all = await Promise.all(client.nodes('master').map((node) => node.keys(pattern)));
+      return all.flat();
+    },
+    hgetall: (key) => client.hgetall(key),
+    close: () => client.disconnect(),
+  };
+}
+
+/** Every key matching `pattern` on the target (on a cluster, on every master). */
+export async function keysOn(target: StoreTarget, pattern: string): Promise<string[]> {
+  const reader = keyReader(target);
+  try {
+    return await reader.keys(pattern);
+  } finally {
+    reader.close();
+  }
+}
+
+/** Deletes every key matching `pattern` on the target. */
+export async function clearOn(target: StoreTarget, pattern: string): Promise<void> {
+  if ('cluster' in target) return clearCluster(pattern);
+  const keys = await keysOn(target, pattern);
+  if (keys.length === 0) return;
+  const client = new Redis(target.url);
+  client.on('error', () => {});
+  try {
+    await client.del(...keys);
   } finally {
     client.disconnect();
   }

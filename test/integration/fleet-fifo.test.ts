@@ -2,7 +2,9 @@
  * Fair admission across instances: one FIFO queue per channel in Redis, slots granted to the oldest waiter, whichever
  * instance it is on. Instances here are separate admission engines on separate Redis connections (what matters to
  * Redis is the connection), and, for the shares, separate processes. The exact ratios belong to the benchmark; these
- * tests hold orders and bounds a busy machine cannot break.
+ * tests hold orders and bounds a busy machine cannot break. The queue tests run on one node and on a 3-master cluster,
+ * where grants go out by PUBLISH inside the release script (the cluster bus carries them to every node) and each
+ * instance's subscriber is connected to whichever node it picked.
  */
 import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
@@ -17,7 +19,7 @@ import { killAcquirers, startAcquirer, within } from '../helpers/acquirer-proces
 import { useCleanups } from '../helpers/cleanups.js';
 import { FakeUpstream } from '../helpers/fake-upstream.js';
 import { RedisServer } from '../helpers/redis-server.js';
-import { redisUrl, uniquePrefix } from '../helpers/redis.js';
+import { redisUrl, topologies, uniquePrefix, type StoreTarget } from '../helpers/redis.js';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const cleanups = useCleanups();
@@ -28,8 +30,12 @@ interface Instance {
 }
 
 /** An instance on its own connection; waiting generous, queues deep enough for every test here. */
-function instance(prefix: string, url = redisUrl(), settings: Record<string, unknown> = {}): Instance {
-  const store = new RedisStore({ url, prefix, claimMs: 1000 });
+function instance(
+  prefix: string,
+  target: StoreTarget = { url: redisUrl() },
+  settings: Record<string, unknown> = {},
+): Instance {
+  const store = new RedisStore({ ...target, prefix, claimMs: 1000 });
   const admission = createAdmission({
     store,
     settings: { wait_timeout_ms: 20_000, max_waiting_per_channel: 20, load_cache_ttl_ms: 50, ...settings },
@@ -46,11 +52,11 @@ const one: Candidate[] = [{ id: 'ch', maxConcurrency: 1 }];
 /** Resolves once the admission has a waiter queued (by its own count). */
 const queuedOn = (a: Admission) => expect.poll(() => a.stats().channels.ch?.waiting ?? 0).toBeGreaterThan(0);
 
-describe('FIFO across instances', () => {
+describe.each(topologies())('FIFO across instances on $name', ({ target }) => {
   it('the waiter queued first is admitted first, even when the other instance releases and asks again', async () => {
     const prefix = uniquePrefix('fifo');
-    const a = instance(prefix);
-    const b = instance(prefix);
+    const a = instance(prefix, target);
+    const b = instance(prefix, target);
     const held = await a.admission.acquire({ candidates: one });
     const order: string[] = [];
     const bWaits = b.admission.acquire({ candidates: one }).then((t) => (order.push('b'), t));
@@ -69,8 +75,8 @@ describe('FIFO across instances', () => {
 
   it('handoff never overtakes a queued waiter: a release followed by an acquire in the same turn queues', async () => {
     const prefix = uniquePrefix('nohandoff');
-    const a = instance(prefix, redisUrl(), { slot_handoff_enabled: true });
-    const b = instance(prefix);
+    const a = instance(prefix, target, { slot_handoff_enabled: true });
+    const b = instance(prefix, target);
     const held = await a.admission.acquire({ candidates: one });
     const bWaits = b.admission.acquire({ candidates: one });
     await queuedOn(b.admission);
@@ -92,9 +98,9 @@ describe('FIFO across instances', () => {
 
   it('a waiter that gave up never holds the slot up: the next one is served at the release', async () => {
     const prefix = uniquePrefix('gaveup');
-    const a = instance(prefix);
-    const b = instance(prefix);
-    const c = instance(prefix);
+    const a = instance(prefix, target);
+    const b = instance(prefix, target);
+    const c = instance(prefix, target);
     const held = await a.admission.acquire({ candidates: one });
     const abort = new AbortController();
     const bWaits = b.admission.acquire({ candidates: one, signal: abort.signal });
@@ -114,11 +120,11 @@ describe('FIFO across instances', () => {
 
   it('a grant to an instance that died comes back at the claim deadline and goes to the next waiter', async () => {
     const prefix = uniquePrefix('dead');
-    const a = instance(prefix);
+    const a = instance(prefix, target);
     // the first waiter is a process that is killed while it waits
     const child = spawn(
       process.execPath,
-      ['--import', 'tsx', 'test/helpers/queued-waiter.ts', redisUrl(), prefix, 'ch'],
+      ['--import', 'tsx', 'test/helpers/queued-waiter.ts', JSON.stringify(target), prefix, 'ch'],
       { cwd: ROOT, stdio: ['pipe', 'pipe', 'inherit'] },
     );
     cleanups.push(() => void child.kill('SIGKILL'));
@@ -130,7 +136,7 @@ describe('FIFO across instances', () => {
       15_000,
       'the waiter process queueing',
     );
-    const b = instance(prefix);
+    const b = instance(prefix, target);
     const bWaits = b.admission.acquire({ candidates: one });
     await queuedOn(b.admission);
     child.kill('SIGKILL');
@@ -156,8 +162,8 @@ describe('Redis restarting empty while requests wait', () => {
 
   it('a waiter whose queue was lost joins again at its safety poll and is served: nobody is lost for good', async () => {
     const prefix = uniquePrefix('restart');
-    const a = instance(prefix, server.url, { wait_interval_ms: 50 }); // safety polls every second
-    const b = instance(prefix, server.url, { wait_interval_ms: 50 });
+    const a = instance(prefix, { url: server.url }, { wait_interval_ms: 50 }); // safety polls every second
+    const b = instance(prefix, { url: server.url }, { wait_interval_ms: 50 });
     const held: Ticket<Candidate> = await a.admission.acquire({ candidates: one });
     const bWaits = b.admission.acquire({ candidates: one });
     await queuedOn(b.admission);
@@ -186,7 +192,7 @@ describe('Redis restarting empty while requests wait', () => {
 const STAGGER_MS = 500;
 const RUN_MS = 3000;
 
-describe('equal demand on several processes', () => {
+describe.each(topologies())('equal demand on several processes on $name', ({ target }) => {
   const prefix = uniquePrefix('fair');
   let upstream: FakeUpstream;
 
@@ -206,7 +212,7 @@ describe('equal demand on several processes', () => {
     '%i processes with equal demand get equal shares of 2 channels × max 2',
     async (n) => {
       const opts: AcquirerOptions = {
-        redisUrl: redisUrl(),
+        redis: target,
         prefix: `${prefix}-${n}`,
         upstream: upstream.origin,
         acquirers: 8,

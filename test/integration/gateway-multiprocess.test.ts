@@ -2,7 +2,8 @@
  * `slotgate serve` as real child processes: several gateways on the shared test Redis, each with
  * its own key prefix; an upstream run here in the test that counts in-flight requests per channel itself; graceful
  * shutdown on SIGTERM; the bundled demo from the built CLI; and an invalid config file at start. Every child is
- * SIGKILLed when its test ends, passed or failed.
+ * SIGKILLed when its test ends, passed or failed. The concurrency test runs on one node and on a 3-master cluster
+ * (the gateway given a RedisStore on the cluster by test/helpers/cluster-gateway.ts).
  */
 import { connect } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -17,9 +18,18 @@ import {
   tempDir,
   writeConfig,
   type GwProcess,
+  type SpawnOptions,
 } from '../helpers/gw-gateway.js';
 import { FakeUpstream, chatAnswer, chunkText } from '../helpers/fake-upstream.js';
-import { redisUrl, uniquePrefix } from '../helpers/redis.js';
+import {
+  clearOn,
+  keyReader,
+  redisUrl,
+  topologies,
+  uniquePrefix,
+  type KeyReader,
+  type StoreTarget,
+} from '../helpers/redis.js';
 
 const ADMIN_TOKEN = 'adm-multiprocess-test-token';
 const CLIENT_TOKEN = 'sk-client-multiprocess-test';
@@ -72,7 +82,7 @@ async function msUntilSettings(gw: GwProcess, wanted: Json, since: number): Prom
 }
 
 /** Keys of `prefix` that hold slots or waiters (settings and cooldown keys are not leases). */
-async function leaseKeys(redis: Redis, prefix: string): Promise<string[]> {
+async function leaseKeys(redis: Pick<KeyReader, 'keys'>, prefix: string): Promise<string[]> {
   const keys = await redis.keys(`${prefix}:v1:*`);
   return keys.filter((k) => k.endsWith(':slots') || k.endsWith(':waiters'));
 }
@@ -205,15 +215,28 @@ describe('two gateway processes on one Redis: settings', () => {
   }, 40_000);
 });
 
-describe('two gateway processes on one Redis: concurrency', () => {
+/** How a gateway on `target` is started: the CLI on one node; the cluster through test/helpers/cluster-gateway.ts. */
+function gatewayOn(target: StoreTarget): Pick<SpawnOptions, 'script' | 'args'> {
+  if ('url' in target) return {};
+  return { script: 'test/helpers/cluster-gateway.ts', args: ['--cluster', target.cluster.nodes.join(',')] };
+}
+
+describe.each(topologies())('two gateway processes on $name: concurrency', ({ target }) => {
   let upstream: FakeUpstream | undefined;
+  let reader: KeyReader | undefined;
+  let prefix = '';
   afterEach(async () => {
     await upstream?.close();
     upstream = undefined;
+    reader?.close();
+    reader = undefined;
+    await killAllGateways();
+    if (prefix) await clearOn(target, `${prefix}:*`);
   });
 
   it('60 concurrent requests over both gateways never put more than 2 in flight per channel at the upstream', async () => {
-    const prefix = newPrefix('gw-burst');
+    prefix = newPrefix('gw-burst');
+    const keyRedis = (reader = keyReader(target));
     const MAX = 2;
     const keys = { 'sk-upstream-ch-a': 'ch-a', 'sk-upstream-ch-b': 'ch-b' };
     upstream = await FakeUpstream.start({
@@ -222,7 +245,8 @@ describe('two gateway processes on one Redis: concurrency', () => {
       keepRequests: false,
     });
     const config = {
-      redis: { url: redisUrl(), prefix },
+      // on the cluster the URL is one nobody listens on: only the given store may be used
+      redis: { url: 'url' in target ? target.url : 'redis://127.0.0.1:1', prefix },
       admin: { token: ADMIN_TOKEN },
       tokens: [{ key: CLIENT_TOKEN, name: 'test' }],
       channels: Object.entries(keys).map(([key, id]) => ({
@@ -239,8 +263,8 @@ describe('two gateway processes on one Redis: concurrency', () => {
     };
     const path = await writeConfig(dir.dir, `${prefix}.yaml`, config);
     const gateways = await Promise.all([
-      spawnGateway({ configPath: path }),
-      spawnGateway({ configPath: path }),
+      spawnGateway({ configPath: path, ...gatewayOn(target) }),
+      spawnGateway({ configPath: path, ...gatewayOn(target) }),
     ]);
     await Promise.all(gateways.map((g) => g.ready));
     // One request through each gateway first, so neither is still connecting to Redis or the upstream when the burst
@@ -259,7 +283,7 @@ describe('two gateway processes on one Redis: concurrency', () => {
     let mostLeaseKeys = 0;
     const sampler = (async () => {
       while (sampling) {
-        mostLeaseKeys = Math.max(mostLeaseKeys, (await leaseKeys(redis, prefix)).length);
+        mostLeaseKeys = Math.max(mostLeaseKeys, (await leaseKeys(keyRedis, prefix)).length);
         await sleep(5);
       }
     })();
@@ -348,10 +372,10 @@ describe('two gateway processes on one Redis: concurrency', () => {
       }
       expect(live, gw.output()).toBe(0);
     }
-    let left = await leaseKeys(redis, prefix);
+    let left = await leaseKeys(keyRedis, prefix);
     for (let t = 0; t < 20 && left.length; t++) {
       await sleep(50);
-      left = await leaseKeys(redis, prefix);
+      left = await leaseKeys(keyRedis, prefix);
     }
     expect(left).toEqual([]);
     console.info(

@@ -2,9 +2,9 @@
  * No oversell across real processes: three child processes, each an admission engine with
  * 100 concurrent acquirers, share one Redis and 20 channels of max 2 (one candidate set, one priority). Every holder
  * calls an upstream run here in the test while it holds its slot; the upstream counts in-flight requests per channel
- * itself, so the assertions are about what the upstream saw, not what the engines believe.
+ * itself, so the assertions are about what the upstream saw, not what the engines believe. The same run on one node
+ * and on a 3-master cluster (the store's own Cluster client, auto-pipelining on: one script call per channel tried).
  */
-import { Redis } from 'ioredis';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { RedisStore } from '../../packages/slotgate/src/store/redis/redis-store.js';
 import type { AcquirerOptions } from '../helpers/acquirer.js';
@@ -14,7 +14,7 @@ import {
   within,
 } from '../helpers/acquirer-process.js';
 import { FakeUpstream } from '../helpers/fake-upstream.js';
-import { redisUrl, uniquePrefix } from '../helpers/redis.js';
+import { clearOn, topologies, uniquePrefix } from '../helpers/redis.js';
 
 const PROCESSES = 3;
 const ACQUIRERS = 100;
@@ -22,7 +22,7 @@ const ADMISSIONS = 5;
 const CHANNELS = 20;
 const MAX = 2;
 
-describe('several processes on one Redis', () => {
+describe.each(topologies())('several processes on $name', ({ target }) => {
   const prefix = uniquePrefix('multiproc');
   let upstream: FakeUpstream;
 
@@ -45,18 +45,12 @@ describe('several processes on one Redis', () => {
   afterAll(async () => {
     killAll();
     await upstream?.close();
-    const admin = new Redis(redisUrl());
-    try {
-      const keys = await admin.keys(`${prefix}:*`);
-      if (keys.length) await admin.del(...keys);
-    } finally {
-      admin.disconnect();
-    }
+    await clearOn(target, `${prefix}:*`);
   });
 
   it(`3 processes × ${ACQUIRERS} acquirers never exceed max ${MAX} per channel at the upstream`, async () => {
     const opts: AcquirerOptions = {
-      redisUrl: redisUrl(),
+      redis: target,
       prefix,
       upstream: upstream.origin,
       acquirers: ACQUIRERS,
@@ -104,7 +98,7 @@ describe('several processes on one Redis', () => {
     expect(waited).toBeGreaterThan(0);
 
     // I5: nothing left behind in Redis once every process is done.
-    const store = new RedisStore({ url: redisUrl(), prefix });
+    const store = new RedisStore({ ...target, prefix });
     try {
       const ids = Array.from({ length: CHANNELS }, (_, i) => `ch${i}`);
       const loads = await store.readLoads(ids);

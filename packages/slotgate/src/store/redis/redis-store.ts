@@ -43,7 +43,7 @@ import {
   type WaiterState,
 } from '../store.js';
 import { AcquireCalls } from './acquire-call.js';
-import { Deadlines } from './deadlines.js';
+import type { Deadlines } from './deadlines.js';
 import { Epoch } from './epoch.js';
 import { KeyBuilder } from './keys.js';
 import { nodeHealth, topologyKindOf, type NodeHealth, type TopologyKind } from './nodes.js';
@@ -53,6 +53,7 @@ import { RedisQueues } from './queues.js';
 import { RedisClock } from './redis-time.js';
 import { SCRIPTS, defineScripts } from './scripts.js';
 import { RedisSharedSettings } from './shared-settings.js';
+import { deadlinesFor } from './cluster-deadlines.js';
 import { topologyOf, type Topology } from './topology.js';
 
 export interface RedisStoreOptions {
@@ -114,7 +115,7 @@ export class RedisStore implements SlotStore {
     if (this.owned) this.client.on('error', () => {}); // surfaced per operation as StoreUnavailableError
     this.keys = new KeyBuilder(options.prefix);
     this.clock = options.clock ?? systemClock;
-    this.deadlines = new Deadlines(this.clock, options.timeoutMs ?? 1000);
+    this.deadlines = deadlinesFor(this.client, this.clock, options.timeoutMs ?? 1000);
     this.redisClock = new RedisClock(this.clock);
     defineScripts(this.client);
     const claimMs = options.claimMs ?? 5000;

@@ -6,6 +6,7 @@
  * cross-slot pipelines are not allowed). Releases and acquires are still held to the end of the turn as on one node:
  * a held release can be withdrawn (the slot passes to another request of this instance with no command: without it,
  * every admission on Cluster cost an acquire and a release), and the turn's acquires of one channel share one call.
+ * A command Redis redirected while slots move is sent again (cluster-deadlines.ts).
  */
 import type { Cluster, Redis } from 'ioredis';
 import { chunk, pushTo } from '../../core/collections.js';
@@ -241,17 +242,21 @@ class ClusterTopology implements Topology {
 
   async readLoadBatch(ids: readonly string[], min: string, withTime: boolean): Promise<LoadBatch> {
     const { client, keys } = this.deps;
-    const time = withTime ? client.time() : undefined;
-    const loads = await Promise.all(
-      ids.map(async (id) => {
-        const [active, waiting, pttl] = await Promise.all([
-          client.zcount(keys.slots(id), min, '+inf'),
-          client.zcount(keys.waiters(id), min, '+inf'),
-          client.pttl(keys.cooldown(id)),
-        ]);
-        return toLoad(active, waiting, pttl);
-      }),
-    );
-    return time ? { loads, time: (await time) as unknown as string[] } : { loads };
+    // one Promise.all for TIME too: a TIME left pending when a load read fails would reject unhandled (and end the
+    // process), as when ioredis refuses a whole auto-pipeline while the slot map changes
+    const [loads, time] = await Promise.all([
+      Promise.all(
+        ids.map(async (id) => {
+          const [active, waiting, pttl] = await Promise.all([
+            client.zcount(keys.slots(id), min, '+inf'),
+            client.zcount(keys.waiters(id), min, '+inf'),
+            client.pttl(keys.cooldown(id)),
+          ]);
+          return toLoad(active, waiting, pttl);
+        }),
+      ),
+      withTime ? client.time() : undefined,
+    ]);
+    return time ? { loads, time: time as unknown as string[] } : { loads };
   }
 }
