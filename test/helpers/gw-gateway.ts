@@ -37,8 +37,6 @@ export interface SpawnOptions {
    * load the library's dist/, which may be missing, stale, or being rebuilt by the pack test).
    */
   bin?: string;
-  /** A test entry run through tsx in place of the CLI, with the same arguments (test/helpers/cluster-gateway.ts). */
-  script?: string;
   /** The child's working directory. @default the repository root */
   cwd?: string;
   /** @default freePort() */
@@ -81,12 +79,7 @@ export async function spawnGateway(opts: SpawnOptions = {}): Promise<GwProcess> 
   const port = opts.port ?? (await freePort());
   const entry = opts.bin
     ? [opts.bin]
-    : [
-        '--conditions=slotgate-source',
-        '--import',
-        'tsx',
-        join(ROOT, opts.script ?? 'packages/gateway/src/cli/main.ts'),
-      ];
+    : ['--conditions=slotgate-source', '--import', 'tsx', join(ROOT, 'packages/gateway/src/cli/main.ts')];
   const args = [
     ...entry,
     'serve',

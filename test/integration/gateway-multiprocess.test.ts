@@ -3,7 +3,7 @@
  * its own key prefix; an upstream run here in the test that counts in-flight requests per channel itself; graceful
  * shutdown on SIGTERM; the bundled demo from the built CLI; and an invalid config file at start. Every child is
  * SIGKILLed when its test ends, passed or failed. The concurrency test runs on one node and on a 3-master cluster
- * (the gateway given a RedisStore on the cluster by test/helpers/cluster-gateway.ts).
+ * (the config file's `redis.cluster`).
  */
 import { connect } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -18,7 +18,6 @@ import {
   tempDir,
   writeConfig,
   type GwProcess,
-  type SpawnOptions,
 } from '../helpers/gw-gateway.js';
 import { FakeUpstream, chatAnswer, chunkText } from '../helpers/fake-upstream.js';
 import {
@@ -215,10 +214,9 @@ describe('two gateway processes on one Redis: settings', () => {
   }, 40_000);
 });
 
-/** How a gateway on `target` is started: the CLI on one node; the cluster through test/helpers/cluster-gateway.ts. */
-function gatewayOn(target: StoreTarget): Pick<SpawnOptions, 'script' | 'args'> {
-  if ('url' in target) return {};
-  return { script: 'test/helpers/cluster-gateway.ts', args: ['--cluster', target.cluster.nodes.join(',')] };
+/** The config file's `redis` section for `target`: a URL, or the cluster's seed nodes. */
+function redisSection(target: StoreTarget, prefix: string) {
+  return 'url' in target ? { url: target.url, prefix } : { cluster: { nodes: target.cluster.nodes }, prefix };
 }
 
 describe.each(topologies())('two gateway processes on $name: concurrency', ({ target }) => {
@@ -245,8 +243,7 @@ describe.each(topologies())('two gateway processes on $name: concurrency', ({ ta
       keepRequests: false,
     });
     const config = {
-      // on the cluster the URL is one nobody listens on: only the given store may be used
-      redis: { url: 'url' in target ? target.url : 'redis://127.0.0.1:1', prefix },
+      redis: redisSection(target, prefix),
       admin: { token: ADMIN_TOKEN },
       tokens: [{ key: CLIENT_TOKEN, name: 'test' }],
       channels: Object.entries(keys).map(([key, id]) => ({
@@ -263,8 +260,8 @@ describe.each(topologies())('two gateway processes on $name: concurrency', ({ ta
     };
     const path = await writeConfig(dir.dir, `${prefix}.yaml`, config);
     const gateways = await Promise.all([
-      spawnGateway({ configPath: path, ...gatewayOn(target) }),
-      spawnGateway({ configPath: path, ...gatewayOn(target) }),
+      spawnGateway({ configPath: path }),
+      spawnGateway({ configPath: path }),
     ]);
     await Promise.all(gateways.map((g) => g.ready));
     // One request through each gateway first, so neither is still connecting to Redis or the upstream when the burst
