@@ -24,6 +24,8 @@ export const DOWN_AFTER_MS = 1000;
 /** `failover-timeout`: also the pause between two failovers of the same primary is twice this. */
 export const FAILOVER_TIMEOUT_MS = 3000;
 
+const replicaOf = (port: number) => ['--replicaof', '127.0.0.1', String(port)];
+
 /** Runs `work` with a short-lived plain client on one address (a data node or a sentinel). */
 async function onPort<T>(port: number, work: (client: Redis) => Promise<T>): Promise<T> {
   const client = new Redis({ port, host: '127.0.0.1', lazyConnect: true, maxRetriesPerRequest: 0 });
@@ -141,9 +143,10 @@ export class RedisSentinelSet {
     const dir = mkdtempSync(join(tmpdir(), 'slotgate-sentinel-'));
     const started: { stop(): Promise<void> }[] = [];
     try {
-      const primary = await RedisServer.start();
+      // a replica saves the snapshot of its full sync (and sentinel rewrites configs): all in the temporary directory
+      const primary = await RedisServer.start(undefined, ['--dir', dir]);
       started.push(primary);
-      const replica = await RedisServer.start(undefined, ['--replicaof', '127.0.0.1', String(primary.port)]);
+      const replica = await RedisServer.start(undefined, ['--dir', dir, ...replicaOf(primary.port)]);
       started.push(replica);
       const sentinels: SentinelProcess[] = [];
       for (let i = 0; i < 3; i++) {
@@ -259,11 +262,7 @@ export class RedisSentinelSet {
    * (in sync, known to every sentinel), ready for another failover.
    */
   async revive(node: RedisServer): Promise<void> {
-    const revived = await RedisServer.start(node.port, [
-      '--replicaof',
-      '127.0.0.1',
-      String(this.primaryPort),
-    ]);
+    const revived = await RedisServer.start(node.port, ['--dir', this.dir, ...replicaOf(this.primaryPort)]);
     this.nodes.set(node.port, revived);
     await this.waitUntilReady();
   }
