@@ -113,6 +113,7 @@ export class RedisSentinelSet {
     replica: RedisServer,
     private readonly sentinels: SentinelProcess[],
     private readonly dir: string,
+    private readonly dataArgs: readonly string[],
   ) {
     this.nodes.set(primary.port, primary);
     this.nodes.set(replica.port, replica);
@@ -138,15 +139,21 @@ export class RedisSentinelSet {
     return [...this.nodes.values()].find((n) => n.port !== this.primaryPort)!;
   }
 
-  static async start(): Promise<RedisSentinelSet> {
+  /** `dataArgs`: more redis-server arguments for both data nodes (e.g. `--min-replicas-to-write 1`). */
+  static async start(dataArgs: readonly string[] = []): Promise<RedisSentinelSet> {
     assertRedisServerInstalled();
     const dir = mkdtempSync(join(tmpdir(), 'slotgate-sentinel-'));
     const started: { stop(): Promise<void> }[] = [];
     try {
       // a replica saves the snapshot of its full sync (and sentinel rewrites configs): all in the temporary directory
-      const primary = await RedisServer.start(undefined, ['--dir', dir]);
+      const primary = await RedisServer.start(undefined, ['--dir', dir, ...dataArgs]);
       started.push(primary);
-      const replica = await RedisServer.start(undefined, ['--dir', dir, ...replicaOf(primary.port)]);
+      const replica = await RedisServer.start(undefined, [
+        '--dir',
+        dir,
+        ...dataArgs,
+        ...replicaOf(primary.port),
+      ]);
       started.push(replica);
       const sentinels: SentinelProcess[] = [];
       for (let i = 0; i < 3; i++) {
@@ -171,7 +178,7 @@ export class RedisSentinelSet {
         await sentinel.start();
         sentinels.push(sentinel);
       }
-      const set = new RedisSentinelSet(primary, replica, sentinels, dir);
+      const set = new RedisSentinelSet(primary, replica, sentinels, dir, dataArgs);
       await set.waitUntilReady();
       return set;
     } catch (err) {
@@ -262,7 +269,12 @@ export class RedisSentinelSet {
    * (in sync, known to every sentinel), ready for another failover.
    */
   async revive(node: RedisServer): Promise<void> {
-    const revived = await RedisServer.start(node.port, ['--dir', this.dir, ...replicaOf(this.primaryPort)]);
+    const revived = await RedisServer.start(node.port, [
+      '--dir',
+      this.dir,
+      ...this.dataArgs,
+      ...replicaOf(this.primaryPort),
+    ]);
     this.nodes.set(node.port, revived);
     await this.waitUntilReady();
   }
