@@ -373,8 +373,10 @@ export class RedisStore implements SlotStore {
     try {
       await this.client.quit();
     } catch {
-      this.client.disconnect();
+      // closed below
     }
+    // also ends what quit() leaves open: a Sentinel client's failover-detector subscriptions to the sentinels
+    this.client.disconnect();
   }
 }
 
