@@ -60,7 +60,21 @@ describe('a Redis Cluster master restarted empty', () => {
     const owner = ownerOf(a.store.keys.slots(channelId));
     const server = cluster.servers.find((s) => `127.0.0.1:${s.port}` === owner)!;
     expect(server).toBeDefined();
-    await server.restart();
+    await server.stop();
+    // while it is down, the store's node list reports it down (it still owns its slots), not missing
+    let down: { address: string; healthy: boolean } | undefined;
+    for (let i = 0; i < 100 && !down; i++) {
+      down = (await a.store.nodes()).find((n) => n.address === owner && !n.healthy);
+      if (!down) await sleep(50);
+    }
+    expect(down).toBeDefined();
+    // and keeps reporting it after the client dropped its connection from the node list (after about 2 s)
+    for (let i = 0; i < 30; i++) {
+      await sleep(100);
+      const listed = (await a.store.nodes()).find((n) => n.address === owner);
+      expect(listed?.healthy, `read ${i}`).toBe(false);
+    }
+    await server.start();
     await cluster.waitUntilOk();
 
     let reply;

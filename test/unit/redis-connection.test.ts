@@ -44,4 +44,22 @@ describe('RedisStore connection options', () => {
       'Expected an address as host:port, got "no-port"',
     );
   });
+
+  it('rejects an empty or missing node list and a Sentinel set without a name, naming the option', () => {
+    expect(() => new RedisStore({ cluster: { nodes: [] } })).toThrow(
+      'Expected `cluster.nodes` to be a non-empty list of seed nodes (host:port)',
+    );
+    expect(() => new RedisStore({ cluster: ['127.0.0.1:1'] as unknown as { nodes: string[] } })).toThrow(
+      'Expected `cluster.nodes`',
+    );
+    expect(() => new RedisStore({ sentinel: { sentinels: [], name: 'm' } })).toThrow(
+      'Expected `sentinel.sentinels` to be a non-empty list',
+    );
+    expect(
+      () =>
+        new RedisStore({
+          sentinel: { sentinels: ['127.0.0.1:1'] } as unknown as { sentinels: string[]; name: string },
+        }),
+    ).toThrow('Expected `sentinel.name`');
+  });
 });

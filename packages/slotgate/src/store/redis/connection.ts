@@ -66,6 +66,9 @@ export function parseAddress(address: string | { host: string; port: number }): 
 }
 
 export function clusterClient(c: ClusterConnection, redisOptions: RedisOptions = {}): Cluster {
+  if (!Array.isArray(c?.nodes) || c.nodes.length === 0) {
+    throw new TypeError('Expected `cluster.nodes` to be a non-empty list of seed nodes (host:port)');
+  }
   const { enableAutoPipelining: _pipelined, ...nodeOptions } = { ...defaultRedisOptions(), ...redisOptions };
   return new Cluster(c.nodes.map(parseAddress), {
     enableAutoPipelining: true,
@@ -90,6 +93,12 @@ export function clusterClient(c: ClusterConnection, redisOptions: RedisOptions =
 }
 
 export function sentinelClient(s: SentinelConnection, redisOptions: RedisOptions = {}): Redis {
+  if (!Array.isArray(s?.sentinels) || s.sentinels.length === 0) {
+    throw new TypeError('Expected `sentinel.sentinels` to be a non-empty list of sentinels (host:port)');
+  }
+  if (typeof s.name !== 'string' || s.name === '') {
+    throw new TypeError("Expected `sentinel.name` to be the primary's name the sentinels monitor");
+  }
   return new Redis({
     ...defaultRedisOptions(),
     ...redisOptions,

@@ -50,7 +50,7 @@ async function ping(
   try {
     const answered = await within(clock, client.ping(), timeoutMs);
     if (answered === undefined) return { healthy: false, error: 'ping timed out' };
-    return { healthy: true, latencyMs: Math.round((performance.now() - t0) * 100) / 100 };
+    return { healthy: true, latencyMs: Number((performance.now() - t0).toFixed(2)) };
   } catch (err) {
     return { healthy: false, error: (err as Error).message };
   }
@@ -73,13 +73,28 @@ export async function nodeHealth(
         error: 'no cluster slots known',
       }));
     }
-    return Promise.all(
+    const healths = await Promise.all(
       masters.map(async (node) => ({
         address: hostPort(node.options.host, node.options.port),
         role: 'master' as const,
         ...(await ping(node, clock, timeoutMs)),
       })),
     );
+    // a master that went down leaves the client's node list but still owns its slots in the slot map: report it
+    // down instead of leaving it out (its channels fail closed meanwhile)
+    const listed = new Set(masters.map((n) => `${n.options.host}:${n.options.port}`));
+    const owners = new Set<string>();
+    for (const owner of client.slots) if (owner?.[0] && !listed.has(owner[0])) owners.add(owner[0]);
+    for (const key of owners) {
+      const cut = key.lastIndexOf(':');
+      healths.push({
+        address: hostPort(key.slice(0, cut), Number(key.slice(cut + 1))),
+        role: 'master',
+        healthy: false,
+        error: 'no connection to a master that serves slots',
+      });
+    }
+    return healths;
   }
   const kind = topologyKindOf(client);
   const role = kind === 'single' ? 'standalone' : client.options.role === 'slave' ? 'replica' : 'master';
