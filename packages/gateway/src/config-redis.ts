@@ -4,14 +4,17 @@
  * RedisStore connection options, in one place for the gateway and `slotgate doctor`.
  */
 import { z } from 'zod';
-import type { RedisStoreOptions } from 'slotgate';
+import { parseAddress, type RedisStoreOptions } from 'slotgate';
 
-/** `host:port`, IPv6 in brackets: the shape the library's parseAddress takes. */
-const ADDRESS = /^(?:\[[^\]\s]+\]|[^:\s[\]@/]+):(\d{1,5})$/;
-
+/** `host:port`, IPv6 in brackets, as the library's parseAddress reads it (no surrounding spaces here). */
 export function isAddress(text: string): boolean {
-  const m = ADDRESS.exec(text);
-  return m !== null && Number(m[1]) >= 1 && Number(m[1]) <= 65535;
+  if (text.trim() !== text) return false;
+  try {
+    parseAddress(text);
+    return true;
+  } catch {
+    return false;
+  }
 }
 
 export const ADDRESS_EXPECTED = 'expected host:port (IPv6 in brackets, port 1–65535)';
@@ -138,7 +141,7 @@ export function redisConnection(redis: RedisConfig): RedisConnection {
         nodes: cluster.nodes,
         ...(cluster.nat_map && {
           natMap: Object.fromEntries(
-            Object.entries(cluster.nat_map).map(([from, to]) => [from, splitAddress(to)]),
+            Object.entries(cluster.nat_map).map(([from, to]) => [from, parseAddress(to)]),
           ),
         }),
         ...(cluster.username !== undefined && { username: cluster.username }),
@@ -162,10 +165,4 @@ export function redisConnection(redis: RedisConfig): RedisConnection {
     };
   }
   return { url: redis.url! };
-}
-
-/** A validated `host:port` as { host, port } (brackets of an IPv6 host removed). */
-export function splitAddress(text: string): { host: string; port: number } {
-  const at = text.lastIndexOf(':');
-  return { host: text.slice(0, at).replace(/^\[(.*)\]$/, '$1'), port: Number(text.slice(at + 1)) };
 }

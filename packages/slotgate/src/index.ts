@@ -49,7 +49,13 @@ export {
 } from './core/settings.js';
 export { MemoryStore, type MemoryStoreOptions } from './store/memory/memory-store.js';
 export { RedisStore, type RedisStoreOptions } from './store/redis/redis-store.js';
-export type { ClusterConnection, SentinelConnection } from './store/redis/connection.js';
+export {
+  createClient as createRedisClient,
+  parseAddress,
+  type ClusterConnection,
+  type ConnectionOptions,
+  type SentinelConnection,
+} from './store/redis/connection.js';
 export type { NodeHealth, TopologyKind } from './store/redis/nodes.js';
 export {
   PURPOSES,

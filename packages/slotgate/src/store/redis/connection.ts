@@ -51,13 +51,16 @@ export function defaultRedisOptions(): RedisOptions {
   };
 }
 
-/** `host:port` (IPv6 in brackets) or an object, as ioredis takes it; a bad entry is a TypeError naming it. */
+/**
+ * `host:port` (IPv6 in brackets) or an object, as ioredis takes it; a bad entry is a TypeError naming it. A host
+ * with `@` or `/` is refused: that is a URL (perhaps with a password), which belongs in `url`.
+ */
 export function parseAddress(address: string | { host: string; port: number }): {
   host: string;
   port: number;
 } {
   if (typeof address !== 'string') return { host: address.host, port: address.port };
-  const m = /^(?:\[([^\]]+)\]|([^:]+)):(\d{1,5})$/.exec(address.trim());
+  const m = /^(?:\[([^\]\s]+)\]|([^:\s[\]@/]+)):(\d{1,5})$/.exec(address.trim());
   const port = m ? Number(m[3]) : NaN;
   if (!m || port < 1 || port > 65535) {
     throw new TypeError(`Expected an address as host:port, got ${JSON.stringify(address)}`);
@@ -139,4 +142,30 @@ export function subscriberOf(client: Redis | Cluster): Subscriber {
     });
   }
   return (client as Redis).duplicate({ ...waitThrough, enableAutoPipelining: false });
+}
+
+/** Where a store's own client connects: exactly one of the three. */
+export interface ConnectionOptions {
+  url?: string;
+  cluster?: ClusterConnection;
+  sentinel?: SentinelConnection;
+  redisOptions?: RedisOptions;
+}
+
+/**
+ * The client a store creates from exactly one of `url`, `cluster` and `sentinel` (exported as `createRedisClient`:
+ * `slotgate doctor` checks with the same client, made to fail fast).
+ */
+export function createClient(options: ConnectionOptions): Redis | Cluster {
+  const given = (['url', 'cluster', 'sentinel'] as const).filter((k) => options[k] !== undefined);
+  if (given.length !== 1) {
+    throw new TypeError(
+      given.length === 0
+        ? 'RedisStore needs one of `url`, `cluster`, `sentinel` or `client`'
+        : `RedisStore takes one of \`url\`, \`cluster\` and \`sentinel\`, got ${given.join(' and ')}`,
+    );
+  }
+  if (options.cluster) return clusterClient(options.cluster, options.redisOptions);
+  if (options.sentinel) return sentinelClient(options.sentinel, options.redisOptions);
+  return new Redis(options.url!, { ...defaultRedisOptions(), ...options.redisOptions });
 }

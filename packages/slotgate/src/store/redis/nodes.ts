@@ -41,8 +41,9 @@ function addressOf(client: Redis): string {
   return hostPort(client.options.host, client.options.port);
 }
 
-async function ping(
-  client: Redis,
+/** PING under a time-out: a client call on a Redis that is down can take seconds to fail otherwise. */
+export async function ping(
+  client: Redis | Cluster,
   clock: Clock,
   timeoutMs: number,
 ): Promise<Pick<NodeHealth, 'healthy' | 'latencyMs' | 'error'>> {

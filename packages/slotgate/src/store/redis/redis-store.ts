@@ -5,16 +5,9 @@
  * Cluster (topology.ts). Every failure or time-out surfaces as a StoreUnavailableError (the admission pass fails
  * closed); nothing hangs past `timeoutMs` (plus the watchdog's period, at most 100 ms).
  */
-import { Redis } from 'ioredis';
-import type { Cluster, RedisOptions } from 'ioredis';
-import {
-  clusterClient,
-  defaultRedisOptions,
-  sentinelClient,
-  type ClusterConnection,
-  type SentinelConnection,
-} from './connection.js';
-import { systemClock, within, type Clock } from '../../core/clock.js';
+import type { Cluster, Redis, RedisOptions } from 'ioredis';
+import { createClient, type ClusterConnection, type SentinelConnection } from './connection.js';
+import { systemClock, type Clock } from '../../core/clock.js';
 import { chunk } from '../../core/collections.js';
 import {
   BATCH_SIZE,
@@ -46,7 +39,7 @@ import { AcquireCalls } from './acquire-call.js';
 import type { Deadlines } from './deadlines.js';
 import { Epoch } from './epoch.js';
 import { KeyBuilder } from './keys.js';
-import { nodeHealth, topologyKindOf, type NodeHealth, type TopologyKind } from './nodes.js';
+import { nodeHealth, ping, topologyKindOf, type NodeHealth, type TopologyKind } from './nodes.js';
 import { runLeaseBatch } from './lease-batches.js';
 import { RedisPresence } from './presence.js';
 import { RedisQueues } from './queues.js';
@@ -344,16 +337,9 @@ export class RedisStore implements SlotStore {
     );
   }
 
-  /** PING under a one-second cap: a client call on a Redis that is down can take seconds to fail otherwise. */
-  async health(): Promise<StoreHealth> {
-    const t0 = performance.now();
-    try {
-      const answered = await within(this.clock, this.client.ping(), HEALTH_TIMEOUT_MS);
-      if (answered === undefined) return { healthy: false, error: 'ping timed out' };
-      return { healthy: true, latencyMs: Math.round((performance.now() - t0) * 100) / 100 };
-    } catch (err) {
-      return { healthy: false, error: (err as Error).message };
-    }
+  /** PING under a one-second cap (nodes.ts). */
+  health(): Promise<StoreHealth> {
+    return ping(this.client, this.clock, HEALTH_TIMEOUT_MS);
   }
 
   /** How the store reaches Redis: one node, a Cluster, or a Sentinel-managed primary. */
@@ -378,19 +364,4 @@ export class RedisStore implements SlotStore {
     // also ends what quit() leaves open: a Sentinel client's failover-detector subscriptions to the sentinels
     this.client.disconnect();
   }
-}
-
-/** The client a store creates from exactly one of `url`, `cluster` and `sentinel`. */
-function createClient(options: RedisStoreOptions): Redis | Cluster {
-  const given = (['url', 'cluster', 'sentinel'] as const).filter((k) => options[k] !== undefined);
-  if (given.length !== 1) {
-    throw new TypeError(
-      given.length === 0
-        ? 'RedisStore needs one of `url`, `cluster`, `sentinel` or `client`'
-        : `RedisStore takes one of \`url\`, \`cluster\` and \`sentinel\`, got ${given.join(' and ')}`,
-    );
-  }
-  if (options.cluster) return clusterClient(options.cluster, options.redisOptions);
-  if (options.sentinel) return sentinelClient(options.sentinel, options.redisOptions);
-  return new Redis(options.url!, { ...defaultRedisOptions(), ...options.redisOptions });
 }

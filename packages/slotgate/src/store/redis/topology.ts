@@ -28,6 +28,7 @@ import type { Deadlines } from './deadlines.js';
 import type { KeyBuilder } from './keys.js';
 import { SCRIPTS, type ReleaseSlotReply } from './scripts.js';
 import { TurnBatcher } from './turn-batcher.js';
+import { TurnQueue, type QueuedAcquire, type QueuedRelease, type Turn } from './turn-queue.js';
 
 export interface TopologyDeps {
   client: Redis | Cluster;
@@ -115,93 +116,30 @@ class SingleNode implements Topology {
   }
 }
 
-interface Queued<Req, Res> {
-  request: Req;
-  resolve: (value: Res) => void;
-  reject: (err: unknown) => void;
-}
-
-interface QueuedRelease extends Queued<LeaseRef, boolean> {
-  withdrawn: boolean;
-  viaQueue: boolean;
-}
-
 /**
  * One turn's commands go out at `setImmediate`, as TurnBatcher's pipeline does on one node, but each as a command of
  * its own — the releases first (a ZREM, or releaseSlot where the channel has waiters), then one acquireSlots call per
  * channel for the turn's acquires of that channel — which auto-pipelining writes once per node.
  */
-class ClusterTopology implements Topology {
+class ClusterTopology extends TurnQueue implements Topology {
   readonly maxChannelsPerAcquire = 1;
-  private acquires: Queued<AcquireRequest, AcquireReply[]>[] = [];
-  private releases: QueuedRelease[] = [];
-  private scheduled = false;
-  private afterFlush: (() => void)[] = [];
-  /** Tokens whose release was withdrawn in this turn: a slot passes on at most once per token and turn. */
-  private withdrawnThisTurn = new Set<string>();
 
-  constructor(private readonly deps: TopologyDeps) {}
-
-  acquire(request: AcquireRequest): Promise<AcquireReply[]> {
-    return new Promise((resolve, reject) => {
-      this.acquires.push({ request, resolve, reject });
-      this.schedule();
-    });
+  constructor(private readonly deps: TopologyDeps) {
+    super();
   }
 
-  release(lease: LeaseRef, viaQueue: boolean): PendingRelease {
-    let queued!: QueuedRelease;
-    const done = new Promise<boolean>((resolve, reject) => {
-      queued = { request: lease, resolve, reject, withdrawn: false, viaQueue };
-    });
-    this.releases.push(queued);
-    this.schedule();
-    const turn = this.releases;
-    return {
-      done,
-      held: true,
-      withdraw: () => {
-        if (queued.withdrawn || this.releases !== turn || this.withdrawnThisTurn.has(lease.token))
-          return false;
-        this.withdrawnThisTurn.add(lease.token);
-        queued.withdrawn = true;
-        queued.resolve(true);
-        return true;
-      },
-    };
-  }
-
-  flushed(): Promise<void> | undefined {
-    if (!this.scheduled) return undefined;
-    return new Promise((resolve) => this.afterFlush.push(resolve));
-  }
-
-  private schedule(): void {
-    if (this.scheduled) return;
-    this.scheduled = true;
-    setImmediate(this.flush);
-  }
-
-  private readonly flush = (): void => {
-    this.scheduled = false;
-    const releases = this.releases.filter((q) => !q.withdrawn);
-    const acquires = this.acquires;
-    const waiting = this.afterFlush;
-    this.releases = [];
-    this.acquires = [];
-    this.afterFlush = [];
-    this.withdrawnThisTurn = new Set();
+  protected send({ releases, acquires, waiting }: Turn): void {
     for (const q of releases) this.sendRelease(q);
-    const byChannel = new Map<string, Queued<AcquireRequest, AcquireReply[]>[]>();
+    const byChannel = new Map<string, QueuedAcquire[]>();
     for (const q of acquires) pushTo(byChannel, q.request.targets[0]!.channelId, q);
     for (const queue of byChannel.values()) {
       for (const group of groupAcquires(queue, MAX_CHANNELS_PER_CALL)) this.sendAcquire(group);
     }
     // commands sent later (load reads) queue behind these on each node's auto-pipeline
     for (const resolve of waiting) resolve();
-  };
+  }
 
-  private sendAcquire(group: readonly Queued<AcquireRequest, AcquireReply[]>[]): void {
+  private sendAcquire(group: readonly QueuedAcquire[]): void {
     const { client, calls, deadlines, count } = this.deps;
     const call = calls.build(group.map((q) => q.request));
     count('acquire', 1);
