@@ -5,6 +5,7 @@
  */
 import { setTimeout as sleep } from 'node:timers/promises';
 import { describe, expect, it } from 'vitest';
+import { systemClock, type Clock } from '../../packages/slotgate/src/core/clock.js';
 import { LeaseManager, type LeaseEvent } from '../../packages/slotgate/src/store/leases.js';
 import { hashSlot } from '../../packages/slotgate/src/store/redis/cluster-epochs.js';
 import { RedisStore } from '../../packages/slotgate/src/store/redis/redis-store.js';
@@ -14,12 +15,14 @@ import { uniquePrefix } from '../helpers/redis.js';
 
 const cleanups = useCleanups();
 
-function instance(cluster: RedisCluster, prefix: string, id: string, events: LeaseEvent[] = []) {
+function instance(cluster: RedisCluster, prefix: string, id: string, clock: Clock = systemClock) {
+  const events: LeaseEvent[] = [];
   const store = new RedisStore({
     cluster: { nodes: cluster.addresses },
     prefix,
     timeoutMs: 500,
     restartGraceMs: 1_500,
+    clock,
   });
   const leases = new LeaseManager({
     store,
@@ -93,6 +96,74 @@ describe('a Redis Cluster master restarted empty', () => {
       const listed = (await a.store.nodes()).find((n) => n.address === owner);
       expect(listed?.healthy, `read ${i}`).toBe(false);
     }
+  });
+  it('an epoch made while another master refused starts its grace only when a check reaches every master', async () => {
+    // A cluster coming back from an outage: the restarted master answers while another still refuses, so the first
+    // checks make its new epoch there but fail as a whole. The holder's next check is held back here (its retry sleeps
+    // until released), as a holder on a slower back-off would be, until after the other instance's first full check.
+    const cluster = await RedisCluster.start();
+    cleanups.push(() => cluster.stop());
+    const prefix = uniquePrefix('cluster-partial');
+    let release!: () => void;
+    const released = new Promise<void>((resolve) => (release = resolve));
+    let hold = false;
+    const held_back: Clock = {
+      ...systemClock,
+      sleep: (ms, signal) => (hold ? released : Promise.resolve()).then(() => systemClock.sleep(ms, signal)),
+    };
+    const a = instance(cluster, prefix, 'a', held_back);
+    const b = instance(cluster, prefix, 'b');
+    const admin = cluster.client();
+    cleanups.push(async () => admin.disconnect());
+    await admin.ping();
+    const ownerOf = (key: string) => admin.slots[hashSlot(key)]![0]!;
+    const serverAt = (address: string) => cluster.servers.find((s) => `127.0.0.1:${s.port}` === address)!;
+    const target = [{ channelId: 'p', max: 2 }];
+    const held = [
+      (await a.leases.acquireFirst(target, true)).lease!,
+      (await a.leases.acquireFirst(target, true)).lease!,
+    ];
+    expect(held.every(Boolean)).toBe(true);
+    await b.store.ready();
+    const restarted = serverAt(ownerOf(a.store.keys.slots('p')));
+    const refusing = cluster.servers.find((s) => s !== restarted)!;
+
+    hold = true;
+    await restarted.restart();
+    // While the restarted master is still refusing writes (its first 2 s), another master stops answering scripts
+    // (a paused client's writes, scripts included): checks time out on it. Paused only now, so that no command for
+    // the restarted master's slots was sent to it while the restarted one was down (ioredis sends those to a random
+    // node, and the node's auto-pipeline would wait for that answer).
+    await cluster.onNode(refusing, (c) => c.call('CLIENT', 'PAUSE', '60000', 'WRITE'));
+    cleanups.push(() => cluster.onNode(refusing, (c) => c.call('CLIENT', 'UNPAUSE')).catch(() => {}));
+    await cluster.waitUntilOk();
+    // b's checks (its own retries) reach the restarted master, which makes the new epoch, and fail on the paused one
+    let made: string | null = null;
+    for (let i = 0; i < 200 && !made; i++) {
+      void b.store.ready().catch(() => {});
+      const [key] = await cluster.onNode(restarted, (c) => c.keys(`${prefix}:v1:epoch:*`));
+      made = key ? await cluster.onNode(restarted, (c) => c.get(key)) : null;
+      if (!made) await sleep(50);
+    }
+    expect(made).not.toBeNull();
+    await sleep(2_000); // longer than the grace, while no check can reach every master
+    await cluster.onNode(refusing, (c) => c.call('CLIENT', 'UNPAUSE'));
+
+    // b's first full check: the grace starts now, and a (released) registers its leases within it
+    const acquiring = (async () => {
+      for (let i = 0; i < 200; i++) {
+        const reply = await b.leases.acquireFirst(target, true).catch(() => undefined);
+        if (reply) return reply;
+        await sleep(50);
+      }
+    })();
+    release();
+    const reply = await acquiring;
+    expect(reply?.replies).toEqual(['full']);
+    expect((await admin.zrange(a.store.keys.slots('p'), 0, -1)).sort()).toEqual(
+      held.map((l) => l.token).sort(),
+    );
+    expect(a.events.filter((e) => e.type === 'leases_restored')).toHaveLength(1);
   });
 });
 

@@ -188,15 +188,21 @@ export class Epoch {
   private async check(): Promise<void> {
     const { client, key, deadlines, count, clock, graceMs } = this.deps;
     const generation = this.generation;
-    const keys = isClusterClient(client) ? await epochKeys(client, key) : [key];
+    const cluster = isClusterClient(client);
+    const keys = cluster ? await epochKeys(client, key) : [key];
     count('acquire', keys.length);
     const replies = await deadlines.run('acquire', () =>
       Promise.all(
         keys.map((k) =>
-          SCRIPTS.checkEpoch.call(client, [k], [randomInstanceId(), this.known.has(k) ? 'restart' : 'start']),
+          SCRIPTS.checkEpoch.call(
+            client,
+            [k],
+            [randomInstanceId(), this.known.has(k) ? 'restart' : 'start', cluster ? '1' : '0'],
+          ),
         ),
       ),
     );
+    if (cluster) await this.startGraces(keys, replies);
     let changed = false;
     let first = true;
     let wait = 0;
@@ -215,6 +221,34 @@ export class Epoch {
       if (wait > 0) await clock.sleep(Math.min(wait, graceMs));
     }
     this.verified = generation === this.generation;
+  }
+
+  /**
+   * On Cluster, a master can answer while the others refuse (a cluster coming back from an outage: the first master
+   * up makes its epoch while the rest still reply CLUSTERDOWN), so an epoch made by a check is not yet seen by anyone
+   * else. Its grace starts here, once this check has reached every master; until then it has no creation time.
+   */
+  private async startGraces(
+    keys: readonly string[],
+    replies: { value: string; now: number }[],
+  ): Promise<void> {
+    const { client, deadlines, count } = this.deps;
+    const pending = keys.flatMap((_, i) => (replies[i]!.value.split('|')[1] === '' ? [i] : []));
+    if (pending.length === 0) return;
+    count('acquire', pending.length);
+    const started = await deadlines.run('acquire', () =>
+      Promise.all(
+        pending.map((i) =>
+          SCRIPTS.startEpochGrace.call(client, [keys[i]!], [replies[i]!.value.split('|')[0]!]),
+        ),
+      ),
+    );
+    started.forEach(({ value, now }, n) => {
+      // gone again, or made again without a start: check once more
+      if (value === undefined || value.split('|')[1] === '')
+        throw new Error('the epoch changed during the check');
+      replies[pending[n]!] = { value, now };
+    });
   }
 }
 

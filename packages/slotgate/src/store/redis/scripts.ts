@@ -162,6 +162,13 @@ export const SCRIPTS = {
     }
     return { value: String(reply[0]), now: Number(reply[1]) };
   }),
+  /** See lua/startEpochGrace-1.lua: the epoch value (undefined when the key is gone) and the Redis time in ms. */
+  startEpochGrace: new Script('startEpochGrace-1', (reply): { value: string | undefined; now: number } => {
+    if (!Array.isArray(reply) || reply.length !== 2) {
+      throw new TypeError(`unexpected script reply ${JSON.stringify(reply)}`);
+    }
+    return { value: reply[0] == null ? undefined : String(reply[0]), now: Number(reply[1]) };
+  }),
   /** See lua/fixLeftover-2.lua: removals made (an expiry set counts as one). */
   fixLeftover: new Script('fixLeftover-2', Number),
 } as const;

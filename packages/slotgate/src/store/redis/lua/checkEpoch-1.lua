@@ -1,9 +1,13 @@
 --[[
   checkEpoch: read the store's epoch, and make a new one when the Redis answering is not the one that recorded it.
 
-  KEYS[1]  the epoch key: "<id>|<created at, Redis ms>|<kind>|<run_id>"
+  KEYS[1]  the epoch key: "<id>|<created at, Redis ms; empty until its grace starts>|<kind>|<run_id>"
   ARGV[1]  a fresh epoch id, used only when this call makes a new epoch
   ARGV[2]  the kind of an epoch made because the key is missing: "start" (the caller knew no epoch) or "restart"
+  ARGV[3]  "1" on Redis Cluster: an epoch this call makes has no creation time yet ("<id>||<kind>|<run_id>"). Its
+           grace starts when a check reaches every master (lua/startEpochGrace-1.lua), not when one master answered
+           while the others refused (a cluster coming back from an outage): a grace that ran out while nobody could
+           restore would let the first full check admit before the holders of the lost leases register them again.
 
   The run_id (INFO server) is new for every redis-server process. A key recorded by another process means this
   Redis took over from it without every write it had: a replica promoted by a failover (replication is
@@ -17,20 +21,21 @@
 --- @include "redisNow"
 local runId = string.match(redis.call('INFO', 'server'), 'run_id:(%w+)') or '?'
 local now = redisNow()
+local createdAt = ARGV[3] == '1' and '' or now
 local value = redis.call('GET', KEYS[1])
 if not value then
-  value = ARGV[1] .. '|' .. now .. '|' .. ARGV[2] .. '|' .. runId
+  value = ARGV[1] .. '|' .. createdAt .. '|' .. ARGV[2] .. '|' .. runId
   redis.call('SET', KEYS[1], value)
 else
-  local id, createdAt, kind, recorded = string.match(value, '^([^|]*)|([^|]*)|([^|]*)|?([^|]*)$')
+  local id, madeAt, kind, recorded = string.match(value, '^([^|]*)|([^|]*)|([^|]*)|?([^|]*)$')
   if not id then
-    value = ARGV[1] .. '|' .. now .. '|failover|' .. runId
+    value = ARGV[1] .. '|' .. createdAt .. '|failover|' .. runId
     redis.call('SET', KEYS[1], value)
   elseif recorded == '' then
-    value = id .. '|' .. createdAt .. '|' .. kind .. '|' .. runId
+    value = id .. '|' .. madeAt .. '|' .. kind .. '|' .. runId
     redis.call('SET', KEYS[1], value)
   elseif recorded ~= runId then
-    value = ARGV[1] .. '|' .. now .. '|failover|' .. runId
+    value = ARGV[1] .. '|' .. createdAt .. '|failover|' .. runId
     redis.call('SET', KEYS[1], value)
   end
 end
