@@ -33,8 +33,8 @@ export function fleetParamsLine(s: FleetScenario, runs: readonly RunRecord[], me
     `wait time-out ${s.waitTimeoutMs / 1000} s for every contender ` +
     (s.maxWaiting !== undefined
       ? `(slotgate's queues hold up to ${s.maxWaiting} per channel, so only the time-out refuses, as in the ideal)`
-      : "(slotgate's default queue bound: max waiting = max concurrency per channel, a full queue is a 429 at " +
-        'once; no ideal beside it, which has no bound)') +
+      : "(slotgate's default queue bound: max waiting = max(32, 8 × max concurrency) per channel, a full queue " +
+        'is a 429 at once; no ideal beside it, which has no bound)') +
     `; ${r.params.durationS} s of arrivals ` +
     `(${r.fleet?.figures.requests ?? '?'} requests, seed ${s.seed}: the same trace for every contender and ` +
     `instance count, and for the ideal FIFO scheduler); each instance sheds arrivals above ${fmt(s.maxInFlight, 0)} ` +

@@ -35,7 +35,8 @@ export interface OpenScenario {
   maxInFlight: number;
   /**
    * Waiting requests allowed per channel (SetupContext.maxWaiting); undefined: slotgate's default bound (max waiting
-   * = max concurrency), which refuses where the ideal scheduler (no bound) waits, so no ideal is shown beside it.
+   * = max(32, 8 × max concurrency)), which refuses where the ideal scheduler (no bound) waits, so no ideal is shown
+   * beside it.
    */
   maxWaiting: number | undefined;
 }

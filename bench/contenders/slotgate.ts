@@ -20,8 +20,9 @@ function slotgate(cache: boolean, handoff = true): Contender {
       (handoff
         ? '; a slot released in the same event-loop turn passes straight to the next request of the instance'
         : '; no slot handoff: every admission goes through the acquire script') +
-      '; when every tried channel is full it joins the FIFO queues of two of them in Redis (max waiting = max ' +
-      'concurrency, up to 5 s) and is granted the next slot freed there, in arrival order across instances; ' +
+      '; when every tried channel is full it joins the FIFO queues of two of them in Redis (max waiting = ' +
+      'max(32, 8 × max concurrency), up to 5 s) and is granted the next slot freed there, in arrival order across ' +
+      'instances; ' +
       'a full queue or a wait time-out is the 429',
     boundedWait:
       "wait_timeout_ms = the wait time-out, max_waiting_per_channel = the scenario's queue bound (other settings as above)",

@@ -78,9 +78,10 @@ describe('gateway with Redis down', () => {
         type: 'server_error',
       });
     }
+    // (/v1/messages reaches mock and anthropic channels only: the bounded mock here)
     const anthropic = await call(`${gw.url}/v1/messages`, {
       headers: { 'x-api-key': SECRETS.clientToken },
-      body: chat('bounded-model'),
+      body: chat('mock-model'),
     });
     expect(anthropic.status).toBe(503);
     expect(anthropic.headers['retry-after']).toBe('1');

@@ -1,7 +1,9 @@
 /**
  * The client API against a fake upstream and mock channels, on real sockets and a real Redis: every OpenAI
  * route and /v1/messages reach the channel's own path with the channel's own credentials and never the client's token;
- * the body arrives byte for byte as sent; GET /v1/models lists what the caller's group may use.
+ * the body arrives byte for byte as sent; GET /v1/models lists what the caller's group may use. Requests reach only
+ * channels that speak their route's API (openai for OpenAI routes, anthropic for /v1/messages, mock for both), and a
+ * model served only by the other API's channels is a 400 `wrong_api_type` naming the route to use.
  */
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { FakeUpstream, sseData } from '../helpers/fake-upstream.js';
@@ -58,10 +60,25 @@ beforeAll(async () => {
           models: ['claude-x'],
           max_concurrency: 3,
         },
+        // one model on both API types, and one on an anthropic and a mock channel
+        {
+          id: 'oa-both',
+          type: 'openai',
+          base_url: up.url('oa-both'),
+          key: SECRETS.channelKey,
+          models: ['both-x'],
+        },
+        {
+          id: 'an-both',
+          type: 'anthropic',
+          base_url: up.url('an-both'),
+          key: SECRETS.anthropicKey,
+          models: ['both-x', 'claude-m'],
+        },
         {
           id: 'mk',
           type: 'mock',
-          models: ['mock-x'],
+          models: ['mock-x', 'claude-m'],
           max_concurrency: 2,
           mock: { latency_ms: 0, chunks: 3, chunk_delay_ms: 0, reply: 'one two three' },
         },
@@ -214,7 +231,16 @@ describe('client routes', () => {
     expect(res.status).toBe(200);
     const body = res.json() as { object: string; data: { id: string; object: string; owned_by: string }[] };
     expect(body.object).toBe('list');
-    expect(body.data.map((m) => m.id)).toEqual(['claude-x', 'emb-x', 'gpt-x', 'img-x', 'mock-x']);
+    // every model of the group, whichever API serves it (the list is the same on both)
+    expect(body.data.map((m) => m.id)).toEqual([
+      'both-x',
+      'claude-m',
+      'claude-x',
+      'emb-x',
+      'gpt-x',
+      'img-x',
+      'mock-x',
+    ]);
     for (const m of body.data) expect(m).toMatchObject({ object: 'model', owned_by: 'slotgate' });
 
     const vip = await call(`${gw.url}/v1/models`, {
@@ -246,5 +272,95 @@ describe('client routes', () => {
       body: chat('gpt-x', { stream: true }),
     });
     expect(res.text).toBe(parts.join('') + 'data: [DONE]\n\n');
+  });
+});
+
+describe('routing by API type', () => {
+  const anthropicClient = { 'x-api-key': SECRETS.clientToken };
+
+  it('an OpenAI route with a model only anthropic channels serve: 400 wrong_api_type naming /v1/messages', async () => {
+    for (const route of ['/v1/chat/completions', '/v1/embeddings']) {
+      const res = await call(`${gw.url}${route}`, { headers: CLIENT, body: chat('claude-x') });
+      expect(res.status).toBe(400);
+      const { error } = res.json() as { error: Record<string, string> };
+      expect(error).toEqual({
+        code: 'wrong_api_type',
+        type: 'invalid_request_error',
+        message: expect.any(String),
+      });
+      expect(error.message).toBe(
+        `model "claude-x" is served for this API key's group only by anthropic channels, and POST ${route} ` +
+          '(the OpenAI API) needs an openai channel: send the request to POST /v1/messages',
+      );
+    }
+    expect(up.total()).toBe(0);
+  });
+
+  it('/v1/messages with a model only openai channels serve: 400 in the Anthropic shape naming the OpenAI route', async () => {
+    const res = await call(`${gw.url}/v1/messages`, { headers: anthropicClient, body: chat('gpt-x') });
+    expect(res.status).toBe(400);
+    expect(res.json()).toEqual({
+      type: 'error',
+      error: {
+        type: 'invalid_request_error',
+        message:
+          'model "gpt-x" is served for this API key\'s group only by openai channels, and POST /v1/messages ' +
+          '(the Anthropic Messages API) needs an anthropic channel: send the request to POST /v1/chat/completions ' +
+          '(or another OpenAI route)',
+      },
+    });
+    expect(up.total()).toBe(0);
+    // a model no channel serves at all is still 404 model_not_found
+    const none = await call(`${gw.url}/v1/messages`, { headers: anthropicClient, body: chat('nobody-x') });
+    expect(none.status).toBe(404);
+    expect(none.json()).toMatchObject({ type: 'error', error: { type: 'not_found_error' } });
+  });
+
+  it('a model on both API types: each route reaches only the channel of its own type, with its headers', async () => {
+    up.on('oa-both', { json: { object: 'chat.completion' } });
+    up.on('an-both', { json: { type: 'message' } });
+    const n = 8; // both channels are equal candidates by priority and weight: a route-blind pick sends half astray
+    for (let i = 0; i < n; i++) {
+      const oa = await call(`${gw.url}/v1/chat/completions`, { headers: CLIENT, body: chat('both-x') });
+      expect(oa.status).toBe(200);
+      expect(oa.headers['x-slotgate-channel']).toBe('oa-both');
+      const an = await call(`${gw.url}/v1/messages`, { headers: anthropicClient, body: chat('both-x') });
+      expect(an.status).toBe(200);
+      expect(an.headers['x-slotgate-channel']).toBe('an-both');
+    }
+    const openaiSide = up.requests('oa-both');
+    const anthropicSide = up.requests('an-both');
+    expect(openaiSide.map((r) => r.path)).toEqual(Array(n).fill('/v1/chat/completions'));
+    expect(anthropicSide.map((r) => r.path)).toEqual(Array(n).fill('/v1/messages'));
+    for (const r of openaiSide) {
+      expect(r.headers.authorization).toBe(`Bearer ${SECRETS.channelKey}`);
+      expect(r.headers['anthropic-version']).toBeUndefined();
+      expect(r.headers['x-api-key']).toBeUndefined();
+    }
+    for (const r of anthropicSide) {
+      expect(r.headers['x-api-key']).toBe(SECRETS.anthropicKey);
+      expect(r.headers['anthropic-version']).toBe('2023-06-01');
+      expect(r.headers.authorization).toBeUndefined();
+    }
+    expect(up.channels().sort()).toEqual(['an-both', 'oa-both']);
+    expectNoClientSecrets();
+  });
+
+  it('a mock channel serves both routes: an OpenAI route reaches it, not the anthropic channel beside it', async () => {
+    up.on('an-both', { json: { type: 'message' } });
+    for (let i = 0; i < 6; i++) {
+      const oa = await call(`${gw.url}/v1/chat/completions`, { headers: CLIENT, body: chat('claude-m') });
+      expect(oa.status).toBe(200);
+      expect(oa.headers['x-slotgate-channel']).toBe('mk');
+      expect(oa.json()).toMatchObject({ object: 'chat.completion' });
+    }
+    expect(up.total()).toBe(0);
+    // on /v1/messages both are candidates, and either answers in the Anthropic shape
+    for (let i = 0; i < 4; i++) {
+      const an = await call(`${gw.url}/v1/messages`, { headers: anthropicClient, body: chat('claude-m') });
+      expect(an.status).toBe(200);
+      expect(['mk', 'an-both']).toContain(an.headers['x-slotgate-channel']);
+      expect(an.json()).toMatchObject({ type: 'message' });
+    }
   });
 });

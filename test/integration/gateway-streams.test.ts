@@ -77,7 +77,7 @@ describe('gateway streams on Redis', () => {
     up.on('alpha', { sse: parts, chunkDelayMs: 50 });
     const gw = await gateway(
       configDoc({
-        channels: [openai(up, 'alpha', { max_concurrency: 3 })],
+        channels: [openai(up, 'alpha', { max_concurrency: 3, max_waiting: 3 })],
         settings: { wait_timeout_ms: 10_000 },
       }),
     );
@@ -91,9 +91,10 @@ describe('gateway streams on Redis', () => {
     const served = answers.filter((a) => a.status === 200);
     const limited = answers.filter((a) => a.status !== 200);
     expect(up.record('alpha').max).toBe(3);
-    // three run, three wait in the queue (max_waiting defaults to max_concurrency), the rest are turned away
+    // three run, three wait in the queue (max_waiting 3), the rest are turned away
     expect(served.length).toBeGreaterThanOrEqual(6);
     expect(limited.length).toBeGreaterThanOrEqual(1);
+    for (const a of limited) expect(a.text).toMatch(/reason: queue_full/);
     for (const a of served) {
       expect(a.text).toBe(parts.join(''));
       expect(a.headers['content-type']).toMatch(/^text\/event-stream/);
@@ -106,6 +107,68 @@ describe('gateway streams on Redis', () => {
     // nothing leaks: every lease and waiter registration is gone from Redis
     expect(await eventually(async () => (await redisLoad(gw, 'alpha')).active === 0)).toBe(true);
     expect(await redisLoad(gw, 'alpha')).toMatchObject({ active: 0, waiting: 0 });
+  });
+
+  it('default queue bound: a burst of 5 × max over two gateways waits its turn, every request served, no 429', async () => {
+    const up = await upstream();
+    const parts = chunks(5);
+    up.on('alpha', { sse: parts, chunkDelayMs: 20 }); // ~100 ms a stream: 5 rounds take far less than 5 s
+    const doc = configDoc({
+      prefix: uniquePrefix('burst'),
+      channels: [openai(up, 'alpha', { max_concurrency: 4 })],
+    });
+    const a = await gateway(doc);
+    const b = await gateway(doc);
+
+    // Default settings: wait_timeout_ms 5000 and max_waiting_per_channel 0, so the queue holds max(32, 8 × 4) = 32.
+    // With the bound at max (4), 12 of these 20 got 429 queue_full at once.
+    const answers = await Promise.all(
+      Array.from({ length: 20 }, (_, i) =>
+        call(`${(i % 2 ? a : b).url}/v1/chat/completions`, {
+          headers: CLIENT,
+          body: chat('gpt-x', { stream: true }),
+        }),
+      ),
+    );
+    expect(answers.map((x) => x.status)).toEqual(Array(20).fill(200));
+    for (const x of answers) expect(x.text).toBe(parts.join(''));
+    expect(up.record('alpha').max).toBe(4);
+    expect(up.requests('alpha')).toHaveLength(20);
+    expect(await eventually(async () => (await redisLoad(a, 'alpha')).active === 0)).toBe(true);
+    expect(await redisLoad(a, 'alpha')).toMatchObject({ active: 0, waiting: 0 });
+  });
+
+  it('default queue bound exceeded: max 1 holds 1 + 32 waiters, the rest get 429 queue_full with Retry-After', async () => {
+    const up = await upstream();
+    const hold = gate();
+    cleanups.push(() => hold.open());
+    const parts = chunks(2);
+    up.on('alpha', { sse: [() => hold.promise, ...parts] }); // the first stream holds the slot until the gate opens
+    const gw = await gateway(configDoc({ channels: [openai(up, 'alpha', { max_concurrency: 1 })] }));
+
+    const answers: Answer[] = [];
+    const all = Promise.all(
+      Array.from({ length: 40 }, () =>
+        call(`${gw.url}/v1/chat/completions`, {
+          headers: CLIENT,
+          body: chat('gpt-x', { stream: true }),
+        }).then((x) => (answers.push(x), x)),
+      ),
+    );
+    // 1 in flight and 32 (= max(32, 8 × 1)) in the queue: the other 7 are answered at once, while the gate is shut
+    expect(
+      await eventually(async () => answers.length === 7 && (await redisLoad(gw, 'alpha')).waiting === 32),
+    ).toBe(true);
+    for (const x of answers) {
+      expectCapacity429(x);
+      expect(x.text).toMatch(/reason: queue_full/);
+    }
+    hold.open();
+    const done = await all;
+    expect(done.filter((x) => x.status === 200)).toHaveLength(33);
+    expect(done.filter((x) => x.status === 429)).toHaveLength(7);
+    expect(up.record('alpha').max).toBe(1);
+    expect(up.requests('alpha')).toHaveLength(33);
   });
 
   it('with waiting off, a burst gets exactly the free slots and 429s with reason full', async () => {

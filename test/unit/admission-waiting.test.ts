@@ -7,6 +7,7 @@
  * (POLL_2S) the period is 2000 ms, so a waiter polls at +1000, +2000, …
  */
 import { afterEach, describe, expect, it } from 'vitest';
+import { defaultMaxWaiting } from '../../packages/slotgate/src/admission/decide.js';
 import { safetyPollMs } from '../../packages/slotgate/src/admission/waiting.js';
 import type { Candidate } from '../../packages/slotgate/src/core/channel.js';
 import { StoreUnavailableError } from '../../packages/slotgate/src/core/errors.js';
@@ -433,16 +434,25 @@ describe('queue bounds', () => {
     expect(await probeQueue(channel, settings, 3)).toEqual(queueFull);
   });
 
-  it('queue_full at max_concurrency when neither the channel nor the setting bounds the queue', async () => {
-    const channel = { id: 'q', maxConcurrency: 2 };
+  // The default bound was the channel's max until Stage 10: a burst of a few times the max bounced with queue_full
+  // at once although slots came free well within wait_timeout_ms.
+  it('queue_full at max(32, 8 × max_concurrency) when neither the channel nor the setting bounds the queue', async () => {
+    const small = { id: 'q', maxConcurrency: 2 };
     const settings = { max_waiting_per_channel: 0 };
-    expect(await probeQueue(channel, settings, 1)).toEqual(timedOut);
-    expect(await probeQueue(channel, settings, 2)).toEqual(queueFull);
+    expect(await probeQueue(small, settings, 31)).toEqual(timedOut);
+    expect(await probeQueue(small, settings, 32)).toEqual(queueFull);
+    const large = { id: 'q', maxConcurrency: 5 };
+    expect(await probeQueue(large, settings, 39)).toEqual(timedOut);
+    expect(await probeQueue(large, settings, 40)).toEqual(queueFull);
+  });
+
+  it('the default bound: max(32, 8 × max), at most 10000 (what max_waiting_per_channel accepts)', () => {
+    expect([1, 4, 5, 100, 1250, 5000].map(defaultMaxWaiting)).toEqual([32, 32, 40, 800, 10_000, 10_000]);
   });
 
   it('queue_full is counted and names the channel', async () => {
     const { store, admission, other } = setup();
-    const channel = { id: 'qq', maxConcurrency: 1 };
+    const channel = { id: 'qq', maxConcurrency: 1, maxWaiting: 1 };
     const held = await hold(other, channel);
     expect(await foreignWaiter(store, channel, 1)).toBe('queued');
     const err = await capacityError(admission.acquire({ candidates: [channel] }));

@@ -182,12 +182,13 @@ describe('waitQueues and maxWaitingOf', () => {
     expect(firsts.size).toBeGreaterThan(2); // without the shuffle it is always 'a'
   });
 
-  it('maxWaitingOf: the channel own bound, else max_waiting_per_channel when > 0, else its max', () => {
+  it('maxWaitingOf: the channel own bound, else max_waiting_per_channel when > 0, else max(32, 8 × max)', () => {
     const base = admissionSettings.defaults;
     const withSetting = admissionSettings.merge(base, { max_waiting_per_channel: 7 });
     expect(maxWaitingOf(ch('a', 3, { maxWaiting: 2 }), withSetting)).toBe(2);
     expect(maxWaitingOf(ch('a', 3), withSetting)).toBe(7);
-    expect(maxWaitingOf(ch('a', 3), base)).toBe(3);
+    expect(maxWaitingOf(ch('a', 3), base)).toBe(32);
+    expect(maxWaitingOf(ch('a', 10), base)).toBe(80);
   });
 });
 

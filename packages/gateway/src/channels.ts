@@ -1,9 +1,17 @@
 /**
- * The channel registry: the configured channels as admission candidates, indexed by (group, model). Rebuilt whole
- * on every config reload and swapped in one assignment, so a request sees one consistent version.
+ * The channel registry: the configured channels as admission candidates, indexed by (API shape, group, model). Rebuilt
+ * whole on every config reload and swapped in one assignment, so a request sees one consistent version.
  */
 import type { Candidate } from 'slotgate';
 import type { ChannelConfig, TokenConfig } from './config.js';
+import type { ApiShape } from './http-errors.js';
+
+/** The endpoints a channel type can serve: its own API's, and both for the in-process mock. */
+export const SHAPES_OF_TYPE: Readonly<Record<ChannelConfig['type'], readonly ApiShape[]>> = {
+  openai: ['openai'],
+  anthropic: ['anthropic'],
+  mock: ['openai', 'anthropic'],
+};
 
 export interface GatewayChannel extends Candidate {
   id: string;
@@ -34,13 +42,15 @@ export class ChannelRegistry {
     for (const channel of this.channels) {
       this.byId.set(channel.id, channel);
       if (!channel.enabled) continue;
-      for (const group of channel.config.groups) {
-        for (const model of channel.config.models) {
-          const map = model === '*' ? this.wildcard : this.index;
-          const key = model === '*' ? group : `${group}\u0000${model}`;
-          const list = map.get(key);
-          if (list) list.push(channel);
-          else map.set(key, [channel]);
+      for (const shape of SHAPES_OF_TYPE[channel.config.type]) {
+        for (const group of channel.config.groups) {
+          for (const model of channel.config.models) {
+            const map = model === '*' ? this.wildcard : this.index;
+            const key = model === '*' ? `${shape}\u0000${group}` : `${shape}\u0000${group}\u0000${model}`;
+            const list = map.get(key);
+            if (list) list.push(channel);
+            else map.set(key, [channel]);
+          }
         }
       }
     }
@@ -51,10 +61,13 @@ export class ChannelRegistry {
     return this.byId.get(id);
   }
 
-  /** The enabled channels serving `model` for `group` (exact model names, then `*` channels). */
-  candidates(group: string, model: string): GatewayChannel[] {
-    const exact = this.index.get(`${group}\u0000${model}`) ?? [];
-    const any = this.wildcard.get(group) ?? [];
+  /**
+   * The enabled channels serving `model` for `group` on an endpoint of API `shape` (exact model names, then `*`
+   * channels): `openai` channels for the OpenAI-style routes, `anthropic` ones for /v1/messages, `mock` ones for both.
+   */
+  candidates(group: string, model: string, shape: ApiShape): GatewayChannel[] {
+    const exact = this.index.get(`${shape}\u0000${group}\u0000${model}`) ?? [];
+    const any = this.wildcard.get(`${shape}\u0000${group}`) ?? [];
     if (any.length === 0) return exact;
     return [...new Set([...exact, ...any])];
   }

@@ -49,6 +49,13 @@ export const GATEWAY_ERRORS = {
     anthropicType: 'not_found_error',
     meaning: "no enabled channel serves this model for the token's group",
   },
+  wrong_api_type: {
+    status: 400,
+    type: 'invalid_request_error',
+    anthropicType: 'invalid_request_error',
+    meaning:
+      "the model is served for the token's group only by channels of the other API: OpenAI routes need openai channels, /v1/messages anthropic ones (mock serves both)",
+  },
   invalid_api_key: {
     status: 401,
     type: 'invalid_request_error',

@@ -9,7 +9,7 @@ import { CapacityError, NoChannelError, type Admission, type Ticket } from 'slot
 import type { GatewaySettings } from '../settings.js';
 import type { ChannelRegistry, GatewayChannel } from '../channels.js';
 import type { GatewayConfig } from '../config.js';
-import { HttpError, echo, errorBody, toHttpError, type ApiShape } from '../http-errors.js';
+import { HttpError, errorBody, toHttpError, type ApiShape } from '../http-errors.js';
 import {
   UpstreamConnectError,
   UpstreamTimeoutError,
@@ -18,7 +18,7 @@ import {
 } from '../upstream.js';
 import { DEFAULT_MOCK, mockRespond } from './mock.js';
 import { cooldownDecision } from './rate-limit.js';
-import { parseBody, presentedToken, shapeOf } from './request.js';
+import { parseBody, presentedToken, routeCandidates, shapeOf } from './request.js';
 
 export interface ProxyContext {
   admission: Admission;
@@ -89,10 +89,7 @@ export async function proxyRequest(
   if (!token) throw new HttpError('invalid_api_key', 'missing or invalid API key');
   const { body, json } = parseBody(request.body);
   const model = json.model as string;
-  const candidates = registry.candidates(token.group, model);
-  if (candidates.length === 0) {
-    throw new HttpError('model_not_found', `no channel serves model ${echo(model)} for this API key's group`);
-  }
+  const candidates = routeCandidates(registry, token.group, model, path);
 
   // The client going away aborts waiting and the upstream request.
   const abort = new AbortController();
@@ -103,7 +100,7 @@ export async function proxyRequest(
 
   const config = ctx.config();
   // The channels serving the request under the configuration in force: a retry, and a wait, follow a reload.
-  const inForce = () => ctx.registry().candidates(token.group, model);
+  const inForce = () => ctx.registry().candidates(token.group, model, shape);
   const tried = new Set<string>();
   let attempts = 0;
   let lastUpstream: BufferedAnswer | HttpError | undefined;

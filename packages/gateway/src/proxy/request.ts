@@ -3,7 +3,8 @@
  * the JSON body. The body arrives as raw bytes (one content-type parser for every route) and is forwarded as-is.
  */
 import type { FastifyRequest } from 'fastify';
-import { HttpError, type ApiShape } from '../http-errors.js';
+import type { ChannelRegistry, GatewayChannel } from '../channels.js';
+import { HttpError, echo, type ApiShape } from '../http-errors.js';
 
 /** Whose token a route reads: a client API shape, or the admin API (`Authorization: Bearer` only). */
 export type TokenReader = ApiShape | 'admin';
@@ -12,6 +13,41 @@ const BEARER = /^bearer\s+/i;
 
 export function shapeOf(url: string): ApiShape {
   return url.startsWith('/v1/messages') ? 'anthropic' : 'openai';
+}
+
+/** What each API shape is called in messages, the channel type it needs, and the route a client should use for it. */
+const API: Record<ApiShape, { name: string; channel: string; route: string }> = {
+  openai: {
+    name: 'the OpenAI API',
+    channel: 'an openai',
+    route: 'POST /v1/chat/completions (or another OpenAI route)',
+  },
+  anthropic: { name: 'the Anthropic Messages API', channel: 'an anthropic', route: 'POST /v1/messages' },
+};
+
+/**
+ * The channels a request on `path` may go to: those serving `model` for `group` that speak the route's API. None: 404
+ * `model_not_found`, or 400 `wrong_api_type` when channels of the other API serve the model (the message names the
+ * channel type this route needs and the route to send the request to instead).
+ */
+export function routeCandidates(
+  registry: ChannelRegistry,
+  group: string,
+  model: string,
+  path: string,
+): GatewayChannel[] {
+  const shape = shapeOf(path);
+  const candidates = registry.candidates(group, model, shape);
+  if (candidates.length > 0) return candidates;
+  const other: ApiShape = shape === 'openai' ? 'anthropic' : 'openai';
+  if (registry.candidates(group, model, other).length > 0) {
+    throw new HttpError(
+      'wrong_api_type',
+      `model ${echo(model)} is served for this API key's group only by ${other} channels, and POST ${path} ` +
+        `(${API[shape].name}) needs ${API[shape].channel} channel: send the request to ${API[other].route}`,
+    );
+  }
+  throw new HttpError('model_not_found', `no channel serves model ${echo(model)} for this API key's group`);
 }
 
 /**

@@ -76,7 +76,8 @@ export function nextBatch<C extends Candidate>(
 export const WAIT_QUEUE_TRIES = 3;
 
 /**
- * The queues a waiter tries, emptiest first by the view relative to its size, at most WAIT_QUEUE_TRIES, so concurrent
+ * The queues a waiter tries, emptiest first by the view relative to its size (its `maxWaiting` when set, else its max:
+ * waiters per slot, not per place of the default bound), at most WAIT_QUEUE_TRIES, so concurrent
  * passes spread their waiters instead of filling one queue. Ties keep the pool's order, or a random one when `random`
  * is given (so waiters that see the same loads do not all pick the same queues).
  */
@@ -96,10 +97,30 @@ export function waitQueues<C extends Candidate>(
   return list.sort((a, b) => ratio(a) - ratio(b)).slice(0, WAIT_QUEUE_TRIES);
 }
 
-/** A channel's queue bound: its own maxWaiting, else max_waiting_per_channel when set, else its max concurrency. */
+/** Waiters the default queue bound allows per slot of the channel's max (docs/admission.md, "Queue bound"). */
+export const DEFAULT_WAITERS_PER_SLOT = 8;
+/** The default queue bound's floor, for channels of a small max. */
+export const DEFAULT_WAITERS_FLOOR = 32;
+/** The default queue bound's ceiling: the highest max_waiting_per_channel accepts. */
+export const DEFAULT_WAITERS_CEILING = 10_000;
+
+/** The queue bound of a channel that sets none, with max_waiting_per_channel at 0: max(32, 8 × max), at most 10,000. */
+export function defaultMaxWaiting(maxConcurrency: number): number {
+  return Math.min(
+    DEFAULT_WAITERS_CEILING,
+    Math.max(DEFAULT_WAITERS_FLOOR, DEFAULT_WAITERS_PER_SLOT * maxConcurrency),
+  );
+}
+
+/**
+ * A channel's queue bound: its own maxWaiting, else max_waiting_per_channel when set, else the default
+ * (defaultMaxWaiting: several times its max concurrency, so a burst waits instead of bouncing).
+ */
 export function maxWaitingOf(c: Candidate, settings: Settings): number {
   return (
     c.maxWaiting ??
-    (settings.max_waiting_per_channel > 0 ? settings.max_waiting_per_channel : c.maxConcurrency!)
+    (settings.max_waiting_per_channel > 0
+      ? settings.max_waiting_per_channel
+      : defaultMaxWaiting(c.maxConcurrency!))
   );
 }

@@ -7,7 +7,7 @@ export interface Candidate {
   priority?: number;
   /** Relative share among channels of equal load in one tier; 0 = last resort. @default 1 */
   weight?: number;
-  /** Bound of this channel's wait queue; else the setting max_waiting_per_channel, else maxConcurrency. */
+  /** Bound of this channel's wait queue; else the setting max_waiting_per_channel, else max(32, 8 × maxConcurrency). */
   maxWaiting?: number;
   /** false removes the channel from every candidate set. @default true */
   enabled?: boolean;

@@ -58,7 +58,12 @@ export const ADMISSION_SETTINGS = {
     5000,
     "a waiter's safety poll is 50 × this, within 2–10 s (grants arrive as messages; polls only make good a lost one)",
   ),
-  max_waiting_per_channel: intSetting(0, 0, 10000, "0 = the channel's max_concurrency"),
+  max_waiting_per_channel: intSetting(
+    0,
+    0,
+    10000,
+    "0 = max(32, 8 × the channel's max_concurrency), at most 10000",
+  ),
   cooldown_enabled: boolSetting(
     true,
     'master cooldown switch (off: scripts skip the check, marking is a no-op)',
