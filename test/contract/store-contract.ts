@@ -460,6 +460,28 @@ export function runStoreContract(name: string, make: () => Promise<StoreFixture>
       expect(loads.get('ch-0')!.active).toBe(0);
     });
 
+    it("readHolders counts each channel's live slots by the instance of their tokens, grants included", async () => {
+      // a lease that expires drops out
+      expect(await store.acquireFirst(one('hd', 5), opts('inst-c:1', 300))).toEqual(['acquired']);
+      await f.sleep(600);
+      await fill('hd', 2, 5, 'inst-a');
+      await fill('hd', 1, 5, 'inst:b'); // an instance id may hold a colon: the token's last one splits it
+      // a grant not yet claimed counts for its waiter's instance
+      const [held] = await fill('hg', 1, 1, 'inst-a');
+      expect(await store.enqueue(w('hg', 'inst-w:1', 1), queueOpts(3))).toBe('queued');
+      await store.release({ channelId: 'hg', token: held!, ttlMs: 60_000 });
+      const holders = await store.readHolders(['hd', 'hg', 'none', 'hd']);
+      expect([...holders.keys()]).toEqual(['hd', 'hg', 'none']);
+      expect(Object.fromEntries(holders.get('hd')!)).toEqual({ 'inst-a': 2, 'inst:b': 1 });
+      expect(Object.fromEntries(holders.get('hg')!)).toEqual({ 'inst-w': 1 });
+      expect(holders.get('none')!.size).toBe(0);
+      expect((await store.readHolders([])).size).toBe(0);
+      // one read per channel, under load_read
+      const before = store.commands.load_read;
+      await store.readHolders(['hd', 'hg', 'none']);
+      expect(store.commands.load_read - before).toBe(3);
+    });
+
     it('channel ids with braces, colons and spaces stay separate', async () => {
       const ids = ['a{b}', 'a', 'x:y', 'with space', '%7B'];
       for (const id of ids)
@@ -468,6 +490,8 @@ export function runStoreContract(name: string, make: () => Promise<StoreFixture>
         expect(await store.acquireFirst(one(id, 1), opts(`again:${id}`))).toEqual(['full']);
       const loads = await store.readLoads(ids);
       expect([...loads.values()].map((l) => l.active)).toEqual([1, 1, 1, 1, 1]);
+      const holders = await store.readHolders(ids);
+      expect(ids.map((id) => [...holders.get(id)!.values()])).toEqual(ids.map(() => [1]));
     });
 
     it('counts commands by purpose', async () => {

@@ -2,7 +2,9 @@
  * /dashboard in a real browser (headless Debian Chromium driven by playwright-core) against a listening gateway on
  * the test Redis, under traffic. It asserts what a person sees: the channel rows, "2 / 2" and a full bar while two
  * streams hold a channel's slots (and the bar back at 0 once they end), a cooldown counting down in seconds, the same
- * numbers as GET /admin/channels, admissions/s and Redis commands/s once traffic runs, and this instance in the list.
+ * numbers as GET /admin/channels, admissions/s and Redis commands/s once traffic runs, this instance in the list, the
+ * history charts filling with points, the fleet view of two gateways on one Redis, and on the embedded store the
+ * first render's known figures with the Redis-only cards hidden.
  * A screenshot is kept in test-artifacts/dashboard.png (SLOTGATE_UPDATE_DOCS_SCREENSHOT=1 also writes docs/).
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -85,12 +87,21 @@ afterAll(async () => {
 
 const cleanups = useCleanups();
 
-async function startGateway(url = redisUrl()): Promise<{ gw: Gateway; base: string }> {
-  const prefix = uniquePrefix('dash');
+/** The history sampled every 250 ms over 60 points (a 15 s window), so charts fill while a test runs. */
+const HISTORY = { intervalMs: 250, points: 60 };
+
+/**
+ * A listening gateway on `url`'s Redis (`memory`: the embedded store, no redis section); gateways given the same
+ * prefix on one Redis share their slots.
+ */
+async function startGateway(
+  url = redisUrl(),
+  prefix = uniquePrefix('dash'),
+): Promise<{ gw: Gateway; base: string }> {
   const config = parseConfig(
     {
       server: { host: '127.0.0.1', port: 0, shutdown_timeout_ms: 1000 },
-      redis: { url, prefix, timeout_ms: 300 },
+      ...(url === 'memory' ? {} : { redis: { url, prefix, timeout_ms: 300 } }),
       admin: { token: SECRETS.admin },
       tokens: [{ key: SECRETS.client, name: 'dashboard-test' }],
       channels: CHANNELS,
@@ -99,11 +110,11 @@ async function startGateway(url = redisUrl()): Promise<{ gw: Gateway; base: stri
     'dashboard-test',
     {},
   );
-  const gw = await createGateway({ config, logger: false });
+  const gw = await createGateway({ config, logger: false, history: HISTORY });
   const base = await gw.listen();
   cleanups.push(async () => {
     await gw.close();
-    if (url !== redisUrl()) return; // a private server: its data goes with it
+    if (url !== redisUrl()) return; // the embedded store, or a private server: its data goes with it
     const redis = new Redis(url);
     const keys = await redis.keys(`${prefix}:*`);
     if (keys.length) await redis.del(...keys);
@@ -112,10 +123,14 @@ async function startGateway(url = redisUrl()): Promise<{ gw: Gateway; base: stri
   return { gw, base };
 }
 
-async function openPage(url: string): Promise<{ page: Page; errors: string[] }> {
+async function openPage(
+  url: string,
+  onPage: (page: Page) => Promise<unknown> | void = () => {},
+): Promise<{ page: Page; errors: string[] }> {
   const context = await browser.newContext({ viewport: { width: 1280, height: 860 } });
   cleanups.push(() => context.close());
   const page = await context.newPage();
+  await onPage(page);
   const errors: string[] = [];
   page.on('pageerror', (err) => errors.push(err.message));
   page.on('console', (msg) => {
@@ -201,6 +216,23 @@ function readRows(page: Page): Promise<Row[]> {
         cooldown: cells[4]?.textContent ?? '',
       };
     }),
+  );
+}
+
+/** How many points the chart's lines hold (every polyline matching `selector`). */
+function pointsIn(page: Page, selector: string): Promise<number> {
+  return page.$$eval(selector, (lines) =>
+    lines.reduce(
+      (n, l) => n + (l.getAttribute('points') ?? '').trim().split(/\s+/).filter(Boolean).length,
+      0,
+    ),
+  );
+}
+
+/** The fleet view's row of a channel: instance id → slots shown. */
+function fleetRow(page: Page, channel: string): Promise<Record<string, string>> {
+  return page.$$eval(`#fleet tr[data-fleet-channel="${channel}"] td[data-instance]`, (cells) =>
+    Object.fromEntries(cells.map((td) => [td.getAttribute('data-instance') ?? '', td.textContent ?? ''])),
   );
 }
 
@@ -338,6 +370,28 @@ describe('GET /dashboard in a browser', () => {
     expect(await textOf(page, '#config')).toBe('config v1');
     expect(await textOf(page, '#instances tbody')).toContain(`${status.instance_id} (this)`);
 
+    // The history: points accumulate in every chart (one per 250 ms here); busy's chart shows its 2 slots in use
+    // under its max of 2, the 429 has its line, and the Redis-only cards are there on Redis.
+    await expect
+      .poll(() => pointsIn(page, 'svg[data-chart="admissions"] polyline'), POLL)
+      .toBeGreaterThanOrEqual(20);
+    expect(await pointsIn(page, 'svg[data-chart="rejections"] polyline[data-series="full"]')).toBeGreaterThan(
+      1,
+    );
+    expect(await pointsIn(page, 'svg[data-chart="wait"] polyline')).toBe(0); // waiting is off: no wait ended
+    expect(await pointsIn(page, 'svg[data-chart="commands"] polyline')).toBeGreaterThan(1);
+    await expect
+      .poll(() => textOf(page, '#channel-charts figure[data-channel="busy"] .legend'), POLL)
+      .toMatch(/^in use 2\s*max 2$/);
+    expect(
+      await page.$$eval('#channel-charts figure', (figures) =>
+        figures.map((f) => f.getAttribute('data-channel')),
+      ),
+    ).toEqual(CHANNELS.map((c) => c.id));
+    expect(await page.locator('#cmd-card').isVisible()).toBe(true);
+    expect(await page.locator('#fleet-card').isVisible()).toBe(true);
+    await expect.poll(() => fleetRow(page, 'busy'), POLL).toEqual({ [status.instance_id]: '2' });
+
     await mkdir(`${ROOT}test-artifacts`, { recursive: true });
     await page.screenshot({ path: ARTIFACT, fullPage: true });
     if (process.env.SLOTGATE_UPDATE_DOCS_SCREENSHOT === '1')
@@ -363,6 +417,98 @@ describe('GET /dashboard in a browser', () => {
     expect(errors).toEqual([]);
     expect(gw.admission.stats().leasesLost).toBe(0);
   });
+
+  it(
+    'on the embedded store: known figures on the first render, charts, and no Redis cards',
+    { timeout: 60_000 },
+    async () => {
+      const { base } = await startGateway('memory');
+      // Traffic before the page opens, and a history point after it: the first render has rates to show.
+      for (let i = 0; i < 6; i++) {
+        const res = await fetch(`${base}/v1/chat/completions`, {
+          method: 'POST',
+          headers: CLIENT,
+          body: chatBody('m-steady'),
+        });
+        expect(res.status).toBe(200);
+        await res.arrayBuffer();
+      }
+      await expect
+        .poll(async () => {
+          const res = await fetch(`${base}/admin/history`, { headers: ADMIN });
+          return ((await res.json()) as { admissions_per_s: number[] }).admissions_per_s.length;
+        }, POLL)
+        .toBeGreaterThan(0);
+      // The second refresh's stats read is held until the first render has been read.
+      let statsReads = 0;
+      let release!: () => void;
+      const held = new Promise<void>((resolve) => (release = resolve));
+      const { page, errors } = await openPage(`${base}/dashboard#token=${SECRETS.admin}`, (p) =>
+        p.route('**/admin/stats', async (route) => {
+          if (++statsReads > 1) await held;
+          await route.continue();
+        }),
+      );
+      cleanups.push(release); // (before the context closes)
+      await expect.poll(async () => (await readRows(page)).length, POLL).toBe(CHANNELS.length);
+      const first = {
+        rate: await textOf(page, '#adm-rate'),
+        latency: await textOf(page, '#latency'),
+        ratio: await textOf(page, '#ratio-429'),
+        leases: await textOf(page, '#leases'),
+      };
+      release();
+      expect(first).toEqual({
+        rate: expect.stringMatching(/^[\d.,]+$/),
+        latency: expect.stringMatching(/^≤ [\d.,]+ \/ ≤ [\d.,]+ ms$/),
+        ratio: '0.0 %',
+        leases: '0 / 0',
+      });
+      await expect.poll(() => statsReads, POLL).toBeGreaterThan(2); // the refreshes go on
+      expect(await textOf(page, '#store')).toBe('embedded store');
+      // Cards that need Redis stay hidden: commands/s, the nodes, the fleet view (one instance, in this process).
+      for (const card of ['#cmd-card', '#redis-card', '#fleet-card'])
+        expect(await page.locator(card).isVisible()).toBe(false);
+      await expect
+        .poll(() => pointsIn(page, 'svg[data-chart="admissions"] polyline'), POLL)
+        .toBeGreaterThanOrEqual(3);
+      expect(await page.locator('svg[data-chart="commands"]').count()).toBe(0);
+      expect(await page.locator('#channel-charts figure').count()).toBe(CHANNELS.length);
+      expect(errors).toEqual([]);
+    },
+  );
+
+  it(
+    'the fleet view shows which instance holds which slots when two gateways share a Redis',
+    { timeout: 60_000 },
+    async () => {
+      const server = await RedisServer.start();
+      cleanups.push(() => server.stop());
+      const prefix = uniquePrefix('fleet');
+      const a = await startGateway(server.url, prefix);
+      const b = await startGateway(server.url, prefix);
+      const streams = [await holdStream(a.base, 'm-busy'), await holdStream(b.base, 'm-busy')];
+      cleanups.push(async () => {
+        for (const stop of streams) await stop();
+      });
+      const { page, errors } = await openPage(`${a.base}/dashboard#token=${SECRETS.admin}`);
+      const [idA, idB] = [a.gw.admission.instanceId, b.gw.admission.instanceId];
+      await expect.poll(() => fleetRow(page, 'busy'), POLL).toEqual({ [idA]: '1', [idB]: '1' });
+      expect(await fleetRow(page, 'steady')).toEqual({ [idA]: '0', [idB]: '0' });
+      expect(await textOf(page, '#fleet tr[data-fleet-channel="busy"] td:nth-child(2)')).toBe('2 / 2');
+      const head = await page.$$eval('#fleet thead th', (ths) => ths.map((th) => th.textContent));
+      expect(head.slice(0, 2)).toEqual(['channel', 'in use / max']);
+      expect(head.slice(2).sort()).toEqual([`${idA} (this)`, idB].sort());
+      // unlimited channels hold no slot in the store: not in the fleet view
+      expect(await page.locator('#fleet tr[data-fleet-channel="free"]').count()).toBe(0);
+      expect(await page.locator('#fleet-note').textContent()).toBe('· 2 instances'); // (upper-cased by CSS)
+
+      // One stream ends: its instance's share goes back to 0.
+      await streams.pop()!();
+      await expect.poll(() => fleetRow(page, 'busy'), POLL).toEqual({ [idA]: '1', [idB]: '0' });
+      expect(errors, errors.join('; ')).toEqual([]);
+    },
+  );
 
   it('asks for the admin token, refuses a wrong one and signs in with the right one', async () => {
     const { base } = await startGateway();

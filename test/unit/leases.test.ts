@@ -75,6 +75,7 @@ function stub(overrides: Overrides): SlotStore {
     claim: (l, ttl) => inner.claim(l, ttl),
     queued: (id) => inner.queued(id),
     readLoads: (ids) => inner.readLoads(ids),
+    readHolders: (ids) => inner.readHolders(ids),
     setCooldown: (...a) => inner.setCooldown(...a),
     clearCooldown: (id) => inner.clearCooldown(id),
     readCooldown: (id) => inner.readCooldown(id),

@@ -14,6 +14,7 @@ import type { ChannelRegistry } from './channels.js';
 import type { GatewayConfig } from './config.js';
 import { HttpError, echo, errorBody, toHttpError } from './http-errors.js';
 import { clientErrorHandler, requestId, timeoutOptions } from './http-options.js';
+import type { HistoryOptions } from './history.js';
 import type { GatewayMetrics } from './metrics.js';
 import type { ProxyResult } from './proxy/forward.js';
 import { shapeOf } from './proxy/request.js';
@@ -46,6 +47,8 @@ export interface AppDeps {
   /** pino logger options, or false for none. @default from config.server.log_level */
   logger?: boolean | Record<string, unknown>;
   onResult?: (result: ProxyResult) => void;
+  /** The sampling of the dashboard's history (GET /admin/history). @default every 5 s, 180 points */
+  history?: HistoryOptions;
 }
 
 const REDACT = [

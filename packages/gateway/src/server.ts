@@ -6,6 +6,7 @@ import type { FastifyInstance } from 'fastify';
 import type { Admission, SlotStore } from 'slotgate';
 import { buildApp, closeApp } from './app.js';
 import type { ConfigError, GatewayConfig } from './config.js';
+import type { HistoryOptions } from './history.js';
 import type { ProxyResult } from './proxy/forward.js';
 import { watchConfig, type Reloader } from './reload.js';
 import { GatewayRuntime } from './runtime.js';
@@ -24,6 +25,8 @@ export interface GatewayOptions {
   /** Use this store instead of the one the config describes (tests, embedding). */
   store?: SlotStore;
   onResult?: (result: ProxyResult) => void;
+  /** The sampling of the dashboard's history (GET /admin/history). @default every 5 s, 180 points */
+  history?: HistoryOptions;
 }
 
 export interface Gateway {
@@ -55,6 +58,7 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
     upstream: runtime.upstream,
     logger: options.logger,
     onResult: options.onResult,
+    history: options.history,
   });
   await runtime.start(app.log);
   const reloader: Reloader | undefined = options.configPath

@@ -10,6 +10,7 @@ import type { ChannelRegistry, GatewayChannel } from '../channels.js';
 import type { GatewayConfig } from '../config.js';
 import { HttpError, echo } from '../http-errors.js';
 import { kindOf, parseJson, presentedToken } from '../proxy/request.js';
+import { History, readAdmission, type HistoryOptions } from '../history.js';
 
 export interface AdminContext {
   admission: Admission;
@@ -21,6 +22,8 @@ export interface AdminContext {
   status: () => Promise<Record<string, unknown>>;
   /** Where each setting in force comes from; GET /admin/settings shows it as `source`. */
   settingsSource?: () => Record<string, unknown>;
+  /** The sampling of GET /admin/history (tests shorten it or drive it on a manual clock). @default every 5 s, 180 points */
+  history?: HistoryOptions;
 }
 
 const digest = (s: string) => createHash('sha256').update(s).digest();
@@ -112,7 +115,38 @@ function settingsNotStored(err: unknown): unknown {
   );
 }
 
+/**
+ * GET /admin/fleet: who holds each bounded channel's slots, by instance (one store read per bounded channel, made
+ * only when asked). Unlimited channels hold no slot in the store and are left out.
+ */
+async function fleet(ctx: AdminContext): Promise<Record<string, unknown>> {
+  const bounded = ctx.registry().channels.filter((c) => c.maxConcurrency > 0);
+  const holders = await ctx.admission.readHolders(bounded);
+  return {
+    instance_id: ctx.admission.instanceId,
+    channels: bounded.map((c) => {
+      const byInstance = [...(holders.get(c.id) ?? new Map<string, number>())]
+        .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
+        .map(([instance, slots]) => ({ instance, slots }));
+      return {
+        id: c.id,
+        max_concurrency: c.maxConcurrency,
+        in_use: byInstance.reduce((n, h) => n + h.slots, 0),
+        holders: byInstance,
+      };
+    }),
+  };
+}
+
 export function registerAdminRoutes(app: FastifyInstance, ctx: AdminContext): void {
+  // The history is sampled from the moment the app is ready until it closes, whether or not anyone looks at it.
+  const history: History = new History(
+    () => readAdmission(ctx.admission, ctx.registry().channels, () => history.now()),
+    ctx.history,
+  );
+  app.addHook('onReady', async () => void history.start());
+  app.addHook('onClose', async () => history.stop());
+
   app.register(async (admin) => {
     admin.addHook('onRequest', async (request) => {
       if (!adminAuthorized(request, ctx.config().admin.token)) {
@@ -191,5 +225,9 @@ export function registerAdminRoutes(app: FastifyInstance, ctx: AdminContext): vo
     admin.get('/admin/status', async () => ctx.status());
 
     admin.get('/admin/stats', async () => ctx.admission.stats());
+
+    admin.get('/admin/history', async () => history.toJSON(ctx.registry().channels.map((c) => c.id)));
+
+    admin.get('/admin/fleet', async () => fleet(ctx));
   });
 }

@@ -227,6 +227,19 @@ export class AdmissionEngine implements Admission {
     return this.withUnlimited(channels, loads);
   }
 
+  async readHolders(channels: readonly Candidate[]): Promise<Map<string, Map<string, number>>> {
+    const bounded = channels.filter(isBounded).map((c) => c.id);
+    const holders = bounded.length
+      ? await this.engine.store.readHolders(bounded)
+      : new Map<string, Map<string, number>>();
+    for (const c of channels) {
+      if (isBounded(c)) continue;
+      const active = this.engine.tickets.unlimitedActive.get(c.id) ?? 0;
+      holders.set(c.id, new Map(active > 0 ? [[this.instanceId, active]] : []));
+    }
+    return holders;
+  }
+
   /** Adds the unlimited channels' loads, which live in this process only. */
   private withUnlimited(
     channels: readonly Candidate[],

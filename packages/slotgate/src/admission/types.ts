@@ -104,6 +104,12 @@ export interface Admission {
    * in-memory fallback on store trouble. Free while the cache is warm; for dashboards and metrics.
    */
   viewLoads(channels: readonly Candidate[]): Promise<Map<string, ChannelLoad>>;
+  /**
+   * Who holds each channel's slots across the fleet: instance id → slots held, straight from the store (one read per
+   * bounded channel; for operators' views, never needed to admit). Unlimited channels from this process (this
+   * instance's in-flight tickets). Throws `StoreUnavailableError`.
+   */
+  readHolders(channels: readonly Candidate[]): Promise<Map<string, Map<string, number>>>;
   stats(): AdmissionStats;
   /** Stops renewing and gives back every lease this instance holds (bounded to 5 s). */
   close(): Promise<void>;

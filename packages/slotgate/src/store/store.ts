@@ -213,6 +213,14 @@ export interface SlotStore {
    */
   readLoads(channelIds: readonly string[], opts?: ReadLoadsOptions): Promise<Map<string, ChannelLoad>>;
 
+  /**
+   * Who holds the channels' live slots: per channel, instance id (a lease token's part before its last `:`) → slots
+   * held, grants not yet claimed included; an empty map for a channel nobody holds. One read-only command per
+   * channel on that channel's own key (Cluster-legal), counted under `load_read`. For operators' views (the
+   * gateway's fleet view), never on the admission path.
+   */
+  readHolders(channelIds: readonly string[]): Promise<Map<string, Map<string, number>>>;
+
   setCooldown(channelId: string, ms: number, reason: string): Promise<void>;
   clearCooldown(channelId: string): Promise<void>;
   readCooldown(channelId: string): Promise<CooldownInfo | null>;

@@ -30,6 +30,7 @@ import {
   type WaiterState,
 } from '../store.js';
 import { ExpiringSet } from './expiring-set.js';
+import { holdersOf } from '../holders.js';
 import { LocalPresence, LocalSharedSettings } from './local-fleet.js';
 import { MemoryQueues } from './memory-queues.js';
 
@@ -220,6 +221,13 @@ export class MemoryStore implements SlotStore {
       });
     }
     return loads;
+  }
+
+  async readHolders(channelIds: readonly string[]): Promise<Map<string, Map<string, number>>> {
+    const ids = [...new Set(channelIds)];
+    this.counts.load_read += ids.length;
+    const now = this.clock.now();
+    return new Map(ids.map((id) => [id, holdersOf(this.slots.get(id)?.members.entries() ?? [], now)]));
   }
 
   async setCooldown(channelId: string, ms: number, reason: string): Promise<void> {

@@ -35,6 +35,7 @@ import {
   type WaiterRef,
   type WaiterState,
 } from '../store.js';
+import { countByInstance } from '../holders.js';
 import { AcquireCalls } from './acquire-call.js';
 import type { Deadlines } from './deadlines.js';
 import { Epoch } from './epoch.js';
@@ -282,12 +283,7 @@ export class RedisStore implements SlotStore {
     const flushed = this.topology.flushed();
     if (flushed) await flushed;
     const ids = [...new Set(channelIds)];
-    let seeded = false;
-    if (this.redisClock.unknown) {
-      this.redisClock.learn(await this.run('load_read', 'load_read', 1, () => this.client.time()));
-      this.redisClock.claimRefresh();
-      seeded = true;
-    }
+    const seeded = await this.seedClock();
     const min = `(${this.redisClock.now()}`;
     const withTime = !seeded && this.redisClock.claimRefresh();
     const batches = chunk(ids, BATCH_SIZE);
@@ -299,6 +295,29 @@ export class RedisStore implements SlotStore {
     replies.flatMap((r) => r.loads).forEach((load, i) => loads.set(ids[i]!, load));
     this.queues.noteLoads(loads);
     return loads;
+  }
+
+  /** Before the store's first read of the Redis clock, one TIME (counted under load_read); true when it was sent. */
+  private async seedClock(): Promise<boolean> {
+    if (!this.redisClock.unknown) return false;
+    this.redisClock.learn(await this.run('load_read', 'load_read', 1, () => this.client.time()));
+    this.redisClock.claimRefresh();
+    return true;
+  }
+
+  /**
+   * One ZRANGEBYSCORE per channel on its own slots key (on Cluster each goes to the channel's master), the live
+   * members counted from "now" on the Redis clock as last read, as readLoads counts them.
+   */
+  async readHolders(channelIds: readonly string[]): Promise<Map<string, Map<string, number>>> {
+    const ids = [...new Set(channelIds)];
+    if (ids.length === 0) return new Map();
+    await this.seedClock();
+    const min = `(${this.redisClock.now()}`;
+    const tokens = await this.run('load_read', 'load_read', ids.length, () =>
+      Promise.all(ids.map((id) => this.client.zrangebyscore(this.keys.slots(id), min, '+inf'))),
+    );
+    return new Map(ids.map((id, i) => [id, countByInstance(tokens[i]!)]));
   }
 
   async setCooldown(channelId: string, ms: number, reason: string): Promise<void> {
