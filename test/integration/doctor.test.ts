@@ -6,7 +6,7 @@
  * to a live one leaves exactly its own leases.
  */
 import { describe, expect, it } from 'vitest';
-import { execFile, spawn, type ChildProcess } from 'node:child_process';
+import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
 import { fileURLToPath } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -17,6 +17,7 @@ import { LeaseManager, type LeaseEvent } from '../../packages/slotgate/src/store
 import { RedisStore } from '../../packages/slotgate/src/store/redis/redis-store.js';
 import { redisUrl, uniquePrefix } from '../helpers/redis.js';
 import { useCleanups } from '../helpers/cleanups.js';
+import { runCli } from '../helpers/gw-gateway.js';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const HOLDER = fileURLToPath(new URL('../helpers/lease-holder.ts', import.meta.url));
@@ -70,32 +71,7 @@ async function snapshot(redis: Redis, prefix: string): Promise<Record<string, Ke
   return out;
 }
 
-interface CliResult {
-  code: number;
-  stdout: string;
-  stderr: string;
-}
-
-function cli(...args: string[]): Promise<CliResult> {
-  return new Promise((resolve) => {
-    execFile(
-      process.execPath,
-      [
-        '--conditions=slotgate-source',
-        '--import',
-        'tsx',
-        'packages/gateway/src/cli/main.ts',
-        'doctor',
-        ...args,
-      ],
-      { cwd: ROOT, timeout: 15_000 },
-      (err, stdout, stderr) => {
-        const code = err ? (typeof err.code === 'number' ? err.code : -1) : 0;
-        resolve({ code, stdout, stderr });
-      },
-    );
-  });
-}
+const cli = (...args: string[]) => runCli(['doctor', ...args]);
 
 const sortFindings = (findings: Finding[]) =>
   findings
