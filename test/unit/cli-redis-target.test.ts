@@ -10,7 +10,7 @@ import {
   type RedisFlags,
 } from '../../packages/gateway/src/cli/redis-target.js';
 import { redisUrlProblem, showRedisUrl } from '../../packages/gateway/src/config-redis.js';
-import { ConfigError, parseConfig } from '../../packages/gateway/src/config.js';
+import { parseConfig, type ConfigError } from '../../packages/gateway/src/config.js';
 
 const usage = (flags: RedisFlags, env: NodeJS.ProcessEnv = {}, section?: Record<string, unknown>) => {
   try {
