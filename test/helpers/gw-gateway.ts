@@ -4,7 +4,7 @@
  * "slotgate listening" log line, and kill whatever is still running when a test ends — or when the test process
  * itself exits, so a crashed run leaves no gateway behind.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
+import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -180,4 +180,34 @@ export function logLines(output: string): Array<Record<string, unknown>> {
     }
   }
   return lines;
+}
+
+export interface CliResult {
+  code: number;
+  stdout: string;
+  stderr: string;
+}
+
+/**
+ * One run of the `slotgate` command from source (through tsx, as spawnGateway), to its exit: its exit code (-1 when
+ * it was killed) and output. `env` defaults to cleanEnv(): no Redis of the test process's own.
+ */
+export function runCli(args: readonly string[], env: NodeJS.ProcessEnv = cleanEnv()): Promise<CliResult> {
+  return new Promise((resolve) => {
+    execFile(
+      process.execPath,
+      [
+        '--conditions=slotgate-source',
+        '--import',
+        'tsx',
+        join(ROOT, 'packages/gateway/src/cli/main.ts'),
+        ...args,
+      ],
+      { cwd: ROOT, env, timeout: 20_000 },
+      (err, stdout, stderr) => {
+        const code = err ? (typeof err.code === 'number' ? err.code : -1) : 0;
+        resolve({ code, stdout, stderr });
+      },
+    );
+  });
 }

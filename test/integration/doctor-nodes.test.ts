@@ -3,13 +3,12 @@
  * found from one seed node, by the library and by `--cluster`, `--config` with `redis.cluster`, and `--fix`), and when
  * nothing is under the prefix, a hint naming the prefixes it saw instead. Bad addresses exit 2 without a stack trace.
  */
-import { execFile } from 'node:child_process';
 import { describe, expect, it } from 'vitest';
 import { Redis, type Cluster } from 'ioredis';
 import { checkLeftovers } from '../../packages/slotgate/src/store/redis/doctor.js';
 import { KeyBuilder } from '../../packages/slotgate/src/store/redis/keys.js';
 import { useCleanups } from '../helpers/cleanups.js';
-import { ROOT, cleanEnv, tempDir, writeConfig } from '../helpers/gw-gateway.js';
+import { runCli, tempDir, writeConfig } from '../helpers/gw-gateway.js';
 import { clearCluster, clusterClient, clusterNodes, uniquePrefix } from '../helpers/redis.js';
 import { RedisServer } from '../helpers/redis-server.js';
 
@@ -17,31 +16,8 @@ const cleanups = useCleanups();
 /** A test that runs the CLI several times (each a tsx start of a second or more on a busy machine). */
 const SEVERAL_RUNS = { timeout: 60_000 };
 
-interface CliResult {
-  code: number;
-  stdout: string;
-  stderr: string;
-}
-
 /** `slotgate doctor` with an environment that names no Redis of its own. */
-function doctor(...args: string[]): Promise<CliResult> {
-  return new Promise((resolve) => {
-    execFile(
-      process.execPath,
-      [
-        '--conditions=slotgate-source',
-        '--import',
-        'tsx',
-        'packages/gateway/src/cli/main.ts',
-        'doctor',
-        ...args,
-      ],
-      { cwd: ROOT, env: cleanEnv(), timeout: 20_000 },
-      (err, stdout, stderr) =>
-        resolve({ code: err ? (typeof err.code === 'number' ? err.code : -1) : 0, stdout, stderr }),
-    );
-  });
-}
+const doctor = (...args: string[]) => runCli(['doctor', ...args]);
 
 /** The master (host:port) that owns `key`'s slot. */
 async function ownerOf(client: Cluster, key: string): Promise<string> {

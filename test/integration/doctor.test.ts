@@ -6,7 +6,7 @@
  * to a live one leaves exactly its own leases.
  */
 import { describe, expect, it } from 'vitest';
-import { execFile, spawn, type ChildProcess } from 'node:child_process';
+import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
 import { fileURLToPath } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -17,6 +17,7 @@ import { LeaseManager, type LeaseEvent } from '../../packages/slotgate/src/store
 import { RedisStore } from '../../packages/slotgate/src/store/redis/redis-store.js';
 import { redisUrl, uniquePrefix } from '../helpers/redis.js';
 import { useCleanups } from '../helpers/cleanups.js';
+import { runCli } from '../helpers/gw-gateway.js';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const HOLDER = fileURLToPath(new URL('../helpers/lease-holder.ts', import.meta.url));
@@ -70,32 +71,7 @@ async function snapshot(redis: Redis, prefix: string): Promise<Record<string, Ke
   return out;
 }
 
-interface CliResult {
-  code: number;
-  stdout: string;
-  stderr: string;
-}
-
-function cli(...args: string[]): Promise<CliResult> {
-  return new Promise((resolve) => {
-    execFile(
-      process.execPath,
-      [
-        '--conditions=slotgate-source',
-        '--import',
-        'tsx',
-        'packages/gateway/src/cli/main.ts',
-        'doctor',
-        ...args,
-      ],
-      { cwd: ROOT, timeout: 15_000 },
-      (err, stdout, stderr) => {
-        const code = err ? (typeof err.code === 'number' ? err.code : -1) : 0;
-        resolve({ code, stdout, stderr });
-      },
-    );
-  });
-}
+const cli = (...args: string[]) => runCli(['doctor', ...args]);
 
 const sortFindings = (findings: Finding[]) =>
   findings
@@ -358,6 +334,105 @@ describe('slotgate doctor', () => {
     await leases.renewAll();
     expect(events.filter((e) => e.type === 'lease_lost')).toEqual([]);
     expect((await checkLeftovers(redis, prefix)).findings).toEqual([]);
+  });
+});
+
+describe('slotgate doctor: slots of dead owners', () => {
+  /** A lease holder in its own process: `count` leases on `channel` (max = count), renewed until it is killed. */
+  async function holder(prefix: string, channel: string, ttl: number, count: number): Promise<ChildProcess> {
+    const child = spawn(
+      process.execPath,
+      ['--import', 'tsx', HOLDER, redisUrl(), prefix, channel, String(ttl), String(count)],
+      { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] },
+    );
+    cleanups.push(() => void child.kill('SIGKILL'));
+    await waitForReady(child);
+    return child;
+  }
+
+  /** A heartbeat in the instance list, as the gateway writes it, `ageMs` old on the Redis clock. */
+  async function heartbeat(redis: Redis, prefix: string, id: string, ageMs: number): Promise<void> {
+    const [sec, usec] = await redis.time();
+    const seen = new Date(Number(sec) * 1000 + Math.floor(Number(usec) / 1000) - ageMs).toISOString();
+    const info = { id, host: 'test', pid: 1, started_at: seen, seen_at: seen };
+    await redis.hset(new KeyBuilder(prefix).instances(), id, JSON.stringify(info));
+  }
+
+  it('reports the live slots of an instance whose heartbeat stopped, never a live or unlisted one; --fix releases them to a waiter', async () => {
+    const redis = await client();
+    const prefix = prefixForTest('doctor-dead');
+    const k = new KeyBuilder(prefix);
+    const LONG_TTL = 60_000; // the dead holder's leases stay live for the whole test: only its heartbeat says it died
+    const [dead, live, unlisted] = await Promise.all([
+      holder(prefix, 'ch', LONG_TTL, 2),
+      holder(prefix, 'other', LONG_TTL, 1),
+      holder(prefix, 'third', LONG_TTL, 1), // announces nothing (a library user)
+    ]);
+    await heartbeat(redis, prefix, `holder-${live.pid}`, 0);
+    // the dead one's heartbeat: three missed beats and more (the gateway beats every 5 s)
+    await heartbeat(redis, prefix, `holder-${dead.pid}`, 20_000);
+    dead.kill('SIGKILL');
+    await once(dead, 'exit');
+    // a waiter of a live instance queues behind the full channel
+    const store = new RedisStore({ url: redisUrl(), prefix });
+    cleanups.push(() => store.close());
+    const waiter = { channelId: 'ch', token: `holder-${live.pid}:w`, max: 2 };
+    expect(await store.enqueue(waiter, { maxWaiting: 3, ttlMs: LONG_TTL, leaseTtlMs: LONG_TTL })).toBe(
+      'queued',
+    );
+
+    const found = await cli('--redis', redisUrl(), '--prefix', prefix);
+    expect(found.code, found.stderr).toBe(1);
+    const lines = found.stdout.split('\n').filter((l) => l.includes('DEAD OWNER'));
+    expect(lines, found.stdout).toHaveLength(1);
+    expect(lines[0]).toContain(k.slots('ch'));
+    expect(lines[0]).toMatch(
+      new RegExp(
+        `2 slots of channel "ch" held by instance holder-${dead.pid}, whose heartbeat stopped 2\\d s ago`,
+      ),
+    );
+    const frees = Number(/frees in (\d+) s/.exec(lines[0]!)?.[1]);
+    expect(frees).toBeGreaterThan(0);
+    expect(frees).toBeLessThanOrEqual(LONG_TTL / 1000);
+    expect(found.stdout).not.toContain(`holder-${live.pid}`);
+    expect(found.stdout).not.toContain(`holder-${unlisted.pid}`);
+    expect(await redis.zcard(k.slots('ch'))).toBe(2); // a read-only run released nothing
+
+    const fixed = await cli('--redis', redisUrl(), '--prefix', prefix, '--fix');
+    expect(fixed.code, fixed.stderr).toBe(0);
+    expect(fixed.stdout).toContain('fixed: 2 removal(s) for 1 finding(s)');
+    // the freed slot went to the waiter (a grant for its instance to claim), the other is free
+    expect(await redis.zrange(k.slots('ch'), 0, -1)).toEqual([waiter.token]);
+    expect(await redis.zcard(k.queue('ch'))).toBe(0);
+    // the live and the unlisted holders keep theirs
+    expect(await redis.zrange(k.slots('other'), 0, -1)).toEqual([`holder-${live.pid}:1`]);
+    expect(await redis.zrange(k.slots('third'), 0, -1)).toEqual([`holder-${unlisted.pid}:1`]);
+
+    const again = await cli('--redis', redisUrl(), '--prefix', prefix);
+    expect(again.code, again.stdout).toBe(0);
+    expect(again.stdout).toContain('clean: no leftover keys');
+  });
+
+  it("--fix leaves a dead owner's slot renewed after the report, and an owner heard from again", async () => {
+    const redis = await client();
+    const prefix = prefixForTest('doctor-dead-race');
+    const k = new KeyBuilder(prefix);
+    const [sec] = await redis.time();
+    const now = Number(sec) * 1000;
+    await redis.zadd(k.slots('a'), now + 30_000, 'gone:1', now + 30_000, 'gone:2', now + 30_000, 'back:1');
+    await redis.pexpire(k.slots('a'), 60_000);
+    await heartbeat(redis, prefix, 'gone', 20_000);
+    await heartbeat(redis, prefix, 'back', 20_000);
+    const report = await checkLeftovers(redis, prefix);
+    expect(report.findings.map((f) => [f.kind, f.owner, f.members]).sort()).toEqual([
+      ['dead_owner', 'back', ['back:1']],
+      ['dead_owner', 'gone', ['gone:1', 'gone:2']],
+    ]);
+    // between the report and the fix: one lease renewed (ZADD XX, as renewLeases does), one owner beats again
+    await redis.zadd(k.slots('a'), 'XX', now + 40_000, 'gone:2');
+    await heartbeat(redis, prefix, 'back', 0);
+    expect(await fixFindings(redis, report.findings, prefix)).toBe(1);
+    expect(await redis.zrange(k.slots('a'), 0, -1)).toEqual(['back:1', 'gone:2']);
   });
 });
 

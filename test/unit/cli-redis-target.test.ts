@@ -9,6 +9,8 @@ import {
   withTarget,
   type RedisFlags,
 } from '../../packages/gateway/src/cli/redis-target.js';
+import { redisUrlProblem, showRedisUrl } from '../../packages/gateway/src/config-redis.js';
+import { parseConfig, type ConfigError } from '../../packages/gateway/src/config.js';
 
 const usage = (flags: RedisFlags, env: NodeJS.ProcessEnv = {}, section?: Record<string, unknown>) => {
   try {
@@ -76,5 +78,49 @@ describe('the Redis a command line names', () => {
     expect(message).toBe(
       'REDIS_CLUSTER_NODES: expected host:port (IPv6 in brackets, port 1–65535), got (not shown: it may hold a password)',
     );
+  });
+});
+
+describe('Redis URLs: flags, environment and the config file', () => {
+  it('accepts redis://, rediss://, host:port and a socket path; refuses the rest without echoing a password', () => {
+    for (const url of [
+      'redis://h:6379/0',
+      'rediss://u:pw@h',
+      'localhost:6379',
+      '127.0.0.1',
+      '/run/redis.sock',
+    ])
+      expect(redisUrlProblem(url), url).toBeUndefined();
+    expect(redisUrlProblem('localhost:6399x')).toMatch(/^expected redis:\/\/.*, got "localhost:6399x"$/);
+    expect(redisUrlProblem('http://h:6379')).toContain('got "http://h:6379"');
+    expect(redisUrlProblem('redis://h:0')).toBeDefined();
+    const secret = redisUrlProblem('redis://u:s3cret@h:99999');
+    expect(secret).toContain('(not shown');
+    expect(secret).not.toContain('s3cret');
+    expect(showRedisUrl('redis://u:s3cret@h:6379/2')).toBe('redis://h:6379/2');
+  });
+
+  it('a bad --redis or REDIS_URL is a usage error naming where it came from', () => {
+    expect(usage({ redis: 'localhost:6399x' })).toMatch(/^--redis: expected redis:\/\//);
+    expect(usage({}, { REDIS_URL: 'redis://:pw@h:x' })).toMatch(/^REDIS_URL: expected .*\(not shown/);
+  });
+
+  it("the config file's redis.url is checked once its env: reference is resolved", () => {
+    const problems = (url: string, env: NodeJS.ProcessEnv = {}) => {
+      try {
+        parseConfig({ redis: { url } }, 'test.yaml', env);
+        return [];
+      } catch (err) {
+        return (err as ConfigError).issues;
+      }
+    };
+    expect(problems('redis://h:6379')).toEqual([]);
+    expect(problems('env:R', { R: 'h:6379' })).toEqual([]);
+    expect(problems('env:R', { R: 'redis://u:s3cret@h:nope' })).toEqual([
+      'redis.url: expected redis://[user:password@]host[:port][/db] (or rediss:// for TLS, or host:port), got (not shown: it may hold a password)',
+    ]);
+    expect(problems('env:R')).toEqual([
+      'redis.url: expected the environment variable R to be set (from "env:R"), got nothing',
+    ]);
   });
 });

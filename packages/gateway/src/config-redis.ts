@@ -29,6 +29,36 @@ export function showAddress(text: string): string {
   return text.includes('@') ? ADDRESS_HIDDEN : JSON.stringify(text);
 }
 
+export const REDIS_URL_EXPECTED =
+  'expected redis://[user:password@]host[:port][/db] (or rediss:// for TLS, or host:port)';
+
+/** A Redis URL as ioredis reads it: a bare `host:port` is a redis:// URL; a path is a Unix socket. */
+function parseRedisUrl(url: string): URL | undefined {
+  try {
+    const u = new URL(url.includes('://') ? url : `redis://${url}`);
+    return (u.protocol === 'redis:' || u.protocol === 'rediss:') && u.hostname !== '' && u.port !== '0'
+      ? u
+      : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** A Redis URL as it may be printed: without its user name and password. */
+export function showRedisUrl(url: string): string {
+  const u = url.startsWith('/') ? undefined : parseRedisUrl(url);
+  if (!u) return url.includes('@') ? ADDRESS_HIDDEN : url;
+  u.username = '';
+  u.password = '';
+  return u.toString();
+}
+
+/** Why `url` is not a Redis URL (its password never echoed), or undefined when it is one. */
+export function redisUrlProblem(url: string): string | undefined {
+  if (url.startsWith('/') || parseRedisUrl(url)) return undefined;
+  return `${REDIS_URL_EXPECTED}, got ${url.includes('@') ? ADDRESS_HIDDEN : JSON.stringify(url)}`;
+}
+
 const secret = z.string().min(1);
 const address = z.string().refine(isAddress, ADDRESS_EXPECTED);
 const addresses = z.array(address).min(1);
@@ -104,12 +134,17 @@ export const redisSchema = z
 
 export type RedisConfig = z.infer<typeof redisSchema>;
 
-/** Replaces `env:NAME` in the section's secrets with `resolve` (config.ts). */
+/** Replaces `env:NAME` in the section's secrets with `resolve` (config.ts); a bad URL is one of the `issues`. */
 export function resolveRedisSecrets(
   redis: RedisConfig,
   resolve: (value: string, path: string) => string,
+  issues: string[],
 ): void {
-  if (redis.url !== undefined) redis.url = resolve(redis.url, 'redis.url');
+  if (redis.url !== undefined) {
+    redis.url = resolve(redis.url, 'redis.url');
+    const problem = redis.url.startsWith('env:') ? undefined : redisUrlProblem(redis.url);
+    if (problem) issues.push(`redis.url: ${problem}`);
+  }
   for (const [part, fields] of [
     ['cluster', ['username', 'password']],
     ['sentinel', ['username', 'password', 'sentinel_username', 'sentinel_password']],
@@ -165,4 +200,17 @@ export function redisConnection(redis: RedisConfig): RedisConnection {
     };
   }
   return { url: redis.url! };
+}
+
+/** The Redis a section names, for a log line or a message: never a password. */
+export function describeRedis(redis: RedisConfig): string {
+  if (redis.cluster) {
+    const n = redis.cluster.nodes.length;
+    return `Redis Cluster (${n} seed node${n === 1 ? '' : 's'}: ${redis.cluster.nodes.join(', ')})`;
+  }
+  if (redis.sentinel) {
+    const n = redis.sentinel.sentinels.length;
+    return `Redis Sentinel master "${redis.sentinel.master_name}" (${n} sentinel${n === 1 ? '' : 's'}: ${redis.sentinel.sentinels.join(', ')})`;
+  }
+  return `Redis ${showRedisUrl(redis.url!)}`;
 }

@@ -228,7 +228,7 @@ function resolveSecrets(config: RawConfig, env: NodeJS.ProcessEnv, issues: strin
     }
     return resolved;
   };
-  if (config.redis) resolveRedisSecrets(config.redis, resolve);
+  if (config.redis) resolveRedisSecrets(config.redis, resolve, issues);
   if (config.admin.token) config.admin.token = resolve(config.admin.token, 'admin.token');
   config.tokens.forEach((t, i) => (t.key = resolve(t.key, `tokens[${i}].key`)));
   config.channels.forEach((c, i) => {

@@ -250,16 +250,18 @@ export class GatewayRuntime {
   });
 
   /**
-   * Leaves the instance list, lets `closeHttp` finish the in-flight requests, then closes admission (releasing every
-   * lease), the settings sync, the upstream connections and the store it opened.
+   * Lets `closeHttp` finish the in-flight requests, closes admission (releasing every lease), then leaves the instance
+   * list, and closes the settings sync, the upstream connections and the store it opened. The heartbeat goes on
+   * through the drain: an instance still holding slots stays listed as live, so `slotgate doctor` never calls its
+   * slots a dead owner's (and `--fix` never releases them).
    */
   async close(closeHttp: () => Promise<void>): Promise<void> {
-    clearInterval(this.heartbeat);
-    await settleWithin(this.store.presence.leave(this.self.id), PRESENCE_WAIT_MS).catch(() => {});
     try {
       await closeHttp();
     } finally {
       await this.admission.close();
+      clearInterval(this.heartbeat);
+      await settleWithin(this.store.presence.leave(this.self.id), PRESENCE_WAIT_MS).catch(() => {});
       await this.sync.close();
       await this.upstream.close().catch(() => {});
       if (this.ownsStore) await this.store.close();

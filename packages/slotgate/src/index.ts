@@ -86,6 +86,7 @@ export {
 } from './store/store.js';
 export {
   checkLeftovers,
+  OWNER_DEAD_AFTER_MS,
   formatReport as formatLeftoverReport,
   type DoctorReport,
   type Finding,

@@ -9,7 +9,11 @@ import type { RedisConnection } from '../config-redis.js';
 
 const FAIL_FAST: RedisOptions = { maxRetriesPerRequest: 1, connectTimeout: 3000, retryStrategy: () => null };
 
-export function doctorClient(c: RedisConnection): Redis | Cluster {
+/** The client, and the last connection error it saw (the reason a command then fails with "Connection is closed"). */
+export function doctorClient(c: RedisConnection): {
+  client: Redis | Cluster;
+  lastError: () => Error | undefined;
+} {
   const client = createRedisClient({
     ...(c.url !== undefined && { url: c.url }),
     ...(c.cluster && {
@@ -20,6 +24,7 @@ export function doctorClient(c: RedisConnection): Redis | Cluster {
     }),
     redisOptions: FAIL_FAST,
   });
-  client.on('error', () => {}); // each failed command says why
-  return client;
+  let last: Error | undefined;
+  client.on('error', (err: Error) => (last = err)); // the failed command's message names no cause: this does
+  return { client, lastError: () => last };
 }

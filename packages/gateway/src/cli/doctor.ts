@@ -3,12 +3,11 @@
  * set (`--sentinel --master`), or the Redis of a gateway config file (`--config`); exit 1 when leftover keys are found,
  * 2 when it cannot run.
  */
-import type { Cluster, Redis } from 'ioredis';
 import { checkLeftovers, formatLeftoverReport as formatReport } from 'slotgate';
 import { readFile } from 'node:fs/promises';
 import { parse as parseYaml } from 'yaml';
 import { ConfigError, parseConfig } from '../config.js';
-import { redisConnection, type RedisConfig } from '../config-redis.js';
+import { describeRedis, redisConnection, type RedisConfig } from '../config-redis.js';
 import { doctorClient } from './doctor-client.js';
 import { redisTarget, UsageError, withTarget, type RedisFlags } from './redis-target.js';
 
@@ -68,16 +67,22 @@ export async function doctor(opts: DoctorOptions, env: NodeJS.ProcessEnv = proce
     console.error(`slotgate doctor: ${err.message}`);
     return 2;
   }
-  let client: Redis | Cluster | undefined;
+  const { client, lastError } = doctorClient(redisConnection(redis));
+  let connected = false;
+  client.once('ready', () => (connected = true));
   try {
-    client = doctorClient(redisConnection(redis));
     const report = await checkLeftovers(client, redis.prefix, opts.fix === true);
     console.log(opts.json ? JSON.stringify(report, null, 2) : formatReport(report, opts.fix === true));
     return report.findings.length > 0 && !opts.fix ? 1 : 0;
   } catch (err) {
-    console.error(`slotgate doctor: ${(err as Error).message}`);
+    const cause = lastError();
+    console.error(
+      connected || !cause
+        ? `slotgate doctor: ${(err as Error).message}`
+        : `slotgate doctor: cannot reach ${describeRedis(redis)}: ${cause.message} — check the address and that Redis is running`,
+    );
     return 2;
   } finally {
-    client?.disconnect();
+    client.disconnect();
   }
 }

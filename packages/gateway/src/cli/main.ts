@@ -1,13 +1,29 @@
 #!/usr/bin/env node
-/** The `slotgate` command line: `serve` runs the gateway, `doctor` checks Redis for leftover keys. */
+/**
+ * The `slotgate` command line: `serve` runs the gateway, `doctor` checks Redis for leftover keys and slots held by
+ * dead instances. Exit codes (docs/operations.md): 0 ok, 1 a runtime failure or doctor findings, 2 a usage or config
+ * error, 130 a second SIGINT/SIGTERM cut the drain short.
+ */
+import { readFileSync } from 'node:fs';
 import { Command } from 'commander';
 import { doctor, type DoctorOptions } from './doctor.js';
 import { serve, type ServeOptions } from './serve.js';
 
+/** The gateway package's version (this file is src/cli/ or dist/cli/ in it). */
+const { version } = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as {
+  version: string;
+};
+
 const program = new Command();
 program
   .name('slotgate')
-  .description('Bounded per-channel concurrency for LLM API gateways, shared through Redis');
+  .description('Bounded per-channel concurrency for LLM API gateways, shared through Redis')
+  .version(version, '-V, --version', 'print the version')
+  .addHelpText(
+    'after',
+    '\nExit codes: 0 ok; 1 a runtime failure (cannot listen, Redis unreachable) or doctor findings; ' +
+      '2 a usage or configuration error; 130 a second SIGINT/SIGTERM ended the drain at once.',
+  );
 
 program
   .command('serve')
@@ -27,17 +43,30 @@ program
 
 program
   .command('doctor')
-  .description('list slotgate keys left in Redis with no live owner; exit 1 when there are any')
+  .description(
+    'check Redis for slotgate keys nobody will clean up (expired leases and waiters still stored, keys without ' +
+      'expiry, unknown keys) and for slots held by instances whose heartbeat stopped (dead owner, frees in N s); ' +
+      'exit 1 when there are any, 2 when it cannot run',
+  )
   .option('--redis <url>', 'Redis URL (env REDIS_URL)')
   .option('--cluster <nodes>', 'Redis Cluster seed nodes, host:port[,host:port...] (env REDIS_CLUSTER_NODES)')
   .option('--sentinel <sentinels>', 'Redis Sentinels, host:port[,host:port...] (env REDIS_SENTINELS)')
   .option('--master <name>', 'the primary the sentinels monitor (env REDIS_SENTINEL_MASTER)')
   .option('-c, --config <file>', 'a gateway config file: its redis section (and prefix) unless overridden')
   .option('--prefix <prefix>', "key prefix (default: the config's redis.prefix, else slotgate)")
-  .option('--fix', 'remove exactly what was reported (expired members, keys without expiry, unknown keys)')
+  .option(
+    '--fix',
+    "remove exactly what was reported (expired members, keys without expiry, unknown keys) and release dead owners' slots",
+  )
   .option('--json', 'print the report as JSON')
   .action(async (opts: DoctorOptions) => {
     process.exitCode = await doctor(opts);
   });
 
-await program.parseAsync(process.argv);
+try {
+  await program.parseAsync(process.argv);
+} catch (err) {
+  // one line, no stack: what went wrong is in the message
+  console.error(`slotgate: ${(err as Error).message}`);
+  process.exit(1);
+}

@@ -4,7 +4,7 @@
  * `--master` or REDIS_SENTINEL_MASTER). It replaces the connection of the config file's `redis` section and keeps the
  * rest of that section (prefix, time-outs, the cluster's or sentinels' passwords).
  */
-import { ADDRESS_EXPECTED, isAddress, showAddress } from '../config-redis.js';
+import { ADDRESS_EXPECTED, isAddress, redisUrlProblem, showAddress } from '../config-redis.js';
 
 export interface RedisFlags {
   redis?: string;
@@ -79,12 +79,14 @@ export function redisTarget(flags: RedisFlags, env: NodeJS.ProcessEnv): TargetCh
   if (master?.name === '') throw new UsageError('--master: expected a name, got nothing');
   if (!chosen) return { ...(master && { master }) };
   const [from, value] = chosen;
-  const target: RedisTarget =
-    from === '--redis' || from === 'REDIS_URL'
-      ? { url: value }
-      : from === '--cluster' || from === 'REDIS_CLUSTER_NODES'
-        ? { cluster: addressList(value, from) }
-        : { sentinels: addressList(value, from) };
+  const isUrl = from === '--redis' || from === 'REDIS_URL';
+  const problem = isUrl ? redisUrlProblem(value) : undefined;
+  if (problem) throw new UsageError(`${from}: ${problem}`);
+  const target: RedisTarget = isUrl
+    ? { url: value }
+    : from === '--cluster' || from === 'REDIS_CLUSTER_NODES'
+      ? { cluster: addressList(value, from) }
+      : { sentinels: addressList(value, from) };
   return { target, from, ...(master && { master }) };
 }
 

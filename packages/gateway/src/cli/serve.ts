@@ -7,7 +7,8 @@ import {
   readDemoConfigText,
   type GatewayConfig,
 } from '../config.js';
-import { createGateway } from '../server.js';
+import { describeRedis } from '../config-redis.js';
+import { createGateway, type Gateway } from '../server.js';
 import { redisTarget, UsageError, withTarget, type RedisFlags, type TargetChoice } from './redis-target.js';
 
 export interface ServeOptions extends RedisFlags {
@@ -29,12 +30,45 @@ function withOverrides(
     server: {
       ...config.server,
       ...(opts.host ? { host: opts.host } : {}),
-      ...(opts.port !== undefined ? { port: Number(opts.port) } : {}),
+      ...(opts.port !== undefined ? { port: portOption(opts.port) } : {}),
     },
   };
   const section = withTarget(raw.redis as Record<string, unknown> | undefined, redis);
   if (section) raw.redis = section;
   return parseConfig(raw, source, env);
+}
+
+/** `--port`: an integer 0–65535 (0: any free port); anything else is a usage error, not a config error. */
+function portOption(text: string): number {
+  const port = /^\d{1,5}$/.test(text) ? Number(text) : NaN;
+  if (!(port <= 65535)) {
+    throw new UsageError(
+      `--port must be an integer 1–65535 (or 0 for any free port), got ${JSON.stringify(text)}`,
+    );
+  }
+  return port;
+}
+
+/** Why listening failed, in one line with what to do. */
+function listenProblem(err: NodeJS.ErrnoException, host: string, port: number): string {
+  const where = `${host.includes(':') ? `[${host}]` : host}:${port}`;
+  switch (err.code) {
+    case 'EADDRINUSE':
+      return `cannot listen on ${where}: the address is in use (EADDRINUSE) — stop the process that has it or pick another port with --port`;
+    case 'EACCES':
+      return `cannot listen on ${where}: permission denied (EACCES) — ports below 1024 need privileges; pick another port with --port`;
+    case 'EADDRNOTAVAIL':
+      return `cannot listen on ${where}: no such address on this machine (EADDRNOTAVAIL) — check --host`;
+    default:
+      return `cannot listen on ${where}: ${err.message}`;
+  }
+}
+
+/** The store in force, for the start-up line: never a password. */
+function describeStore(config: GatewayConfig): string {
+  return config.redis
+    ? `${describeRedis(config.redis)}, prefix "${config.redis.prefix}"`
+    : 'embedded in-process store (this instance only)';
 }
 
 export async function serve(opts: ServeOptions, env: NodeJS.ProcessEnv = process.env): Promise<void> {
@@ -64,24 +98,72 @@ export async function serve(opts: ServeOptions, env: NodeJS.ProcessEnv = process
       ? { configPath: path, transformConfig: (next: GatewayConfig) => withOverrides(next, opts, redis, env) }
       : {}),
   });
-  const address = await gateway.listen();
+  const { host, port } = config.server;
+  let address: string;
+  try {
+    address = await gateway.listen();
+  } catch (err) {
+    console.error(`slotgate serve: ${listenProblem(err as NodeJS.ErrnoException, host, port)}`);
+    // nothing stays behind: the instance leaves the instance list and the store closes
+    await gateway.close().catch(() => {});
+    process.exit(1);
+  }
   gateway.app.log.info(
-    { address, store: gateway.store.kind, channels: config.channels.length, config: config.source },
-    `slotgate listening on ${address}`,
+    {
+      address,
+      dashboard: `${address}/dashboard`,
+      store: gateway.store.kind,
+      store_in_use: describeStore(config),
+      channels: config.channels.length,
+      config: config.source,
+    },
+    `slotgate listening on ${address} — dashboard ${address}/dashboard — store: ${describeStore(config)}`,
   );
+  if (config.redis) {
+    const health = await gateway.store.health();
+    if (!health.healthy)
+      gateway.app.log.error(
+        { store_in_use: describeStore(config), err: health.error },
+        `cannot reach ${describeRedis(config.redis)}: ${health.error ?? 'no answer'} — store_failure_mode ${config.redis.store_failure_mode} applies until it answers; check the address and that Redis is running`,
+      );
+  }
   if (config.tokens.length === 0)
     gateway.app.log.warn('no client tokens configured: every caller is accepted in group "default"');
   if (!config.admin.token) gateway.app.log.warn('no admin token configured: the admin API is disabled');
+  stopOnSignals(gateway);
+}
 
+/** Exit code when a second SIGINT/SIGTERM cuts the drain short (docs/operations.md). */
+export const EXIT_INTERRUPTED = 130;
+
+/**
+ * SIGTERM or SIGINT: drain (finish in-flight requests up to shutdown_timeout_ms, release every lease), log "shutdown
+ * complete", exit 0. A second one during the drain exits at once with EXIT_INTERRUPTED: the requests still running are
+ * cut off and their leases expire after one lease TTL. SIGHUP reloads the config file.
+ */
+function stopOnSignals(gateway: Gateway): void {
   let stopping = false;
   const stop = (signal: string) => {
-    if (stopping) return;
+    const log = gateway.app.log;
+    if (stopping) {
+      log.warn(
+        { signal },
+        'second signal: stopping now; requests still in flight are cut off, their leases expire after one lease TTL',
+      );
+      process.exit(EXIT_INTERRUPTED);
+    }
     stopping = true;
-    gateway.app.log.info({ signal }, 'shutting down: finishing in-flight requests');
+    log.info(
+      { signal, shutdown_timeout_ms: gateway.config.server.shutdown_timeout_ms },
+      `shutting down: finishing in-flight requests (send ${signal} again to stop at once)`,
+    );
     gateway.close().then(
-      () => process.exit(0),
+      () => {
+        log.info('shutdown complete');
+        process.exit(0);
+      },
       (err: unknown) => {
-        gateway.app.log.error({ err }, 'shutdown failed');
+        log.error({ err }, 'shutdown failed');
         process.exit(1);
       },
     );

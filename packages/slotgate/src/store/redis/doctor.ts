@@ -5,18 +5,33 @@
  * was reported (expired members, not the live ones next to them), and only while it is still in the state reported:
  * each removal is one small script that re-checks first, so a lease renewed meanwhile is never taken away.
  *
+ * Slots held by a dead owner: a live lease (its expiry still ahead) whose token names an instance (`<instanceId>:<seq>`)
+ * that the instance list (`<prefix>:v1:instances`) holds with a heartbeat older than OWNER_DEAD_AFTER_MS on the Redis
+ * clock. An instance absent from the list is never called dead (a library user announces no heartbeat; a gateway's
+ * first one may not have landed yet). A fix releases such a slot only while its lease still has the expiry reported
+ * (a renewal means the owner lives), and passes it to the channel's oldest waiter as a release does.
+ *
  * Keys of another schema version (`<prefix>:v2:...`) and keys that look like another deployment's (prefix
  * `<prefix>:<more>`, e.g. `slotgate:staging:v1:...`) are listed as notes and never touched.
  */
 import type { Cluster, Redis } from 'ioredis';
 import { chunk } from '../../core/collections.js';
+import { instanceOfToken } from '../../core/ids.js';
 import { KeyBuilder, SCHEMA_VERSION } from './keys.js';
 import { redisMs } from './redis-time.js';
 import { isCluster } from './topology.js';
 import { SCRIPTS } from './scripts.js';
+import { DEFAULT_CLAIM_MS, DEFAULT_LEASE_TTL_MS } from './queues.js';
 
 export type FindingKind =
-  'expired_members' | 'no_expiry' | 'cooldown_without_ttl' | 'wrong_type' | 'unknown_key';
+  'expired_members' | 'no_expiry' | 'cooldown_without_ttl' | 'wrong_type' | 'unknown_key' | 'dead_owner';
+
+/**
+ * An instance whose heartbeat (every 5 s in the gateway) is older than this is dead: three missed heartbeats, the
+ * age at which the gateway's instance list drops it too. The heartbeat's time is the instance's clock, compared with
+ * the Redis clock: clocks apart by more than a few seconds make this check unreliable.
+ */
+export const OWNER_DEAD_AFTER_MS = 15_000;
 
 export interface Finding {
   key: string;
@@ -26,6 +41,13 @@ export interface Finding {
   members?: string[];
   /** The Redis type found (for wrong_type and unknown_key): a fix deletes the key only while it still has it. */
   type?: string;
+  /** dead_owner: the instance holding the slots, its last heartbeat's age, and when its last lease expires by itself. */
+  owner?: string;
+  silentMs?: number;
+  freesInMs?: number;
+  /** dead_owner: the channel, and each member's expiry score as reported (a fix releases only while unchanged). */
+  channelId?: string;
+  scores?: number[];
 }
 
 export interface DoctorReport {
@@ -108,6 +130,62 @@ async function redisNow(client: Redis | Cluster): Promise<number> {
   return redisMs(await client.time());
 }
 
+/** The age of each instance's last heartbeat (ms, against `now`), from the instance list. */
+async function heartbeatAges(
+  client: Redis | Cluster,
+  keys: KeyBuilder,
+  now: number,
+): Promise<Map<string, number>> {
+  const ages = new Map<string, number>();
+  for (const [id, value] of Object.entries(await client.hgetall(keys.instances()))) {
+    try {
+      const seen = Date.parse((JSON.parse(value) as { seen_at?: string }).seen_at ?? '');
+      if (Number.isFinite(seen)) ages.set(id, now - seen);
+    } catch {
+      // an entry that is not a heartbeat says nothing about its instance
+    }
+  }
+  return ages;
+}
+
+/** The live leases of one slots key held by dead owners: one finding per owner. */
+async function deadOwners(
+  client: Redis | Cluster,
+  key: string,
+  channelId: string,
+  now: number,
+  ages: ReadonlyMap<string, number>,
+): Promise<Finding[]> {
+  const live = await client.zrangebyscore(key, `(${now}`, '+inf', 'WITHSCORES');
+  const byOwner = new Map<string, { members: string[]; scores: number[] }>();
+  for (let i = 0; i < live.length; i += 2) {
+    const owner = instanceOfToken(live[i]!);
+    if (!((ages.get(owner) ?? -Infinity) > OWNER_DEAD_AFTER_MS)) continue;
+    const held = byOwner.get(owner) ?? { members: [], scores: [] };
+    held.members.push(live[i]!);
+    held.scores.push(Number(live[i + 1]));
+    byOwner.set(owner, held);
+  }
+  return [...byOwner].map(([owner, { members, scores }]) => {
+    const silentMs = ages.get(owner)!;
+    const freesInMs = Math.max(...scores) - now;
+    const n = members.length;
+    return {
+      key,
+      kind: 'dead_owner',
+      detail:
+        `${n} slot${n > 1 ? 's' : ''} of channel "${channelId}" held by instance ${owner}, whose heartbeat stopped ` +
+        `${Math.round(silentMs / 1000)} s ago (dead owner): frees in ${Math.ceil(freesInMs / 1000)} s by itself`,
+      members,
+      owner,
+      silentMs,
+      freesInMs,
+      channelId,
+      scores,
+    };
+  });
+}
+
 async function pushUnknown(client: Redis | Cluster, findings: Finding[], key: string): Promise<void> {
   const type = await client.type(key);
   if (type !== 'none')
@@ -124,6 +202,9 @@ export async function checkLeftovers(
   const now = await redisNow(client);
   const nodes = nodesOf(client);
   const all = await scanAll(nodes, `${globEscape(prefix)}:*`);
+  const ages = all.includes(keys.instances())
+    ? await heartbeatAges(client, keys, now)
+    : new Map<string, number>();
   const findings: Finding[] = [];
   const otherVersions: string[] = [];
   const otherPrefixes: string[] = [];
@@ -166,6 +247,7 @@ export async function checkLeftovers(
         findings.push({ key, kind: 'cooldown_without_ttl', detail: 'a cooldown that never ends' });
       continue;
     }
+    if (shape.kind === 'slots') findings.push(...(await deadOwners(client, key, shape.channelId, now, ages)));
     const expired = await client.zrangebyscore(key, '-inf', now);
     if (expired.length > 0) {
       const what = shape.kind === 'slots' ? 'lease' : 'waiter registration';
@@ -180,7 +262,7 @@ export async function checkLeftovers(
       findings.push({ key, kind: 'no_expiry', detail: 'a slots/waiters key without an expiry' });
   }
 
-  if (fix) fixed = await fixFindings(client, findings);
+  if (fix) fixed = await fixFindings(client, findings, prefix);
   return {
     prefix,
     nodes: nodes.length,
@@ -197,10 +279,32 @@ export async function checkLeftovers(
  * Undoes the findings that still stand, each in one script call that checks first (lua/fixLeftover-2.lua); returns
  * the number of removals and expiries set.
  */
-export async function fixFindings(client: Redis | Cluster, findings: readonly Finding[]): Promise<number> {
+export async function fixFindings(
+  client: Redis | Cluster,
+  findings: readonly Finding[],
+  prefix = 'slotgate',
+): Promise<number> {
+  const keys = new KeyBuilder(prefix);
   let fixed = 0;
-  for (const f of findings) fixed += await fixOne(client, f);
+  for (const f of findings)
+    fixed += f.kind === 'dead_owner' ? await releaseDead(client, keys, f) : await fixOne(client, f);
   return fixed;
+}
+
+/**
+ * Releases a dead owner's slots (lua/releaseDeadOwner-3.lua) after reading its heartbeat once more: an owner heard from
+ * since the report keeps them. Each slot goes only while its lease still has the expiry reported.
+ */
+async function releaseDead(client: Redis | Cluster, keys: KeyBuilder, f: Finding): Promise<number> {
+  const ages = await heartbeatAges(client, keys, await redisNow(client));
+  if (!((ages.get(f.owner!) ?? -Infinity) > OWNER_DEAD_AFTER_MS)) return 0;
+  const id = f.channelId!;
+  const pairs = f.members!.flatMap((m, i) => [m, f.scores![i]!]);
+  return SCRIPTS.releaseDeadOwner.call(
+    client,
+    [keys.slots(id), keys.waiters(id), keys.queue(id)],
+    [DEFAULT_CLAIM_MS, DEFAULT_LEASE_TTL_MS, keys.grants(), id, ...pairs],
+  );
 }
 
 /** Expired members removed per script call, so one huge set never blocks Redis for long. */
@@ -228,7 +332,10 @@ export function formatReport(report: DoctorReport, fix: boolean): string {
       '  hint: no key under this prefix, nor a key of another slotgate prefix among those seen (is this the right Redis?)',
     );
   }
-  for (const f of report.findings) lines.push(`  LEFTOVER ${f.kind.padEnd(20)} ${f.key}  — ${f.detail}`);
+  for (const f of report.findings)
+    lines.push(
+      `  ${f.kind === 'dead_owner' ? 'DEAD OWNER' : 'LEFTOVER'} ${f.kind.padEnd(20)} ${f.key}  — ${f.detail}`,
+    );
   for (const key of report.otherVersions)
     lines.push(`  note: ${key} belongs to another schema version; left alone`);
   for (const key of report.otherPrefixes)
@@ -239,7 +346,10 @@ export function formatReport(report: DoctorReport, fix: boolean): string {
     lines.push(
       fix
         ? `fixed: ${report.fixed} removal(s) for ${report.findings.length} finding(s)`
-        : `${report.findings.length} finding(s); run again with --fix to remove exactly these`,
+        : `${report.findings.length} finding(s); run again with --fix to remove exactly these` +
+            (report.findings.some((f) => f.kind === 'dead_owner')
+              ? " (and release the dead owners' slots)"
+              : ''),
     );
   }
   return lines.join('\n');

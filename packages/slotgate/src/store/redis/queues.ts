@@ -35,7 +35,10 @@ export interface RedisQueuesDeps {
 }
 
 /** A lease TTL for keys a grant touches when the caller gave none (it only ever extends a key's expiry). */
-const DEFAULT_LEASE_TTL_MS = 60_000;
+export const DEFAULT_LEASE_TTL_MS = 60_000;
+
+/** How long a grant waits for its instance to claim it, when the store's options name no other. */
+export const DEFAULT_CLAIM_MS = 5000;
 
 /** The member of a waiter in a queue: its max and its token. */
 const memberOf = (w: WaiterRef) => `${w.max}|${w.token}`;

@@ -43,7 +43,7 @@ import { KeyBuilder } from './keys.js';
 import { nodeHealth, ping, topologyKindOf, type NodeHealth, type TopologyKind } from './nodes.js';
 import { runLeaseBatch } from './lease-batches.js';
 import { RedisPresence } from './presence.js';
-import { RedisQueues } from './queues.js';
+import { DEFAULT_CLAIM_MS, RedisQueues } from './queues.js';
 import { RedisClock } from './redis-time.js';
 import { SCRIPTS, defineScripts } from './scripts.js';
 import { RedisSharedSettings } from './shared-settings.js';
@@ -112,7 +112,7 @@ export class RedisStore implements SlotStore {
     this.deadlines = deadlinesFor(this.client, this.clock, options.timeoutMs ?? 1000);
     this.redisClock = new RedisClock(this.clock);
     defineScripts(this.client);
-    const claimMs = options.claimMs ?? 5000;
+    const claimMs = options.claimMs ?? DEFAULT_CLAIM_MS;
     this.queues = new RedisQueues({
       client: this.client,
       keys: this.keys,

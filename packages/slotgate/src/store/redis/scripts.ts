@@ -171,6 +171,8 @@ export const SCRIPTS = {
   }),
   /** See lua/fixLeftover-2.lua: removals made (an expiry set counts as one). */
   fixLeftover: new Script('fixLeftover-2', Number),
+  /** See lua/releaseDeadOwner-3.lua: the slots released. */
+  releaseDeadOwner: new Script('releaseDeadOwner-3', Number),
 } as const;
 
 /**
