@@ -1,0 +1,147 @@
+/**
+ * The gateway's logs: the pino options (JSON lines, or pino-pretty's colored lines when stdout is a terminal) and the
+ * one access line each request gets when its response has ended — streams included, once they end or the client
+ * leaves. Fastify's own two lines per request are off. A client API request logs at info with what the proxy learnt
+ * (token name, model, channel, admission wait, upstream status, retries, outcome); every other route (the dashboard's
+ * polling of /admin/*, /metrics, the probes) logs at debug, except admin writes. docs/operations.md lists the fields.
+ */
+import { createRequire } from 'node:module';
+import type { Writable } from 'node:stream';
+import type { FastifyReply, FastifyRequest } from 'fastify';
+import type { Logger } from 'pino';
+import { CapacityError } from 'slotgate';
+import type { GatewayConfig } from './config.js';
+
+/** What the proxy learnt about a client API request, filled in as it goes; written out by the access line. */
+export interface AccessRecord {
+  /** The client token's configured name (never its key). */
+  token: string | undefined;
+  model: string | undefined;
+  /** The channel whose answer the client got (the last one tried when slotgate answered itself). */
+  channel: string | undefined;
+  /** Time spent waiting for admission, summed over the attempts. */
+  waitMs: number;
+  /** The status of the upstream answer passed on, or of the last one seen. */
+  upstreamStatus: number | undefined;
+  /** Upstream calls made (0 when the request was refused before any). */
+  attempts: number;
+  /** slotgate's own error code when it answered itself (e.g. `channel_capacity_exhausted`). */
+  error: string | undefined;
+}
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    /** Set by the proxy for client API requests; null for every other route. */
+    access: AccessRecord | null;
+  }
+}
+
+export function newAccessRecord(): AccessRecord {
+  return {
+    token: undefined,
+    model: undefined,
+    channel: undefined,
+    waitMs: 0,
+    upstreamStatus: undefined,
+    attempts: 0,
+    error: undefined,
+  };
+}
+
+export type LogFormat = GatewayConfig['server']['log_format'];
+
+const REDACT = [
+  'req.headers.authorization',
+  'req.headers["x-api-key"]',
+  'headers.authorization',
+  'headers["x-api-key"]',
+];
+
+/** `auto`: pretty on a terminal, JSON otherwise (a pipe, a file, a container's log collector). */
+export function prettyLogs(format: LogFormat, isTTY = process.stdout.isTTY === true): boolean {
+  return format === 'pretty' || (format === 'auto' && isTTY);
+}
+
+/** pino-pretty as a synchronous destination on stdout, loaded only when used (it is not needed for JSON). */
+function prettyStream(): Writable {
+  const require = createRequire(import.meta.url);
+  const pretty = require('pino-pretty') as (options: Record<string, unknown>) => Writable;
+  // synchronous, so the lines written right before process.exit (the shutdown) are not lost
+  return pretty({ sync: true, translateTime: 'SYS:HH:MM:ss.l', ignore: 'pid,hostname' });
+}
+
+/**
+ * Fastify's `logger` option: false for none; otherwise the configured level, the redaction of credential headers,
+ * and pino-pretty when the format asks for it and the caller gave no stream of its own. `given` (the caller's pino
+ * options) wins over the rest.
+ */
+export function loggerOptions(
+  server: Pick<GatewayConfig['server'], 'log_level' | 'log_format'>,
+  given: boolean | Record<string, unknown> | undefined,
+): false | Record<string, unknown> {
+  if (given === false) return false;
+  const options = typeof given === 'object' ? given : {};
+  const stream = options.stream === undefined && prettyLogs(server.log_format) ? prettyStream() : undefined;
+  return {
+    level: server.log_level,
+    redact: { paths: REDACT, censor: '[redacted]' },
+    ...(stream ? { stream } : {}),
+    ...options,
+  };
+}
+
+/** Longest model name an access line carries (the client chooses it). */
+const MODEL_MAX_CHARS = 200;
+
+/** Client API routes log at info; so do admin writes. Reads of the admin API, /metrics and probes log at debug. */
+function accessLevel(request: FastifyRequest): 'info' | 'debug' {
+  if (request.url.startsWith('/v1/')) return 'info';
+  return request.method === 'GET' || request.method === 'HEAD' ? 'debug' : 'info';
+}
+
+/**
+ * `client_closed` when the connection closed before the response ended; else slotgate's error code when it answered
+ * itself, `upstream_error` when it passed on an upstream error status, `ok` otherwise.
+ */
+function outcomeOf(a: AccessRecord | null, reply: FastifyReply): string {
+  if (!reply.raw.writableFinished) return 'client_closed';
+  if (a?.error) return a.error;
+  if (a?.upstreamStatus !== undefined && a.upstreamStatus >= 400) return 'upstream_error';
+  return reply.statusCode >= 400 ? 'error' : 'ok';
+}
+
+/**
+ * The request's one access line, written when its response has ended or its connection closed first. The request
+ * id comes from the request's logger (`reqId`). Client API requests carry every field, null where it does not apply.
+ */
+export function logAccess(request: FastifyRequest, reply: FastifyReply): void {
+  const level = accessLevel(request);
+  // the logger is pino's (Fastify's type leaves isLevelEnabled out)
+  if (!(request.log as unknown as Logger).isLevelEnabled(level)) return;
+  const a = request.access;
+  const line: Record<string, unknown> = {
+    method: request.method,
+    path: request.url.split('?', 1)[0],
+    status: reply.statusCode,
+  };
+  if (level === 'info' && request.url.startsWith('/v1/')) {
+    line.token = a?.token ?? null;
+    line.model = a?.model === undefined ? null : a.model.slice(0, MODEL_MAX_CHARS);
+    line.channel = a?.channel ?? null;
+    line.wait_ms = Math.round(a?.waitMs ?? 0);
+    line.upstream_status = a?.upstreamStatus ?? null;
+    line.retries = Math.max(0, (a?.attempts ?? 0) - 1);
+  }
+  line.duration_ms = Math.round(reply.elapsedTime);
+  line.outcome = outcomeOf(a, reply);
+  request.log[level](line, 'access');
+}
+
+/**
+ * Records slotgate's own error answer for the access line: its error code, or for a 429 the admission outcome that
+ * says why (`capacity_full`, `capacity_queue_full`, `capacity_wait_timeout`).
+ */
+export function noteError(request: FastifyRequest, code: string, cause?: unknown): void {
+  (request.access ??= newAccessRecord()).error =
+    cause instanceof CapacityError ? `capacity_${cause.reason}` : code;
+}
