@@ -4,6 +4,7 @@
  * it through `app.inject()` on a MemoryStore.
  */
 import Fastify, {
+  LogController,
   type FastifyError,
   type FastifyInstance,
   type FastifyReply,
@@ -99,7 +100,7 @@ export function buildApp(deps: AppDeps): FastifyInstance {
   const app: FastifyInstance = Fastify({
     logger,
     // one access line of our own per request (logging.ts) instead of Fastify's two
-    disableRequestLogging: true,
+    logController: new LogController({ disableRequestLogging: true }),
     bodyLimit,
     requestIdHeader: false,
     genReqId: requestId,

@@ -104,7 +104,7 @@ function accessLevel(request: FastifyRequest): 'info' | 'debug' {
  * itself, `upstream_error` when it passed on an upstream error status, `ok` otherwise.
  */
 function outcomeOf(a: AccessRecord | null, reply: FastifyReply): string {
-  if (!reply.raw.writableFinished) return 'client_closed';
+  if (!reply.raw.writableEnded) return 'client_closed';
   if (a?.error) return a.error;
   if (a?.upstreamStatus !== undefined && a.upstreamStatus >= 400) return 'upstream_error';
   return reply.statusCode >= 400 ? 'error' : 'ok';
