@@ -7,7 +7,8 @@
 import { createRequire } from 'node:module';
 import { Writable } from 'node:stream';
 import { describe, expect, it } from 'vitest';
-import { loggerOptions, prettyLogs } from '../../packages/gateway/src/logging.js';
+import pino from 'pino';
+import { loggerOptions, prettyLogs, prettyStream } from '../../packages/gateway/src/logging.js';
 import { ADMIN_TOKEN, TOKEN, admin, openai, post, testApp } from '../helpers/app.js';
 
 interface Line {
@@ -221,5 +222,37 @@ describe('the log format', () => {
     expect(options).toMatchObject({ level: 'warn' });
     expect((options as { stream?: unknown }).stream).toBeInstanceOf(Writable);
     expect(pretty().length).toBeGreaterThan(0);
+  });
+
+  it('pretty: an access line on one line, every other line as pino-pretty shows it', () => {
+    const written: string[] = [];
+    const log = pino(
+      { level: 'info' },
+      prettyStream((text) => written.push(text)),
+    );
+    log.child({ reqId: 'r-1' }).info(
+      {
+        method: 'POST',
+        path: '/v1/chat/completions',
+        status: 200,
+        token: 'team-a',
+        model: 'gpt-4o',
+        channel: 'openai-main',
+        wait_ms: 120,
+        upstream_status: 200,
+        retries: 1,
+        duration_ms: 2310,
+        outcome: 'ok',
+      },
+      'access',
+    );
+    log.warn({ channel: 'openai-main', seconds: 30 }, 'channel cooling down');
+    // eslint-disable-next-line no-control-regex
+    const plain = written.map((w) => w.replace(/\x1b\[[0-9;]*m/g, ''));
+    expect(plain).toHaveLength(2);
+    expect(plain[0]).toMatch(
+      /^\[[\d:.]+\] INFO: POST \/v1\/chat\/completions 200 2310 ms gpt-4o → openai-main wait 120 ms retries 1 ok token=team-a \[r-1\]\n$/,
+    );
+    expect(plain[1]).toMatch(/WARN: channel cooling down\n\s+channel: "openai-main"\n\s+seconds: 30\n$/);
   });
 });

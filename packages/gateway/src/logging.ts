@@ -5,8 +5,9 @@
  * (token name, model, channel, admission wait, upstream status, retries, outcome); every other route (the dashboard's
  * polling of /admin/*, /metrics, the probes) logs at debug, except admin writes. docs/operations.md lists the fields.
  */
+import { writeSync } from 'node:fs';
 import { createRequire } from 'node:module';
-import type { Writable } from 'node:stream';
+import { Writable } from 'node:stream';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { Logger } from 'pino';
 import { CapacityError } from 'slotgate';
@@ -62,12 +63,48 @@ export function prettyLogs(format: LogFormat, isTTY = process.stdout.isTTY === t
   return format === 'pretty' || (format === 'auto' && isTTY);
 }
 
-/** pino-pretty as a synchronous destination on stdout, loaded only when used (it is not needed for JSON). */
-function prettyStream(): Writable {
+type Prettifier = (line: string) => string;
+
+/**
+ * An access line on a terminal: one line, `POST /v1/chat/completions 200 2310 ms gpt-4o-mini → openai-main wait 120 ms
+ * ok token=team-a [reqId]` (the retries and upstream status when they say something), instead of a field per line.
+ */
+export function accessSummary(log: Record<string, unknown>): string {
+  const parts = [
+    `${String(log.method)} ${String(log.path)} ${String(log.status)} ${String(log.duration_ms)} ms`,
+  ];
+  if ('model' in log) {
+    parts.push(`${String(log.model ?? '-')} → ${String(log.channel ?? '-')}`);
+    if (Number(log.wait_ms) > 0) parts.push(`wait ${String(log.wait_ms)} ms`);
+    if (Number(log.retries) > 0) parts.push(`retries ${String(log.retries)}`);
+    if (log.upstream_status !== null && log.upstream_status !== log.status)
+      parts.push(`upstream ${String(log.upstream_status)}`);
+  }
+  parts.push(String(log.outcome));
+  if (log.token) parts.push(`token=${String(log.token)}`);
+  parts.push(`[${String(log.reqId)}]`);
+  return parts.join(' ');
+}
+
+/**
+ * pino-pretty's formatting, written synchronously to stdout (so the lines written right before process.exit, at
+ * shutdown, are not lost); access lines on one line each. Loaded only when used: JSON output never needs it.
+ */
+export function prettyStream(out: (text: string) => void = (text) => writeSync(1, text)): Writable {
   const require = createRequire(import.meta.url);
-  const pretty = require('pino-pretty') as (options: Record<string, unknown>) => Writable;
-  // synchronous, so the lines written right before process.exit (the shutdown) are not lost
-  return pretty({ sync: true, translateTime: 'SYS:HH:MM:ss.l', ignore: 'pid,hostname' });
+  const { prettyFactory } = require('pino-pretty') as {
+    prettyFactory: (options: Record<string, unknown>) => Prettifier;
+  };
+  const options = { translateTime: 'SYS:HH:MM:ss.l', ignore: 'pid,hostname' };
+  const pretty = prettyFactory(options);
+  const access = prettyFactory({ ...options, hideObject: true, messageFormat: accessSummary });
+  return new Writable({
+    write(chunk: Buffer | string, _encoding, callback) {
+      const line = chunk.toString();
+      out((line.includes('"msg":"access"') ? access : pretty)(line));
+      callback();
+    },
+  });
 }
 
 /**
