@@ -247,12 +247,19 @@ describe('the log format', () => {
       'access',
     );
     log.warn({ channel: 'openai-main', seconds: 30 }, 'channel cooling down');
+    // a client's model name cannot put an escape sequence on the operator's terminal
+    log.info(
+      { method: 'POST', path: '/v1/x', status: 404, model: 'a\u001b[2Jb', outcome: 'not_found' },
+      'access',
+    );
     // eslint-disable-next-line no-control-regex
     const plain = written.map((w) => w.replace(/\x1b\[[0-9;]*m/g, ''));
-    expect(plain).toHaveLength(2);
+    expect(plain).toHaveLength(3);
     expect(plain[0]).toMatch(
       /^\[[\d:.]+\] INFO: POST \/v1\/chat\/completions 200 2310 ms gpt-4o → openai-main wait 120 ms retries 1 ok token=team-a \[r-1\]\n$/,
     );
     expect(plain[1]).toMatch(/WARN: channel cooling down\n\s+channel: "openai-main"\n\s+seconds: 30\n$/);
+    expect(written[2]).not.toContain('\u001b[2J');
+    expect(plain[2]).toMatch(/INFO: POST \/v1\/x 404 undefined ms a\?\[2Jb → - not_found\n$/);
   });
 });

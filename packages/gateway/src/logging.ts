@@ -32,7 +32,7 @@ export interface AccessRecord {
 
 declare module 'fastify' {
   interface FastifyRequest {
-    /** Set by the proxy for client API requests; null for every other route. */
+    /** Set by the proxy for client API requests, and by slotgate's own error answers; null otherwise. */
     access: AccessRecord | null;
   }
 }
@@ -77,13 +77,15 @@ export function accessSummary(log: Record<string, unknown>): string {
     parts.push(`${String(log.model ?? '-')} → ${String(log.channel ?? '-')}`);
     if (Number(log.wait_ms) > 0) parts.push(`wait ${String(log.wait_ms)} ms`);
     if (Number(log.retries) > 0) parts.push(`retries ${String(log.retries)}`);
-    if (log.upstream_status !== null && log.upstream_status !== log.status)
+    if (typeof log.upstream_status === 'number' && log.upstream_status !== log.status)
       parts.push(`upstream ${String(log.upstream_status)}`);
   }
   parts.push(String(log.outcome));
   if (log.token) parts.push(`token=${String(log.token)}`);
-  parts.push(`[${String(log.reqId)}]`);
-  return parts.join(' ');
+  if (log.reqId !== undefined) parts.push(`[${String(log.reqId)}]`);
+  // the model and path are the client's: no control character of theirs reaches the terminal
+  // eslint-disable-next-line no-control-regex -- matching control characters is the point
+  return parts.join(' ').replace(/[\u0000-\u001f\u007f-\u009f]/g, '?');
 }
 
 /**
@@ -127,8 +129,8 @@ export function loggerOptions(
   };
 }
 
-/** Longest model name an access line carries (the client chooses it). */
-const MODEL_MAX_CHARS = 200;
+/** Longest model name and path an access line carries (the client chooses them). */
+const CLIENT_TEXT_MAX_CHARS = 200;
 
 /** Client API routes log at info; so do admin writes. Reads of the admin API, /metrics and probes log at debug. */
 function accessLevel(request: FastifyRequest): 'info' | 'debug' {
@@ -158,12 +160,12 @@ export function logAccess(request: FastifyRequest, reply: FastifyReply): void {
   const a = request.access;
   const line: Record<string, unknown> = {
     method: request.method,
-    path: request.url.split('?', 1)[0],
+    path: request.url.split('?', 1)[0]!.slice(0, CLIENT_TEXT_MAX_CHARS),
     status: reply.statusCode,
   };
-  if (level === 'info' && request.url.startsWith('/v1/')) {
+  if (request.url.startsWith('/v1/')) {
     line.token = a?.token ?? null;
-    line.model = a?.model === undefined ? null : a.model.slice(0, MODEL_MAX_CHARS);
+    line.model = a?.model === undefined ? null : a.model.slice(0, CLIENT_TEXT_MAX_CHARS);
     line.channel = a?.channel ?? null;
     line.wait_ms = Math.round(a?.waitMs ?? 0);
     line.upstream_status = a?.upstreamStatus ?? null;
