@@ -69,7 +69,7 @@ type Prettifier = (line: string) => string;
  * An access line on a terminal: one line, `POST /v1/chat/completions 200 2310 ms gpt-4o-mini → openai-main wait 120 ms
  * ok token=team-a [reqId]` (the retries and upstream status when they say something), instead of a field per line.
  */
-export function accessSummary(log: Record<string, unknown>): string {
+function accessSummary(log: Record<string, unknown>): string {
   const parts = [
     `${String(log.method)} ${String(log.path)} ${String(log.status)} ${String(log.duration_ms)} ms`,
   ];
