@@ -187,7 +187,7 @@ describe('secrets', () => {
 
     // what was checked is real: the answers and the trace-level log of this run
     expect(answers.length).toBeGreaterThan(30);
-    expect(LOG_LINES.filter((l) => l.includes('incoming request')).length).toBeGreaterThan(30);
+    expect(LOG_LINES.filter((l) => l.includes('"msg":"access"')).length).toBeGreaterThan(30);
     expect(LOG_LINES.some((l) => l.includes('configuration reload rejected'))).toBe(true);
     expect(LOG_LINES.some((l) => l.includes('upstream unreachable'))).toBe(true);
     expect(LOG_LINES.some((l) => l.includes('channel cooling down'))).toBe(true);

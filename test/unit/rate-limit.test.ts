@@ -168,11 +168,13 @@ describe('cooldownDecision', () => {
       kind: 'cooldown',
       seconds: 12,
       reason: 'upstream 429',
+      cause: 'upstream_429',
     });
     expect(decide(429, '', { cooldown_seconds: 45 })).toEqual({
       kind: 'cooldown',
       seconds: 45,
       reason: 'upstream 429',
+      cause: 'upstream_429',
     });
   });
 
@@ -187,14 +189,23 @@ describe('cooldownDecision', () => {
     expect(decide(429, 'Rate limit reached', { cooldown_on_status_429: false })).toEqual({ kind: 'none' });
     expect(
       decide(429, 'Rate limit reached', { cooldown_on_status_429: false, cooldown_on_message_match: true }),
-    ).toMatchObject({ kind: 'cooldown', reason: 'upstream 429 with rate-limit wording' });
+    ).toMatchObject({
+      kind: 'cooldown',
+      reason: 'upstream 429 with rate-limit wording',
+      cause: 'rate_limit_message',
+    });
   });
 
   it('another status cools only with rate-limit wording and message matching on', () => {
     expect(decide(529, '{"type":"overloaded_error"}')).toEqual({ kind: 'none' });
     expect(
       decide(529, '{"type":"Overloaded_error"}', { cooldown_on_message_match: true }, { 'retry-after': '3' }),
-    ).toEqual({ kind: 'cooldown', seconds: 3, reason: 'upstream 529 with rate-limit wording' });
+    ).toEqual({
+      kind: 'cooldown',
+      seconds: 3,
+      reason: 'upstream 529 with rate-limit wording',
+      cause: 'rate_limit_message',
+    });
     expect(decide(500, 'internal error', { cooldown_on_message_match: true })).toEqual({ kind: 'none' });
   });
 

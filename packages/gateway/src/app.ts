@@ -4,6 +4,7 @@
  * it through `app.inject()` on a MemoryStore.
  */
 import Fastify, {
+  LogController,
   type FastifyError,
   type FastifyInstance,
   type FastifyReply,
@@ -15,6 +16,7 @@ import type { GatewayConfig } from './config.js';
 import { HttpError, echo, errorBody, toHttpError } from './http-errors.js';
 import { clientErrorHandler, requestId, timeoutOptions } from './http-options.js';
 import type { HistoryOptions } from './history.js';
+import { logAccess, loggerOptions, noteError } from './logging.js';
 import type { GatewayMetrics } from './metrics.js';
 import type { ProxyResult } from './proxy/forward.js';
 import { shapeOf } from './proxy/request.js';
@@ -44,19 +46,12 @@ export interface AppDeps {
   ready: ReadinessCheck;
   metrics: GatewayMetrics;
   upstream: UpstreamClient;
-  /** pino logger options, or false for none. @default from config.server.log_level */
+  /** pino logger options, or false for none. @default from config.server.log_level and log_format */
   logger?: boolean | Record<string, unknown>;
   onResult?: (result: ProxyResult) => void;
   /** The sampling of the dashboard's history (GET /admin/history). @default every 5 s, 180 points */
   history?: HistoryOptions;
 }
-
-const REDACT = [
-  'req.headers.authorization',
-  'req.headers["x-api-key"]',
-  'headers.authorization',
-  'headers["x-api-key"]',
-];
 
 /** Apps shutting down through closeApp: each of their connections closes as soon as its last response has ended. */
 const draining = new WeakSet<FastifyInstance>();
@@ -95,6 +90,7 @@ export function buildApp(deps: AppDeps): FastifyInstance {
     const httpError = fastifyHttpError(err, bodyLimit) ?? toHttpError(err);
     if (httpError.code === 'internal_error') request.log.error({ err }, 'internal error');
     if (request.url.startsWith('/v1/')) deps.metrics.countResponse('gateway', httpError.status);
+    noteError(request, httpError.code, err);
     if (reply.sent || reply.raw.headersSent) return;
     // frameworkErrors answer outside the hooks: the request id is set here for them
     void reply
@@ -103,15 +99,11 @@ export function buildApp(deps: AppDeps): FastifyInstance {
       .send(errorBody(httpError, shape));
   };
 
+  const logger = loggerOptions(config.server, deps.logger);
   const app: FastifyInstance = Fastify({
-    logger:
-      deps.logger === false
-        ? false
-        : {
-            level: config.server.log_level,
-            redact: { paths: REDACT, censor: '[redacted]' },
-            ...(typeof deps.logger === 'object' ? deps.logger : {}),
-          },
+    logger,
+    // one access line of our own per request (logging.ts) instead of Fastify's two
+    logController: new LogController({ disableRequestLogging: true }),
     bodyLimit,
     requestIdHeader: false,
     genReqId: requestId,
@@ -126,6 +118,15 @@ export function buildApp(deps: AppDeps): FastifyInstance {
   app.removeAllContentTypeParsers();
   app.addContentTypeParser('*', { parseAs: 'buffer' }, (_request, body, done) => done(null, body));
 
+  app.decorateRequest('access', null);
+  if (logger !== false) {
+    // 'close' comes once the response has ended (after 'finish'), or when the client left first
+    app.addHook('onRequest', (request, reply, done) => {
+      reply.raw.once('close', () => logAccess(request, reply));
+      done();
+    });
+  }
+
   app.addHook('onSend', async (request, reply) => {
     reply.header('x-request-id', request.id);
   });
@@ -138,6 +139,7 @@ export function buildApp(deps: AppDeps): FastifyInstance {
 
   app.setNotFoundHandler((request, reply) => {
     const err = new HttpError('not_found', `no route ${request.method} ${echo(request.url.split('?')[0]!)}`);
+    noteError(request, err.code);
     void reply.code(404).send(errorBody(err, shapeOf(request.url)));
   });
 
@@ -147,6 +149,7 @@ export function buildApp(deps: AppDeps): FastifyInstance {
     config: deps.config,
     upstream: deps.upstream,
     settings: deps.settings,
+    metrics: deps.metrics,
     onResult: (result) => {
       deps.metrics.countResponse(result.source, result.status);
       deps.onResult?.(result);

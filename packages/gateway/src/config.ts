@@ -83,6 +83,8 @@ export const configSchema = z
         keep_alive_timeout_ms: z.int().min(100).max(3_600_000).default(72_000),
         /** Log level (pino). */
         log_level: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+        /** Log lines as JSON, as pino-pretty's readable lines, or (auto) pretty only when stdout is a terminal. */
+        log_format: z.enum(['auto', 'json', 'pretty']).default('auto'),
       })
       .prefault({}),
     redis: redisSchema.optional(),

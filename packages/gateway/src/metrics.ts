@@ -1,7 +1,8 @@
 /**
  * Prometheus metrics: everything the admission engine counts, histograms of admission and wait latency,
- * per-channel gauges (cluster-wide in flight, waiting, cooling; this instance's in flight), store health, and the
- * responses the gateway gave by source and status. Labels are channel ids, purposes, outcomes and status codes —
+ * per-channel gauges (cluster-wide in flight, waiting, cooling; this instance's in flight), store health, the
+ * responses the gateway gave by source and status, and per channel its upstream calls (answers by status class, time
+ * to first byte, duration, retries) and the cooldowns started. Labels are channel ids, purposes, outcomes and status codes —
  * never tokens. Gauges and engine counters are read at scrape time; reading the per-channel loads goes through the
  * load view, so a scrape costs no Redis command while its snapshot is fresh. docs/operations.md lists every metric.
  */
@@ -29,12 +30,43 @@ export interface MetricsSources {
 const SECONDS_BUCKETS = [
   0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60,
 ];
+/** Upstream time to first byte: an LLM's first token comes after 50 ms to 30 s (a long prompt, a busy provider). */
+const TTFB_BUCKETS = [0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60];
+/** Whole upstream calls: an embedding in tens of ms, a long streamed answer in minutes. */
+const UPSTREAM_BUCKETS = [0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 60, 120, 300, 600];
 
-export class GatewayMetrics {
+/** An upstream answer's status class; `error` when the call got no answer (unreachable, time-out, broken). */
+export type StatusClass = '2xx' | '3xx' | '4xx' | '5xx' | 'error';
+/** Why the proxy tried another channel after an upstream call. */
+export type RetryReason = 'upstream_429' | 'upstream_5xx' | 'unreachable';
+/** What started a cooldown: an upstream 429, an error answer with rate-limit wording, or the admin API. */
+export type CooldownReason = 'upstream_429' | 'rate_limit_message' | 'admin';
+
+export function statusClass(status: number | 'error'): StatusClass {
+  if (status === 'error' || status < 200 || status > 599) return 'error';
+  return `${Math.floor(status / 100)}xx` as StatusClass;
+}
+
+/** What the proxy reports about its upstream calls (per channel id: a bounded label set). */
+export interface UpstreamMetrics {
+  /** An upstream call's answer (its headers arrived) or its failure, with the time to first byte when answered. */
+  upstreamAnswered(channel: string, status: number | 'error', ttfbSeconds?: number): void;
+  /** An upstream answer's body has ended, `seconds` after the call started. */
+  upstreamEnded(channel: string, seconds: number): void;
+  retried(channel: string, reason: RetryReason): void;
+  cooldownStarted(channel: string, reason: CooldownReason): void;
+}
+
+export class GatewayMetrics implements UpstreamMetrics {
   readonly register = new Registry();
   private readonly admissionSeconds: Histogram<'outcome'>;
   private readonly waitSeconds: Histogram<string>;
   private readonly responses: Counter<'source' | 'code'>;
+  private readonly upstreamResponses: Counter<'channel' | 'class'>;
+  private readonly upstreamTtfbSeconds: Histogram<'channel'>;
+  private readonly upstreamSeconds: Histogram<'channel'>;
+  private readonly upstreamRetries: Counter<'channel' | 'reason'>;
+  private readonly cooldowns: Counter<'channel' | 'reason'>;
   readonly configReloadErrors: Counter<string>;
 
   constructor(private readonly sources: MetricsSources) {
@@ -60,6 +92,38 @@ export class GatewayMetrics {
       name: 'slotgate_responses_total',
       help: "Client API responses by source (gateway = slotgate's own answer, upstream = passed on) and status code",
       labelNames: ['source', 'code'],
+      registers: [register],
+    });
+    this.upstreamResponses = new Counter({
+      name: 'slotgate_upstream_responses_total',
+      help: 'Upstream calls by channel and status class of their answer (error: no answer; each retry counts)',
+      labelNames: ['channel', 'class'],
+      registers: [register],
+    });
+    this.upstreamTtfbSeconds = new Histogram({
+      name: 'slotgate_upstream_ttfb_seconds',
+      help: "Upstream time to first byte: from the call's start until the status line and headers arrived",
+      labelNames: ['channel'],
+      buckets: TTFB_BUCKETS,
+      registers: [register],
+    });
+    this.upstreamSeconds = new Histogram({
+      name: 'slotgate_upstream_duration_seconds',
+      help: "Upstream call duration: from the call's start until the answer's body ended (calls that completed)",
+      labelNames: ['channel'],
+      buckets: UPSTREAM_BUCKETS,
+      registers: [register],
+    });
+    this.upstreamRetries = new Counter({
+      name: 'slotgate_upstream_retries_total',
+      help: 'Requests retried on another channel, by the channel that failed and why',
+      labelNames: ['channel', 'reason'],
+      registers: [register],
+    });
+    this.cooldowns = new Counter({
+      name: 'slotgate_cooldowns_total',
+      help: 'Cooldowns this instance started, by channel and cause (upstream_429, rate_limit_message, admin)',
+      labelNames: ['channel', 'reason'],
       registers: [register],
     });
     this.configReloadErrors = new Counter({
@@ -286,6 +350,23 @@ export class GatewayMetrics {
 
   countResponse(source: 'gateway' | 'upstream', status: number): void {
     this.responses.inc({ source, code: String(status) });
+  }
+
+  upstreamAnswered(channel: string, status: number | 'error', ttfbSeconds?: number): void {
+    this.upstreamResponses.inc({ channel, class: statusClass(status) });
+    if (ttfbSeconds !== undefined) this.upstreamTtfbSeconds.observe({ channel }, ttfbSeconds);
+  }
+
+  upstreamEnded(channel: string, seconds: number): void {
+    this.upstreamSeconds.observe({ channel }, seconds);
+  }
+
+  retried(channel: string, reason: RetryReason): void {
+    this.upstreamRetries.inc({ channel, reason });
+  }
+
+  cooldownStarted(channel: string, reason: CooldownReason): void {
+    this.cooldowns.inc({ channel, reason });
   }
 
   async text(): Promise<string> {

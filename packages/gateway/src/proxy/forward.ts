@@ -10,6 +10,8 @@ import type { GatewaySettings } from '../settings.js';
 import type { ChannelRegistry, GatewayChannel } from '../channels.js';
 import type { GatewayConfig } from '../config.js';
 import { HttpError, errorBody, toHttpError, type ApiShape } from '../http-errors.js';
+import { newAccessRecord } from '../logging.js';
+import type { RetryReason, UpstreamMetrics } from '../metrics.js';
 import {
   UpstreamConnectError,
   UpstreamTimeoutError,
@@ -26,6 +28,8 @@ export interface ProxyContext {
   config: () => GatewayConfig;
   upstream: UpstreamClient;
   settings: () => GatewaySettings;
+  /** Per-channel upstream answers, latencies, retries and cooldowns. */
+  metrics: UpstreamMetrics;
   onResult?: (result: ProxyResult) => void;
 }
 
@@ -84,11 +88,14 @@ export async function proxyRequest(
   path: string,
 ): Promise<void> {
   const shape = shapeOf(path);
+  const access = (request.access = newAccessRecord());
   const registry = ctx.registry();
   const token = registry.authenticate(presentedToken(request, shape));
   if (!token) throw new HttpError('invalid_api_key', 'missing or invalid API key');
+  access.token = token.name;
   const { body, json } = parseBody(request.body);
   const model = json.model as string;
+  access.model = model;
   const candidates = routeCandidates(registry, token.group, model, path);
 
   // The client going away aborts waiting and the upstream request.
@@ -105,6 +112,8 @@ export async function proxyRequest(
   let attempts = 0;
   let lastUpstream: BufferedAnswer | HttpError | undefined;
   let waitedMs = 0;
+  // counted once the retry's upstream call starts, so the metric agrees with the access line's `retries`
+  let retry: { channel: string; reason: RetryReason } | undefined;
   for (;;) {
     const settings = ctx.settings();
     let ticket: Ticket<GatewayChannel>;
@@ -116,6 +125,7 @@ export async function proxyRequest(
         exclude: tried,
       });
     } catch (err) {
+      request.log.debug({ err: (err as Error).message, attempt: attempts + 1 }, 'admission refused');
       // The client learns more from the upstream's own error than from "no capacity left to retry on".
       if (lastUpstream && (err instanceof CapacityError || err instanceof NoChannelError)) {
         return sendLast(reply, lastUpstream, shape, ctx, tried, attempts, waitedMs);
@@ -126,6 +136,15 @@ export async function proxyRequest(
     const channel = ticket.channel;
     tried.add(channel.id);
     attempts++;
+    access.waitMs = waitedMs;
+    access.channel = channel.id;
+    access.attempts = attempts;
+    // (every way back to the top of the loop sets `retry`)
+    if (retry) ctx.metrics.retried(retry.channel, retry.reason);
+    request.log.debug(
+      { channel: channel.id, wait_ms: Math.round(ticket.waitedMs), attempt: attempts },
+      ticket.waitedMs > 0 ? 'admitted after waiting' : 'admitted',
+    );
     let released = false;
     // The upstream call ends when the client leaves or when the ticket's slot is lost (fencing): past that point
     // another request may hold the slot, and the channel's max holds only if this call stops.
@@ -147,12 +166,15 @@ export async function proxyRequest(
     };
 
     let res: UpstreamResponse;
+    const callStarted = performance.now();
+    const elapsedSeconds = () => (performance.now() - callStarted) / 1000;
     try {
       res = await callChannel(ctx, channel, path, shape, body, json, request, upstreamSignal);
     } catch (err) {
       release();
       if (abort.signal.aborted) return; // the client is gone: nothing to answer
       if (ticket.lost.aborted) throw lostSlot(request, channel, ticket.lost);
+      ctx.metrics.upstreamAnswered(channel.id, 'error');
       if (err instanceof UpstreamTimeoutError) throw new HttpError('upstream_timeout', err.message);
       if (err instanceof UpstreamConnectError) {
         // A real upstream answer seen earlier in the chain beats slotgate's own 502 (its status is passed on).
@@ -160,11 +182,16 @@ export async function proxyRequest(
           lastUpstream = new HttpError('upstream_unreachable', `slotgate: ${err.message}`);
         }
         request.log.warn({ channel: channel.id, err: err.message }, 'upstream unreachable');
-        if (attempts <= settings.retry_times) continue;
+        if (attempts <= settings.retry_times) {
+          retry = { channel: channel.id, reason: 'unreachable' };
+          continue;
+        }
         return sendLast(reply, lastUpstream, shape, ctx, tried, attempts, waitedMs);
       }
       throw err;
     }
+    ctx.metrics.upstreamAnswered(channel.id, res.status, elapsedSeconds());
+    access.upstreamStatus = res.status;
 
     if (res.status >= 400) {
       let answer: BufferedAnswer;
@@ -182,10 +209,12 @@ export async function proxyRequest(
         throw err;
       }
       release();
+      ctx.metrics.upstreamEnded(channel.id, elapsedSeconds());
       await noteRateLimit(ctx, channel, answer, settings, config, request);
       const retryable = res.status === 429 || (res.status >= 500 && res.status !== 504);
       lastUpstream = answer;
       if (retryable && attempts <= settings.retry_times && !abort.signal.aborted) {
+        retry = { channel: channel.id, reason: res.status === 429 ? 'upstream_429' : 'upstream_5xx' };
         request.log.info(
           { channel: channel.id, status: res.status, attempt: attempts },
           'retrying on another channel',
@@ -205,7 +234,15 @@ export async function proxyRequest(
         : fenced(res.body, ticket.lost, shape, () =>
             request.log.warn({ channel: channel.id }, 'slot lost mid-stream: the upstream call was ended'),
           );
-    finished(streamed, () => release());
+    // the upstream call ends with its body: a body cut short (the client left, the upstream broke) is not timed
+    const ended = (err?: Error | null) => {
+      if (!err) ctx.metrics.upstreamEnded(channel.id, elapsedSeconds());
+    };
+    finished(streamed, (err) => {
+      release();
+      if (streamed === res.body) ended(err);
+    });
+    if (streamed !== res.body) finished(res.body, ended);
     reply.raw.once('close', release);
     reply.code(res.status);
     copyHeaders(reply, res.headers);
@@ -290,6 +327,7 @@ async function noteRateLimit(
   const { seconds, reason } = decision;
   try {
     await ctx.admission.cooldown(channel, { ms: seconds * 1000, reason });
+    ctx.metrics.cooldownStarted(channel.id, decision.cause);
     request.log.warn({ channel: channel.id, seconds, reason }, 'channel cooling down');
   } catch (err) {
     request.log.error({ channel: channel.id, err: (err as Error).message }, 'could not store the cooldown');
@@ -314,6 +352,12 @@ function sendLast(
   waitedMs: number,
 ): FastifyReply {
   const channel = last instanceof HttpError ? [...tried].at(-1) : last.channel;
+  const access = reply.request.access;
+  if (access) {
+    access.channel = channel;
+    if (last instanceof HttpError) access.error = last.code;
+    else access.upstreamStatus = last.status;
+  }
   if (last instanceof HttpError) {
     ctx.onResult?.({ channel, status: last.status, attempts, waitedMs, source: 'gateway' });
     return reply.code(last.status).headers(last.headers).send(errorBody(last, shape));

@@ -76,7 +76,9 @@ export type CooldownSettings = Pick<
  * so it starts no cooldown.
  */
 export type CooldownDecision =
-  { kind: 'none' } | { kind: 'quota' } | { kind: 'cooldown'; seconds: number; reason: string };
+  | { kind: 'none' }
+  | { kind: 'quota' }
+  | { kind: 'cooldown'; seconds: number; reason: string; cause: 'upstream_429' | 'rate_limit_message' };
 
 const matches = (text: string, patterns: readonly string[]) => {
   const lower = text.toLowerCase();
@@ -91,17 +93,20 @@ export function cooldownDecision(
 ): CooldownDecision {
   if (!settings.cooldown_enabled) return { kind: 'none' };
   let reason: string | undefined;
+  let cause: 'upstream_429' | 'rate_limit_message' = 'upstream_429';
   if (answer.status === 429) {
     if (matches(answer.text, patterns.quota_patterns)) return { kind: 'quota' };
     if (settings.cooldown_on_status_429) reason = 'upstream 429';
   }
   if (!reason && settings.cooldown_on_message_match && matches(answer.text, patterns.rate_limit_patterns)) {
     reason = `upstream ${answer.status} with rate-limit wording`;
+    cause = 'rate_limit_message';
   }
   if (!reason) return { kind: 'none' };
   return {
     kind: 'cooldown',
     seconds: cooldownFromHeaders(answer.headers, now) ?? settings.cooldown_seconds,
     reason,
+    cause,
   };
 }

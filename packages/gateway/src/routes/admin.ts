@@ -9,6 +9,7 @@ import { gatewaySettings, type GatewaySettings, type GatewaySettingsUpdate } fro
 import type { ChannelRegistry, GatewayChannel } from '../channels.js';
 import type { GatewayConfig } from '../config.js';
 import { HttpError, echo } from '../http-errors.js';
+import type { UpstreamMetrics } from '../metrics.js';
 import { kindOf, parseJson, presentedToken } from '../proxy/request.js';
 import { History, readAdmission, type HistoryOptions } from '../history.js';
 
@@ -20,6 +21,8 @@ export interface AdminContext {
   putSettings: (update: GatewaySettingsUpdate) => Promise<GatewaySettings>;
   settings: () => GatewaySettings;
   status: () => Promise<Record<string, unknown>>;
+  /** Counts the cooldowns the admin API starts. */
+  metrics: Pick<UpstreamMetrics, 'cooldownStarted'>;
   /** Where each setting in force comes from; GET /admin/settings shows it as `source`. */
   settingsSource?: () => Record<string, unknown>;
   /** The sampling of GET /admin/history (tests shorten it or drive it on a manual clock). @default every 5 s, 180 points */
@@ -213,6 +216,7 @@ export function registerAdminRoutes(app: FastifyInstance, ctx: AdminContext): vo
       const channel = channelOf(request.params.id);
       const { seconds, reason } = cooldownRequest(request.body, ctx.admission.settings.cooldown_seconds);
       await ctx.admission.cooldown(channel, { ms: seconds * 1000, reason });
+      if (ctx.admission.settings.cooldown_enabled) ctx.metrics.cooldownStarted(channel.id, 'admin');
       return { channel: channel.id, cooling: ctx.admission.settings.cooldown_enabled, seconds, reason };
     });
 

@@ -1,0 +1,186 @@
+/**
+ * The gateway's logs: the pino options (JSON lines, or pino-pretty's colored lines when stdout is a terminal) and the
+ * one access line each request gets when its response has ended — streams included, once they end or the client
+ * leaves. Fastify's own two lines per request are off. A client API request logs at info with what the proxy learnt
+ * (token name, model, channel, admission wait, upstream status, retries, outcome); every other route (the dashboard's
+ * polling of /admin/*, /metrics, the probes) logs at debug, except admin writes. docs/operations.md lists the fields.
+ */
+import { writeSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { Writable } from 'node:stream';
+import type { FastifyReply, FastifyRequest } from 'fastify';
+import type { Logger } from 'pino';
+import { CapacityError } from 'slotgate';
+import type { GatewayConfig } from './config.js';
+
+/** What the proxy learnt about a client API request, filled in as it goes; written out by the access line. */
+export interface AccessRecord {
+  /** The client token's configured name (never its key). */
+  token: string | undefined;
+  model: string | undefined;
+  /** The channel whose answer the client got (the last one tried when slotgate answered itself). */
+  channel: string | undefined;
+  /** Time spent waiting for admission, summed over the attempts. */
+  waitMs: number;
+  /** The status of the upstream answer passed on, or of the last one seen. */
+  upstreamStatus: number | undefined;
+  /** Upstream calls made (0 when the request was refused before any). */
+  attempts: number;
+  /** slotgate's own error code when it answered itself (e.g. `channel_capacity_exhausted`). */
+  error: string | undefined;
+}
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    /** Set by the proxy for client API requests, and by slotgate's own error answers; null otherwise. */
+    access: AccessRecord | null;
+  }
+}
+
+export function newAccessRecord(): AccessRecord {
+  return {
+    token: undefined,
+    model: undefined,
+    channel: undefined,
+    waitMs: 0,
+    upstreamStatus: undefined,
+    attempts: 0,
+    error: undefined,
+  };
+}
+
+export type LogFormat = GatewayConfig['server']['log_format'];
+
+const REDACT = [
+  'req.headers.authorization',
+  'req.headers["x-api-key"]',
+  'headers.authorization',
+  'headers["x-api-key"]',
+];
+
+/** `auto`: pretty on a terminal, JSON otherwise (a pipe, a file, a container's log collector). */
+export function prettyLogs(format: LogFormat, isTTY = process.stdout.isTTY === true): boolean {
+  return format === 'pretty' || (format === 'auto' && isTTY);
+}
+
+type Prettifier = (line: string) => string;
+
+/**
+ * An access line on a terminal: one line, `POST /v1/chat/completions 200 2310 ms gpt-4o-mini → openai-main wait 120 ms
+ * ok token=team-a [reqId]` (the retries and upstream status when they say something), instead of a field per line.
+ */
+function accessSummary(log: Record<string, unknown>): string {
+  const parts = [
+    `${String(log.method)} ${String(log.path)} ${String(log.status)} ${String(log.duration_ms)} ms`,
+  ];
+  if ('model' in log) {
+    parts.push(`${String(log.model ?? '-')} → ${String(log.channel ?? '-')}`);
+    if (Number(log.wait_ms) > 0) parts.push(`wait ${String(log.wait_ms)} ms`);
+    if (Number(log.retries) > 0) parts.push(`retries ${String(log.retries)}`);
+    if (typeof log.upstream_status === 'number' && log.upstream_status !== log.status)
+      parts.push(`upstream ${String(log.upstream_status)}`);
+  }
+  parts.push(String(log.outcome));
+  if (log.token) parts.push(`token=${String(log.token)}`);
+  if (log.reqId !== undefined) parts.push(`[${String(log.reqId)}]`);
+  // the model and path are the client's: no control character of theirs reaches the terminal
+  // eslint-disable-next-line no-control-regex -- matching control characters is the point
+  return parts.join(' ').replace(/[\u0000-\u001f\u007f-\u009f]/g, '?');
+}
+
+/**
+ * pino-pretty's formatting, written synchronously to stdout (so the lines written right before process.exit, at
+ * shutdown, are not lost); access lines on one line each. Loaded only when used: JSON output never needs it.
+ */
+export function prettyStream(out: (text: string) => void = (text) => writeSync(1, text)): Writable {
+  const require = createRequire(import.meta.url);
+  const { prettyFactory } = require('pino-pretty') as {
+    prettyFactory: (options: Record<string, unknown>) => Prettifier;
+  };
+  const options = { translateTime: 'SYS:HH:MM:ss.l', ignore: 'pid,hostname' };
+  const pretty = prettyFactory(options);
+  const access = prettyFactory({ ...options, hideObject: true, messageFormat: accessSummary });
+  return new Writable({
+    write(chunk: Buffer | string, _encoding, callback) {
+      const line = chunk.toString();
+      out((line.includes('"msg":"access"') ? access : pretty)(line));
+      callback();
+    },
+  });
+}
+
+/**
+ * Fastify's `logger` option: false for none; otherwise the configured level, the redaction of credential headers,
+ * and pino-pretty when the format asks for it and the caller gave no stream of its own. `given` (the caller's pino
+ * options) wins over the rest.
+ */
+export function loggerOptions(
+  server: Pick<GatewayConfig['server'], 'log_level' | 'log_format'>,
+  given: boolean | Record<string, unknown> | undefined,
+): false | Record<string, unknown> {
+  if (given === false) return false;
+  const options = typeof given === 'object' ? given : {};
+  const stream = options.stream === undefined && prettyLogs(server.log_format) ? prettyStream() : undefined;
+  return {
+    level: server.log_level,
+    redact: { paths: REDACT, censor: '[redacted]' },
+    ...(stream ? { stream } : {}),
+    ...options,
+  };
+}
+
+/** Longest model name and path an access line carries (the client chooses them). */
+const CLIENT_TEXT_MAX_CHARS = 200;
+
+/** Client API routes log at info; so do admin writes. Reads of the admin API, /metrics and probes log at debug. */
+function accessLevel(request: FastifyRequest): 'info' | 'debug' {
+  if (request.url.startsWith('/v1/')) return 'info';
+  return request.method === 'GET' || request.method === 'HEAD' ? 'debug' : 'info';
+}
+
+/**
+ * `client_closed` when the connection closed before the response ended; else slotgate's error code when it answered
+ * itself, `upstream_error` when it passed on an upstream error status, `ok` otherwise.
+ */
+function outcomeOf(a: AccessRecord | null, reply: FastifyReply): string {
+  if (!reply.raw.writableEnded) return 'client_closed';
+  if (a?.error) return a.error;
+  if (a?.upstreamStatus !== undefined && a.upstreamStatus >= 400) return 'upstream_error';
+  return reply.statusCode >= 400 ? 'error' : 'ok';
+}
+
+/**
+ * The request's one access line, written when its response has ended or its connection closed first. The request
+ * id comes from the request's logger (`reqId`). Client API requests carry every field, null where it does not apply.
+ */
+export function logAccess(request: FastifyRequest, reply: FastifyReply): void {
+  const level = accessLevel(request);
+  // the logger is pino's (Fastify's type leaves isLevelEnabled out)
+  if (!(request.log as unknown as Logger).isLevelEnabled(level)) return;
+  const a = request.access;
+  const line: Record<string, unknown> = {
+    method: request.method,
+    path: request.url.split('?', 1)[0]!.slice(0, CLIENT_TEXT_MAX_CHARS),
+    status: reply.statusCode,
+  };
+  if (request.url.startsWith('/v1/')) {
+    line.token = a?.token ?? null;
+    line.model = a?.model === undefined ? null : a.model.slice(0, CLIENT_TEXT_MAX_CHARS);
+    line.channel = a?.channel ?? null;
+    line.wait_ms = Math.round(a?.waitMs ?? 0);
+    line.upstream_status = a?.upstreamStatus ?? null;
+    line.retries = Math.max(0, (a?.attempts ?? 0) - 1);
+  }
+  line.duration_ms = Math.round(reply.elapsedTime);
+  line.outcome = outcomeOf(a, reply);
+  request.log[level](line, 'access');
+}
+
+/**
+ * Records slotgate's own error answer for the access line: its error code, or for a 429 the admission outcome that
+ * says why (`capacity_full`, `capacity_queue_full`, `capacity_wait_timeout`).
+ */
+export function noteError(request: FastifyRequest, code: string, cause?: unknown): void {
+  (request.access ??= newAccessRecord()).error =
+    cause instanceof CapacityError ? `capacity_${cause.reason}` : code;
+}
