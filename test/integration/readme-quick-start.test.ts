@@ -51,7 +51,7 @@ function run(args: string[], boundMs: number, env: NodeJS.ProcessEnv = process.e
 describe("the README's library quick start", () => {
   // git-ignored, inside the repository: node_modules/slotgate (the workspace package) is found from there
   const dir = join(ROOT, 'test-artifacts', `readme-quick-start-${process.pid}`);
-  const file = join(dir, 'quick-start.ts');
+  const file = join(dir, 'quick-start.mts');
   let redis: RedisServer;
   let quickStart: QuickStart;
 
@@ -65,7 +65,7 @@ describe("the README's library quick start", () => {
       JSON.stringify({
         extends: '../../tsconfig.json',
         compilerOptions: { noEmit: true },
-        files: ['quick-start.ts'],
+        files: ['quick-start.mts'],
         include: [], // not the repository's own files (the base config's `include`)
       }),
       'utf8',
