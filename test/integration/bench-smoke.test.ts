@@ -247,19 +247,25 @@ describe('bench:proxy', () => {
     for (const mode of MODES) {
       const rows = r.throughput.filter((row) => row.mode === mode);
       expect(rows.map((row) => row.contender)).toEqual(contenders);
-      for (const row of rows) {
+      for (const row of rows.filter((x) => !x.contender.startsWith('Portkey'))) {
         expect(row.requestsPerS, `${row.contender}, ${mode}`).toBeGreaterThan(0);
         expect(row.failed, `${row.contender}, ${mode}: non-2xx answers or errors`).toBe(0);
       }
       const low = r.latency.filter((row) => row.mode === mode);
       expect(low.map((row) => row.contender)).toEqual(['direct to the upstream', ...contenders]);
-      for (const row of low) expect(row.requests).toBe(10);
+      for (const row of low) {
+        expect(row.requests).toBe(10);
+        // Portkey's own failures are reported, not asserted (its 1.15.2 answers a proxied stream with 500 here)
+        if (!row.contender.startsWith('Portkey')) expect(row.failed, `${row.contender}, ${mode}`).toBe(0);
+      }
     }
     expect(r.targets.map((t) => t.target)).toEqual([
       "json: slotgate requests/s ≥ 0.95 × the minimal proxy's",
       "json: slotgate's added p50 at low load ≤ 1 ms (over direct)",
+      "json: slotgate's added p50 at low load ≤ 1 ms (over the minimal proxy)",
       "stream: slotgate requests/s ≥ 0.95 × the minimal proxy's",
       "stream: slotgate's added p50 at low load ≤ 1 ms (over direct)",
+      "stream: slotgate's added p50 at low load ≤ 1 ms (over the minimal proxy)",
     ]);
     if (!findPortkey()) expect(r.notes.join('\n')).toMatch(/Portkey gateway: not measured/);
     const report = proxyBenchReport(r);
