@@ -1,8 +1,8 @@
 /**
  * Both packages as a user gets them: `npm pack` the two workspaces (prepack builds dist/), check what the tarballs
  * hold, install them into an empty project — where no `slotgate-source` condition exists, so everything runs from
- * dist/ — and run them there: the README's library quick start against the test Redis, TypeScript on the installed
- * types, and the installed `slotgate` command (help, the built-in demo gateway, doctor).
+ * dist/ — and run them there: the README's library quick start (compiled by tsc) against the test Redis, TypeScript
+ * on the installed types, and the installed `slotgate` command (help, the built-in demo gateway, doctor).
  */
 import { execFile, type ExecFileException } from 'node:child_process';
 import { readdirSync } from 'node:fs';
@@ -12,6 +12,7 @@ import { Redis } from 'ioredis';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { useCleanups } from '../helpers/cleanups.js';
 import { ROOT, cleanEnv, logLines, spawnGateway, tempDir } from '../helpers/gw-gateway.js';
+import { readmeQuickStart } from '../helpers/readme.js';
 import { redisUrl, uniquePrefix } from '../helpers/redis.js';
 
 /** Bounds, not expectations: a cold build and a fresh install on a busy 2-core machine take tens of seconds. */
@@ -92,15 +93,6 @@ function expectedDist(packageDir: string): string[] {
     else if (/\.(lua|yaml|html|css)$/.test(file)) expected.push(`dist/${file}`);
   }
   return expected;
-}
-
-/** The first ```js block under the README's `## Library quick start` heading, exactly as written. */
-async function readmeQuickStart(): Promise<string> {
-  const readme = await readFile(join(ROOT, 'README.md'), 'utf8');
-  const section = readme.split(/^## /m).find((s) => s.startsWith('Library quick start\n'));
-  const block = section && /^```js\n([\s\S]*?)^```$/m.exec(section);
-  if (!block) throw new Error('README.md has no ```js block under "## Library quick start"');
-  return block[1]!;
 }
 
 interface Packed {
@@ -236,22 +228,38 @@ describe('npm install of both tarballs into an empty project', { timeout: TEST_M
     ).rejects.toThrow();
   });
 
+  /** tsc in the consumer project, on the installed packages' dist/ types, with a user's strict options. */
+  const tsc = (args: string[]) =>
+    run(
+      process.execPath,
+      [
+        join(ROOT, 'node_modules/typescript/bin/tsc'),
+        ...['--strict', '--target', 'es2023', '--module', 'nodenext'],
+        ...['--types', 'node', '--typeRoots', join(ROOT, 'node_modules/@types')],
+        ...args,
+      ],
+      { cwd: project, timeoutMs: TSC_MS },
+    );
+
   it("runs the README's library quick start as written, which ends on its own and leaves no lease", async () => {
-    await writeFile(join(project, 'quick-start.mjs'), await readmeQuickStart());
+    const quickStart = await readmeQuickStart();
+    await writeFile(join(project, 'quick-start.ts'), quickStart.code);
+    const compiled = await tsc(['--outDir', 'out', 'quick-start.ts']);
+    expect(compiled.code, compiled.report).toBe(0);
     const redis = new Redis(redisUrl());
     cleanups.push(() => redis.disconnect());
     // The quick start uses the default prefix; its keys are cleared first so the check below sees only this run.
     const keys = ['slots', 'waiters', 'cooldown'].map((k) => `slotgate:v1:{openai-a}:${k}`);
     await redis.del(...keys);
     try {
-      const result = await run(process.execPath, ['quick-start.mjs'], {
+      const result = await run(process.execPath, ['out/quick-start.js'], {
         cwd: project,
         env: consumerEnv({ REDIS_URL: redisUrl() }),
         timeoutMs: QUICK_START_MS,
       });
       expect(result.signal, `still running after ${QUICK_START_MS} ms:\n${result.report}`).toBeNull();
       expect(result.code, result.report).toBe(0);
-      expect(result.stdout).toContain('calling the upstream of openai-a');
+      expect(result.stdout).toBe(quickStart.expected);
       expect(await redis.zcard(keys[0]!)).toBe(0);
       expect(await redis.zcard(keys[1]!)).toBe(0);
     } finally {
@@ -260,23 +268,13 @@ describe('npm install of both tarballs into an empty project', { timeout: TEST_M
   });
 
   it('TypeScript resolves both packages to their dist/ types and accepts the quick start', async () => {
-    await writeFile(join(project, 'quick-start.mjs'), await readmeQuickStart());
+    await writeFile(join(project, 'quick-start.ts'), (await readmeQuickStart()).code);
     await writeFile(
       join(project, 'consumer.ts'),
       "export type { Admission, Ticket } from 'slotgate';\nexport type { Gateway, GatewayOptions } from 'slotgate-gateway';\n",
     );
-    const tsc = await run(
-      process.execPath,
-      [
-        join(ROOT, 'node_modules/typescript/bin/tsc'),
-        ...['--noEmit', '--strict', '--target', 'es2023', '--module', 'nodenext'],
-        ...['--allowJs', '--checkJs', '--types', 'node', '--typeRoots', join(ROOT, 'node_modules/@types')],
-        'consumer.ts',
-        'quick-start.mjs',
-      ],
-      { cwd: project, timeoutMs: TSC_MS },
-    );
-    expect(tsc.code, tsc.report).toBe(0);
+    const checked = await tsc(['--noEmit', 'consumer.ts', 'quick-start.ts']);
+    expect(checked.code, checked.report).toBe(0);
   });
 });
 

@@ -2,15 +2,14 @@
  * The examples of the documentation work with the real packages: every ```ts block of the READMEs and docs/*.md is
  * type-checked as a module file of its own, all of them in one program, with the repository's compiler options and
  * `slotgate` / `slotgate-gateway` resolved to their sources through the `slotgate-source` condition (as
- * tsconfig.json does); a block that does not compile fails with its diagnostics, located in the page. The README's
- * config file for real providers loads with the gateway's own loader.
+ * tsconfig.json does); a block that does not compile fails with its diagnostics, located in the page. (The README's
+ * config file for real providers is examples/slotgate.yaml, loaded and served by test/integration/example-config.test.ts.)
  */
 import { readdirSync, readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import ts from 'typescript';
 import { describe, expect, it } from 'vitest';
-import { parseConfigText } from '../../packages/gateway/src/config.js';
 
 const ROOT = resolve(fileURLToPath(new URL('../..', import.meta.url)));
 
@@ -120,18 +119,5 @@ describe('the TypeScript examples of the documentation', () => {
     expect(program.getOptionsDiagnostics().map((d) => d.messageText)).toEqual([]);
     const problems = blocks.flatMap((b) => diagnosticsOf(b.file).map((d) => describeDiagnostic(b, d)));
     expect(problems, 'type errors in documentation examples').toEqual([]);
-  });
-});
-
-describe("the README's config file for real providers", () => {
-  it('loads with the real loader, its secrets from the environment', () => {
-    const readme = readFileSync(join(ROOT, 'README.md'), 'utf8');
-    const block = /<!-- example-config -->\s*```yaml\n([\s\S]*?)```/.exec(readme)?.[1];
-    expect(block, 'the ```yaml block after <!-- example-config -->').toBeDefined();
-    const names = [...block!.matchAll(/env:([A-Za-z_][A-Za-z0-9_]*)/g)].map((m) => m[1]!);
-    const env = Object.fromEntries(names.map((n) => [n, `value-of-${n}`]));
-    const config = parseConfigText(block!, 'README.md', env);
-    expect(config.channels.map((c) => c.type).sort()).toEqual(['anthropic', 'openai']);
-    expect(config.tokens[0]?.key).toBe('value-of-SLOTGATE_CLIENT_KEY');
   });
 });
