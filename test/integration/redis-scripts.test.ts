@@ -1123,6 +1123,19 @@ describe('Cluster: every script call stays within one hash slot', () => {
     expect(await store.reclaim(reclaim, 60_000, true)).toEqual([]);
     await client.persist(keys.slots(other));
     expect(await fixFindings(fake, [{ key: keys.slots(other), kind: 'no_expiry', detail: '' }])).toBe(1);
+    // doctor --fix on a dead owner's slot: c:2's instance last heard from a minute ago
+    const seenAt = new Date(Date.now() - 60_000).toISOString();
+    await client.hset(keys.instances(), 'c', JSON.stringify({ seen_at: seenAt }));
+    const dead = {
+      key: keys.slots(other),
+      kind: 'dead_owner' as const,
+      detail: '',
+      owner: 'c',
+      channelId: other,
+      members: ['c:2'],
+      scores: [Number(await client.zscore(keys.slots(other), 'c:2'))],
+    };
+    expect(await fixFindings(fake, [dead], prefix)).toBe(1);
 
     const tags = new Set([encodeChannelId(id), encodeChannelId(other)]);
     expect(hashTag(keys.slots(id))).toBe(encodeChannelId(id));
