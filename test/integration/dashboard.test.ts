@@ -520,6 +520,9 @@ describe('GET /dashboard in a browser', () => {
     await page.click('#login-form button');
     await expect.poll(() => textOf(page, '#error'), POLL).toBe('That admin token was not accepted.');
     expect(await page.locator('#main').isVisible()).toBe(false);
+    // and the message stays through the next refreshes (once a second), not wiped by the next one
+    await new Promise((resolve) => setTimeout(resolve, 2_500));
+    expect(await textOf(page, '#error')).toBe('That admin token was not accepted.');
 
     await page.fill('#token', SECRETS.admin);
     await page.click('#login-form button');
