@@ -21,8 +21,9 @@ program
   .version(version, '-V, --version', 'print the version')
   .addHelpText(
     'after',
-    '\nExit codes: 0 ok; 1 a runtime failure (cannot listen, Redis unreachable) or doctor findings; ' +
-      '2 a usage or configuration error; 130 a second SIGINT/SIGTERM ended the drain at once.',
+    '\nExit codes: 0 ok; 1 a runtime failure (serve cannot listen) or doctor findings; ' +
+      '2 a usage or configuration error (doctor: also Redis unreachable; serve keeps running and reports it); ' +
+      '130 a second SIGINT/SIGTERM ended the drain at once.',
   );
 
 program
