@@ -159,6 +159,21 @@ describe('the access line', () => {
     expect(log.raw.join('')).not.toContain(TOKEN);
   });
 
+  it('GET /v1/models names the caller too', async () => {
+    const log = capture();
+    const { app } = testApp({ logStream: log.stream });
+    const res = await app.inject({
+      method: 'GET',
+      url: '/v1/models',
+      headers: { ...openai, 'x-request-id': 'r-models' },
+    });
+    expect(res.statusCode).toBe(200);
+    expect(accessOf(log.lines(), 'r-models')).toEqual([
+      expect.objectContaining({ level: INFO, status: 200, token: 'unit', outcome: 'ok' }),
+    ]);
+    expect(log.raw.join('')).not.toContain(TOKEN);
+  });
+
   it('the dashboard polling, /metrics and the probes log at debug; an admin write at info', async () => {
     const log = capture();
     const { app } = testApp({ logStream: log.stream });

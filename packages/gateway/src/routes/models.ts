@@ -2,6 +2,7 @@
 import type { FastifyInstance } from 'fastify';
 import type { ChannelRegistry } from '../channels.js';
 import { HttpError } from '../http-errors.js';
+import { newAccessRecord } from '../logging.js';
 import { presentedToken } from '../proxy/request.js';
 
 export function registerModelRoutes(app: FastifyInstance, registry: () => ChannelRegistry): void {
@@ -9,6 +10,7 @@ export function registerModelRoutes(app: FastifyInstance, registry: () => Channe
     const channels = registry();
     const token = channels.authenticate(presentedToken(request, 'openai'));
     if (!token) throw new HttpError('invalid_api_key', 'missing or invalid API key');
+    (request.access ??= newAccessRecord()).token = token.name; // the access line names the caller, as for the proxy
     return {
       object: 'list',
       data: channels
