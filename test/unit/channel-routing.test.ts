@@ -6,7 +6,7 @@ import { describe, expect, it } from 'vitest';
 import { ChannelRegistry } from '../../packages/gateway/src/channels.js';
 import { parseConfig } from '../../packages/gateway/src/config.js';
 import { HttpError } from '../../packages/gateway/src/http-errors.js';
-import { routeCandidates } from '../../packages/gateway/src/proxy/request.js';
+import { routeCandidates, shapeOf } from '../../packages/gateway/src/proxy/request.js';
 
 const real = (id: string, type: 'openai' | 'anthropic', models: string[], extra: object = {}) => ({
   id,
@@ -38,7 +38,7 @@ const ids = (group: string, model: string, shape: 'openai' | 'anthropic') =>
 
 function refusal(group: string, model: string, path: string): HttpError {
   try {
-    routeCandidates(registry, group, model, path);
+    routeCandidates(registry, group, model, shapeOf(path), path);
   } catch (err) {
     if (err instanceof HttpError) return err;
     throw err;
@@ -72,9 +72,8 @@ describe('candidates by API shape', () => {
     expect(refusal('wild', 'anything', '/v1/chat/completions').code).toBe('wrong_api_type');
     expect(refusal('default', 'nobody', '/v1/messages').code).toBe('model_not_found');
     expect(refusal('vip', 'shared', '/v1/chat/completions').code).toBe('model_not_found');
-    expect(routeCandidates(registry, 'default', 'shared', '/v1/messages').map((c) => c.id)).toEqual([
-      'an',
-      'mk',
-    ]);
+    expect(
+      routeCandidates(registry, 'default', 'shared', 'anthropic', '/v1/messages').map((c) => c.id),
+    ).toEqual(['an', 'mk']);
   });
 });

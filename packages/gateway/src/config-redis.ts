@@ -56,7 +56,7 @@ export function showRedisUrl(url: string): string {
 /** Why `url` is not a Redis URL (its password never echoed), or undefined when it is one. */
 export function redisUrlProblem(url: string): string | undefined {
   if (url.startsWith('/') || parseRedisUrl(url)) return undefined;
-  return `${REDIS_URL_EXPECTED}, got ${url.includes('@') ? ADDRESS_HIDDEN : JSON.stringify(url)}`;
+  return `${REDIS_URL_EXPECTED}, got ${showAddress(url)}`;
 }
 
 const secret = z.string().min(1);

@@ -149,14 +149,19 @@ function outcomeOf(a: AccessRecord | null, reply: FastifyReply): string {
   return reply.statusCode >= 400 ? 'error' : 'ok';
 }
 
+/** Whether the request's logger writes `level`: a line it would drop need not be built. */
+export function logsAt(request: FastifyRequest, level: 'info' | 'debug'): boolean {
+  // the logger is pino's (Fastify's type leaves isLevelEnabled out)
+  return (request.log as unknown as Logger).isLevelEnabled(level);
+}
+
 /**
  * The request's one access line, written when its response has ended or its connection closed first. The request
  * id comes from the request's logger (`reqId`). Client API requests carry every field, null where it does not apply.
  */
 export function logAccess(request: FastifyRequest, reply: FastifyReply): void {
   const level = accessLevel(request);
-  // the logger is pino's (Fastify's type leaves isLevelEnabled out)
-  if (!(request.log as unknown as Logger).isLevelEnabled(level)) return;
+  if (!logsAt(request, level)) return;
   const a = request.access;
   const line: Record<string, unknown> = {
     method: request.method,

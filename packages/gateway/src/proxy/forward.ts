@@ -10,7 +10,7 @@ import type { GatewaySettings } from '../settings.js';
 import type { ChannelRegistry, GatewayChannel } from '../channels.js';
 import type { GatewayConfig } from '../config.js';
 import { HttpError, errorBody, toHttpError, type ApiShape } from '../http-errors.js';
-import { newAccessRecord } from '../logging.js';
+import { logsAt, newAccessRecord } from '../logging.js';
 import type { RetryReason, UpstreamMetrics } from '../metrics.js';
 import {
   UpstreamConnectError,
@@ -96,7 +96,7 @@ export async function proxyRequest(
   const { body, json } = parseBody(request.body);
   const model = json.model as string;
   access.model = model;
-  const candidates = routeCandidates(registry, token.group, model, path);
+  const candidates = routeCandidates(registry, token.group, model, shape, path);
 
   // The client going away aborts waiting and the upstream request.
   const abort = new AbortController();
@@ -141,10 +141,12 @@ export async function proxyRequest(
     access.attempts = attempts;
     // (every way back to the top of the loop sets `retry`)
     if (retry) ctx.metrics.retried(retry.channel, retry.reason);
-    request.log.debug(
-      { channel: channel.id, wait_ms: Math.round(ticket.waitedMs), attempt: attempts },
-      ticket.waitedMs > 0 ? 'admitted after waiting' : 'admitted',
-    );
+    if (logsAt(request, 'debug')) {
+      request.log.debug(
+        { channel: channel.id, wait_ms: Math.round(ticket.waitedMs), attempt: attempts },
+        ticket.waitedMs > 0 ? 'admitted after waiting' : 'admitted',
+      );
+    }
     let released = false;
     // The upstream call ends when the client leaves or when the ticket's slot is lost (fencing): past that point
     // another request may hold the slot, and the channel's max holds only if this call stops.

@@ -34,9 +34,9 @@ export function routeCandidates(
   registry: ChannelRegistry,
   group: string,
   model: string,
+  shape: ApiShape,
   path: string,
 ): GatewayChannel[] {
-  const shape = shapeOf(path);
   const candidates = registry.candidates(group, model, shape);
   if (candidates.length > 0) return candidates;
   const other: ApiShape = shape === 'openai' ? 'anthropic' : 'openai';
