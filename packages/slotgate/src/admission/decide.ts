@@ -98,11 +98,11 @@ export function waitQueues<C extends Candidate>(
 }
 
 /** Waiters the default queue bound allows per slot of the channel's max (docs/admission.md, "Queue bound"). */
-export const DEFAULT_WAITERS_PER_SLOT = 8;
+const DEFAULT_WAITERS_PER_SLOT = 8;
 /** The default queue bound's floor, for channels of a small max. */
-export const DEFAULT_WAITERS_FLOOR = 32;
+const DEFAULT_WAITERS_FLOOR = 32;
 /** The default queue bound's ceiling: the highest max_waiting_per_channel accepts. */
-export const DEFAULT_WAITERS_CEILING = 10_000;
+const DEFAULT_WAITERS_CEILING = 10_000;
 
 /** The queue bound of a channel that sets none, with max_waiting_per_channel at 0: max(32, 8 × max), at most 10,000. */
 export function defaultMaxWaiting(maxConcurrency: number): number {

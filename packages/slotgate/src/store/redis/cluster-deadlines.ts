@@ -4,13 +4,12 @@
  */
 import type { Cluster, Redis } from 'ioredis';
 import type { Clock } from '../../core/clock.js';
+import { isCluster } from './connection.js';
 import { Deadlines } from './deadlines.js';
 
 /** The time bound of a store's operations; on Cluster it also sends redirected operations again. */
 export function deadlinesFor(client: Redis | Cluster, clock: Clock, timeoutMs: number): Deadlines {
-  return (client as { isCluster?: boolean }).isCluster === true
-    ? new ClusterDeadlines(clock, timeoutMs, client as Cluster)
-    : new Deadlines(clock, timeoutMs);
+  return isCluster(client) ? new ClusterDeadlines(clock, timeoutMs, client) : new Deadlines(clock, timeoutMs);
 }
 
 /**

@@ -41,6 +41,11 @@ export interface SentinelConnection {
   options?: RedisOptions;
 }
 
+/** Whether the client is a Redis Cluster client (ioredis marks it). */
+export function isCluster(client: Redis | Cluster): client is Cluster {
+  return (client as { isCluster?: boolean }).isCluster === true;
+}
+
 /** ioredis options that make a Redis outage fail fast instead of queueing commands forever. */
 export function defaultRedisOptions(): RedisOptions {
   return {
@@ -133,10 +138,9 @@ export interface Subscriber {
  */
 export function subscriberOf(client: Redis | Cluster): Subscriber {
   const waitThrough: RedisOptions = { enableOfflineQueue: true, maxRetriesPerRequest: null };
-  if ((client as { isCluster?: boolean }).isCluster) {
-    const cluster = client as Cluster;
-    return new NodeSubscriber(cluster, {
-      ...cluster.options.redisOptions,
+  if (isCluster(client)) {
+    return new NodeSubscriber(client, {
+      ...client.options.redisOptions,
       ...waitThrough,
       enableAutoPipelining: false,
     });

@@ -19,7 +19,7 @@ import { chunk } from '../../core/collections.js';
 import { instanceOfToken } from '../../core/ids.js';
 import { KeyBuilder, SCHEMA_VERSION } from './keys.js';
 import { redisMs } from './redis-time.js';
-import { isCluster } from './topology.js';
+import { isCluster } from './connection.js';
 import { SCRIPTS } from './scripts.js';
 import { DEFAULT_CLAIM_MS, DEFAULT_LEASE_TTL_MS } from './queues.js';
 
@@ -205,6 +205,8 @@ export async function checkLeftovers(
   const ages = all.includes(keys.instances())
     ? await heartbeatAges(client, keys, now)
     : new Map<string, number>();
+  // with no silent instance there is no dead owner to look for: no read of the live leases
+  const anyDead = [...ages.values()].some((age) => age > OWNER_DEAD_AFTER_MS);
   const findings: Finding[] = [];
   const otherVersions: string[] = [];
   const otherPrefixes: string[] = [];
@@ -247,7 +249,8 @@ export async function checkLeftovers(
         findings.push({ key, kind: 'cooldown_without_ttl', detail: 'a cooldown that never ends' });
       continue;
     }
-    if (shape.kind === 'slots') findings.push(...(await deadOwners(client, key, shape.channelId, now, ages)));
+    if (shape.kind === 'slots' && anyDead)
+      findings.push(...(await deadOwners(client, key, shape.channelId, now, ages)));
     const expired = await client.zrangebyscore(key, '-inf', now);
     if (expired.length > 0) {
       const what = shape.kind === 'slots' ? 'lease' : 'waiter registration';

@@ -26,6 +26,7 @@ import { StoreUnavailableError } from '../../core/errors.js';
 import { randomInstanceId } from '../../core/ids.js';
 import type { Purpose, RestartListener } from '../store.js';
 import { epochKeys } from './cluster-epochs.js';
+import { isCluster } from './connection.js';
 import type { Deadlines } from './deadlines.js';
 import { SCRIPTS } from './scripts.js';
 
@@ -118,7 +119,7 @@ export class Epoch {
 
   constructor(private readonly deps: EpochDeps) {
     const { client } = deps;
-    if (isClusterClient(client)) {
+    if (isCluster(client)) {
       client.on('+node', this.follow);
       client.on('-node', this.unfollow);
       for (const node of client.nodes()) this.follow(node);
@@ -188,7 +189,7 @@ export class Epoch {
   private async check(): Promise<void> {
     const { client, key, deadlines, count, clock, graceMs } = this.deps;
     const generation = this.generation;
-    const cluster = isClusterClient(client);
+    const cluster = isCluster(client);
     const keys = cluster ? await epochKeys(client, key) : [key];
     count('acquire', keys.length);
     const replies = await deadlines.run('acquire', () =>
@@ -250,8 +251,4 @@ export class Epoch {
       replies[pending[n]!] = { value, now };
     });
   }
-}
-
-function isClusterClient(client: Redis | Cluster): client is Cluster {
-  return (client as { isCluster?: boolean }).isCluster === true;
 }

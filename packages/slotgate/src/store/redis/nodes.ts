@@ -5,6 +5,7 @@
  */
 import type { Cluster, Redis } from 'ioredis';
 import { within, type Clock } from '../../core/clock.js';
+import { isCluster } from './connection.js';
 
 /** How the store reaches Redis. */
 export type TopologyKind = 'single' | 'cluster' | 'sentinel';
@@ -20,9 +21,6 @@ export interface NodeHealth {
   /** Why it is not healthy. */
   error?: string;
 }
-
-const isCluster = (client: Redis | Cluster): client is Cluster =>
-  (client as { isCluster?: boolean }).isCluster === true;
 
 export function topologyKindOf(client: Redis | Cluster): TopologyKind {
   if (isCluster(client)) return 'cluster';

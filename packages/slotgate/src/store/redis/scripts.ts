@@ -8,6 +8,7 @@
 import { readFileSync } from 'node:fs';
 import type { ChainableCommander, Cluster, Redis } from 'ioredis';
 import type { AcquireReply, EnqueueReply, WaiterState } from '../store.js';
+import { isCluster } from './connection.js';
 import { SCHEMA_VERSION } from './keys.js';
 import { parseSnapshot } from './settings-record.js';
 
@@ -118,10 +119,6 @@ export class Script<Reply> {
   reply(raw: unknown): Reply {
     return this.parse(raw);
   }
-}
-
-function isCluster(client: Client): boolean {
-  return (client as { isCluster?: boolean }).isCluster === true;
 }
 
 function numbers(reply: unknown): number[] {

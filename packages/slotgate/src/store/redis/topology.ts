@@ -24,6 +24,7 @@ import {
   type AcquireCalls,
   type AcquireRequest,
 } from './acquire-call.js';
+import { isCluster } from './connection.js';
 import type { Deadlines } from './deadlines.js';
 import type { KeyBuilder } from './keys.js';
 import { SCRIPTS, type ReleaseSlotReply } from './scripts.js';
@@ -59,10 +60,6 @@ export interface Topology {
   renewBatches<L extends LeaseRef>(leases: readonly L[]): L[][];
   /** Active, waiting and cooldown of up to BATCH_SIZE channels, live members counted from `min` (exclusive). */
   readLoadBatch(ids: readonly string[], min: string, withTime: boolean): Promise<LoadBatch>;
-}
-
-export function isCluster(client: Redis | Cluster): client is Cluster {
-  return (client as { isCluster?: boolean }).isCluster === true;
 }
 
 export function topologyOf(deps: TopologyDeps): Topology {
