@@ -151,8 +151,9 @@ function outcomeOf(a: AccessRecord | null, reply: FastifyReply): string {
 
 /** Whether the request's logger writes `level`: a line it would drop need not be built. */
 export function logsAt(request: FastifyRequest, level: 'info' | 'debug'): boolean {
-  // the logger is pino's (Fastify's type leaves isLevelEnabled out)
-  return (request.log as unknown as Logger).isLevelEnabled(level);
+  // pino's logger has isLevelEnabled (Fastify's type leaves it out); with logging off Fastify's no-op logger has not
+  const log = request.log as unknown as Partial<Logger>;
+  return typeof log.isLevelEnabled === 'function' && log.isLevelEnabled(level);
 }
 
 /**
