@@ -100,7 +100,8 @@ export async function spawnGateway(opts: SpawnOptions = {}): Promise<GwProcess> 
   proc.stderr!.setEncoding('utf8').on('data', onData);
 
   const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => {
-    proc.once('exit', (code, signal) => {
+    // 'close', not 'exit': it comes once stdout and stderr have been read to their end, so output() is whole
+    proc.once('close', (code, signal) => {
       running.delete(proc);
       resolve({ code, signal });
     });
