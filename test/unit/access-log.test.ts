@@ -227,7 +227,10 @@ describe('the log format', () => {
 
   it('pino-pretty is loaded only for pretty output, and never when the caller gives a stream', () => {
     const given = new Writable({ write: (_c, _e, cb) => cb() });
-    expect(loggerOptions({ log_level: 'info', log_format: 'json' }, undefined)).not.toHaveProperty('stream');
+    // JSON lines: pino's own stdout destination, written synchronously (no line lost at process.exit)
+    const json = loggerOptions({ log_level: 'info', log_format: 'json' }, undefined) as { stream?: unknown };
+    expect(json.stream).toMatchObject({ fd: 1, sync: true });
+    expect(json.stream).not.toBeInstanceOf(Writable);
     expect(loggerOptions({ log_level: 'info', log_format: 'pretty' }, { stream: given })).toMatchObject({
       stream: given,
     });

@@ -9,7 +9,7 @@ import { writeSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { Writable } from 'node:stream';
 import type { FastifyReply, FastifyRequest } from 'fastify';
-import type { Logger } from 'pino';
+import { pino, type Logger } from 'pino';
 import { CapacityError } from 'slotgate';
 import type { GatewayConfig } from './config.js';
 
@@ -120,7 +120,14 @@ export function loggerOptions(
 ): false | Record<string, unknown> {
   if (given === false) return false;
   const options = typeof given === 'object' ? given : {};
-  const stream = options.stream === undefined && prettyLogs(server.log_format) ? prettyStream() : undefined;
+  // JSON lines go to stdout synchronously too: pino's default asynchronous destination can lose the line written
+  // right before process.exit ("shutdown complete") when an earlier write is still in flight
+  const stream =
+    options.stream !== undefined
+      ? undefined
+      : prettyLogs(server.log_format)
+        ? prettyStream()
+        : pino.destination({ dest: 1, sync: true });
   return {
     level: server.log_level,
     redact: { paths: REDACT, censor: '[redacted]' },

@@ -108,6 +108,8 @@ export async function serve(opts: ServeOptions, env: NodeJS.ProcessEnv = process
     await gateway.close().catch(() => {});
     process.exit(1);
   }
+  // before the start-up line: a signal sent as soon as that line is seen must drain, not kill
+  stopOnSignals(gateway);
   gateway.app.log.info(
     {
       address,
@@ -130,7 +132,6 @@ export async function serve(opts: ServeOptions, env: NodeJS.ProcessEnv = process
   if (config.tokens.length === 0)
     gateway.app.log.warn('no client tokens configured: every caller is accepted in group "default"');
   if (!config.admin.token) gateway.app.log.warn('no admin token configured: the admin API is disabled');
-  stopOnSignals(gateway);
 }
 
 /** Exit code when a second SIGINT/SIGTERM cuts the drain short (docs/operations.md). */
