@@ -80,6 +80,7 @@ describe('docs/errors.md', () => {
     expect(withHeader.sort()).toEqual([
       'admission_store_unavailable',
       'channel_capacity_exhausted',
+      'client_concurrency_exceeded',
       'lease_lost',
     ]);
   });

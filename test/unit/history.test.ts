@@ -81,6 +81,7 @@ function fakeReader(clock: ManualClock) {
         capacity_queue_full: state.queueFull,
         capacity_wait_timeout: state.timeout,
         capacity_aborted: 0,
+        client_limit: 0,
         store_unavailable: 0,
         no_channel: 0,
       },

@@ -5,6 +5,7 @@
  */
 import {
   CapacityError,
+  ClientLimitError,
   LeaseLostError,
   NoChannelError,
   SettingsError,
@@ -29,6 +30,13 @@ export const GATEWAY_ERRORS = {
     anthropicType: 'rate_limit_error',
     meaning:
       'every candidate channel is at its max concurrency: none free and waiting off, the wait queue full, or the wait timed out. Retry-After says when to try again.',
+  },
+  client_concurrency_exceeded: {
+    status: 429,
+    type: 'rate_limit_error',
+    anthropicType: 'rate_limit_error',
+    meaning:
+      "the caller's client (its token's max_concurrency, shared by the tokens of one client) has that many requests in flight across the fleet and none of its slots came free: waiting off, its queue full, or the wait timed out. Retry-After says when to try again.",
   },
   admission_store_unavailable: {
     status: 503,
@@ -176,6 +184,12 @@ export function toHttpError(err: unknown): HttpError {
   if (err instanceof CapacityError) {
     const seconds = Math.max(1, Math.ceil(err.retryAfterMs / 1000));
     return new HttpError('channel_capacity_exhausted', `slotgate: ${err.message} [reason: ${err.reason}]`, {
+      'retry-after': String(seconds),
+    });
+  }
+  if (err instanceof ClientLimitError) {
+    const seconds = Math.max(1, Math.ceil(err.retryAfterMs / 1000));
+    return new HttpError('client_concurrency_exceeded', `slotgate: ${err.message} [reason: ${err.reason}]`, {
       'retry-after': String(seconds),
     });
   }

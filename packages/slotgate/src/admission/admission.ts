@@ -5,7 +5,21 @@
  */
 import { isBounded, type Candidate } from '../core/channel.js';
 import { systemClock } from '../core/clock.js';
-import { CapacityError, NoChannelError, StoreUnavailableError, type CapacityReason } from '../core/errors.js';
+import {
+  CLIENT_RESOURCE_PREFIX,
+  clientIdOf,
+  isClientResource,
+  isLimited,
+  validateClient,
+  type Client,
+} from '../core/client.js';
+import {
+  CapacityError,
+  ClientLimitError,
+  NoChannelError,
+  StoreUnavailableError,
+  type CapacityReason,
+} from '../core/errors.js';
 import { admissionSettings, type Settings } from '../core/settings.js';
 import { LeaseManager } from '../store/leases.js';
 import type { ChannelLoad, Listening } from '../store/store.js';
@@ -17,6 +31,7 @@ import { Handoff } from './handoff.js';
 import { LoadView } from './load-view.js';
 import { admitInForce } from './in-force.js';
 import { StatsRecorder, type AdmissionStats, type ChannelStats, type Outcome } from './stats.js';
+import { ClientSets, clientLimitError, withClientSlot } from './clients.js';
 import { Tickets } from './tickets.js';
 import type {
   AcquireRequest,
@@ -38,6 +53,7 @@ export class AdmissionEngine implements Admission {
   private current: Settings;
   private readonly engine: Engine;
   private readonly candidateSets = new CandidateSets();
+  private readonly clientSets = new ClientSets();
   private readonly emit: (event: AdmissionEvent) => void;
   private readonly onAdmission: ((record: AdmissionRecord) => void) | undefined;
   private closed = false;
@@ -182,16 +198,33 @@ export class AdmissionEngine implements Admission {
     let waitedMs: number | undefined;
     try {
       if (this.closed) throw new StoreUnavailableError('acquire', 'the admission engine is closed');
+      const { client } = request;
+      if (client !== undefined) validateClient(client);
       const prepared = this.candidateSets.prepare(request.candidates, request.exclude);
-      const ticket = await this.localShare.around(
-        prepared,
-        () => admitInForce(this.engine, request, prepared),
-        (channel, lease) => this.engine.tickets.bounded(channel, lease, 0, request.signal),
-      );
+      // A limited client takes its own slot first (always in this order: nothing waits holding a channel slot)
+      const held = isLimited(client) ? await this.clientSlot(client, request.signal) : undefined;
+      let ticket: Ticket<C>;
+      try {
+        // the wait for the client's slot counts against the same wait_timeout_ms
+        const span =
+          held && held.waitedMs > 0
+            ? { start: started, deadline: started + this.current.wait_timeout_ms }
+            : undefined;
+        ticket = await this.localShare.around(
+          prepared,
+          () => admitInForce(this.engine, request, prepared, span),
+          (channel, lease) => this.engine.tickets.bounded(channel, lease, 0, request.signal),
+        );
+      } catch (err) {
+        if (held) void held.release();
+        throw err;
+      }
+      if (held) ticket = withClientSlot(ticket, held);
       if (ticket.waitedMs > 0) waitedMs = ticket.waitedMs;
       return ticket;
     } catch (err) {
       if (err instanceof CapacityError) outcome = `capacity_${err.reason}`;
+      else if (err instanceof ClientLimitError) outcome = 'client_limit';
       else if (err instanceof StoreUnavailableError) outcome = 'store_unavailable';
       else if (err instanceof NoChannelError) outcome = 'no_channel';
       else outcome = undefined; // not an admission outcome: a bug or a bad candidate, surfaced as it is
@@ -203,6 +236,25 @@ export class AdmissionEngine implements Admission {
         recorder.admissionLatency.observe(latencyMs);
         this.onAdmission?.({ outcome, latencyMs, ...(waitedMs !== undefined ? { waitedMs } : {}) });
       }
+    }
+  }
+
+  /** One slot of a limited client's own, fleet-wide: taken at once or waited for in the client's queue. */
+  private async clientSlot(
+    client: Client & { maxConcurrency: number },
+    signal: AbortSignal | undefined,
+  ): Promise<Ticket<Candidate>> {
+    const candidates = this.clientSets.of(client);
+    const prepared = this.candidateSets.prepare(candidates, undefined, true);
+    try {
+      return await this.localShare.around(
+        prepared,
+        () => admitInForce(this.engine, { candidates, ...(signal ? { signal } : {}) }, prepared),
+        (resource, lease) => this.engine.tickets.bounded(resource, lease, 0, signal),
+      );
+    } catch (err) {
+      if (!(err instanceof CapacityError)) throw err;
+      throw clientLimitError(client, err);
     }
   }
 
@@ -240,6 +292,17 @@ export class AdmissionEngine implements Admission {
     return holders;
   }
 
+  async readClients(clients: readonly Client[]): Promise<Map<string, ChannelLoad>> {
+    for (const client of clients) validateClient(client);
+    const limited = clients.filter(isLimited);
+    const loads = limited.length
+      ? await this.engine.store.readLoads(limited.map((c) => CLIENT_RESOURCE_PREFIX + c.id))
+      : new Map<string, ChannelLoad>();
+    const byClient = new Map<string, ChannelLoad>();
+    for (const [id, load] of loads) byClient.set(clientIdOf(id), load);
+    return byClient;
+  }
+
   /** Adds the unlimited channels' loads, which live in this process only. */
   private withUnlimited(
     channels: readonly Candidate[],
@@ -262,7 +325,11 @@ export class AdmissionEngine implements Admission {
   stats(): AdmissionStats {
     const { leases, tickets, inbox, recorder: r, store, view, handoff } = this.engine;
     const channels: Record<string, ChannelStats> = {};
-    const touch = (id: string) => (channels[id] ??= { active: 0, waiting: 0 });
+    const clients: Record<string, ChannelStats> = {};
+    const touch = (id: string) =>
+      isClientResource(id)
+        ? (clients[clientIdOf(id)] ??= { active: 0, waiting: 0 })
+        : (channels[id] ??= { active: 0, waiting: 0 });
     for (const lease of leases.leases()) touch(lease.channelId).active++;
     for (const [id, n] of tickets.unlimitedActive) touch(id).active += n;
     for (const id of inbox.channels()) touch(id).waiting = inbox.count(id);
@@ -286,6 +353,7 @@ export class AdmissionEngine implements Admission {
         admitted: this.localShare.admitted,
       },
       channels,
+      clients,
     };
   }
 

@@ -6,6 +6,7 @@
  * stale copy. Weights and maxWaiting are read live, so they need no check.
  */
 import { isBounded, type Candidate } from '../core/channel.js';
+import { RESERVED_ID_START } from '../core/client.js';
 import { tiers } from '../core/order.js';
 
 export interface Prepared<C extends Candidate> {
@@ -51,13 +52,17 @@ function unchanged<C extends Candidate>(p: Prepared<C>, given: readonly C[]): bo
 }
 
 /** Rejects a candidate the pass could not use correctly, naming the field, what it expects and what came in. */
-export function validateCandidate(c: Candidate): void {
+export function validateCandidate(c: Candidate, internal = false): void {
   const bad = (field: string, expected: string, got: unknown) =>
     new TypeError(
       `Expected candidate \`${field}\` to be ${expected}, got ${JSON.stringify(got) ?? String(got)}`,
     );
   if (typeof c !== 'object' || c === null) throw bad('(candidate)', 'an object', c);
   if (typeof c.id !== 'string' || c.id.length === 0) throw bad('id', 'a non-empty string', c.id);
+  // ids starting with NUL are the engine's own (a client's slots: core/client.ts)
+  if (c.id.startsWith(RESERVED_ID_START) && !internal) {
+    throw bad('id', 'a string not starting with a NUL character', c.id);
+  }
   const int = (v: unknown, min: number) => typeof v === 'number' && Number.isInteger(v) && v >= min;
   if (c.maxConcurrency !== undefined && !int(c.maxConcurrency, -Infinity)) {
     throw bad(`maxConcurrency of ${c.id}`, 'an integer (≤ 0 = unlimited)', c.maxConcurrency);
@@ -78,13 +83,18 @@ export class CandidateSets {
   /** Whether each channel id seen so far is bounded (for a cooldown given only an id). */
   private readonly known = new Map<string, boolean>();
 
-  prepare<C extends Candidate>(given: readonly C[], exclude?: ReadonlySet<string>): Prepared<C> {
+  /** `internal`: the set is the engine's own (a client's slot), whose ids are reserved for it. */
+  prepare<C extends Candidate>(
+    given: readonly C[],
+    exclude?: ReadonlySet<string>,
+    internal = false,
+  ): Prepared<C> {
     const cacheable = !exclude || exclude.size === 0;
     if (cacheable) {
       const hit = this.cache.get(given) as Prepared<C> | undefined;
       if (hit && unchanged(hit, given)) return hit;
     }
-    for (const c of given) validateCandidate(c);
+    for (const c of given) validateCandidate(c, internal);
     const candidates = given.filter((c) => c.enabled !== false && !exclude?.has(c.id));
     for (const c of candidates) this.known.set(c.id, isBounded(c));
     const bounded = candidates.filter(isBounded);

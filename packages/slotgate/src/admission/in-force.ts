@@ -17,10 +17,12 @@ export async function admitInForce<C extends Candidate>(
   engine: Engine,
   request: AcquireRequest<C>,
   prepared: Prepared<C>,
+  /** A wait already under way (a limited client's, for its own slot): the deadline holds for the whole acquire. */
+  waited?: WaitSpan,
 ): Promise<Ticket<C>> {
   const { clock } = engine;
   let generation = engine.generation();
-  let span: WaitSpan | undefined;
+  let span: WaitSpan | undefined = waited;
   for (;;) {
     if (prepared.candidates.length === 0) {
       throw span ? new NoChannelError(NO_CHANNEL_LEFT) : new NoChannelError();

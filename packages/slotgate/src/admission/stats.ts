@@ -5,7 +5,8 @@ import { Histogram, type HistogramSnapshot } from '../core/histogram.js';
 import type { Purpose } from '../store/store.js';
 import type { LoadViewCounters } from './load-view.js';
 
-export type Outcome = 'acquired' | `capacity_${CapacityReason}` | 'store_unavailable' | 'no_channel';
+export type Outcome =
+  'acquired' | `capacity_${CapacityReason}` | 'client_limit' | 'store_unavailable' | 'no_channel';
 
 export interface ChannelStats {
   /** This instance's live leases (bounded) or in-flight tickets (unlimited). */
@@ -38,6 +39,8 @@ export interface AdmissionStats {
   /** The store failure mode, whether it admits on a local share now (the store down), and how often it did. */
   localShare: { mode: StoreFailureMode; active: boolean; admitted: number };
   channels: Record<string, ChannelStats>;
+  /** Limited clients with a slot held or waited for on this instance, by client id. */
+  clients: Record<string, ChannelStats>;
 }
 
 /** Every outcome an acquire can have (label values for metrics exporters). */
@@ -47,6 +50,7 @@ export const OUTCOMES: readonly Outcome[] = [
   'capacity_queue_full',
   'capacity_wait_timeout',
   'capacity_aborted',
+  'client_limit',
   'store_unavailable',
   'no_channel',
 ];
@@ -58,6 +62,7 @@ function emptyOutcomes(): Record<Outcome, number> {
     capacity_queue_full: 0,
     capacity_wait_timeout: 0,
     capacity_aborted: 0,
+    client_limit: 0,
     store_unavailable: 0,
     no_channel: 0,
   };

@@ -1,5 +1,6 @@
 /** The admission engine's public types. */
 import type { Candidate } from '../core/channel.js';
+import type { Client } from '../core/client.js';
 import type { Clock } from '../core/clock.js';
 import type { Random } from '../core/order.js';
 import type { Settings, SettingsUpdate } from '../core/settings.js';
@@ -58,6 +59,13 @@ export interface AcquireRequest<C extends Candidate> {
   signal?: AbortSignal;
   /** Channel ids to skip in this pass (already tried by the caller's retry chain). */
   exclude?: ReadonlySet<string>;
+  /**
+   * Who the request is for. A client with `maxConcurrency > 0` first takes one of its own slots (fleet-wide, waiting
+   * for one within the same wait budget as a channel), then a channel slot; the ticket holds both and gives both
+   * back. At its limit the acquire fails with ClientLimitError (`client_concurrency_exceeded`). A client without a
+   * limit costs nothing.
+   */
+  client?: Client;
 }
 
 export interface Ticket<C extends Candidate> {
@@ -110,6 +118,11 @@ export interface Admission {
    * instance's in-flight tickets). Throws `StoreUnavailableError`.
    */
   readHolders(channels: readonly Candidate[]): Promise<Map<string, Map<string, number>>>;
+  /**
+   * Limited clients' slots across the fleet, straight from the store (one read per client; for operators' views):
+   * client id → in flight (`active`) and waiting. Clients without a limit are left out. Throws `StoreUnavailableError`.
+   */
+  readClients(clients: readonly Client[]): Promise<Map<string, ChannelLoad>>;
   stats(): AdmissionStats;
   /** Stops renewing and gives back every lease this instance holds (bounded to 5 s). */
   close(): Promise<void>;

@@ -33,6 +33,22 @@ export class CapacityError extends SlotgateError {
   }
 }
 
+/**
+ * The request's client has its max concurrency in flight (across every instance) and no slot of its own came free:
+ * its queue was full, the wait timed out or was aborted, or waiting is off. The client's own limit, not a channel's.
+ */
+export class ClientLimitError extends SlotgateError {
+  readonly reason: CapacityReason;
+  readonly retryAfterMs: number;
+  readonly clientId: string;
+  constructor(reason: CapacityReason, message: string, opts: { retryAfterMs: number; clientId: string }) {
+    super('client_concurrency_exceeded', message);
+    this.reason = reason;
+    this.retryAfterMs = opts.retryAfterMs;
+    this.clientId = opts.clientId;
+  }
+}
+
 /** The admission store (Redis) failed or timed out; bounded channels fail closed. */
 export class StoreUnavailableError extends SlotgateError {
   /** What the store was doing when it failed (acquire, release, wait, load_read, ...). */
@@ -86,6 +102,8 @@ export class SettingsError extends SlotgateError {
 export const ERROR_CODES = {
   channel_capacity_exhausted:
     'every candidate channel is at its max concurrency (reason: full, queue_full, wait_timeout, aborted)',
+  client_concurrency_exceeded:
+    "the request's client has its own max concurrency in flight across the fleet (reason: full, queue_full, wait_timeout, aborted)",
   admission_store_unavailable:
     'the admission store (Redis) failed or timed out; bounded channels fail closed',
   no_channel: 'no enabled channel is left in the candidate set',

@@ -16,16 +16,20 @@
  *
  * The `{<channel>}` hash tag puts all keys of one channel in the same Redis Cluster slot, so every per-channel script
  * is cluster-legal. Channel ids are percent-encoded where they hold `{`, `}` or `%`, so no id can break out of its tag.
+ * A limited client's slots and queue use the same layout under `{%00client:<client id>}` (no channel id encodes to a
+ * bare `%00`).
  */
 
 export const SCHEMA_VERSION = 'v1';
 
 export function encodeChannelId(id: string): string {
-  return id.replace(/[{}%]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase()}`);
+  // NUL starts the engine's own resource ids (a client's slots: `\0client:<id>` → `{%00client:<id>}`)
+  // eslint-disable-next-line no-control-regex -- NUL is one of the characters encoded
+  return id.replace(/[{}%\u0000]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase().padStart(2, '0')}`);
 }
 
 export function decodeChannelId(encoded: string): string {
-  return encoded.replace(/%(7B|7D|25)/g, (_, hex: string) => String.fromCharCode(parseInt(hex, 16)));
+  return encoded.replace(/%(7B|7D|25|00)/g, (_, hex: string) => String.fromCharCode(parseInt(hex, 16)));
 }
 
 interface ChannelKeys {

@@ -1,0 +1,71 @@
+/**
+ * A limited client's own slot, as the admission facade takes it: the one-candidate set it is acquired through, the
+ * error that says the client's limit (not a channel's) refused the request, and the ticket that holds both slots.
+ */
+import type { Candidate } from '../core/channel.js';
+import { clientResource, type Client } from '../core/client.js';
+import { ClientLimitError, type CapacityError } from '../core/errors.js';
+import type { Ticket } from './types.js';
+
+/** The most client sets kept; past it the cache starts over (a set is rebuilt in microseconds). */
+const CACHE_LIMIT = 10_000;
+
+/**
+ * One candidate array per client and limit, kept so the candidate-set cache (keyed by array) prepares it once; a
+ * changed limit or queue bound makes a new one.
+ */
+export class ClientSets {
+  private readonly sets = new Map<string, readonly Candidate[]>();
+
+  of(client: Client & { maxConcurrency: number }): readonly Candidate[] {
+    const key = `${client.maxConcurrency}|${client.maxWaiting ?? ''}|${client.id}`;
+    let set = this.sets.get(key);
+    if (!set) {
+      if (this.sets.size >= CACHE_LIMIT) this.sets.clear();
+      set = [clientResource(client)];
+      this.sets.set(key, set);
+    }
+    return set;
+  }
+}
+
+/** The client's own limit refused the request: the capacity error of its slot, in the client's words. */
+export function clientLimitError(
+  client: Client & { maxConcurrency: number },
+  err: CapacityError,
+): ClientLimitError {
+  const limit = `client ${JSON.stringify(client.id)} has its max concurrency (${client.maxConcurrency}) in flight`;
+  let message: string;
+  switch (err.reason) {
+    case 'queue_full':
+      message = `${limit} and its wait queue is full`;
+      break;
+    case 'wait_timeout':
+      message = `${limit}: none of its slots came free within the wait time-out`;
+      break;
+    case 'aborted':
+      message = `the request was aborted while waiting for a slot of client ${JSON.stringify(client.id)}`;
+      break;
+    default:
+      message = limit;
+  }
+  return new ClientLimitError(err.reason, message, { retryAfterMs: err.retryAfterMs, clientId: client.id });
+}
+
+/**
+ * The channel's ticket holding the client's slot too: `lost` fires when either slot is lost (the work must end, or
+ * the client's max could be passed), `release` gives both back, and the wait is the whole acquire's.
+ */
+export function withClientSlot<C extends Candidate>(ticket: Ticket<C>, held: Ticket<Candidate>): Ticket<C> {
+  let released: Promise<void> | undefined;
+  return {
+    channel: ticket.channel,
+    token: ticket.token,
+    waitedMs: ticket.waitedMs,
+    lost: AbortSignal.any([ticket.lost, held.lost]),
+    release(options) {
+      released ??= Promise.all([ticket.release(options), held.release(options)]).then(() => {});
+      return released;
+    },
+  };
+}
