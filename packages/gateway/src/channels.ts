@@ -2,7 +2,7 @@
  * The channel registry: the configured channels as admission candidates, indexed by (API shape, group, model). Rebuilt
  * whole on every config reload and swapped in one assignment, so a request sees one consistent version.
  */
-import type { Candidate } from 'slotgate';
+import type { Candidate, Client } from 'slotgate';
 import type { ChannelConfig, TokenConfig } from './config.js';
 import type { ApiShape } from './http-errors.js';
 
@@ -22,12 +22,31 @@ export interface GatewayChannel extends Candidate {
   config: ChannelConfig;
 }
 
+/** An authenticated caller: its token's config, and the client its requests count against. */
+export type Caller = Omit<TokenConfig, 'client'> & { client: Client };
+
+export interface ClientInfo {
+  client: Client;
+  /** The names of the tokens that count against it. */
+  tokens: string[];
+}
+
+const ANONYMOUS: Caller = {
+  key: '',
+  name: 'anonymous',
+  group: 'default',
+  max_concurrency: 0,
+  weight: 1,
+  client: { id: 'anonymous', maxConcurrency: 0, weight: 1 },
+};
+
 export class ChannelRegistry {
   readonly channels: readonly GatewayChannel[];
   private readonly byId = new Map<string, GatewayChannel>();
   private readonly index = new Map<string, GatewayChannel[]>();
   private readonly wildcard = new Map<string, GatewayChannel[]>();
-  private readonly tokens = new Map<string, TokenConfig>();
+  private readonly tokens = new Map<string, Caller>();
+  private readonly clientInfo = new Map<string, ClientInfo>();
 
   constructor(channels: readonly ChannelConfig[], tokens: readonly TokenConfig[]) {
     this.channels = channels.map((config) => ({
@@ -54,7 +73,19 @@ export class ChannelRegistry {
         }
       }
     }
-    for (const token of tokens) this.tokens.set(token.key, token);
+    for (const token of tokens) {
+      const id = token.client ?? token.name;
+      let info = this.clientInfo.get(id);
+      if (!info) {
+        info = {
+          client: { id, maxConcurrency: token.max_concurrency, weight: token.weight },
+          tokens: [],
+        };
+        this.clientInfo.set(id, info);
+      }
+      info.tokens.push(token.name);
+      this.tokens.set(token.key, { ...token, client: info.client });
+    }
   }
 
   get(id: string): GatewayChannel | undefined {
@@ -82,9 +113,17 @@ export class ChannelRegistry {
     return [...names].sort();
   }
 
-  /** The token's config, or undefined. With no tokens configured, auth is off and callers are in `default`. */
-  authenticate(key: string | undefined): TokenConfig | undefined {
-    if (this.tokens.size === 0) return { key: '', name: 'anonymous', group: 'default' };
+  /**
+   * The token's config and its client (one object per client, for the admission engine), or undefined. With no
+   * tokens configured, auth is off and callers are in `default`, with no client limit.
+   */
+  authenticate(key: string | undefined): Caller | undefined {
+    if (this.tokens.size === 0) return ANONYMOUS;
     return key ? this.tokens.get(key) : undefined;
+  }
+
+  /** Every client named by the tokens, with its limit and the names of its tokens (never their keys). */
+  clients(): ClientInfo[] {
+    return [...this.clientInfo.values()];
   }
 }

@@ -59,6 +59,12 @@ const tokenSchema = z.strictObject({
   key: secret,
   name: z.string().min(1),
   group: z.string().min(1).default('default'),
+  /** The client whose limit the token's requests count against (tokens of one client share it); default: its name. */
+  client: z.string().min(1).max(128).optional(),
+  /** Requests of the client in flight at once, across every instance; 0 = no limit (no Redis command). */
+  max_concurrency: z.int().min(0).max(1_000_000).default(0),
+  /** The client's share of a saturated channel against other clients. */
+  weight: z.number().positive().max(1_000_000).default(1),
 });
 
 export const configSchema = z
@@ -153,10 +159,29 @@ export const configSchema = z
       }
     });
     const keys = new Set<string>();
+    const clients = new Map<string, { index: number; max: number; weight: number }>();
     config.tokens.forEach((t, i) => {
       if (keys.has(t.key))
         ctx.addIssue({ code: 'custom', path: ['tokens', i, 'key'], message: 'duplicate token key' });
       keys.add(t.key);
+      // the tokens of one client share one limit: they must say the same
+      const client = t.client ?? t.name;
+      const first = clients.get(client);
+      if (!first) clients.set(client, { index: i, max: t.max_concurrency, weight: t.weight });
+      else {
+        for (const [field, mine, theirs] of [
+          ['max_concurrency', t.max_concurrency, first.max],
+          ['weight', t.weight, first.weight],
+        ] as const) {
+          if (mine !== theirs) {
+            ctx.addIssue({
+              code: 'custom',
+              path: ['tokens', i, field],
+              message: `tokens of client ${JSON.stringify(client)} share one limit: ${mine} here, ${theirs} in tokens[${first.index}]`,
+            });
+          }
+        }
+      }
     });
   });
 

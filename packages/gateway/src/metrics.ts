@@ -9,6 +9,7 @@
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import {
   OUTCOMES,
+  type ChannelStats,
   PURPOSES,
   type Admission,
   type AdmissionRecord,
@@ -56,6 +57,8 @@ export interface UpstreamMetrics {
   retried(channel: string, reason: RetryReason): void;
   cooldownStarted(channel: string, reason: CooldownReason): void;
 }
+
+const IDLE: ChannelStats = { active: 0, waiting: 0 };
 
 export class GatewayMetrics implements UpstreamMetrics {
   readonly register = new Registry();
@@ -267,6 +270,39 @@ export class GatewayMetrics implements UpstreamMetrics {
         },
       });
     }
+
+    // Per-client gauges: the limited clients of the configuration (client names, never keys; as many label values as
+    // configured clients), this instance's counts, no Redis command.
+    const perClient = (name: string, help: string, value: (stats: ChannelStats, max: number) => number) =>
+      new Gauge({
+        name,
+        help,
+        labelNames: ['client'],
+        registers: [register],
+        collect() {
+          const mine = admission().stats().clients;
+          this.reset();
+          for (const { client } of sources.channels().clients()) {
+            const max = client.maxConcurrency ?? 0;
+            if (max > 0) this.set({ client: client.id }, value(mine[client.id] ?? IDLE, max));
+          }
+        },
+      });
+    perClient(
+      'slotgate_client_in_flight',
+      "A limited client's requests in flight on this instance (each holds one of the client's slots)",
+      (s) => s.active,
+    );
+    perClient(
+      'slotgate_client_waiting',
+      "A limited client's requests waiting on this instance for one of its own slots",
+      (s) => s.waiting,
+    );
+    perClient(
+      'slotgate_client_max_concurrency',
+      "A limited client's max concurrency across the fleet (tokens[].max_concurrency)",
+      (_, max) => max,
+    );
 
     // Per-channel gauges are filled from one snapshot per scrape. Every gauge awaits it in its own collect(): a
     // registry collects all metrics at once, so a gauge without a collect of its own would be read before another

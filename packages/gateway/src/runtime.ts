@@ -11,6 +11,8 @@ import {
   createAdmission,
   type Admission,
   type AdmissionEvent,
+  clientIdOf,
+  isClientResource,
   type InstanceInfo,
   type SharedSettings,
   type SlotStore,
@@ -298,9 +300,12 @@ export class GatewayRuntime {
     if (event.type === 'settings_changed') return;
     const level = event.type === 'lease_lost' || event.type === 'release_abandoned' ? 'error' : 'warn';
     const { type, ...rest } = event;
-    this.log?.[level](
-      { event: type, ...('error' in rest ? { ...rest, error: rest.error.message } : rest) },
-      `admission: ${type}`,
-    );
+    const fields: Record<string, unknown> = 'error' in rest ? { ...rest, error: rest.error.message } : { ...rest };
+    // a limited client's own slot: named as the client, not under its internal resource id
+    if (typeof fields.channelId === 'string' && isClientResource(fields.channelId)) {
+      fields.client = clientIdOf(fields.channelId);
+      delete fields.channelId;
+    }
+    this.log?.[level]({ event: type, ...fields }, `admission: ${type}`);
   };
 }

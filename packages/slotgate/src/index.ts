@@ -16,7 +16,7 @@ export { OUTCOMES, type AdmissionStats, type ChannelStats, type Outcome } from '
 export type { LoadViewCounters } from './admission/load-view.js';
 export type { LeaseEvent } from './store/leases.js';
 export type { Candidate } from './core/channel.js';
-export type { Client } from './core/client.js';
+export { clientIdOf, isClientResource, type Client } from './core/client.js';
 export type { Clock, Timer } from './core/clock.js';
 export type { Random } from './core/order.js';
 export type { HistogramSnapshot } from './core/histogram.js';

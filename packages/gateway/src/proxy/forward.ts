@@ -123,6 +123,7 @@ export async function proxyRequest(
         resolve: inForce,
         signal: abort.signal,
         exclude: tried,
+        client: token.client,
       });
     } catch (err) {
       request.log.debug({ err: (err as Error).message, attempt: attempts + 1 }, 'admission refused');
@@ -155,7 +156,9 @@ export async function proxyRequest(
     const upstream = new AbortController();
     const stopUpstream = () => upstream.abort();
     abort.signal.addEventListener('abort', stopUpstream, { once: true });
-    if (ticket.token !== undefined) ticket.lost.addEventListener('abort', stopUpstream, { once: true });
+    // a ticket can be lost when it holds a lease: a bounded channel's, or a limited client's
+    const fencedTicket = ticket.token !== undefined || (token.client.maxConcurrency ?? 0) > 0;
+    if (fencedTicket) ticket.lost.addEventListener('abort', stopUpstream, { once: true });
     const upstreamSignal = upstream.signal;
     const release = () => {
       if (released) return;
@@ -231,7 +234,7 @@ export async function proxyRequest(
     // Any other body is cut by the upstream call's own signal; an event stream ends with an error event.
     const eventStream = String(res.headers['content-type'] ?? '').startsWith('text/event-stream');
     const streamed =
-      ticket.token === undefined || !eventStream
+      !fencedTicket || !eventStream
         ? res.body
         : fenced(res.body, ticket.lost, shape, () =>
             request.log.warn({ channel: channel.id }, 'slot lost mid-stream: the upstream call was ended'),

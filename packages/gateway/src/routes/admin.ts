@@ -212,6 +212,31 @@ export function registerAdminRoutes(app: FastifyInstance, ctx: AdminContext): vo
       };
     });
 
+    // The clients the tokens name, with their limits and, for limited ones, their slots across the fleet (one read
+    // per limited client) and on this instance. Token names only, never keys.
+    admin.get('/admin/clients', async () => {
+      const infos = ctx.registry().clients();
+      const loads = await ctx.admission.readClients(infos.map((i) => i.client));
+      const local = ctx.admission.stats().clients;
+      return {
+        clients: infos.map(({ client, tokens }) => {
+          const load = loads.get(client.id);
+          return {
+            client: client.id,
+            tokens,
+            max_concurrency: client.maxConcurrency ?? 0,
+            weight: client.weight ?? 1,
+            active: load?.active ?? null,
+            waiting: load?.waiting ?? null,
+            this_instance: {
+              active: local[client.id]?.active ?? 0,
+              waiting: local[client.id]?.waiting ?? 0,
+            },
+          };
+        }),
+      };
+    });
+
     admin.post<{ Params: { id: string } }>('/admin/channels/:id/cooldown', async (request) => {
       const channel = channelOf(request.params.id);
       const { seconds, reason } = cooldownRequest(request.body, ctx.admission.settings.cooldown_seconds);

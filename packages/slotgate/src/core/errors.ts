@@ -3,6 +3,8 @@
  * exactly one table (the gateway's http-errors.ts). Messages never carry secrets.
  */
 
+import { clientIdOf, isClientResource } from './client.js';
+
 export type CapacityReason = 'full' | 'queue_full' | 'wait_timeout' | 'aborted';
 
 export class SlotgateError extends Error {
@@ -78,11 +80,14 @@ export class LeaseLostError extends SlotgateError {
   readonly channelId: string;
   readonly reason: LeaseLostReason;
   constructor(channelId: string, reason: LeaseLostReason) {
+    const what = isClientResource(channelId)
+      ? { slot: `a slot of client ${JSON.stringify(clientIdOf(channelId))}`, owner: 'client' }
+      : { slot: `the slot on channel ${JSON.stringify(channelId)}`, owner: 'channel' };
     super(
       'lease_lost',
       reason === 'missing'
-        ? `the slot on channel ${JSON.stringify(channelId)} was lost (the store no longer held it and the channel was full)`
-        : `the slot on channel ${JSON.stringify(channelId)} expired before a renewal was confirmed (the store did not answer)`,
+        ? `${what.slot} was lost (the store no longer held it and the ${what.owner} was full)`
+        : `${what.slot} expired before a renewal was confirmed (the store did not answer)`,
     );
     this.channelId = channelId;
     this.reason = reason;
