@@ -300,7 +300,8 @@ export class GatewayRuntime {
     if (event.type === 'settings_changed') return;
     const level = event.type === 'lease_lost' || event.type === 'release_abandoned' ? 'error' : 'warn';
     const { type, ...rest } = event;
-    const fields: Record<string, unknown> = 'error' in rest ? { ...rest, error: rest.error.message } : { ...rest };
+    const fields: Record<string, unknown> =
+      'error' in rest ? { ...rest, error: rest.error.message } : { ...rest };
     // a limited client's own slot: named as the client, not under its internal resource id
     if (typeof fields.channelId === 'string' && isClientResource(fields.channelId)) {
       fields.client = clientIdOf(fields.channelId);
