@@ -30,6 +30,8 @@ afterEach(async () => {
 export interface TestAppOptions {
   /** More channels (config documents), after `mock-a`. */
   channels?: Record<string, unknown>[];
+  /** More tokens (config documents), after TOKEN's. */
+  tokens?: Record<string, unknown>[];
   ready?: AppDeps['ready'];
   putSettings?: AppDeps['putSettings'];
   /** @default BODY_LIMIT */
@@ -43,7 +45,7 @@ export function testApp(options: TestAppOptions = {}) {
     {
       server: { body_limit_bytes: options.bodyLimit ?? BODY_LIMIT },
       admin: { token: ADMIN_TOKEN },
-      tokens: [{ key: TOKEN, name: 'unit' }],
+      tokens: [{ key: TOKEN, name: 'unit' }, ...(options.tokens ?? [])],
       channels: [
         {
           id: 'mock-a',
@@ -88,7 +90,7 @@ export function testApp(options: TestAppOptions = {}) {
     () => admission.close(),
     () => app.close(),
   );
-  return { app, admission, store, channel: registry.get('mock-a') as GatewayChannel };
+  return { app, admission, store, metrics, channel: registry.get('mock-a') as GatewayChannel };
 }
 
 export type App = ReturnType<typeof testApp>['app'];
