@@ -50,7 +50,12 @@ describe('client limits in the gateway', () => {
     expect(message).toContain('"heavy"');
     expect(Number(refused.headers['retry-after'])).toBeGreaterThanOrEqual(1);
     expect(refused.body).not.toContain('sk-heavy');
-    const anthropic = await post(app, '/v1/messages', { 'x-api-key': HEAVY_KEYS[0]! }, { model: 'slow-model' });
+    const anthropic = await post(
+      app,
+      '/v1/messages',
+      { 'x-api-key': HEAVY_KEYS[0]! },
+      { model: 'slow-model' },
+    );
     expectAnthropicError(anthropic, 429, 'rate_limit_error');
     expect(anthropic.headers['retry-after']).toBeDefined();
 
@@ -133,7 +138,13 @@ describe('client limits in the gateway', () => {
     expect(issuesOf([{ key: 'k3', name: 'c', weight: 0 }])).toContain('tokens[0].weight');
 
     const config = parseConfig(
-      { ...base, tokens: [{ key: 'k1', name: 'solo', max_concurrency: 4 }, { key: 'k2', name: 'free' }] },
+      {
+        ...base,
+        tokens: [
+          { key: 'k1', name: 'solo', max_concurrency: 4 },
+          { key: 'k2', name: 'free' },
+        ],
+      },
       'test.yaml',
     );
     const registry = new ChannelRegistry(config.channels, config.tokens);
