@@ -135,6 +135,20 @@ describe('client limits', () => {
     expect(totalCommands(m.store)).toBe(before);
   });
 
+  it("a limited client's slot costs one acquire and one release, and no load read", async () => {
+    const m = memory();
+    const admission = engine(m);
+    const client: Client = { id: 'c', maxConcurrency: 3 };
+    for (let i = 0; i < 10; i++) {
+      const t = await admission.acquire({ candidates: [unlimited], client });
+      await t.release();
+    }
+    expect(m.store.commands.load_read).toBe(0);
+    expect(m.store.commands.acquire).toBe(10);
+    expect(m.store.commands.release).toBe(10);
+    expect(totalCommands(m.store)).toBe(20);
+  });
+
   it('bad clients and reserved channel ids are refused with TypeError, changing nothing', async () => {
     const m = memory();
     const admission = engine(m);

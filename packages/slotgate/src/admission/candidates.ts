@@ -19,6 +19,11 @@ export interface Prepared<C extends Candidate> {
   ids: string[];
   /** Bounded channels by id, with their tier's index in byTier. */
   tierOf: Map<string, { channel: C; tier: number }>;
+  /**
+   * The engine's own one-resource set (a limited client's slot): nothing to order, so the pass reads no load view
+   * and goes straight to the acquire script, which decides (no load-read command per client).
+   */
+  viewless: boolean;
 }
 
 /** The fields the prepared structures depend on. */
@@ -106,6 +111,7 @@ export class CandidateSets {
       bounded,
       ids: bounded.map((c) => c.id),
       tierOf: new Map(),
+      viewless: internal,
     };
     prepared.byTier.forEach((tier, i) => {
       for (const c of tier) if (isBounded(c)) prepared.tierOf.set(c.id, { channel: c, tier: i });

@@ -60,7 +60,7 @@ export async function runPass<C extends Candidate>(
     if (handed) return handed;
     firstTierChecked = true;
   }
-  let loads = view.peek(ids);
+  let loads = prepared.viewless ? new Map<string, ChannelLoad>() : view.peek(ids);
   if (!loads) {
     firstTierChecked = false; // slots may have been released while the read was under way
     const read = await withAbort(engine, view.read(ids), signal);
@@ -152,7 +152,7 @@ export async function runPass<C extends Candidate>(
   if (storeDown) throw storeDown;
   if (waitPool.size > 0 && settings.wait_enabled && settings.wait_timeout_ms > 0) {
     // The view as it is now (the passes that queued since this one's loads were taken counted in), ties shuffled.
-    const shown = view.peek(ids, false, true);
+    const shown = prepared.viewless ? undefined : view.peek(ids, false, true);
     return waitForSlot(
       engine,
       waitQueues([...waitPool], shown ?? loads, engine.random),
