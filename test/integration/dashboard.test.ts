@@ -103,7 +103,7 @@ async function startGateway(
       server: { host: '127.0.0.1', port: 0, shutdown_timeout_ms: 1000 },
       ...(url === 'memory' ? {} : { redis: { url, prefix, timeout_ms: 300 } }),
       admin: { token: SECRETS.admin },
-      tokens: [{ key: SECRETS.client, name: 'dashboard-test' }],
+      tokens: [{ key: SECRETS.client, name: 'dashboard-test', client: 'dash-team', max_concurrency: 8 }],
       channels: CHANNELS,
       settings: { wait_enabled: false, retry_times: 0 },
     },
@@ -325,6 +325,11 @@ describe('GET /dashboard in a browser', () => {
     cleanups.push(async () => void (await traffic.stop()));
 
     await expect.poll(async () => (await rowOf(page, 'busy')).inUse, POLL).toBe('2 / 2');
+    // The token's client (a limit of 8): its two streams, and at most one request of the background traffic, count
+    const clientRow = 'tr[data-client="dash-team"]';
+    await expect.poll(() => page.locator('#clients-card').isVisible(), POLL).toBe(true);
+    expect(await textOf(page, `${clientRow} td:nth-child(2)`)).toBe('dashboard-test');
+    await expect.poll(async () => textOf(page, `${clientRow} .in-use`), POLL).toMatch(/^[23] \/ 8$/);
     const full = await rowOf(page, 'busy');
     expect(full.barWidth).toBe('100%');
     expect(full.barFull).toBe(true);
@@ -407,6 +412,7 @@ describe('GET /dashboard in a browser', () => {
     for (const stop of streams.splice(0)) await stop();
     await expect.poll(async () => (await rowOf(page, 'busy')).inUse, POLL).toBe('0 / 2');
     expect(await rowOf(page, 'busy')).toMatchObject({ barWidth: '0%', barFull: false });
+    await expect.poll(async () => textOf(page, 'tr[data-client="dash-team"] .in-use'), POLL).toBe('0 / 8');
     const cleared = await fetch(`${base}/admin/channels/cool/cooldown`, { method: 'DELETE', headers: ADMIN });
     expect(cleared.status).toBe(200);
     await expect.poll(async () => (await rowOf(page, 'cool')).cooldown, POLL).toBe('—');

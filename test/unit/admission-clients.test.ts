@@ -7,7 +7,11 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import type { Candidate } from '../../packages/slotgate/src/core/channel.js';
 import type { Client } from '../../packages/slotgate/src/core/client.js';
-import { CapacityError, ClientLimitError } from '../../packages/slotgate/src/core/errors.js';
+import {
+  CapacityError,
+  ClientLimitError,
+  StoreUnavailableError,
+} from '../../packages/slotgate/src/core/errors.js';
 import type { LeaseRef } from '../../packages/slotgate/src/store/store.js';
 import { closeEngines, engine, memory, setup, totalCommands } from './admission-fixture.js';
 import { elapse, flush, track } from './manual-time.js';
@@ -147,6 +151,33 @@ describe('client limits', () => {
     expect(m.store.commands.acquire).toBe(10);
     expect(m.store.commands.release).toBe(10);
     expect(totalCommands(m.store)).toBe(20);
+  });
+
+  it("while the store is down a client's limit holds on this instance alone; unlimited channels keep serving it", async () => {
+    const m = memory();
+    const admission = engine(m, { wait_enabled: false });
+    m.store.acquireFirst = async () => {
+      throw new StoreUnavailableError('acquire', 'down');
+    };
+    const client: Client = { id: 'c', maxConcurrency: 2 };
+    // a bounded channel still fails closed, and the client's local slot goes back with the refusal
+    await expect(admission.acquire({ candidates: [wide], client })).rejects.toBeInstanceOf(
+      StoreUnavailableError,
+    );
+    const held = [
+      await admission.acquire({ candidates: [unlimited], client }),
+      await admission.acquire({ candidates: [unlimited], client }),
+    ];
+    const third = await admission.acquire({ candidates: [unlimited], client }).catch((e: unknown) => e);
+    expect(third).toBeInstanceOf(ClientLimitError);
+    expect((third as ClientLimitError).message).toContain('on this instance');
+    await held[0]!.release();
+    await held[0]!.release(); // once only
+    const again = await admission.acquire({ candidates: [unlimited], client });
+    await expect(admission.acquire({ candidates: [unlimited], client })).rejects.toBeInstanceOf(
+      ClientLimitError,
+    );
+    await Promise.all([again.release(), held[1]!.release()]);
   });
 
   it('bad clients and reserved channel ids are refused with TypeError, changing nothing', async () => {

@@ -31,7 +31,7 @@ import { Handoff } from './handoff.js';
 import { LoadView } from './load-view.js';
 import { admitInForce } from './in-force.js';
 import { StatsRecorder, type AdmissionStats, type ChannelStats, type Outcome } from './stats.js';
-import { ClientSets, clientLimitError, withClientSlot } from './clients.js';
+import { ClientFallback, ClientSets, clientLimitError, withClientSlot } from './clients.js';
 import { Tickets } from './tickets.js';
 import type {
   AcquireRequest,
@@ -54,6 +54,8 @@ export class AdmissionEngine implements Admission {
   private readonly engine: Engine;
   private readonly candidateSets = new CandidateSets();
   private readonly clientSets = new ClientSets();
+  /** A client's limit per instance while the store cannot hold its slots. */
+  private readonly clientFallback = new ClientFallback();
   private readonly emit: (event: AdmissionEvent) => void;
   private readonly onAdmission: ((record: AdmissionRecord) => void) | undefined;
   private closed = false;
@@ -253,6 +255,7 @@ export class AdmissionEngine implements Admission {
         (resource, lease) => this.engine.tickets.bounded(resource, lease, 0, signal),
       );
     } catch (err) {
+      if (err instanceof StoreUnavailableError) return this.clientFallback.take(client);
       if (!(err instanceof CapacityError)) throw err;
       throw clientLimitError(client, err);
     }

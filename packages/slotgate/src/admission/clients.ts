@@ -29,6 +29,45 @@ export class ClientSets {
   }
 }
 
+/** The `lost` signal of a slot held in this process only: it never fires. */
+const NEVER_LOST: AbortSignal = new AbortController().signal;
+
+/**
+ * While the store cannot hold a client's slots (Redis down: StoreUnavailableError), the client's limit holds on each
+ * instance alone: up to its max in flight here, counted in process. A client limit is no promise to an upstream (the
+ * channel slots keep theirs, failing closed), so an outage never blocks a client outright; the fleet may then have up
+ * to max per instance of the client's requests in flight.
+ */
+export class ClientFallback {
+  private readonly inFlight = new Map<string, number>();
+
+  take(client: Client & { maxConcurrency: number }): Ticket<Candidate> {
+    const n = this.inFlight.get(client.id) ?? 0;
+    if (n >= client.maxConcurrency) {
+      throw new ClientLimitError(
+        'full',
+        `client ${JSON.stringify(client.id)} has its max concurrency (${client.maxConcurrency}) in flight on this instance (the store is unavailable: the limit holds per instance)`,
+        { retryAfterMs: 1000, clientId: client.id },
+      );
+    }
+    this.inFlight.set(client.id, n + 1);
+    let released = false;
+    return {
+      channel: clientResource(client),
+      token: undefined,
+      waitedMs: 0,
+      lost: NEVER_LOST,
+      release: async () => {
+        if (released) return;
+        released = true;
+        const left = (this.inFlight.get(client.id) ?? 1) - 1;
+        if (left > 0) this.inFlight.set(client.id, left);
+        else this.inFlight.delete(client.id);
+      },
+    };
+  }
+}
+
 /** The client's own limit refused the request: the capacity error of its slot, in the client's words. */
 export function clientLimitError(
   client: Client & { maxConcurrency: number },
