@@ -42,7 +42,9 @@ describe(`${EXAMPLE}`, () => {
     expect(config.channels.every((c) => c.max_concurrency > 0 && c.base_url?.startsWith('https://'))).toBe(
       true,
     );
-    expect(config.tokens).toEqual([{ key: ENV.SLOTGATE_CLIENT_KEY, name: 'my-app', group: 'default' }]);
+    expect(config.tokens).toEqual([
+      { key: ENV.SLOTGATE_CLIENT_KEY, name: 'my-app', group: 'default', max_concurrency: 0, weight: 1 },
+    ]);
     expect(config.admin.token).toBe(ENV.SLOTGATE_ADMIN_TOKEN);
     expect(config.redis?.url).toBe('redis://127.0.0.1:6379');
     expect(config.settings).toMatchObject({ wait_timeout_ms: 5000, max_waiting_per_channel: 32 });
