@@ -30,6 +30,10 @@ export const isClientResource = (id: string): boolean => id.startsWith(CLIENT_RE
 /** The client id of a client resource id. */
 export const clientIdOf = (resourceId: string): string => resourceId.slice(CLIENT_RESOURCE_PREFIX.length);
 
+/** How an operator reads a resource id: `channel "<id>"`, or `client "<id>"` for a limited client's own slots. */
+export const describeResource = (id: string): string =>
+  isClientResource(id) ? `client ${JSON.stringify(clientIdOf(id))}` : `channel ${JSON.stringify(id)}`;
+
 export const isLimited = (client: Client | undefined): client is Client & { maxConcurrency: number } =>
   client !== undefined && (client.maxConcurrency ?? 0) > 0;
 

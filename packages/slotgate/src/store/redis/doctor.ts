@@ -14,6 +14,7 @@
  * Keys of another schema version (`<prefix>:v2:...`) and keys that look like another deployment's (prefix
  * `<prefix>:<more>`, e.g. `slotgate:staging:v1:...`) are listed as notes and never touched.
  */
+import { describeResource } from '../../core/client.js';
 import type { Cluster, Redis } from 'ioredis';
 import { chunk } from '../../core/collections.js';
 import { instanceOfToken } from '../../core/ids.js';
@@ -174,7 +175,7 @@ async function deadOwners(
       key,
       kind: 'dead_owner',
       detail:
-        `${n} slot${n > 1 ? 's' : ''} of channel "${channelId}" held by instance ${owner}, whose heartbeat stopped ` +
+        `${n} slot${n > 1 ? 's' : ''} of ${describeResource(channelId)} held by instance ${owner}, whose heartbeat stopped ` +
         `${Math.round(silentMs / 1000)} s ago (dead owner): frees in ${Math.ceil(freesInMs / 1000)} s by itself`,
       members,
       owner,
