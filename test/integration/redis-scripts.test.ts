@@ -990,18 +990,24 @@ describe('key expiry: set, and only ever extended', () => {
     expect(await client.pttl(keys.slots('k'))).toBeLessThanOrEqual(2_000);
   });
 
-  it('enqueue sets the waiters and queue keys to at least the registration TTL, never shortening them', async () => {
+  it('enqueue extends the waiters and queue keys to twice the registration TTL when below it, never shortening them', async () => {
     await hold('k', 'h:1');
     expect(await enqueue('k', 'w:1', 1, { ttlMs: 8_000 })).toBe('queued');
     for (const key of [keys.waiters('k'), keys.queue('k')]) {
       const pttl = await client.pttl(key);
-      expect(pttl).toBeGreaterThan(5_000);
-      expect(pttl).toBeLessThanOrEqual(8_000);
+      expect(pttl).toBeGreaterThan(13_000);
+      expect(pttl).toBeLessThanOrEqual(16_000);
     }
-    expect(await enqueue('k', 'w:2', 1, { ttlMs: 600_000 })).toBe('queued');
-    expect(await enqueue('k', 'w:3', 1, { ttlMs: 1_000 })).toBe('queued');
+    // at least a registration TTL left: no extension (a busy queue extends its keys once per TTL, not per enqueue)
+    await client.pexpire(keys.waiters('k'), 9_000);
+    await client.pexpire(keys.queue('k'), 9_000);
+    expect(await enqueue('k', 'w:2', 1, { ttlMs: 8_000 })).toBe('queued');
     for (const key of [keys.waiters('k'), keys.queue('k')])
-      expect(await client.pttl(key)).toBeGreaterThan(590_000);
+      expect(await client.pttl(key)).toBeLessThanOrEqual(9_000);
+    expect(await enqueue('k', 'w:3', 1, { ttlMs: 600_000 })).toBe('queued');
+    expect(await enqueue('k', 'w:4', 1, { ttlMs: 1_000 })).toBe('queued');
+    for (const key of [keys.waiters('k'), keys.queue('k')])
+      expect(await client.pttl(key)).toBeGreaterThan(1_190_000);
   });
 
   it('a queue-full enqueue leaves the expiries as they were', async () => {
@@ -1009,28 +1015,38 @@ describe('key expiry: set, and only ever extended', () => {
     expect(await enqueue('kf', 'w:1', 1, { ttlMs: 5_000, maxWaiting: 1 })).toBe('queued');
     expect(await enqueue('kf', 'w:2', 1, { ttlMs: 600_000, maxWaiting: 1 })).toBe('queue_full');
     for (const key of [keys.waiters('kf'), keys.queue('kf')])
-      expect(await client.pttl(key)).toBeLessThanOrEqual(5_000);
+      expect(await client.pttl(key)).toBeLessThanOrEqual(10_000);
   });
 
-  it('a grant keeps the slots key at least a lease TTL, never shortening it', async () => {
-    await hold('kg', 'h:1', 'h:2');
-    expect(await enqueue('kg', 'w:1', 2)).toBe('queued');
-    expect(await enqueue('kg', 'w:2', 2)).toBe('queued');
+  it('a grant keeps the slots key at least a lease TTL (1.25 TTL when it extends), never shortening it', async () => {
+    await hold('kg', 'h:1', 'h:2', 'h:3');
+    expect(await enqueue('kg', 'w:1', 3)).toBe('queued');
+    expect(await enqueue('kg', 'w:2', 3)).toBe('queued');
+    expect(await enqueue('kg', 'w:0', 3)).toBe('queued');
     await client.pexpire(keys.slots('kg'), 1_000);
+    expect(await releaseSlot('kg', 'h:3', { leaseTtlMs: 60_000 })).toBe(true);
+    expect(await members(keys.slots('kg'))).toEqual(['h:1', 'h:2', 'w:1']);
+    const extended = await client.pttl(keys.slots('kg'));
+    expect(extended).toBeGreaterThan(70_000);
+    expect(extended).toBeLessThanOrEqual(75_000);
+    // still above a lease TTL: the next grant does not extend it again
+    await client.pexpire(keys.slots('kg'), 65_000);
     expect(await releaseSlot('kg', 'h:1', { leaseTtlMs: 60_000 })).toBe(true);
-    expect(await members(keys.slots('kg'))).toEqual(['h:2', 'w:1']);
-    expect(await client.pttl(keys.slots('kg'))).toBeGreaterThan(55_000);
+    expect(await client.pttl(keys.slots('kg'))).toBeLessThanOrEqual(65_000);
+    await client.zrem(keys.slots('kg'), 'w:2');
+    await client.zadd(keys.slots('kg'), (await redisNow()) + 600_000, 'h:1');
+    expect(await members(keys.slots('kg'))).toEqual(['h:1', 'h:2', 'w:1']);
     await client.pexpire(keys.slots('kg'), 600_000);
-    expect(await leaveQueue('kg', 'w:1', 2, { leaseTtlMs: 1_000 })).toBe(true); // passes the grant to w:2
-    expect(await members(keys.slots('kg'))).toEqual(['h:2', 'w:2']);
+    expect(await leaveQueue('kg', 'w:1', 3, { leaseTtlMs: 1_000 })).toBe(true); // passes the grant to w:0
+    expect(await members(keys.slots('kg'))).toEqual(['h:1', 'h:2', 'w:0']);
     expect(await client.pttl(keys.slots('kg'))).toBeGreaterThan(590_000);
   });
 
   it('a grant at once on a channel without a slots key creates it with a lease TTL', async () => {
     expect(await enqueue('kn', 'w:1', 1, { leaseTtlMs: 30_000 })).toBe('granted');
     const pttl = await client.pttl(keys.slots('kn'));
-    expect(pttl).toBeGreaterThan(25_000);
-    expect(pttl).toBeLessThanOrEqual(30_000);
+    expect(pttl).toBeGreaterThan(32_000);
+    expect(pttl).toBeLessThanOrEqual(37_500);
   });
 
   it('a short-lived slots key disappears by itself once its newest lease has expired', async () => {

@@ -466,6 +466,16 @@ describe('RedisStore command cost (client and server side)', () => {
       expect(leave.counted).toEqual({ wait: 1 });
     });
 
+    it('enqueue behind a live waiter: no grant loop, and no PEXPIRE while the keys have a registration TTL left', async () => {
+      await store.acquireFirst([{ channelId: 'wb', max: 1 }], opts('h:1'));
+      expect(await store.enqueue(waiter('wb', 'w:1', 1), waitOpts())).toBe('queued');
+      const m = await measure(async () => {
+        expect(await store.enqueue(waiter('wb', 'w:2', 1), waitOpts())).toBe('queued');
+      });
+      expect(m.sent).toEqual(['evalsha']);
+      expect(m.server).toEqual({ evalsha: 1, zcard: 1, time: 1, zcount: 1, zadd: 2, pttl: 1 });
+    });
+
     it('enqueue granted at once: no queue forms, no message is sent', async () => {
       const m = await measure(async () => {
         expect(await store.enqueue(waiter('wg', 'w:1', 1), waitOpts())).toBe('granted');

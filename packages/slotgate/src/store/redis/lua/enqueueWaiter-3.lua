@@ -17,7 +17,7 @@
   1 = queued, 0 = queue full. When the queue forms (the waiter is left waiting with no live waiter ahead of it),
   every instance holding a slot of the channel is told ("q\n<channel>"), so none of them passes a slot on locally
   ahead of the queue; a waiter granted at once forms no queue and tells nobody.
-  Cost: TIME, ZCARD (+ ZRANGEBYSCORE and ZREMs when it looks full), 2 ZADD, PTTL (+ 2 PEXPIRE); behind others, a
+  Cost: TIME, ZCARD (+ ZRANGEBYSCORE and ZREMs when it looks full), 2 ZADD, PTTL (+ 2 PEXPIRE when the keys have less than a registration TTL left); behind others, a
   ZCOUNT of the live ones. Only into a queue with no live waiter: the grant loop (ZRANGE, ZCARD, + ZREMRANGEBYSCORE
   when the slots look full; a grant at once adds ZSCORE, ZADD, PTTL, 2 ZREM), and when it stays queued
   ZRANGE of the slots and one PUBLISH per holding instance.
@@ -49,9 +49,10 @@ end
 redis.call('ZADD', KEYS[3], redisNowUs(), member)
 redis.call('ZADD', KEYS[2], redisNow() + ttl, member)
 -- the two keys are always written and extended together: one PTTL tells for both
+-- extended to twice the registration TTL when below it: a busy queue extends its keys once per TTL, not per enqueue
 if redis.call('PTTL', KEYS[2]) < ttl then
-  redis.call('PEXPIRE', KEYS[2], ttl)
-  redis.call('PEXPIRE', KEYS[3], ttl)
+  redis.call('PEXPIRE', KEYS[2], 2 * ttl)
+  redis.call('PEXPIRE', KEYS[3], 2 * ttl)
 end
 if behind then
   return 1

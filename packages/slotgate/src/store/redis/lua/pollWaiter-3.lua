@@ -10,7 +10,8 @@
   ARGV[5]     the channel id, as messages name it
 
   Returns 2 = the token holds a grant (claim it), 1 = still queued, 0 = neither (the queue lost it: enqueue again).
-  Cost: the grant loop (a ZRANGE alone when the queue is empty), ZSCORE (+ ZSCORE).
+  Cost: the grant loop (a ZRANGE alone when the queue is empty), ZSCORE (+ ZSCORE of the registration; 2 ZREM when
+  it ran out).
 ]]
 --- @include "redisNow"
 --- @include "queue"
@@ -20,7 +21,14 @@ grantFree(KEYS[1], KEYS[2], KEYS[3], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[
 if redis.call('ZSCORE', KEYS[1], token) then
   return 2
 end
-if redis.call('ZSCORE', KEYS[3], member) then
+-- still queued while its registration is live (the keys outlive registrations: they are extended ahead)
+local expiry = redis.call('ZSCORE', KEYS[2], member)
+if expiry and tonumber(expiry) > redisNow() then
   return 1
+end
+if expiry then
+  -- a registration that ran out: it goes from both sets, as an expired one goes anywhere
+  redis.call('ZREM', KEYS[2], member)
+  redis.call('ZREM', KEYS[3], member)
 end
 return 0

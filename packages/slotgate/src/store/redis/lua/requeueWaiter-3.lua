@@ -21,7 +21,7 @@
   Returns 2 = `to` holds a slot at once (claim it), 1 = queued, 0 = queue full (the queue had lost `from`).
   When `to` is left at the head, every instance holding a slot of the channel is told ("q\n<channel>"), as when a
   queue forms.
-  Cost: ZSCORE, 2 ZREM or ZREM of the token's slot (+ ZRANGE of the head), 2 ZADD, PTTL (+ 2 PEXPIRE), the grant loop;
+  Cost: ZSCORE, 2 ZREM or ZREM of the token's slot (+ ZRANGE of the head), 2 ZADD, PTTL (+ 2 PEXPIRE when the keys have less than a registration TTL left), the grant loop;
   at the head, ZRANGE of the slots and one PUBLISH per holding instance.
 ]]
 --- @include "redisNow"
@@ -48,9 +48,10 @@ else
 end
 redis.call('ZADD', KEYS[3], arrival, to)
 redis.call('ZADD', KEYS[2], redisNow() + ttl, to)
+-- extended to twice the registration TTL when below it: a busy queue extends its keys once per TTL, not per enqueue
 if redis.call('PTTL', KEYS[2]) < ttl then
-  redis.call('PEXPIRE', KEYS[2], ttl)
-  redis.call('PEXPIRE', KEYS[3], ttl)
+  redis.call('PEXPIRE', KEYS[2], 2 * ttl)
+  redis.call('PEXPIRE', KEYS[3], 2 * ttl)
 end
 local granted, head = grantFree(KEYS[1], KEYS[2], KEYS[3], tonumber(ARGV[3]), tonumber(ARGV[4]), notify, channelId, to)
 for _, g in ipairs(granted) do

@@ -26,7 +26,7 @@ end
 -- Grants the channel's free slots to its oldest live waiters, in arrival order: each granted token becomes a lease
 -- that expires at the claim deadline unless its instance claims it (renews it) first, and its instance is told on
 -- its grants channel (notify .. instanceId). A head waiter asking under a lower max than the slots in use waits.
--- The slots key keeps at least a lease TTL of expiry, as after an acquire. `quiet` is a member granted without a
+-- The slots key keeps at least a lease TTL of expiry, as after an acquire (extended to 1.25 TTL when below it). `quiet` is a member granted without a
 -- message (the caller answers it directly). The heads are read two at a time, and a head that cannot be served
 -- (the slots in use reach its max) is looked up only when `liveHead` asks for it. Returns the members granted, and
 -- the member left at the head of the queue: nil when the queue is empty; with `liveHead`, a live registration (dead
@@ -75,8 +75,9 @@ local function grantFree(slotsKey, waitersKey, queueKey, claimMs, leaseTtl, noti
       local instance = instanceOf(token)
       local mine = localInstance ~= nil and localInstance ~= '' and instance == localInstance
       redis.call('ZADD', slotsKey, redisNow() + (mine and leaseTtl or claimMs), token)
+      -- below a lease TTL: extended with a quarter TTL to spare, so a busy channel's grants extend it once per TTL/4
       if redis.call('PTTL', slotsKey) < leaseTtl then
-        redis.call('PEXPIRE', slotsKey, leaseTtl)
+        redis.call('PEXPIRE', slotsKey, leaseTtl + math.floor(leaseTtl / 4))
       end
       redis.call('ZREM', queueKey, head)
       redis.call('ZREM', waitersKey, head)
