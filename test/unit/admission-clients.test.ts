@@ -111,6 +111,32 @@ describe('client limits', () => {
     await channelHolder.release();
   });
 
+  it("a waiter follows its client's limit through configChanged(): raised, it is admitted in its place; removed, it goes on with no client slot", async () => {
+    const { clock, admission } = setup({ wait_timeout_ms: 5000 });
+    let inForce: Client = { id: 'c', maxConcurrency: 1 };
+    const acquire = () =>
+      admission.acquire({ candidates: [wide], client: inForce, resolveClient: () => inForce });
+    const holder = await acquire();
+    const raised = track(clock, acquire());
+    await elapse(clock, 50);
+    expect(raised.at).toBeUndefined();
+    inForce = { id: 'c', maxConcurrency: 2 };
+    admission.configChanged();
+    await elapse(clock, 5);
+    expect(raised.value?.channel.id).toBe('wide');
+    expect(admission.stats().clients.c).toEqual({ active: 2, waiting: 0 });
+
+    const removed = track(clock, acquire()); // max 2, both held: it waits
+    await elapse(clock, 50);
+    expect(removed.at).toBeUndefined();
+    inForce = { id: 'c', maxConcurrency: 0 };
+    admission.configChanged();
+    await elapse(clock, 5);
+    expect(removed.value?.channel.id).toBe('wide');
+    expect(admission.stats().clients.c).toEqual({ active: 2, waiting: 0 }); // it holds no client slot
+    await Promise.all([holder.release(), raised.value!.release(), removed.value!.release()]);
+  });
+
   it("a lost client slot fires the ticket's lost signal, on an unlimited channel too", async () => {
     const { clock, store, admission } = setup({ lease_ttl_ms: 6000 });
     const client: Client = { id: 'c', maxConcurrency: 1 };

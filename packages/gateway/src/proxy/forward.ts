@@ -90,7 +90,8 @@ export async function proxyRequest(
   const shape = shapeOf(path);
   const access = (request.access = newAccessRecord());
   const registry = ctx.registry();
-  const token = registry.authenticate(presentedToken(request, shape));
+  const key = presentedToken(request, shape);
+  const token = registry.authenticate(key);
   if (!token) throw new HttpError('invalid_api_key', 'missing or invalid API key');
   access.token = token.name;
   const { body, json } = parseBody(request.body);
@@ -124,6 +125,8 @@ export async function proxyRequest(
         signal: abort.signal,
         exclude: tried,
         client: token.client,
+        // a reload may change the client's limit while the request waits for one of its slots
+        resolveClient: () => ctx.registry().authenticate(key)?.client,
       });
     } catch (err) {
       request.log.debug({ err: (err as Error).message, attempt: attempts + 1 }, 'admission refused');

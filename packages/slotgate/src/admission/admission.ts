@@ -31,7 +31,7 @@ import { Handoff } from './handoff.js';
 import { LoadView } from './load-view.js';
 import { admitInForce } from './in-force.js';
 import { StatsRecorder, type AdmissionStats, type ChannelStats, type Outcome } from './stats.js';
-import { ClientFallback, ClientSets, clientLimitError, withClientSlot } from './clients.js';
+import { ClientFallback, ClientSets, clientLimitError, noClientSlot, withClientSlot } from './clients.js';
 import { Tickets } from './tickets.js';
 import type {
   AcquireRequest,
@@ -56,6 +56,8 @@ export class AdmissionEngine implements Admission {
   private readonly clientSets = new ClientSets();
   /** A client's limit per instance while the store cannot hold its slots. */
   private readonly clientFallback = new ClientFallback();
+  /** The engine's own requests for a client's slot: their candidates carry reserved ids. */
+  private readonly clientRequests = new WeakSet<AcquireRequest<Candidate>>();
   private readonly emit: (event: AdmissionEvent) => void;
   private readonly onAdmission: ((record: AdmissionRecord) => void) | undefined;
   private closed = false;
@@ -167,7 +169,11 @@ export class AdmissionEngine implements Admission {
       settings,
       generation: () => this.generation,
       resolve: (request) =>
-        this.candidateSets.prepare(request.resolve?.() ?? request.candidates, request.exclude),
+        this.candidateSets.prepare(
+          request.resolve?.() ?? request.candidates,
+          request.exclude,
+          this.clientRequests.has(request),
+        ),
       capacityError: capacity,
     };
   }
@@ -204,7 +210,9 @@ export class AdmissionEngine implements Admission {
       if (client !== undefined) validateClient(client);
       const prepared = this.candidateSets.prepare(request.candidates, request.exclude);
       // A limited client takes its own slot first (always in this order: nothing waits holding a channel slot)
-      const held = isLimited(client) ? await this.clientSlot(client, request.signal) : undefined;
+      const held = isLimited(client)
+        ? await this.clientSlot(client, request.signal, request.resolveClient)
+        : undefined;
       let ticket: Ticket<C>;
       try {
         // the wait for the client's slot counts against the same wait_timeout_ms
@@ -245,16 +253,25 @@ export class AdmissionEngine implements Admission {
   private async clientSlot(
     client: Client & { maxConcurrency: number },
     signal: AbortSignal | undefined,
+    resolveClient: (() => Client | undefined) | undefined,
   ): Promise<Ticket<Candidate>> {
     const candidates = this.clientSets.of(client);
     const prepared = this.candidateSets.prepare(candidates, undefined, true);
+    // the client in force while it waits: a new limit in its place in the queue, none left → no client slot
+    const resolve = () => {
+      const now = resolveClient ? resolveClient() : client;
+      return now?.id === client.id && isLimited(now) ? this.clientSets.of(now) : [];
+    };
+    const request: AcquireRequest<Candidate> = { candidates, resolve, ...(signal ? { signal } : {}) };
+    this.clientRequests.add(request);
     try {
       return await this.localShare.around(
         prepared,
-        () => admitInForce(this.engine, { candidates, ...(signal ? { signal } : {}) }, prepared),
+        () => admitInForce(this.engine, request, prepared),
         (resource, lease) => this.engine.tickets.bounded(resource, lease, 0, signal),
       );
     } catch (err) {
+      if (err instanceof NoChannelError) return noClientSlot(client);
       if (err instanceof StoreUnavailableError) return this.clientFallback.take(client);
       if (!(err instanceof CapacityError)) throw err;
       throw clientLimitError(client, err);

@@ -68,6 +68,17 @@ export class ClientFallback {
   }
 }
 
+/** A client whose limit was removed while its request waited: the request goes on holding no client slot. */
+export function noClientSlot(client: Client & { maxConcurrency: number }): Ticket<Candidate> {
+  return {
+    channel: clientResource(client),
+    token: undefined,
+    waitedMs: 0,
+    lost: NEVER_LOST,
+    release: async () => {},
+  };
+}
+
 /** The client's own limit refused the request: the capacity error of its slot, in the client's words. */
 export function clientLimitError(
   client: Client & { maxConcurrency: number },

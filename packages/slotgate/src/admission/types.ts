@@ -66,6 +66,13 @@ export interface AcquireRequest<C extends Candidate> {
    * limit costs nothing.
    */
   client?: Client;
+  /**
+   * The client as the configuration in force has it now, asked again while the request waits for one of its
+   * client's slots (at once after `configChanged()`, at every safety poll): a changed limit applies to that waiter in
+   * its place in the client's queue, and a client whose limit is gone (undefined, another id, or no limit) lets the
+   * request go on without a client slot. Without it, `client` stands for the whole acquire.
+   */
+  resolveClient?: () => Client | undefined;
 }
 
 export interface Ticket<C extends Candidate> {
