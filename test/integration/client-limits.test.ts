@@ -675,6 +675,47 @@ describe('a config reload changes a client limit', () => {
     expect(await heldBurst(2)).toBe(2);
     expect(gw!.proc.exitCode, gw!.output()).toBeNull();
   }, 60_000);
+
+  it('a raised limit reaches the requests already waiting for a slot of the client, in their place', async () => {
+    const prefix = newPrefix('cl-reload-wait');
+    const { counts } = await startUpstream(50);
+    const SOLO = 'sk-client-solo-wait-91c4';
+    const config = (max: number) => ({
+      redis: { url: redisUrl(), prefix },
+      admin: { token: ADMIN_TOKEN },
+      tokens: [{ key: SOLO, name: 'solo', max_concurrency: max }],
+      channels: [channel(upstream!, 'ch', 10)],
+      settings: { wait_timeout_ms: 30_000 },
+    });
+    const path = await writeConfig(dir.dir, `${prefix}.yaml`, config(1));
+    const [gw] = await startGateways(path, 1);
+    await warmUp([gw!], SOLO, 'solo');
+
+    counts.resetPeaks();
+    counts.hold();
+    const burst = new Burst();
+    for (let i = 0; i < 3; i++) burst.fire(gw!, SOLO, 'solo', i);
+    await until(
+      '1 in flight, 2 waiting',
+      async () => counts.now('solo') === 1 && (await clientsOf(gw!)).clients.get('solo')?.waiting === 2,
+      () => ({ upstream: counts.snapshot(), answers: burst.summary() }),
+    );
+
+    const next = join(dir.dir, `${prefix}.next.yaml`);
+    await writeFile(next, toYaml(config(2)), 'utf8');
+    await rename(next, path);
+    gw!.proc.kill('SIGHUP');
+    // the oldest waiter is admitted under the new limit while the first request still holds its slot
+    await until(
+      '2 in flight, 1 waiting, with the gate still closed',
+      async () => counts.now('solo') === 2 && (await clientsOf(gw!)).clients.get('solo')?.waiting === 1,
+      () => ({ upstream: counts.snapshot(), answers: burst.summary() }),
+    );
+    counts.open();
+    const answers = await within(burst.all(), 30_000, 'the burst');
+    for (const r of answers) expectServed(r, 'solo');
+    expect(counts.highest('solo')).toBe(2);
+  }, 60_000);
 });
 
 describe('GET /admin/clients', () => {
