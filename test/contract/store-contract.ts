@@ -287,6 +287,48 @@ export function runStoreContract(name: string, make: () => Promise<StoreFixture>
       expect(await store.pollWaiter(w('fifo', 'ib:9', 2), 60_000)).toBe('gone');
     });
 
+    it('fair share: a freed slot goes to the waiter whose client holds the fewest slots for its weight, oldest first among equals', async () => {
+      const a = listen('fs');
+      await a.ready;
+      // tokens carry their client and weight (core/ids.ts): heavy holds both slots and queues three more
+      const heavy = (n: number) => `fs:h${n}~1~heavy`;
+      const light = (n: number) => `fs:l${n}~1~light`;
+      for (const t of [heavy(1), heavy(2)]) {
+        expect(await store.acquireFirst(one('fair', 2), opts(t))).toEqual(['acquired']);
+      }
+      for (const t of [heavy(3), heavy(4), heavy(5), light(1), light(2)]) {
+        expect(await store.enqueue(w('fair', t, 2), queueOpts(10))).toBe('queued');
+      }
+      // heavy holds 2, light 0: the light waiter goes first although three heavy ones are older
+      await store.release({ channelId: 'fair', token: heavy(1), ttlMs: 60_000 });
+      await until(() => a.grants.length === 1);
+      expect(a.grants.map(([, t]) => t)).toEqual([light(1)]);
+      // heavy 1, light 1: equals, the oldest (heavy) goes
+      await store.release({ channelId: 'fair', token: heavy(2), ttlMs: 60_000 });
+      await until(() => a.grants.length === 2);
+      expect(a.grants.map(([, t]) => t)).toEqual([light(1), heavy(3)]);
+      // heavy 1 (h3), light 1 (l1): the light grant ends, light 0 → the second light waiter
+      await store.release({ channelId: 'fair', token: light(1), ttlMs: 60_000 });
+      await until(() => a.grants.length === 3);
+      expect(a.grants.map(([, t]) => t)).toEqual([light(1), heavy(3), light(2)]);
+    });
+
+    it('fair share by weight: a client of weight 3 holding 2 slots goes before an older waiter of weight 1 holding 1', async () => {
+      const a = listen('fw');
+      await a.ready;
+      const big = (n: number) => `fw:b${n}~3~big`;
+      const small = (n: number) => `fw:s${n}~1~small`;
+      for (const t of [big(1), big(2), small(1), big(9)]) {
+        expect(await store.acquireFirst(one('weighted', 4), opts(t))).toEqual(['acquired']);
+      }
+      expect(await store.enqueue(w('weighted', small(2), 4), queueOpts(10))).toBe('queued');
+      expect(await store.enqueue(w('weighted', big(3), 4), queueOpts(10))).toBe('queued');
+      // after big(9) goes: big 2/3, small 1/1 → big's waiter, though small's is older
+      await store.release({ channelId: 'weighted', token: big(9), ttlMs: 60_000 });
+      await until(() => a.grants.length === 1);
+      expect(a.grants.map(([, t]) => t)).toEqual([big(3)]);
+    });
+
     it('no barging: while someone waits, an acquire is answered queued, and a slot freed by expiry goes to the oldest', async () => {
       const a = listen('nb');
       await a.ready;

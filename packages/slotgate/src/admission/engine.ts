@@ -64,11 +64,16 @@ export interface Moved<C extends Candidate> {
   span: WaitSpan;
 }
 
-/** One acquire call over `batch` (one store call), counted for the stats. */
-export async function tryAcquire(engine: Engine, batch: readonly Candidate[], settings: Settings) {
+/** One acquire call over `batch` (one store call), counted for the stats; `share`: the request's client (ids.ts). */
+export async function tryAcquire(
+  engine: Engine,
+  batch: readonly Candidate[],
+  settings: Settings,
+  share: string,
+) {
   const targets = batch.map((c) => ({ channelId: c.id, max: c.maxConcurrency! }));
   engine.recorder.acquireCalls++;
-  const outcome = await engine.leases.acquireFirst(targets, settings.cooldown_enabled);
+  const outcome = await engine.leases.acquireFirst(targets, settings.cooldown_enabled, share);
   engine.recorder.acquireAttempts += outcome.replies.length;
   return outcome;
 }

@@ -12,6 +12,7 @@
  * - over a higher tier of the candidate set that the pass has not looked at yet (the caller says which tiers count),
  * - more than once per turn (the store's withdraw refuses the second time, so a loop comes back to the event loop).
  */
+import { suffixOfToken } from '../core/ids.js';
 import type { Clock } from '../core/clock.js';
 import type { Candidate } from '../core/channel.js';
 import type { Lease, LeaseManager, LeaseRelease } from '../store/leases.js';
@@ -55,17 +56,18 @@ export class Handoff {
 
   /**
    * Takes a parked slot over for a channel of the candidate set in a tier `inTier` accepts whose channel `usable`
-   * accepts (not cooling). Undefined when there is none.
+   * accepts (not cooling), from a request of the same client (`share`, core/ids.ts). Undefined when there is none.
    */
   take<C extends Candidate>(
     prepared: Prepared<C>,
     inTier: (tier: number) => boolean,
     usable: (channel: C) => boolean,
+    share = '',
   ): HandedOff<C> | undefined {
     for (const [id, set] of this.parked) {
       const entry = prepared.tierOf.get(id);
       if (!entry || !inTier(entry.tier) || !usable(entry.channel)) continue;
-      const lease = this.withdrawFrom(set, entry.channel.maxConcurrency!);
+      const lease = this.withdrawFrom(set, entry.channel.maxConcurrency!, share);
       if (set.size === 0) this.parked.delete(id);
       if (!lease) continue;
       this.count++;
@@ -74,12 +76,14 @@ export class Handoff {
     return undefined;
   }
 
-  private withdrawFrom(set: Set<Parked>, max: number): Lease | undefined {
+  private withdrawFrom(set: Set<Parked>, max: number, share: string): Lease | undefined {
     const now = this.clock.now();
     const healthy = this.leases.leaseTtlMs / 2;
     for (const parked of set) {
       const { lease } = parked;
       if (lease.expiresAt - now < healthy || max < lease.max) continue;
+      // the token names its client (the fair share counts a client's slots by it): same client only
+      if (suffixOfToken(lease.token) !== share) continue;
       set.delete(parked);
       if (parked.release.withdraw()) return lease;
     }

@@ -6,6 +6,7 @@
 import { abortable } from '../core/abort.js';
 import { isBounded, type Candidate } from '../core/channel.js';
 import { StoreUnavailableError } from '../core/errors.js';
+import { shareSuffix } from '../core/ids.js';
 import { weightedPick } from '../core/order.js';
 import type { Lease } from '../store/leases.js';
 import type { AcquireReply, ChannelLoad } from '../store/store.js';
@@ -39,6 +40,8 @@ export async function runPass<C extends Candidate>(
   }
 
   const handoffOn = settings.slot_handoff_enabled;
+  // the request's client, carried by its tokens (the fair share between clients reads it there)
+  const share = shareSuffix(attempt.request.client);
   /** A slot released in this turn on a channel of tier `t`, taken over with no store command. */
   const takeHandoff = (t: number, loads: ReadonlyMap<string, ChannelLoad> | undefined) => {
     if (signal?.aborted) return undefined;
@@ -47,6 +50,8 @@ export async function runPass<C extends Candidate>(
       (tier) => tier === t,
       // never onto a channel with waiters: its slots go to them, in their order
       (c) => cooldowns.allowsHandoff(c, loads) && !engine.store.queued(c.id),
+      // a lease's token names its client: it passes only to a request of the same client
+      share,
     );
     return handed && tickets.bounded(handed.channel, handed.lease, 0, signal);
   };
@@ -117,7 +122,7 @@ export async function runPass<C extends Candidate>(
       if (batch.expected) view.reserve(batch.expected.id, 1);
       let outcome: { replies: AcquireReply[]; lease?: Lease };
       try {
-        outcome = await tryAcquire(engine, batch.channels, settings);
+        outcome = await tryAcquire(engine, batch.channels, settings, share);
       } catch (err) {
         if (!(err instanceof StoreUnavailableError)) throw err;
         storeDown = err;

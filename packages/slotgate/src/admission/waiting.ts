@@ -15,6 +15,7 @@
 import { isBounded, type Candidate } from '../core/channel.js';
 import { jitter } from '../core/backoff.js';
 import { CapacityError, NoChannelError, SlotgateError, StoreUnavailableError } from '../core/errors.js';
+import { shareSuffix } from '../core/ids.js';
 import type { Settings } from '../core/settings.js';
 import type { Lease } from '../store/leases.js';
 import type { ChannelLoad, EnqueueOptions, EnqueueReply, WaiterRef } from '../store/store.js';
@@ -70,7 +71,8 @@ export async function waitForSlot<C extends Candidate>(
   let seen = attempt.generation;
   const fail = (reason: 'aborted' | 'wait_timeout' | 'queue_full', on?: C) =>
     engine.capacityError(reason, current.candidates, saturated, on);
-  const token = leases.nextToken();
+  const share = shareSuffix(request.client);
+  const token = leases.nextToken(share);
   const box = inbox.open(token);
   /** Every token this waiter's grants arrive under (a moved registration has a new one). */
   const tokens = [token];
@@ -290,7 +292,7 @@ export async function waitForSlot<C extends Candidate>(
     );
     const opened = others.filter((c) => (before.get(c.id) ?? 0) < c.maxConcurrency!);
     if (opened.length > 0) {
-      const outcome = await tryAcquire(engine, opened.slice(0, store.maxChannelsPerAcquire), settings);
+      const outcome = await tryAcquire(engine, opened.slice(0, store.maxChannelsPerAcquire), settings, share);
       if (outcome.lease) {
         const waited = clock.now() - waitStart;
         engine.recorder.waitTime.observe(waited);
@@ -307,7 +309,7 @@ export async function waitForSlot<C extends Candidate>(
 
   /** A token of this waiter's for a new registration: grants made to it reach this waiter's mailbox. */
   function newToken(): string {
-    const fresh = leases.nextToken();
+    const fresh = leases.nextToken(share);
     tokens.push(fresh);
     inbox.attach(fresh, box);
     return fresh;

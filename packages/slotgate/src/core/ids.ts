@@ -5,9 +5,38 @@ export function randomInstanceId(): string {
   return randomBytes(9).toString('base64url');
 }
 
-/** A lease token: the instance id and a sequence number (LeaseManager.nextToken). */
-export function tokenOf(instanceId: string, seq: number): string {
-  return `${instanceId}:${seq}`;
+/**
+ * A lease token: the instance id and a sequence number (LeaseManager.nextToken), then, for a request with a client,
+ * its share: `<instanceId>:<seq>~<weight>~<client>`, the client percent-encoded where it holds `%`, `:`, `~`, `|` or
+ * a control character. The grant loop reads a waiter's share, and counts each client's slots, from tokens alone
+ * (lua/includes/queue.lua), so the fair share needs no key of its own.
+ */
+export function tokenOf(instanceId: string, seq: number, share = ''): string {
+  return `${instanceId}:${seq}${share}`;
+}
+
+/** The token suffix of a request's client (empty without one): `~<weight>~<client, encoded>`. */
+export function shareSuffix(client: { id: string; weight?: number } | undefined): string {
+  if (!client) return '';
+  // eslint-disable-next-line no-control-regex -- control characters are encoded too
+  const id = client.id.replace(
+    /[%:~|\u0000-\u001f]/g,
+    (c) => `%${c.charCodeAt(0).toString(16).padStart(2, '0')}`,
+  );
+  return `~${client.weight ?? 1}~${id}`;
+}
+
+/** The share suffix a token was made with (shareSuffix), `''` for none. */
+export function suffixOfToken(token: string): string {
+  return /:[^:~]*(~[^~:]*~[^:]*)?$/.exec(token)?.[1] ?? '';
+}
+
+/** A token's share: its client (as encoded) and weight; `''` and 1 for a token without one. */
+export function shareOfToken(token: string): { client: string; weight: number } {
+  const m = /:[^:~]*~([^~:]*)~([^:]*)$/.exec(token);
+  if (!m) return { client: '', weight: 1 };
+  const weight = Number(m[1]);
+  return { client: m[2]!, weight: weight > 0 ? weight : 1 };
 }
 
 /** The instance id of a token, everything before its last `:` (lua/includes/queue.lua reads it the same way). */

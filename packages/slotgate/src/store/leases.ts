@@ -191,8 +191,9 @@ export class LeaseManager {
     this.emit({ type: 'local_registered', leases: registered });
   }
 
-  nextToken(): string {
-    return tokenOf(this.instanceId, ++this.seq);
+  /** A new token, with the share of the request's client when it has one (core/ids.ts). */
+  nextToken(share = ''): string {
+    return tokenOf(this.instanceId, ++this.seq, share);
   }
 
   /** This instance's live leases on a channel (the in-memory fallback of the load view). */
@@ -223,9 +224,13 @@ export class LeaseManager {
   }
 
   /** Tries the targets in one store call; tracks the lease that admitted it. */
-  async acquireFirst(targets: readonly AcquireTarget[], checkCooldown: boolean): Promise<AcquireOutcome> {
+  async acquireFirst(
+    targets: readonly AcquireTarget[],
+    checkCooldown: boolean,
+    share = '',
+  ): Promise<AcquireOutcome> {
     if (this.closed) throw new StoreUnavailableError('acquire', 'the lease manager is closed');
-    const token = this.nextToken();
+    const token = this.nextToken(share);
     const leaseTtlMs = this.ttl();
     let replies: AcquireReply[];
     try {

@@ -4,6 +4,7 @@
  * microtask, as a pub/sub message would.
  */
 import type { Clock } from '../../core/clock.js';
+import { FAIR_WINDOW, fairPick, heldByClient, mixedClients } from '../../core/fair-share.js';
 import { instanceOfToken } from '../../core/ids.js';
 import type {
   EnqueueOptions,
@@ -60,7 +61,10 @@ export class MemoryQueues {
     if (listener) queueMicrotask(() => message(listener));
   }
 
-  /** Grants free slots to the oldest live waiters; `quiet` is granted without a message. Returns the tokens granted. */
+  /**
+   * Grants free slots to the live waiters, oldest first within the fair share between clients; `quiet` is granted
+   * without a message. Returns the tokens granted.
+   */
   grantFree(channelId: string, quiet?: string): string[] {
     const granted: string[] = [];
     const queue = this.live(channelId);
@@ -68,10 +72,20 @@ export class MemoryQueues {
     const now = this.clock.now();
     const slots = this.slotsOf(channelId);
     while (queue.length > 0) {
-      const head = queue[0]!;
+      // the fair share between clients (core/fair-share.ts): plain FIFO when the oldest waiters are one client's
+      const window = queue.slice(0, FAIR_WINDOW).map((w) => w.ref.token);
+      let pick = 0;
+      if (mixedClients(window)) {
+        const live = [...slots.members].filter(([, expiry]) => expiry > now).map(([token]) => token);
+        pick = fairPick(window, heldByClient(live));
+      }
+      // a pick that cannot be served under its own max (a max changed by a reload) leaves the choice to the oldest
+      if (pick > 0 && slots.members.size >= queue[pick]!.ref.max) slots.prune(now);
+      if (pick > 0 && slots.members.size >= queue[pick]!.ref.max) pick = 0;
+      const head = queue[pick]!;
       if (slots.members.size >= head.ref.max) slots.prune(now);
       if (slots.members.size >= head.ref.max) break;
-      queue.shift();
+      queue.splice(pick, 1);
       slots.members.set(head.ref.token, now + this.claimMs);
       granted.push(head.ref.token);
       if (head.ref.token !== quiet) this.tell(head.ref.token, (l) => l.grant(channelId, head.ref.token));

@@ -1,4 +1,5 @@
--- The wait queue of one channel: `queue` (member = "<max>|<token>", score = arrival on the Redis clock in µs: FIFO)
+-- The wait queue of one channel: `queue` (member = "<max>|<token>", score = arrival on the Redis clock in µs: FIFO,
+-- within the fair share between clients)
 -- and `waiters` (the same members, score = registration expiry in ms: a dead waiter drops out). Needs redisNow.
 
 -- Drops every waiter whose registration expired, from both sets. Returns how many went.
@@ -23,47 +24,112 @@ local function instanceOf(token)
   return string.match(token, '^(.*):[^:]*$') or token
 end
 
--- Grants the channel's free slots to its oldest live waiters, in arrival order: each granted token becomes a lease
--- that expires at the claim deadline unless its instance claims it (renews it) first, and its instance is told on
--- its grants channel (notify .. instanceId). A head waiter asking under a lower max than the slots in use waits.
--- The slots key keeps at least a lease TTL of expiry, as after an acquire (extended to 1.25 TTL when below it). `quiet` is a member granted without a
--- message (the caller answers it directly). The heads are read two at a time, and a head that cannot be served
--- (the slots in use reach its max) is looked up only when `liveHead` asks for it. Returns the members granted, and
--- the member left at the head of the queue: nil when the queue is empty; with `liveHead`, a live registration (dead
--- ones ahead of it are dropped); without, possibly one that expired (dropped once it is reached with a slot free).
--- An empty queue costs its ZRANGE alone. A waiter of `localInstance` (the instance running this script, which reads
--- the reply) is granted a full lease at once, with no message and no claim: the caller hands it over.
+-- How many of the oldest waiters a grant chooses among (core/fair-share.ts, FAIR_WINDOW).
+local FAIR_WINDOW = 32
+
+-- A token's client (as encoded) and weight: "<instanceId>:<seq>~<weight>~<client>" (core/ids.ts); '' and 1 without.
+local function shareOf(token)
+  local w, c = string.match(token, ':[^:~]*~([^~:]*)~([^:]*)$')
+  if not w then
+    return '', 1
+  end
+  local weight = tonumber(w)
+  if not weight or weight <= 0 then
+    weight = 1
+  end
+  return c, weight
+end
+
+-- Grants the channel's free slots to its live waiters: the oldest first, within the fair share between clients.
+-- Among the oldest FAIR_WINDOW waiters, when they belong to more than one client, a slot goes to the waiter whose
+-- client holds the fewest live slots of the channel relative to its weight (oldest first among equals; one
+-- ZRANGEBYSCORE of the live slots per call, read once); with one client's waiters only, to the oldest (plain FIFO).
+-- Each granted token becomes a lease that expires at the claim deadline unless its instance claims it (renews it)
+-- first, and its instance is told on its grants channel (notify .. instanceId). A waiter asking under a lower max than
+-- the slots in use waits (a pick that cannot be served leaves the choice to the oldest).
+-- The slots key keeps at least a lease TTL of expiry, as after an acquire (extended to 1.25 TTL when below it).
+-- `quiet` is a member granted without a message (the caller answers it directly). The oldest waiters are read
+-- FAIR_WINDOW at a time, and a waiter that cannot be served is looked up only when `liveHead` asks for the oldest.
+-- Returns the members granted, and the oldest member left in the queue: nil when the queue is empty; with
+-- `liveHead`, a live registration (dead ones ahead of it are dropped); without, possibly one that expired (dropped
+-- once it is reached with a slot free). An empty queue costs its ZRANGE alone. A waiter of `localInstance` (the
+-- instance running this script, which reads the reply) is granted a full lease at once, with no message and no
+-- claim: the caller hands it over.
 local function grantFree(slotsKey, waitersKey, queueKey, claimMs, leaseTtl, notify, channelId, quiet, liveHead,
                          localInstance)
   local granted = {}
   local live, swept = nil, false
-  local window, at = {}, 1
+  local held = nil
+  local window, gone, left = {}, {}, 0
   while true do
-    if at > #window then
-      -- the members granted or dropped so far are gone: these are the next two heads
-      window, at = redis.call('ZRANGE', queueKey, 0, 1), 1
-      if #window == 0 then
+    if left == 0 then
+      -- the members granted or dropped so far are gone: these are the next oldest
+      window, gone = redis.call('ZRANGE', queueKey, 0, FAIR_WINDOW - 1), {}
+      left = #window
+      if left == 0 then
         return granted, nil
       end
     end
-    local head = window[at]
-    at = at + 1
-    local token, max = splitMember(head)
+    local first = nil
+    for i = 1, #window do
+      if not gone[i] then
+        first = i
+        break
+      end
+    end
     if not live then
       live = redis.call('ZCARD', slotsKey)
     end
-    -- expired leases are swept once, when they would keep a waiter out (a later head may ask under a lower max)
+    -- the pick: the oldest, unless the waiters looked at belong to several clients
+    local pick = first
+    local firstClient = shareOf((splitMember(window[first])))
+    local mixed = false
+    for i = first + 1, #window do
+      if not gone[i] and shareOf((splitMember(window[i]))) ~= firstClient then
+        mixed = true
+        break
+      end
+    end
+    if mixed then
+      if not held then
+        held = {}
+        for _, t in ipairs(redis.call('ZRANGEBYSCORE', slotsKey, '(' .. redisNow(), '+inf')) do
+          local c = shareOf(t)
+          held[c] = (held[c] or 0) + 1
+        end
+      end
+      local best = nil
+      for i = first, #window do
+        if not gone[i] then
+          local c, w = shareOf((splitMember(window[i])))
+          local rate = (held[c] or 0) / w
+          if best == nil or rate < best then
+            best, pick = rate, i
+          end
+        end
+      end
+    end
+    local head = window[pick]
+    local token, max = splitMember(head)
+    -- expired leases are swept once, when they would keep a waiter out (a later one may ask under a lower max)
     if live >= max and not swept then
       swept = true
       live = live - redis.call('ZREMRANGEBYSCORE', slotsKey, '-inf', redisNow())
+    end
+    if live >= max and pick ~= first then
+      -- the pick cannot be served under its max: the choice goes back to the oldest
+      pick = first
+      head = window[pick]
+      token, max = splitMember(head)
     end
     local expiry = nil
     if live < max or liveHead then
       expiry = redis.call('ZSCORE', waitersKey, head)
       if (not expiry) or tonumber(expiry) <= redisNow() then
-        -- a dead waiter: it goes, and the next head is looked at
+        -- a dead waiter: it goes, and the choice is made again
         redis.call('ZREM', queueKey, head)
         redis.call('ZREM', waitersKey, head)
+        gone[pick], left = true, left - 1
         expiry = false
       end
     end
@@ -81,7 +147,12 @@ local function grantFree(slotsKey, waitersKey, queueKey, claimMs, leaseTtl, noti
       end
       redis.call('ZREM', queueKey, head)
       redis.call('ZREM', waitersKey, head)
+      gone[pick], left = true, left - 1
       live = live + 1
+      if held then
+        local c = shareOf(token)
+        held[c] = (held[c] or 0) + 1
+      end
       granted[#granted + 1] = head
       if head ~= quiet and not mine then
         redis.call('PUBLISH', notify .. instance, 'g\n' .. token .. '\n' .. channelId)
