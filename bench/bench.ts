@@ -12,7 +12,7 @@ import { ALL_IDS, loadContenders } from './contenders/index.js';
 import { fleetLegend } from './fleet-report.js';
 import { fleetTargetMatrix } from './fleet-targets.js';
 import { FLEET_SCENARIOS, findFleetScenario, type FleetScenario } from './openloop.js';
-import { fleetContenders, runPass, type Pass } from './pass.js';
+import { fleetRunsOf, runPass, type Pass } from './pass.js';
 import { openRedis, type RedisUnderTest } from './redis.js';
 import { figures, legend, readmeTable, type Meta } from './report.js';
 import { evaluateTargets, targetsTable } from './targets.js';
@@ -71,7 +71,9 @@ const LOAD_OVERHEAD_S = 1;
 const CHILD_OVERHEAD_S = 4;
 /** Set-up, warm-up and close of a fleet run on pooled workers, plus its drain (the wait time-out under overload). */
 const fleetOverheadS = (s: FleetScenario) =>
-  1.5 + (s.kind === 'open' && s.loadPct > 100 ? s.waitTimeoutMs / 1000 : 1);
+  s.kind === 'clients'
+    ? 1.5 + s.settleMs / 1000 + 4 // settling, then the queue drains (~3 s in FIFO)
+    : 1.5 + (s.kind === 'open' && s.loadPct > 100 ? s.waitTimeoutMs / 1000 : 1);
 
 /**
  * Fleet runs of a whole run (no --contenders): slotgate, its admission path without handoff, and the closest peer.
@@ -101,7 +103,7 @@ function plan(
   const childTotal = (d: number, dh: number) =>
     scaleRuns * (d + o.warmupMs / 1000 + CHILD_OVERHEAD_S) + httpRuns * (dh + 1 + CHILD_OVERHEAD_S);
   const fleetRuns = fleet.scenarios.flatMap((s) =>
-    Array.from({ length: fleetContenders(s, fleet.contenders).length * s.instances.length }, () => s),
+    Array.from({ length: fleetRunsOf(s, fleet.contenders).length * s.instances.length }, () => s),
   );
   const fleetTotal = (d: number) =>
     (fleetRuns.length ? CHILD_OVERHEAD_S : 0) + fleetRuns.reduce((a, s) => a + d + fleetOverheadS(s), 0);

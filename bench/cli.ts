@@ -52,7 +52,9 @@ export function benchCommand(): Command {
       'scenarios to run, comma-separated (default: all): W1,W2,W3,W4,W1-75,scale,http (closed loop); ' +
         'open60, open200 (open loop at 60 % / 200 % of capacity on 2 channels × max 4, 1/2/4 instances), ' +
         "open200d (open200 on 2 instances with slotgate's default queue bound), " +
-        'open200w (200 % on 10 channels × max 4, 4 instances), fair2 (closed loop, 2 instances, staggered start)',
+        'open200w (200 % on 10 channels × max 4, 4 instances), fair2 (closed loop, 2 instances, staggered start), ' +
+        'clients2 (a heavy and a light client on one channel of max 4, 2 instances, next to ideal weighted-fair ' +
+        'and FIFO schedulers)',
     )
     .option(
       '--contenders <ids>',
@@ -67,7 +69,8 @@ export function benchCommand(): Command {
     .option('--http-duration <s>', 'seconds per HTTP run (default: --duration, shortened to fit --budget)')
     .option(
       '--open-duration <s>',
-      'seconds of arrivals per open-loop run, and of the common window of fair2 (default: 10, shortened to fit --budget)',
+      'seconds of arrivals per open-loop run, and of the measured window of fair2 and clients2 (default: 10, ' +
+        'shortened to fit --budget)',
     )
     .option('--budget <s>', 'whole-run time the scale-out, HTTP and fleet runs are shortened to fit', '900')
     .option(

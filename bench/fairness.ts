@@ -25,6 +25,8 @@ export interface RequestRecord {
   channel?: string;
   /** Why it was refused: the contender's reason, `in_flight_cap` (shed by the benchmark) or `error: …`. */
   reason?: string;
+  /** The client it was for (the clients scenario). */
+  client?: string;
   /** The hold it was given (ms). */
   hold: number;
   /** When the holder gave the slot back (admitted only). */

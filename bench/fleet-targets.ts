@@ -4,6 +4,7 @@
  * slotgate's runs (the defaults) for the targets table. The ideal scheduler's figures on each trace go through the
  * same checks, so the matrix shows which targets a perfect FIFO reaches on that trace at all.
  */
+import { clientTargetMatrix, evaluateClientTargets } from './clients-targets.js';
 import type { FleetFigures } from './fairness.js';
 import { fmt, table } from './report.js';
 import type { RunRecord } from './run.js';
@@ -93,7 +94,8 @@ export const FLEET_CHECKS: readonly Check[] = [
   },
 ];
 
-const fleetRuns = (runs: readonly RunRecord[]) => runs.filter((r) => r.fleet);
+/** The runs the checks above apply to: the clients scenario has checks of its own (clients-targets.ts). */
+const fleetRuns = (runs: readonly RunRecord[]) => runs.filter((r) => r.fleet && r.fleet.kind !== 'clients');
 
 function subject(r: RunRecord, which: 'run' | 'ideal'): Subject {
   const fleet = r.fleet!;
@@ -107,8 +109,16 @@ function subject(r: RunRecord, which: 'run' | 'ideal'): Subject {
   };
 }
 
-/** Every fleet run against every target that applies to it; before each trace's first run, the ideal on it. */
+/**
+ * Every fleet run against every target that applies to it; before each trace's first run, the ideal on it. The
+ * clients scenario's runs follow in a matrix of their own.
+ */
 export function fleetTargetMatrix(runs: readonly RunRecord[]): string | undefined {
+  const tables = [fleetMatrix(runs), clientTargetMatrix(runs)].filter((t) => t !== undefined);
+  return tables.length ? tables.join('\n\n') : undefined;
+}
+
+function fleetMatrix(runs: readonly RunRecord[]): string | undefined {
   const mine = fleetRuns(runs);
   if (mine.length === 0) return undefined;
   const cells = (s: Subject) =>
@@ -128,8 +138,12 @@ export function fleetTargetMatrix(runs: readonly RunRecord[]): string | undefine
   return table(['run', ...FLEET_CHECKS.map((c) => c.key)], rows);
 }
 
-/** One line per target over slotgate's fleet runs: PASS when every run it applies to passes. */
+/** One line per target over slotgate's fleet runs (PASS when every run it applies to passes), then the clients'. */
 export function evaluateFleetTargets(runs: readonly RunRecord[], contender = 'slotgate'): TargetResult[] {
+  return [...evaluateChecks(runs, contender), ...evaluateClientTargets(runs, contender)];
+}
+
+function evaluateChecks(runs: readonly RunRecord[], contender: string): TargetResult[] {
   const mine = fleetRuns(runs).filter((r) => r.contender === contender);
   return FLEET_CHECKS.map((c) => {
     const target = `Fleet (${contender}): ${c.target}`;

@@ -3,7 +3,7 @@
  * after run, one contender session at a time:
  *
  *   parent → { type: 'setup', … }   set the contender up (with the scenario's wait time-out), warm up → { type: 'ready' }
- *   parent → { type: 'run', … }     the open or closed loop from startAt → { type: 'result', … }
+ *   parent → { type: 'run', … }     the open, closed or clients loop from startAt → { type: 'result', … }
  *   parent → { type: 'close' }      close the session → { type: 'closed' }
  *
  * The parent takes the INFO snapshots around the run; the worker counts its clients' round trips and its CPU over
@@ -11,7 +11,9 @@
  */
 import { sendToParent as send, serveParent } from './children.js';
 import { loadContender } from './contenders/index.js';
-import { runClosedLoop, runOpenLoop, type FleetLoadResult } from './fleet-load.js';
+import type { ClientRun } from './clients.js';
+import { runClientsLoop, runClosedLoop, runOpenLoop, type FleetLoadResult } from './fleet-load.js';
+import type { HoldShape } from './openloop.js';
 import { runLoad } from './load.js';
 import { RoundTripCounter } from './redis.js';
 import { clientMeter, type ClientFigures } from './run.js';
@@ -31,6 +33,7 @@ export interface FleetSetup {
 export type FleetRunMessage = { type: 'run'; instance: number } & (
   | { mode: 'open'; startAt: number; arrivals: number[]; holds: number[]; maxInFlight: number }
   | { mode: 'closed'; startAt: number; endAt: number; workers: number; holdMs: number }
+  | { mode: 'clients'; startAt: number; endAt: number; clients: ClientRun[]; hold: HoldShape }
 );
 
 export interface FleetResult extends ClientFigures, FleetLoadResult {
@@ -79,7 +82,9 @@ async function onMessage(message: Message): Promise<void> {
   const load =
     message.mode === 'open'
       ? await runOpenLoop({ ...message, session: session!, candidates: channels })
-      : await runClosedLoop({ ...message, session: session!, candidates: channels });
+      : message.mode === 'clients'
+        ? await runClientsLoop({ ...message, session: session!, candidates: channels })
+        : await runClosedLoop({ ...message, session: session!, candidates: channels });
   meter.end();
   await send({ type: 'result', ...load, ...meter.figures() } satisfies FleetResult);
 }

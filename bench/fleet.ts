@@ -3,9 +3,12 @@
  * Redis. Workers are kept in a pool and serve run after run (forking four tsx processes per run would cost more than
  * a short run). The parent deals the trace, takes the INFO snapshots from the common start until every instance has
  * drained, checks oversell over the hold intervals of all instances, and computes the fleet figures from every
- * request's record — and the ideal FIFO scheduler's figures on the same trace.
+ * request's record — and the ideal FIFO scheduler's figures on the same trace. A clients run (one variant of the
+ * clients scenario) adds the per-client figures and the ideal schedulers' on the same closed loop (clients-figures.ts).
  */
 import { askAll, forkChild, sleepUntil, wallNow, type Child } from './children.js';
+import { clientRunsOf, type ClientVariant } from './clients.js';
+import { clientsRecord, clientsWindow, type ClientsRecord } from './clients-figures.js';
 import { fleetFigures, type FleetFigures, type FleetWindow, type RequestRecord } from './fairness.js';
 import type { FleetResult, FleetRunMessage, FleetSetup } from './fleet-worker.js';
 import { idealFifo } from './ideal.js';
@@ -26,6 +29,8 @@ export interface FleetRecord {
   figures: FleetFigures;
   /** The ideal FIFO scheduler on the same trace (open loop). */
   ideal?: FleetFigures;
+  /** The clients scenario: the variant, per-client figures and the ideal schedulers' on the same loop. */
+  clients?: ClientsRecord;
   capHits: number;
   /** Dispatch lag of arrivals behind their trace time, ms, worst instance. */
   lagP99Ms: number;
@@ -55,7 +60,7 @@ export class WorkerPool {
 }
 
 /** A request may finish this long after the last arrival: the wait time-out plus the longest hold, and a margin. */
-const drainMs = (s: FleetScenario) => (s.kind === 'open' ? s.waitTimeoutMs + s.hold.capMs : 5000) + 15_000;
+const drainMs = (s: FleetScenario) => (s.kind === 'fair' ? 5000 : s.waitTimeoutMs + s.hold.capMs) + 15_000;
 
 /** The windows a fleet run's figures are taken over, in ms from the first instance's start. */
 export function fleetWindow(s: FleetScenario, durationS: number, instances: number): FleetWindow {
@@ -63,6 +68,10 @@ export function fleetWindow(s: FleetScenario, durationS: number, instances: numb
     // the first second, while the slots fill, is left out of the utilisation
     const to = durationS * 1000;
     return { from: 0, to: Infinity, utilisation: { from: Math.min(1000, to / 2), to } };
+  }
+  if (s.kind === 'clients') {
+    const { from, to } = clientsWindow(s, durationS);
+    return { from, to, utilisation: { from, to } };
   }
   const from = s.staggerMs * (instances - 1);
   const to = from + durationS * 1000;
@@ -77,6 +86,8 @@ export interface FleetRunOptions {
   durationS: number;
   /** Unmeasured closed-loop warm-up of each worker's session. @default 300 */
   warmupMs?: number;
+  /** The clients scenario: which of its variants (required there). */
+  variant?: ClientVariant;
 }
 
 export async function runFleet(
@@ -85,6 +96,7 @@ export async function runFleet(
   run: FleetRunOptions,
 ): Promise<RunRecord> {
   const { contender, scenario, instances, durationS, warmupMs = 300 } = run;
+  if (scenario.kind === 'clients' && !run.variant) throw new Error(`${scenario.id}: no variant given`);
   const channels = fleetChannels(scenario);
   const namespace = newNamespace(`${scenario.id}${instances}`, contender.id);
   const children = pool.take(instances);
@@ -100,14 +112,25 @@ export async function runFleet(
       contender: contender.id,
     };
     if (scenario.maxWaiting !== undefined) setup.maxWaiting = scenario.maxWaiting;
-    if (scenario.kind === 'open') setup.waitTimeoutMs = scenario.waitTimeoutMs;
+    if (scenario.kind !== 'fair') setup.waitTimeoutMs = scenario.waitTimeoutMs;
     await askAll(children, () => setup, 'ready');
     const startAt = wallNow() + 300;
-    const fairEnd = scenario.kind === 'fair' ? fleetWindow(scenario, durationS, instances).to : 0;
+    const loopEnd = scenario.kind !== 'open' ? fleetWindow(scenario, durationS, instances).to : 0;
     const running = askAll<FleetResult>(
       children,
       (i): FleetRunMessage => {
         const mine = trace.filter((t) => t.instance === i);
+        if (scenario.kind === 'clients') {
+          return {
+            type: 'run',
+            instance: i,
+            mode: 'clients',
+            startAt,
+            endAt: startAt + loopEnd,
+            clients: clientRunsOf(scenario, run.variant!, i),
+            hold: scenario.hold,
+          };
+        }
         return scenario.kind === 'open'
           ? {
               type: 'run',
@@ -123,7 +146,7 @@ export async function runFleet(
               instance: i,
               mode: 'closed',
               startAt: startAt + i * scenario.staggerMs,
-              endAt: startAt + fairEnd,
+              endAt: startAt + loopEnd,
               workers: scenario.workers,
               holdMs: scenario.holdMs,
             };
@@ -154,7 +177,7 @@ export async function runFleet(
 }
 
 function fleetRecord(
-  { contender, scenario, instances, durationS }: FleetRunOptions,
+  { contender, scenario, instances, durationS, variant }: FleetRunOptions,
   channels: ReturnType<typeof fleetChannels>,
   traceLength: number,
   run: {
@@ -207,13 +230,19 @@ function fleetRecord(
   const lags = results.map((r) => r.lags);
   const record = summarize(
     {
-      scenario: `${scenario.id}×${instances}`,
+      // a clients run names its variant: runs are told apart by scenario and contender (cluster-report.ts too)
+      scenario: `${scenario.id}${variant ? `/${variant.id}` : ''}×${instances}`,
       contender: contender.id,
-      label: contender.label,
+      label: variant ? `${contender.label} · ${variant.label}` : contender.label,
       params: {
         channels: scenario.channels,
         max: scenario.max,
-        acquirers: scenario.kind === 'fair' ? scenario.workers * instances : 0,
+        acquirers:
+          scenario.kind === 'fair'
+            ? scenario.workers * instances
+            : scenario.kind === 'clients'
+              ? scenario.clients.reduce((a, c) => a + c.workersPerInstance, 0) * instances
+              : 0,
         holdMs: scenario.kind === 'fair' ? scenario.holdMs : scenario.hold.medianMs,
         durationS,
         instances,
@@ -251,6 +280,16 @@ function fleetRecord(
       : {}),
     figures,
     ...(ideal ? { ideal } : {}),
+    ...(scenario.kind === 'clients'
+      ? {
+          clients: clientsRecord(scenario, variant!, {
+            instances,
+            durationS,
+            records,
+            intervals: results.map((r) => r.clientIntervals ?? {}),
+          }),
+        }
+      : {}),
     capHits: results.reduce((a, r) => a + r.capHits, 0),
     lagP99Ms: Math.max(0, ...lags.map((l) => percentile(l, 0.99) || 0)),
     lagMaxMs: Math.max(0, ...lags.map((l) => l.at(-1) ?? 0)),

@@ -3,8 +3,10 @@
  * (exponential gaps) at a share of the candidate set's capacity, each with a log-normal hold (the shape of LLM
  * streams), dealt round-robin to the instances as a load balancer would. The same trace goes to every contender and
  * every instance count, and to the ideal scheduler (ideal.ts), so their figures compare request for request.
- * The closed-loop fairness scenario is the measured case: two instances, the second starting later.
+ * The closed-loop fairness scenario is the measured case: two instances, the second starting later. The clients
+ * scenario (clients.ts) shares one channel between clients of very different demand.
  */
+import type { ClientsScenario } from './clients.js';
 import type { BenchChannel } from './types.js';
 // Internal (not public API): the library's seeded PRNG, as scenarios.ts uses it.
 import { seededRandom } from '../packages/slotgate/src/core/order.js';
@@ -57,7 +59,7 @@ export interface FairScenario {
   maxWaiting: number;
 }
 
-export type FleetScenario = OpenScenario | FairScenario;
+export type FleetScenario = OpenScenario | FairScenario | ClientsScenario;
 
 const HOLD: HoldShape = { medianMs: 200, sigma: 0.8, capMs: 2000 };
 const OPEN = {
@@ -104,6 +106,36 @@ export const FLEET_SCENARIOS: readonly FleetScenario[] = [
     staggerMs: 500,
     maxWaiting: 40, // every worker of both instances can wait
     title: 'Closed-loop fairness: 2 instances × 20 workers, the second starting 0.5 s after the first',
+  },
+  {
+    kind: 'clients',
+    id: 'clients2',
+    title:
+      'Clients on one saturated channel: a heavy client (40 workers) and a light one (2), on 2 instances',
+    channels: 1,
+    max: 4,
+    instances: [2],
+    clients: [
+      { id: 'heavy', workersPerInstance: 20, weight: 1 },
+      { id: 'light', workersPerInstance: 1, weight: 1 },
+    ],
+    measured: 'light',
+    hold: HOLD, // LLM-like, as in the open loop: log-normal, median 200 ms, σ 0.8, capped at 2 s (mean ≈ 270 ms)
+    seed: 15,
+    settleMs: 3000,
+    // FIFO: ~38 waiters ahead × 270 ms / 4 slots ≈ 2.6 s; heavy limited to 3: its own queue ≈ 37 × 270 / 3 ≈ 3.3 s
+    waitTimeoutMs: 10_000,
+    maxWaiting: 64, // every worker of both instances can wait, on the channel and in a client's own queue
+    // the weighted variant (fair shares between clients) comes here once the library has it
+    variants: [
+      {
+        id: 'fifo',
+        label: 'FIFO, no client limit',
+        limits: {},
+        judged: 'the baseline: no fair shares yet, a miss expected',
+      },
+      { id: 'heavy3', label: 'heavy limited to 3', limits: { heavy: 3 } },
+    ],
   },
 ];
 

@@ -2,6 +2,8 @@
  * One pass of the benchmark: every scenario of the pass against its contenders on one Redis (a single node or a
  * cluster), each scenario's tables printed as its runs finish. bench.ts runs a pass per topology.
  */
+import { clientsTable } from './clients-report.js';
+import { variantsFor, type ClientVariant } from './clients.js';
 import { ALL_IDS } from './contenders/index.js';
 import {
   fleetCostTable,
@@ -28,9 +30,21 @@ import { runScaleOut } from './scale.js';
 import type { Scenario } from './scenarios.js';
 import type { Contender } from './types.js';
 
-/** The contenders a fleet scenario runs: by id in worker processes; open loop needs a bounded wait. */
+/** The contenders a fleet scenario runs: by id in worker processes; open loop and clients need a bounded wait. */
 export const fleetContenders = (s: FleetScenario, contenders: readonly Contender[]): Contender[] =>
   contenders.filter((c) => ALL_IDS.includes(c.id) && (s.kind === 'fair' || c.boundedWait));
+
+/** What a fleet scenario runs per instance count: each contender, in each of its variants (clients scenario). */
+export function fleetRunsOf(
+  s: FleetScenario,
+  contenders: readonly Contender[],
+): { contender: Contender; variant?: ClientVariant }[] {
+  return fleetContenders(s, contenders).flatMap((contender) =>
+    s.kind === 'clients'
+      ? variantsFor(s, contender).map((variant) => ({ contender, variant }))
+      : [{ contender }],
+  );
+}
 
 export interface Pass {
   redis: RedisUnderTest;
@@ -100,10 +114,17 @@ export async function runPass(p: Pass): Promise<RunRecord[]> {
   try {
     for (const s of p.fleetScenarios) {
       const mine: RunRecord[] = [];
-      for (const c of fleetContenders(s, p.fleetPool)) {
+      for (const { contender: c, variant } of fleetRunsOf(s, p.fleetPool)) {
         for (const n of s.instances) {
-          const r = await attempt(`${s.id} / ${c.id} × ${n}${suffix}`, () =>
-            runFleet(redis, pool, { contender: c, scenario: s, instances: n, durationS: d.open }),
+          const what = `${s.id}${variant ? ` ${variant.id}` : ''} / ${c.id} × ${n}${suffix}`;
+          const r = await attempt(what, () =>
+            runFleet(redis, pool, {
+              contender: c,
+              scenario: s,
+              instances: n,
+              durationS: d.open,
+              ...(variant ? { variant } : {}),
+            }),
           );
           if (r) mine.push(r);
           else await pool.close(); // a run that timed out may still be using its workers
@@ -112,6 +133,7 @@ export async function runPass(p: Pass): Promise<RunRecord[]> {
       all.push(...mine);
       if (mine.length === 0) continue;
       out(`\n## ${s.title} (${s.id})${suffix}\n\n${fleetParamsLine(s, mine, p.meta)}\n`);
+      if (s.kind === 'clients') out(`${clientsTable(mine)}\n`);
       out(fleetTable(s, mine));
       for (const note of fleetNotes(mine)) out(`\n${note}`);
       out(`\n${fleetInstanceTable(mine)}\n\n${fleetCostTable(mine)}`);

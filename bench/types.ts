@@ -50,9 +50,23 @@ export interface SetupContext {
   maxWaiting?: number;
 }
 
+/**
+ * Who a request is for (the clients scenario, clients.ts). slotgate passes it to its acquire as `client`; the peers,
+ * which have no notion of a client, ignore it.
+ */
+export interface BenchClient {
+  id: string;
+  /** > 0: the client's requests in flight across every instance; undefined: no limit. */
+  maxConcurrency?: number;
+  weight?: number;
+}
+
 export interface Session {
-  /** A slot on one of the candidates, or Refused when the contender turns the request away. */
-  acquire(candidates: readonly BenchChannel[]): Promise<Admitted>;
+  /**
+   * A slot on one of the candidates, or Refused when the contender turns the request away; `client` says whose
+   * request it is (contenders without clients ignore it).
+   */
+  acquire(candidates: readonly BenchChannel[], client?: BenchClient): Promise<Admitted>;
   /** Commands issued so far by purpose, for contenders that count them (slotgate); `fetch_rounds` = load reads. */
   purposes?(): Record<string, number>;
   close(): Promise<void>;
@@ -66,6 +80,11 @@ export interface Contender {
   behaviour: string;
   /** How it waits when given SetupContext.waitTimeoutMs; contenders without it are left out of the fleet scenarios. */
   boundedWait?: string;
+  /**
+   * Honours a client's maxConcurrency (and, later, its weight): the clients scenario runs its variants with client
+   * limits only on such contenders; the others run the variant without limits, the clients named and ignored.
+   */
+  clients?: boolean;
   /** Why it does not run on a Redis Cluster (shown as n/a there); undefined: it does. */
   notOnCluster?: string;
   setup(ctx: SetupContext): Promise<Session>;

@@ -2,9 +2,31 @@
  * slotgate itself: one admission engine per instance on a RedisStore, the whole candidate set offered to every pass
  * (load-ordered, one acquire script per pass in the common case, bounded waiting when everything is full).
  */
-import { CapacityError, RedisStore, createAdmission, type Candidate } from 'slotgate';
-import type { BenchChannel, Contender, Session, SetupContext } from '../types.js';
+import {
+  CapacityError,
+  ClientLimitError,
+  RedisStore,
+  createAdmission,
+  type Candidate,
+  type Client,
+} from 'slotgate';
+import type { BenchChannel, BenchClient, Contender, Session, SetupContext } from '../types.js';
 import { Refused } from '../types.js';
+
+/** The library's client of a bench client (its id and weight, and its limit when it has one), built once per client. */
+const clients = new WeakMap<BenchClient, Client>();
+function clientOf(c: BenchClient): Client {
+  let client = clients.get(c);
+  if (!client) {
+    client = {
+      id: c.id,
+      ...(c.maxConcurrency !== undefined ? { maxConcurrency: c.maxConcurrency } : {}),
+      ...(c.weight !== undefined ? { weight: c.weight } : {}),
+    };
+    clients.set(c, client);
+  }
+  return client;
+}
 
 function slotgate(cache: boolean, handoff = true): Contender {
   return {
@@ -23,7 +45,10 @@ function slotgate(cache: boolean, handoff = true): Contender {
       '; when every tried channel is full it joins the FIFO queues of two of them in Redis (max waiting = ' +
       'max(32, 8 × max concurrency), up to 5 s) and is granted the next slot freed there, in arrival order across ' +
       'instances; ' +
-      'a full queue or a wait time-out is the 429',
+      'a full queue or a wait time-out is the 429; ' +
+      "a request's client (clients scenario) is passed to acquire as `client` (a limited client takes one of its " +
+      'own slots first: `client_*` 429s)',
+    clients: true,
     boundedWait:
       "wait_timeout_ms = the wait time-out, max_waiting_per_channel = the scenario's queue bound (other settings as above)",
     async setup(ctx: SetupContext): Promise<Session> {
@@ -44,14 +69,19 @@ function slotgate(cache: boolean, handoff = true): Contender {
       );
       const sets = new WeakMap<readonly BenchChannel[], Candidate[]>();
       return {
-        async acquire(set) {
+        async acquire(set, client) {
           let list = sets.get(set);
           if (!list) sets.set(set, (list = set.map((c) => candidates.get(c.id)!)));
           try {
-            const ticket = await admission.acquire({ candidates: list });
+            const ticket = await admission.acquire({
+              candidates: list,
+              ...(client ? { client: clientOf(client) } : {}),
+            });
             return { channel: ticket.channel.id, release: () => ticket.release() };
           } catch (err) {
             if (err instanceof CapacityError) throw new Refused(err.reason);
+            // the client's own limit, not the channel's: told apart in the reasons
+            if (err instanceof ClientLimitError) throw new Refused(`client_${err.reason}`);
             throw err;
           }
         },
