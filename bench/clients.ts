@@ -5,9 +5,9 @@
  * request a worker gets admitted holds the same time in every run and in the ideal schedulers (ideal-clients.ts),
  * which replay the same closed loop in memory.
  *
- * A variant is one way of running the same clients: without client limits (a channel queue served in arrival order
- * whatever the client: the FIFO of today), or with some clients limited. A weighted variant (fair shares between
- * clients) is added here when the library has them; contenders that know no clients run the variants without limits.
+ * A variant is one way of running the same clients: unnamed (the contender does not know whose request it is: a
+ * channel queue served in arrival order, slotgate before Stage 11's fair shares), named (slotgate's fair share
+ * between clients), or with some clients limited. Contenders that know no clients run the variants without limits.
  */
 // Internal (not public API): the library's seeded PRNG, as openloop.ts uses it.
 import { seededRandom } from '../packages/slotgate/src/core/order.js';
@@ -27,10 +27,11 @@ export interface ClientVariant {
   label: string;
   /** Client id → maxConcurrency (across every instance); a client not named has no limit. */
   limits: Readonly<Record<string, number>>;
+  /** The requests are not named to the contender: its queue serves them in arrival order whatever the client. */
+  unnamed?: boolean;
   /**
    * Set on the variant the fair-share target of the Targets table is judged on (every variant's runs are in the
-   * per-run matrix), saying why. Today the FIFO one, as the baseline; the weighted variant takes it over when the
-   * library has fair shares.
+   * per-run matrix), saying why: the named one, where the fair share between clients applies.
    */
   judged?: string;
 }
@@ -57,9 +58,9 @@ export interface ClientsScenario {
   variants: readonly ClientVariant[];
 }
 
-/** The variants a contender runs: all of them if it honours client limits, else those without limits. */
+/** The variants a contender runs: all of them if it knows clients, else the unnamed one (the rest would be the same). */
 export function variantsFor(s: ClientsScenario, contender: Pick<Contender, 'clients'>): ClientVariant[] {
-  return s.variants.filter((v) => contender.clients || Object.keys(v.limits).length === 0);
+  return s.variants.filter((v) => contender.clients || (v.unnamed && Object.keys(v.limits).length === 0));
 }
 
 /** The clients as the variant names them to the contender (one object per client, reused by every request). */
@@ -68,6 +69,7 @@ export function benchClients(s: ClientsScenario, variant: ClientVariant): BenchC
     id: c.id,
     weight: c.weight,
     ...(variant.limits[c.id] !== undefined ? { maxConcurrency: variant.limits[c.id]! } : {}),
+    ...(variant.unnamed ? { unnamed: true } : {}),
   }));
 }
 

@@ -126,15 +126,16 @@ export const FLEET_SCENARIOS: readonly FleetScenario[] = [
     // FIFO: ~38 waiters ahead × 270 ms / 4 slots ≈ 2.6 s; heavy limited to 3: its own queue ≈ 37 × 270 / 3 ≈ 3.3 s
     waitTimeoutMs: 10_000,
     maxWaiting: 64, // every worker of both instances can wait, on the channel and in a client's own queue
-    // the weighted variant (fair shares between clients) comes here once the library has it
     variants: [
+      // the requests not named to the contender: a plain FIFO queue (slotgate before Stage 11's fair shares)
+      { id: 'fifo', label: 'clients unnamed: FIFO, no client limit', limits: {}, unnamed: true },
       {
-        id: 'fifo',
-        label: 'FIFO, no client limit',
+        id: 'fair',
+        label: 'clients named: fair share, no client limit',
         limits: {},
-        judged: 'the baseline: no fair shares yet, a miss expected',
+        judged: 'the fair share between clients (weights 1)',
       },
-      { id: 'heavy3', label: 'heavy limited to 3', limits: { heavy: 3 } },
+      { id: 'heavy3', label: 'clients named, heavy limited to 3', limits: { heavy: 3 } },
     ],
   },
 ];

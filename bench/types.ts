@@ -59,6 +59,8 @@ export interface BenchClient {
   /** > 0: the client's requests in flight across every instance; undefined: no limit. */
   maxConcurrency?: number;
   weight?: number;
+  /** The request is not named to the contender (the variant that runs without clients: a plain FIFO queue). */
+  unnamed?: boolean;
 }
 
 export interface Session {

@@ -75,7 +75,7 @@ function slotgate(cache: boolean, handoff = true): Contender {
           try {
             const ticket = await admission.acquire({
               candidates: list,
-              ...(client ? { client: clientOf(client) } : {}),
+              ...(client && !client.unnamed ? { client: clientOf(client) } : {}),
             });
             return { channel: ticket.channel.id, release: () => ticket.release() };
           } catch (err) {

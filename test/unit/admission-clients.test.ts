@@ -137,6 +137,36 @@ describe('client limits', () => {
     await Promise.all([holder.release(), raised.value!.release(), removed.value!.release()]);
   });
 
+  it('fair share: a light client waiting behind a heavy one is admitted first while the heavy one holds a slot', async () => {
+    const { clock, admission, other } = setup({ wait_timeout_ms: 5000 });
+    const two: Candidate = { id: 'two', maxConcurrency: 2 };
+    const heavy: Client = { id: 'heavy' };
+    const light: Client = { id: 'light' };
+    const holders = [
+      await admission.acquire({ candidates: [two], client: heavy }),
+      await admission.acquire({ candidates: [two], client: heavy }),
+    ];
+    const heavyWaiters = [0, 1, 2].map(() =>
+      track(clock, other.acquire({ candidates: [two], client: heavy })),
+    );
+    await elapse(clock, 10);
+    const lightWaiter = track(clock, admission.acquire({ candidates: [two], client: light }));
+    await elapse(clock, 10);
+    await holders[0]!.release();
+    await elapse(clock, 5);
+    // heavy still holds one slot, light none: the light waiter goes first, though three heavy ones are older
+    expect(lightWaiter.value?.channel.id).toBe('two');
+    expect(heavyWaiters.map((w) => w.at)).toEqual([undefined, undefined, undefined]);
+    // heavy 1, light 1: equals go oldest first
+    await holders[1]!.release();
+    await elapse(clock, 5);
+    expect(heavyWaiters.map((w) => w.at !== undefined)).toEqual([true, false, false]);
+    await lightWaiter.value!.release();
+    await heavyWaiters[0]!.value!.release();
+    await elapse(clock, 5);
+    for (const w of heavyWaiters.slice(1)) await w.value?.release();
+  });
+
   it("a lost client slot fires the ticket's lost signal, on an unlimited channel too", async () => {
     const { clock, store, admission } = setup({ lease_ttl_ms: 6000 });
     const client: Client = { id: 'c', maxConcurrency: 1 };

@@ -140,7 +140,7 @@ describe('the ideal schedulers of the closed loop', () => {
 
   it('on the clients2 loop: weighted-fair serves the light client far sooner than FIFO, and a limit holds', () => {
     const s = findFleetScenario('clients2') as ClientsScenario;
-    const [fifo, heavy3] = s.variants;
+    const [fifo, , heavy3] = s.variants;
     const none = { instances: 2, durationS: 10, records: [], intervals: [] };
     const free = clientsRecord(s, fifo!, none);
     const light = (f: typeof free.clients) => f.find((c) => c.client === 'light')!;
@@ -154,10 +154,11 @@ describe('the ideal schedulers of the closed loop', () => {
     expect(heavy(limited.ideal.fifo).highest).toBe(3);
     expect(heavy(limited.ideal['weighted-fair']).limit).toBe(3);
     expect(limited.judged).toBeUndefined();
-    expect(free.judged).toBeDefined();
-    // peers without clients run the variant without limits only
+    expect(free.judged).toBeUndefined();
+    expect(clientsRecord(s, s.variants[1]!, none).judged).toBeDefined();
+    // peers without clients run the unnamed variant only (the others would be the same run for them)
     expect(variantsFor(s, {}).map((v) => v.id)).toEqual(['fifo']);
-    expect(variantsFor(s, { clients: true }).map((v) => v.id)).toEqual(['fifo', 'heavy3']);
+    expect(variantsFor(s, { clients: true }).map((v) => v.id)).toEqual(['fifo', 'fair', 'heavy3']);
   });
 });
 
@@ -241,7 +242,13 @@ describe('the hold streams', () => {
     // different workers draw different sequences
     expect(loopWorkers(s, 2)[0]!.holds()).not.toBe(loopWorkers(s, 2)[1]!.holds());
     // the limited variant names the heavy client's limit, the light one none
-    expect(clientRunsOf(s, s.variants[1]!, 0).map((c) => c.client)).toEqual([
+    expect(
+      clientRunsOf(
+        s,
+        s.variants.find((v) => v.id === 'heavy3')!,
+        0,
+      ).map((c) => c.client),
+    ).toEqual([
       { id: 'heavy', weight: 1, maxConcurrency: 3 },
       { id: 'light', weight: 1 },
     ]);

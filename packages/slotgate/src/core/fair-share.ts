@@ -8,7 +8,7 @@
 import { shareOfToken } from './ids.js';
 
 /** How many of the oldest waiters a grant chooses among. */
-export const FAIR_WINDOW = 32;
+export const FAIR_WINDOW = 64;
 
 /** Whether the waiters (tokens, oldest first) belong to more than one client. */
 export function mixedClients(tokens: readonly string[]): boolean {

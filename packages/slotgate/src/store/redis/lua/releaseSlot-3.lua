@@ -13,8 +13,9 @@
 
   Returns { 1 when the token held a slot, 0 when it did not (released before, or expired), then the tokens of the
   releasing instance's waiters granted here }.
-  Cost: ZREM, ZRANGE of the two heads (all when the queue is empty); with a queue, ZCARD and TIME, per grant ZSCORE,
-  ZADD, PTTL (+ PEXPIRE), 2 ZREM, PUBLISH, a ZRANGE per two heads, and a ZREMRANGEBYSCORE when the slots look full.
+  Cost: ZREM, ZRANGE of the 64 oldest waiters (all when the queue is empty); with a queue, ZCARD and TIME, per grant
+  ZSCORE, ZADD, PTTL (+ PEXPIRE), 2 ZREM, PUBLISH, a ZRANGE per 64 waiters, a ZREMRANGEBYSCORE when the slots look
+  full, and a ZRANGEBYSCORE of the live slots when the waiters are of several clients (the fair share).
 ]]
 --- @include "redisNow"
 --- @include "queue"

@@ -25,7 +25,7 @@ local function instanceOf(token)
 end
 
 -- How many of the oldest waiters a grant chooses among (core/fair-share.ts, FAIR_WINDOW).
-local FAIR_WINDOW = 32
+local FAIR_WINDOW = 64
 
 -- A token's client (as encoded) and weight: "<instanceId>:<seq>~<weight>~<client>" (core/ids.ts); '' and 1 without.
 local function shareOf(token)
