@@ -18,8 +18,8 @@ export function tokenOf(instanceId: string, seq: number, share = ''): string {
 /** The token suffix of a request's client (empty without one): `~<weight>~<client, encoded>`. */
 export function shareSuffix(client: { id: string; weight?: number } | undefined): string {
   if (!client) return '';
-  // eslint-disable-next-line no-control-regex -- control characters are encoded too
   const id = client.id.replace(
+    // eslint-disable-next-line no-control-regex -- control characters are encoded too
     /[%:~|\u0000-\u001f]/g,
     (c) => `%${c.charCodeAt(0).toString(16).padStart(2, '0')}`,
   );
