@@ -97,6 +97,7 @@ describe('GET /admin/history', () => {
       full: [0, 0, 0],
       queue_full: [0, 0, 0],
       wait_timeout: [0, 0, 0],
+      client_limit: [0, 0, 0],
     });
     expect(body.wait_ms).toEqual({ p50: [null, null, null], p99: [null, null, null] });
     expect(body.channels[0]).toEqual({

@@ -66,6 +66,7 @@ function fakeReader(clock: ManualClock) {
     full: 0,
     queueFull: 0,
     timeout: 0,
+    clientLimit: 0,
     commands: 0,
     waits: [0, 0, 0, 0, 0],
     active: 0,
@@ -81,7 +82,7 @@ function fakeReader(clock: ManualClock) {
         capacity_queue_full: state.queueFull,
         capacity_wait_timeout: state.timeout,
         capacity_aborted: 0,
-        client_limit: 0,
+        client_limit: state.clientLimit,
         store_unavailable: 0,
         no_channel: 0,
       },
@@ -126,13 +127,19 @@ describe('History', () => {
     reader.state.waits = [0, 9, 1, 0, 0];
     await clock.advance(5000);
     reader.state.timeout = 1;
+    reader.state.clientLimit = 3;
     reader.state.active = 4;
     await clock.advance(5000);
     const body = history.toJSON(['a', 'added']);
     expect(body.interval_ms).toBe(5000);
     expect(body.capacity).toBe(180);
     expect(body.admissions_per_s).toEqual([10, 0]);
-    expect(body.rejections_per_s).toEqual({ full: [1, 0], queue_full: [2, 0], wait_timeout: [0, 0.2] });
+    expect(body.rejections_per_s).toEqual({
+      full: [1, 0],
+      queue_full: [2, 0],
+      wait_timeout: [0, 0.2],
+      client_limit: [0, 0.6],
+    });
     expect(body.wait_ms).toEqual({ p50: [10, null], p99: [100, null] });
     expect(body.commands_per_s).toEqual([8, 0]);
     expect(body.channels).toEqual([

@@ -34,9 +34,13 @@ export class Ring<T> {
   }
 }
 
-/** The 429 reasons of slotgate's own answers. */
-export const REJECTIONS = ['full', 'queue_full', 'wait_timeout'] as const;
+/** The 429 reasons of slotgate's own answers: a channel's capacity, or a client's own limit. */
+export const REJECTIONS = ['full', 'queue_full', 'wait_timeout', 'client_limit'] as const;
 export type Rejection = (typeof REJECTIONS)[number];
+
+/** The admission outcome a rejection counts. */
+const outcomeOf = (reason: Rejection): Outcome =>
+  reason === 'client_limit' ? 'client_limit' : `capacity_${reason}`;
 
 /** What one sample reads: cumulative counters (since the engine started) and the channels' loads now. */
 export interface Reading {
@@ -102,7 +106,7 @@ export function pointBetween(before: Reading, after: Reading): HistoryPoint {
   const seconds = Math.max(after.at - before.at, 1) / 1000;
   const rate = (read: (r: Reading) => number) => Math.max(0, read(after) - read(before)) / seconds;
   const rejectionsPerS = {} as Record<Rejection, number>;
-  for (const reason of REJECTIONS) rejectionsPerS[reason] = rate((r) => r.outcomes[`capacity_${reason}`]);
+  for (const reason of REJECTIONS) rejectionsPerS[reason] = rate((r) => r.outcomes[outcomeOf(reason)]);
   return {
     t: after.at,
     admissionsPerS: rate((r) => r.outcomes.acquired),
