@@ -82,7 +82,7 @@ describe('client limits in the gateway', () => {
           weight: 1,
           active: null,
           waiting: null,
-          this_instance: { active: 0, waiting: 0 },
+          this_instance: null,
         },
         {
           client: 'heavy',
@@ -130,9 +130,19 @@ describe('client limits in the gateway', () => {
       { key: 'k1', name: 'a', client: 'team', max_concurrency: 2 },
       { key: 'k2', name: 'b', client: 'team', max_concurrency: 3, weight: 2 },
     ]);
-    expect(issues).toContain('tokens[1].max_concurrency');
-    expect(issues).toContain('tokens of client "team" share one limit: 3 here, 2 in tokens[0]');
-    expect(issues).toContain('tokens[1].weight');
+    expect(issues).toContain(
+      'tokens[1].max_concurrency: tokens of client "team" must give it the same max_concurrency (0 when left out): tokens[0] gives 2',
+    );
+    expect(issues).toContain(
+      'tokens[1].weight: tokens of client "team" must give it the same weight (1 when left out): tokens[0] gives 1',
+    );
+    // a token naming no client is the client of its name
+    expect(
+      issuesOf([
+        { key: 'k1', name: 'shared' },
+        { key: 'k2', name: 'x', client: 'shared', max_concurrency: 2 },
+      ]),
+    ).toContain('tokens[0] gives 0 (it names no client: its name is its client)');
     expect(issues).not.toMatch(/k1|k2/);
     expect(issuesOf([{ key: 'k3', name: 'c', max_concurrency: -1 }])).toContain('tokens[0].max_concurrency');
     expect(issuesOf([{ key: 'k3', name: 'c', weight: 0 }])).toContain('tokens[0].weight');

@@ -159,7 +159,7 @@ export const configSchema = z
       }
     });
     const keys = new Set<string>();
-    const clients = new Map<string, { index: number; max: number; weight: number }>();
+    const clients = new Map<string, { index: number; max: number; weight: number; named: boolean }>();
     config.tokens.forEach((t, i) => {
       if (keys.has(t.key))
         ctx.addIssue({ code: 'custom', path: ['tokens', i, 'key'], message: 'duplicate token key' });
@@ -167,7 +167,8 @@ export const configSchema = z
       // the tokens of one client share one limit: they must say the same
       const client = t.client ?? t.name;
       const first = clients.get(client);
-      if (!first) clients.set(client, { index: i, max: t.max_concurrency, weight: t.weight });
+      if (!first)
+        clients.set(client, { index: i, max: t.max_concurrency, weight: t.weight, named: !!t.client });
       else {
         for (const [field, mine, theirs] of [
           ['max_concurrency', t.max_concurrency, first.max],
@@ -177,7 +178,11 @@ export const configSchema = z
             ctx.addIssue({
               code: 'custom',
               path: ['tokens', i, field],
-              message: `tokens of client ${JSON.stringify(client)} share one limit: ${mine} here, ${theirs} in tokens[${first.index}]`,
+              // the formatter appends this token's own value ("got …"; "got nothing" when left out)
+              message:
+                `tokens of client ${JSON.stringify(client)} must give it the same ${field}` +
+                ` (${field === 'max_concurrency' ? '0' : '1'} when left out): tokens[${first.index}] gives ${theirs}` +
+                (first.named ? '' : ' (it names no client: its name is its client)'),
             });
           }
         }

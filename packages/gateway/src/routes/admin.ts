@@ -228,10 +228,10 @@ export function registerAdminRoutes(app: FastifyInstance, ctx: AdminContext): vo
             weight: client.weight ?? 1,
             active: load?.active ?? null,
             waiting: load?.waiting ?? null,
-            this_instance: {
-              active: local[client.id]?.active ?? 0,
-              waiting: local[client.id]?.waiting ?? 0,
-            },
+            // a client without a limit holds no slots of its own: nothing is counted for it
+            this_instance: load
+              ? { active: local[client.id]?.active ?? 0, waiting: local[client.id]?.waiting ?? 0 }
+              : null,
           };
         }),
       };
