@@ -344,6 +344,8 @@ describe('GET /dashboard in a browser', () => {
     expect(emptyBar!.width).toBeLessThan(1);
 
     // The cooldown shows in seconds, counting down from 120.
+    // (polled: the row shows the remaining seconds once a refresh has read the cooldown through the load view)
+    await expect.poll(async () => (await rowOf(page, 'cool')).cooldown, POLL).toMatch(/^\d+ s$/);
     const cooling = await rowOf(page, 'cool');
     const seconds = Number(/^(\d+) s$/.exec(cooling.cooldown)?.[1]);
     expect(seconds).toBeGreaterThan(100);
