@@ -5,6 +5,7 @@
 import type { Candidate } from '../core/channel.js';
 import { clientResource, type Client } from '../core/client.js';
 import { ClientLimitError, type CapacityError } from '../core/errors.js';
+import { NEVER_LOST } from './tickets.js';
 import type { Ticket } from './types.js';
 
 /** The most client sets kept; past it the cache starts over (a set is rebuilt in microseconds). */
@@ -28,9 +29,6 @@ export class ClientSets {
     return set;
   }
 }
-
-/** The `lost` signal of a slot held in this process only: it never fires. */
-const NEVER_LOST: AbortSignal = new AbortController().signal;
 
 /**
  * While the store cannot hold a client's slots (Redis down: StoreUnavailableError), the client's limit holds on each

@@ -12,8 +12,8 @@ import type { Handoff } from './handoff.js';
 import type { LoadView } from './load-view.js';
 import type { Ticket } from './types.js';
 
-/** The `lost` signal of a ticket that holds no lease (an unlimited channel): it never fires. */
-const NEVER_LOST: AbortSignal = new AbortController().signal;
+/** The `lost` signal of a ticket that holds no lease (an unlimited channel, a client counted in process): never fires. */
+export const NEVER_LOST: AbortSignal = new AbortController().signal;
 
 export class Tickets {
   /** In-flight tickets of unlimited channels, by channel (they never reach the store). */

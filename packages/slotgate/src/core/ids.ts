@@ -18,6 +18,18 @@ export function tokenOf(instanceId: string, seq: number, share = ''): string {
 /** The token suffix of a request's client (empty without one): `~<weight>~<client, encoded>`. */
 export function shareSuffix(client: { id: string; weight?: number } | undefined): string {
   if (!client) return '';
+  // a caller passes the same client object with each of its requests: encoded once per object (again when its id or
+  // weight was changed in place)
+  const known = suffixes.get(client);
+  if (known && known.id === client.id && known.weight === client.weight) return known.suffix;
+  const suffix = encodeShare(client);
+  suffixes.set(client, { id: client.id, weight: client.weight, suffix });
+  return suffix;
+}
+
+const suffixes = new WeakMap<object, { id: string; weight: number | undefined; suffix: string }>();
+
+function encodeShare(client: { id: string; weight?: number }): string {
   const id = client.id.replace(
     // eslint-disable-next-line no-control-regex -- control characters are encoded too
     /[%:~|\u0000-\u001f]/g,
