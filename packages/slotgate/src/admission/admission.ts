@@ -126,6 +126,7 @@ export class AdmissionEngine implements Admission {
         waiting: (id) => inbox.count(id),
         coolingMs: (id) => cooldowns.localMs(id),
       },
+      instanceId: () => this.instanceId,
       ...(options.loadFetchTimeoutMs !== undefined ? { fetchTimeoutMs: options.loadFetchTimeoutMs } : {}),
       ...(options.maxConcurrentFetches !== undefined
         ? { maxConcurrentFetches: options.maxConcurrentFetches }
@@ -383,5 +384,6 @@ export class AdmissionEngine implements Admission {
     this.localShare.close();
     await this.engine.leases.close();
     await this.listening.stop();
+    await this.engine.view.close();
   }
 }

@@ -9,13 +9,17 @@
  *   slot in time, or whose fetch fails, gets an in-memory fallback (this instance's own counts), never an error;
  * - local correction: this instance's own acquires and releases adjust the cached counts between fetches;
  * - fresh reads bypassing the cache, coalesced per channel set, stored back into the cache;
- * - `load_cache_enabled = false`: every read goes straight to the store (the rollback switch).
+ * - the load summary (load-summary.ts), where the store has one and `load_summary_enabled`: a fetch round is one
+ *   exchange that also puts in this instance's own changed counts and reads every channel wanted lately, so a round
+ *   costs one command however many channels it covers;
+ * - `load_cache_enabled = false`: every read goes straight to the store, channel by channel (the rollback switch).
  */
 import { abortable } from '../core/abort.js';
 import { within, type Clock } from '../core/clock.js';
 import { pushTo } from '../core/collections.js';
 import type { Settings } from '../core/settings.js';
-import type { ChannelLoad, SlotStore } from '../store/store.js';
+import type { ChannelLoad, LoadExchangeReply, OwnCounts, SlotStore } from '../store/store.js';
+import { SummaryReports, type Taken } from './load-summary.js';
 import { Semaphore } from './semaphore.js';
 
 export interface LocalState {
@@ -34,6 +38,8 @@ export interface LoadViewOptions {
   fetchTimeoutMs?: number;
   /** Fetch rounds running at once per instance. @default 2 */
   maxConcurrentFetches?: number;
+  /** This instance's id: with it, a store with a load summary gets this instance's counts (load-summary.ts). */
+  instanceId?: () => string;
 }
 
 export interface LoadViewCounters {
@@ -51,6 +57,8 @@ export interface LoadViewCounters {
   fetches: number;
   /** Reads straight from the store with load_cache_enabled = false. */
   directReads: number;
+  /** Summary exchanges started only to put this instance's changes in (or renew it), with no read waiting. */
+  reports: number;
 }
 
 interface Entry {
@@ -60,6 +68,8 @@ interface Entry {
   base: LocalNet;
   /** The last corrected load handed out, reused while neither the snapshot nor the corrections changed. */
   memo?: { source: ChannelLoad; da: number; dw: number; r: number; result: ChannelLoad };
+  /** When a selection last asked for the channel: a summary round reads the channels wanted lately. */
+  wantedAt: number;
 }
 
 /** This instance's acquires minus releases, and waiter registrations minus removals, since it started. */
@@ -69,6 +79,9 @@ interface LocalNet {
 }
 
 const ZERO: LocalNet = Object.freeze({ active: 0, waiting: 0 });
+
+/** Channels one summary round reads at most besides those asked for. */
+const MAX_WATCHED = 2000;
 
 type Round = Promise<Map<string, ChannelLoad> | null>;
 
@@ -81,6 +94,7 @@ export class LoadView {
     fallbacks: 0,
     fetches: 0,
     directReads: 0,
+    reports: 0,
   };
   private readonly cache = new Map<string, Entry>();
   private readonly net = new Map<string, LocalNet>();
@@ -90,10 +104,42 @@ export class LoadView {
   private readonly freshInflight = new Map<string, Round>();
   private readonly fetchSlots: Semaphore;
   private readonly fetchTimeoutMs: number;
+  /** This instance's reports to the load summary; undefined when the store has none. */
+  private readonly reports: SummaryReports | undefined;
+  /** Whether the summary was in use at the last round (turned back on, it needs a full report). */
+  private summaryWasOn = true;
+  private readonly unsubscribe: () => void = () => {};
 
   constructor(private readonly opts: LoadViewOptions) {
     this.fetchTimeoutMs = opts.fetchTimeoutMs ?? 3000;
     this.fetchSlots = new Semaphore(opts.maxConcurrentFetches ?? 2, opts.clock);
+    const { store, instanceId } = opts;
+    if (store.exchangeLoads && instanceId) {
+      const reports = new SummaryReports({
+        clock: opts.clock,
+        settings: opts.settings,
+        instanceId,
+        counts: (id) => this.own(id),
+        held: () => [...this.net].filter(([, n]) => n.active > 0 || n.waiting > 0).map(([id]) => id),
+        flush: () => this.flush(),
+      });
+      this.reports = reports;
+      this.unsubscribe = store.onRestart(async () => reports.resync());
+    }
+  }
+
+  /** Whether rounds go through the load summary. */
+  private summaryOn(settings = this.opts.settings()): boolean {
+    const on = this.reports !== undefined && settings.load_summary_enabled && settings.load_cache_enabled;
+    if (on && !this.summaryWasOn) this.reports!.resync();
+    this.summaryWasOn = on;
+    return on;
+  }
+
+  /** This instance's own counts on the channel, as the summary gets them. */
+  private own(id: string): OwnCounts {
+    const n = this.net.get(id) ?? ZERO;
+    return { active: Math.max(0, n.active), waiting: Math.max(0, n.waiting) };
   }
 
   /**
@@ -111,6 +157,7 @@ export class LoadView {
     for (const id of ids) {
       const entry = this.cache.get(id);
       if (!entry || (!anyAge && now - entry.fetchedAt >= settings.load_cache_ttl_ms)) return undefined;
+      entry.wantedAt = now;
       result.set(id, this.corrected(id, entry));
     }
     if (countHit) this.counters.hits++;
@@ -129,6 +176,7 @@ export class LoadView {
     const waits = new Map<Round, string[]>();
     for (const id of ids) {
       const entry = this.cache.get(id);
+      if (entry) entry.wantedAt = now;
       if (entry && now - entry.fetchedAt < settings.load_cache_ttl_ms) {
         result.set(id, this.corrected(id, entry));
         continue;
@@ -194,9 +242,14 @@ export class LoadView {
     return result;
   }
 
-  /** A detached fetch round: waits for a fetch slot, reads the store, fills the cache; null on any failure. */
-  private startRound(ids: string[], fresh: boolean): Round {
+  /**
+   * A detached fetch round: waits for a fetch slot, reads the store, fills the cache; null on any failure. Through
+   * the load summary, the round also puts in this instance's pending reports and reads every channel wanted lately.
+   */
+  private startRound(requested: string[], fresh: boolean): Round {
     if (fresh) this.counters.freshReads++;
+    const summary = this.summaryOn();
+    const ids = summary ? this.withWatched(requested) : requested;
     const deadline = this.opts.clock.now() + this.fetchTimeoutMs;
     const round: Round = (async () => {
       if (!(await this.fetchSlots.acquire(this.fetchTimeoutMs))) return null;
@@ -204,12 +257,17 @@ export class LoadView {
       // The base is where this instance's counters stand when the read goes out (the store reports it): every release
       // queued before then is out of the result and already counted; an acquire still in flight then is in the
       // result and counted again when it is confirmed, so the view errs towards showing a channel fuller, never
-      // emptier, than it is (a reservation is never part of the base).
+      // emptier, than it is (a reservation is never part of the base). Through the summary, the base is the counts
+      // this round puts in (the summary holds them once it answers), or nothing when it did not know this instance.
       const snapshot = () => ids.map((id) => ({ ...(this.net.get(id) ?? ZERO) }));
       let bases = snapshot();
       let read: Promise<Map<string, ChannelLoad>>;
       try {
-        read = this.opts.store.readLoads(ids, { onSent: () => (bases = snapshot()) });
+        read = summary
+          ? this.exchange(ids, (resync) => {
+              if (resync) bases = ids.map(() => ZERO);
+            })
+          : this.opts.store.readLoads(ids, { onSent: () => (bases = snapshot()) });
       } catch (err) {
         read = Promise.reject(err as Error); // a store that throws at once must not keep the fetch slot
       }
@@ -223,7 +281,8 @@ export class LoadView {
       const fetchedAt = this.opts.clock.now();
       ids.forEach((id, i) => {
         const load = loads.get(id);
-        if (load) this.cache.set(id, { load, fetchedAt, base: bases[i]! });
+        const wantedAt = this.cache.get(id)?.wantedAt ?? fetchedAt;
+        if (load) this.cache.set(id, { load, fetchedAt, base: bases[i]!, wantedAt });
       });
       return loads;
     })().catch(() => null);
@@ -234,6 +293,50 @@ export class LoadView {
       });
     }
     return round;
+  }
+
+  /** One summary exchange: this instance's pending reports in, the channels' loads out. */
+  private exchange(ids: string[], answered: (resync: boolean) => void): Promise<Map<string, ChannelLoad>> {
+    const reports = this.reports!;
+    const taken: Taken = reports.take();
+    return this.opts.store.exchangeLoads!({ ...taken.exchange, read: ids }).then(
+      (reply: LoadExchangeReply) => {
+        reports.settle(taken, true, reply.resync);
+        answered(reply.resync);
+        return reply.loads;
+      },
+      (err: unknown) => {
+        reports.settle(taken, false);
+        throw err;
+      },
+    );
+  }
+
+  /** The channels asked for, and every channel a selection wanted within the last two TTLs (read in one go). */
+  private withWatched(requested: string[]): string[] {
+    const since = this.opts.clock.now() - 2 * this.opts.settings().load_cache_ttl_ms;
+    const ids = new Set(requested);
+    for (const [id, entry] of this.cache) {
+      if (ids.size >= MAX_WATCHED) break;
+      if (entry.wantedAt >= since) ids.add(id);
+    }
+    return [...ids];
+  }
+
+  /** A report is due and no read carried it: a round of its own, which also refreshes what was wanted lately. */
+  private flush(): void {
+    if (!this.summaryOn()) return;
+    this.counters.reports++;
+    void this.startRound([], false);
+  }
+
+  /** Stops reporting to the load summary and takes this instance's counts out of it (bounded by the fetch time-out). */
+  async close(): Promise<void> {
+    this.unsubscribe();
+    const leave = this.reports?.close();
+    if (!leave) return;
+    const sent = this.opts.store.exchangeLoads!({ ...leave, read: [] }).catch(() => undefined);
+    await within(this.opts.clock, sent, this.fetchTimeoutMs);
   }
 
   private async readDirect(ids: readonly string[], signal?: AbortSignal): Promise<Map<string, ChannelLoad>> {
@@ -260,6 +363,7 @@ export class LoadView {
   /** Local correction: this instance took (+1, when the store admitted it) or gave back (-1) a slot on the channel. */
   noteActive(id: string, change: 1 | -1): void {
     this.localNet(id).active += change;
+    if (this.reports && this.summaryOn()) this.reports.changed(id);
   }
 
   /**
@@ -276,6 +380,7 @@ export class LoadView {
   /** Local correction: this instance registered (+1) or removed (-1) a waiter on the channel. */
   noteWaiter(id: string, change: 1 | -1): void {
     this.localNet(id).waiting += change;
+    if (this.reports && this.summaryOn()) this.reports.changed(id);
   }
 
   private localNet(id: string): LocalNet {

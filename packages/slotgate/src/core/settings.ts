@@ -45,6 +45,10 @@ export const boolSetting = (def: boolean, doc: string): BoolSetting => ({ type: 
 export const ADMISSION_SETTINGS = {
   load_cache_enabled: boolSetting(true, 'rollback switch: false reads Redis directly for every selection'),
   load_cache_ttl_ms: intSetting(200, 1, 5000, 'load snapshot TTL'),
+  load_summary_enabled: boolSetting(
+    true,
+    "on Redis: load reads go through the fleet's load summary (one command per read, whatever the channel count); false: each channel's keys are read (3 commands per channel)",
+  ),
   max_acquire_attempts: intSetting(8, 1, 100, 'acquire budget per admission pass'),
   slot_handoff_enabled: boolSetting(
     true,

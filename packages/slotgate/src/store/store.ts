@@ -127,6 +127,49 @@ export interface ReadLoadsOptions {
   onSent?: () => void;
 }
 
+/** One instance's own counts on one channel: its leases and its waiters. */
+export interface OwnCounts {
+  active: number;
+  waiting: number;
+}
+
+/**
+ * One exchange with the load summary (`SlotStore.exchangeLoads`): what this instance holds and waits on, per channel,
+ * goes in; the fleet's counts of the channels it asks for come back.
+ */
+export interface LoadExchange {
+  /** Whose counts these are: the summary keeps them apart per instance, and takes them out when it stops exchanging. */
+  instanceId: string;
+  /**
+   * `changes`: the counts given replace this instance's earlier counts of those channels. `full`: they replace
+   * everything it reported before (a channel not given counts 0). `leave`: everything it reported is taken out.
+   */
+  mode: 'changes' | 'full' | 'leave';
+  /** This instance's own counts (absolute, not changes), of the channels it reports. */
+  counts: ReadonlyMap<string, OwnCounts>;
+  /**
+   * The contributions stay for this long from now unless renewed. Undefined: the time they lapse is left as it
+   * is (and the reply cannot tell whether the summary still knows this instance).
+   */
+  keepMs?: number;
+  /** Takes out at most this many instances whose contributions lapsed (they stopped exchanging). @default 0 */
+  sweep?: number;
+  /** Channels whose fleet-wide loads to return. */
+  read: readonly string[];
+  /** Called when the exchange goes out. */
+  onSent?: () => void;
+}
+
+export interface LoadExchangeReply {
+  /** The fleet's counts of the channels read, this instance's included as it just reported them. */
+  loads: Map<string, ChannelLoad>;
+  /**
+   * The summary did not know this instance when `keepMs` was given (it lost its data, or took this instance's counts
+   * out as lapsed): nothing was put in, and only a `full` report makes its counts whole again.
+   */
+  resync: boolean;
+}
+
 export interface CooldownInfo {
   reason: string;
   /** -1 when the key has no expiry. */
@@ -212,6 +255,14 @@ export interface SlotStore {
    * read goes out: it reflects every acquire and release of this store sent before that moment, and none after.
    */
   readLoads(channelIds: readonly string[], opts?: ReadLoadsOptions): Promise<Map<string, ChannelLoad>>;
+
+  /**
+   * The load summary, where the store has one (Redis): every instance reports its own counts, and one command reads
+   * the fleet's counts of many channels, so a load read costs the same whatever the channel count. Counts lag by
+   * the reporting delay; cooldowns are as `setCooldown` and `clearCooldown` left them. Only ever orders candidates.
+   * A store without it (memory: `readLoads` costs nothing there) has the load view read `readLoads`.
+   */
+  exchangeLoads?(exchange: LoadExchange): Promise<LoadExchangeReply>;
 
   /**
    * Who holds the channels' live slots: per channel, instance id (a lease token's part before its last `:`) → slots

@@ -77,6 +77,9 @@ const EXPECTED_TYPE = {
   settings: 'hash',
   instances: 'hash',
   epoch: 'string',
+  load_summary: 'hash',
+  load_reporters: 'zset',
+  load_reporter: 'hash',
 } as const;
 
 /** SCAN MATCH treats `* ? [ ] \\` as glob syntax; a prefix is matched literally. */
@@ -237,7 +240,15 @@ export async function checkLeftovers(
       });
       continue;
     }
-    if (shape.kind === 'settings' || shape.kind === 'instances' || shape.kind === 'epoch') continue;
+    if (
+      shape.kind === 'settings' ||
+      shape.kind === 'instances' ||
+      shape.kind === 'epoch' ||
+      shape.kind === 'load_summary' ||
+      shape.kind === 'load_reporters' ||
+      shape.kind === 'load_reporter'
+    )
+      continue;
     const pttl = await client.pttl(key);
     // A queue's scores are arrival times, not expiries: its members expire with their waiters' registrations (the
     // waiters key, checked on its own), and the key itself with its expiry.

@@ -13,6 +13,12 @@
  *   <prefix>:v1:instances             hash        gateway instance id → JSON heartbeat (dashboard's instance list)
  *   <prefix>:v1:grants:<instanceId>   pub/sub     grants and queue news for one instance's waiters
  *   <prefix>:v1:epoch                 string      "<id>|<created at, Redis ms>|<kind>|<run_id>": changes when Redis lost data
+ *   <prefix>:v1:loads                 hash        the load summary (lua/exchangeLoads-3.lua): channel → packed count
+ *                                                 summed over the instances, "\0<channel>" → cooldown end
+ *   <prefix>:v1:loads:reporters:{<prefix>:v1:loads}
+ *                                     sorted set  instance id → when its contributions lapse
+ *   <prefix>:v1:loads:by:<instance>:{<prefix>:v1:loads}
+ *                                     hash        one instance's contributions to the summary
  *
  * The `{<channel>}` hash tag puts all keys of one channel in the same Redis Cluster slot, so every per-channel script
  * is cluster-legal. Channel ids are percent-encoded where they hold `{`, `}` or `%`, so no id can break out of its tag.
@@ -110,6 +116,26 @@ export class KeyBuilder {
     return `${this.base}:epoch`;
   }
 
+  /** The load summary: every instance's counts of the channels it holds or waits on, summed (load-summary.ts). */
+  loadSummary(): string {
+    return `${this.base}:loads`;
+  }
+
+  /** The instances contributing to the load summary, scored by when their contributions lapse (summary's slot). */
+  loadReporters(): string {
+    return `${this.base}:loads:reporters:{${this.loadSummary()}}`;
+  }
+
+  /** One instance's contributions to the load summary: the key is `prefix + <encoded id> + suffix` (summary's slot). */
+  loadReporterParts(): { prefix: string; suffix: string } {
+    return { prefix: `${this.base}:loads:by:`, suffix: `:{${this.loadSummary()}}` };
+  }
+
+  loadReporter(instanceId: string): string {
+    const { prefix, suffix } = this.loadReporterParts();
+    return `${prefix}${encodeChannelId(instanceId)}${suffix}`;
+  }
+
   settingsChannel(): string {
     return `${this.base}:settings:changed`;
   }
@@ -124,9 +150,13 @@ export class KeyBuilder {
     key: string,
   ):
     | { channelId: string; kind: 'slots' | 'waiters' | 'queue' | 'cooldown' }
-    | { kind: 'settings' | 'instances' | 'epoch' }
+    | { kind: 'settings' | 'instances' | 'epoch' | 'load_summary' | 'load_reporters' | 'load_reporter' }
     | null {
     if (key === this.settings() || key === this.settingsRecord()) return { kind: 'settings' };
+    if (key === this.loadSummary()) return { kind: 'load_summary' };
+    if (key === this.loadReporters()) return { kind: 'load_reporters' };
+    const { prefix, suffix } = this.loadReporterParts();
+    if (key.startsWith(prefix) && key.endsWith(suffix)) return { kind: 'load_reporter' };
     if (key === this.instances()) return { kind: 'instances' };
     if (key === this.epoch() || key.startsWith(`${this.epoch()}:{`)) return { kind: 'epoch' };
     if (!key.startsWith(`${this.base}:{`)) return null;

@@ -71,9 +71,9 @@ export class RedisQueues {
     });
   }
 
-  /** What a load read says: live waiters mean a queue. */
-  noteLoads(loads: ReadonlyMap<string, ChannelLoad>): void {
-    for (const [id, load] of loads) this.mark(id, load.waiting > 0);
+  /** What a load read says: live waiters mean a queue; none mean none, unless `clears` is false (a lagging read). */
+  noteLoads(loads: ReadonlyMap<string, ChannelLoad>, clears = true): void {
+    for (const [id, load] of loads) if (clears || load.waiting > 0) this.mark(id, load.waiting > 0);
   }
 
   /** The releaseSlot arguments after the token. */

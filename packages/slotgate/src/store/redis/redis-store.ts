@@ -20,6 +20,8 @@ import {
   type EnqueueOptions,
   type EnqueueReply,
   type LeaseRef,
+  type LoadExchange,
+  type LoadExchangeReply,
   type Listening,
   type PendingRelease,
   type Presence,
@@ -49,6 +51,7 @@ import { SCRIPTS, defineScripts } from './scripts.js';
 import { RedisSharedSettings } from './shared-settings.js';
 import { deadlinesFor } from './cluster-deadlines.js';
 import { topologyOf, type Topology } from './topology.js';
+import { RedisLoadSummary } from './load-summary.js';
 
 export interface RedisStoreOptions {
   /** A redis:// (or rediss://) URL of one node; the store creates (and closes) its own client. */
@@ -102,6 +105,7 @@ export class RedisStore implements SlotStore {
   private readonly queues: RedisQueues;
   private presenceImpl: RedisPresence | undefined;
   private readonly epoch: Epoch;
+  private readonly summary: RedisLoadSummary;
 
   constructor(options: RedisStoreOptions) {
     this.owned = !options.client;
@@ -130,6 +134,13 @@ export class RedisStore implements SlotStore {
       released: this.queues.released,
     });
     this.maxChannelsPerAcquire = this.topology.maxChannelsPerAcquire;
+    this.summary = new RedisLoadSummary({
+      client: this.client,
+      keys: this.keys,
+      clock: this.redisClock,
+      seedClock: () => this.seedClock(),
+      run: (purpose, n, work) => this.run(purpose, purpose, n, work),
+    });
     this.epoch = new Epoch({
       client: this.client,
       key: this.keys.epoch(),
@@ -297,6 +308,17 @@ export class RedisStore implements SlotStore {
     return loads;
   }
 
+  /**
+   * One script call (one HMGET when nothing is put in), whatever the channel count (load-summary.ts). Queue news
+   * from it only ever marks a queue: the summary's waiter counts lag, and a stale zero must not send a release past
+   * a queue that formed since.
+   */
+  async exchangeLoads(exchange: LoadExchange): Promise<LoadExchangeReply> {
+    const reply = await this.summary.exchange(exchange);
+    this.queues.noteLoads(reply.loads, false);
+    return reply;
+  }
+
   /** Before the store's first read of the Redis clock, one TIME (counted under load_read); true when it was sent. */
   private async seedClock(): Promise<boolean> {
     if (!this.redisClock.unknown) return false;
@@ -325,10 +347,13 @@ export class RedisStore implements SlotStore {
     await this.run('cooldown', 'cooldown', 1, () =>
       this.client.set(this.keys.cooldown(channelId), reason, 'PX', px),
     );
+    // for the load summary's readers; the cooldown key alone is what the acquire script checks
+    await this.summary.noteCooldown(channelId, px);
   }
 
   async clearCooldown(channelId: string): Promise<void> {
     await this.run('cooldown', 'cooldown', 1, () => this.client.del(this.keys.cooldown(channelId)));
+    await this.summary.clearCooldown(channelId);
   }
 
   async readCooldown(channelId: string): Promise<CooldownInfo | null> {

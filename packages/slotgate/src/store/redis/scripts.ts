@@ -166,6 +166,8 @@ export const SCRIPTS = {
     }
     return { value: reply[0] == null ? undefined : String(reply[0]), now: Number(reply[1]) };
   }),
+  /** See lua/exchangeLoads-3.lua. */
+  exchangeLoads: new Script('exchangeLoads-3', parseExchangeReply),
   /** See lua/fixLeftover-2.lua: removals made (an expiry set counts as one). */
   fixLeftover: new Script('fixLeftover-2', Number),
   /** See lua/releaseDeadOwner-3.lua: the slots released. */
@@ -200,6 +202,24 @@ function code(reply: unknown, codes: Record<number, unknown>): number {
   const n = Number(reply);
   if (!(n in codes)) throw new TypeError(`unexpected script reply ${JSON.stringify(reply)}`);
   return n;
+}
+
+/** What exchangeLoads answers: whether it must resync, the Redis time when it read it, the values of the fields read. */
+export interface ExchangeReply {
+  resync: boolean;
+  nowMs: number | undefined;
+  values: string[];
+}
+
+function parseExchangeReply(reply: unknown): ExchangeReply {
+  if (!Array.isArray(reply) || reply.length < 2) {
+    throw new TypeError(`unexpected script reply ${JSON.stringify(reply)}`);
+  }
+  return {
+    resync: Number(reply[0]) === 0,
+    nowMs: reply[1] === '' ? undefined : Number(reply[1]),
+    values: reply.slice(2).map(String),
+  };
 }
 
 export function parseAcquireReply(reply: unknown): AcquireReply[] {

@@ -1,0 +1,147 @@
+/**
+ * This instance's side of the load summary (`SlotStore.exchangeLoads`, docs/admission.md "The load summary"): which
+ * of its own counts changed since it last reported them, when to report them when no load read carries them, when to
+ * renew its registration and sweep instances that stopped reporting, and when a full report must replace what the
+ * summary holds of it (at first, after Redis lost its data, after the summary took it out as lapsed).
+ *
+ * A read round puts in whatever changed; a change with no read for `load_cache_ttl_ms` gets a round of its own. So
+ * another instance sees this one's change within two TTLs (one to report, one of its own cache), and each instance
+ * sends at most about two exchanges per TTL whatever the channel count.
+ */
+import type { Clock, Timer } from '../core/clock.js';
+import type { Settings } from '../core/settings.js';
+import type { LoadExchange, OwnCounts } from '../store/store.js';
+
+/** How often an instance takes out instances whose contributions lapsed (a few per sweep). */
+const SWEEP_EVERY_MS = 5000;
+const SWEEP_BATCH = 4;
+/** After a failed exchange, the next report waits at least this long. */
+const RETRY_MS = 1000;
+
+export interface SummaryReportsOptions {
+  clock: Clock;
+  settings: () => Settings;
+  instanceId: () => string;
+  /** This instance's own counts on the channel now. */
+  counts: (id: string) => OwnCounts;
+  /** The channels where this instance holds or waits now (a full report names them). */
+  held: () => Iterable<string>;
+  /** Starts a round that carries the pending reports (with whatever it reads). */
+  flush: () => void;
+}
+
+/** What one exchange took out of the pending reports: `settle` puts it back when the exchange failed. */
+export interface Taken {
+  exchange: Omit<LoadExchange, 'read' | 'onSent'>;
+  dirty: readonly string[];
+  full: boolean;
+}
+
+export class SummaryReports {
+  private readonly dirty = new Set<string>();
+  private full = true;
+  private keptAt = -Infinity;
+  private sweptAt = -Infinity;
+  private timer: Timer | undefined;
+  private timerAt = Infinity;
+  private closed = false;
+  /** Whether the summary may hold non-zero counts of this instance (its registration must be kept alive). */
+  private holding = false;
+
+  constructor(private readonly opts: SummaryReportsOptions) {}
+
+  /** This instance's count on the channel changed: it goes out with the next exchange, within one TTL. */
+  changed(id: string): void {
+    if (this.closed) return;
+    this.dirty.add(id);
+    this.schedule(this.opts.settings().load_cache_ttl_ms);
+  }
+
+  /** Redis lost its data, or the summary was off: the next exchange replaces everything (soon). */
+  resync(): void {
+    if (this.closed) return;
+    this.full = true;
+    this.schedule(0);
+  }
+
+  /** The reports the next exchange carries, taken out of the pending ones. */
+  take(): Taken {
+    const { clock, settings, counts, held, instanceId } = this.opts;
+    const now = clock.now();
+    const keepMs = settings().lease_ttl_ms;
+    const full = this.full;
+    const dirty = full ? [] : [...this.dirty];
+    const ids = full ? [...new Set([...held(), ...this.dirty])] : dirty;
+    const reported = new Map<string, OwnCounts>();
+    for (const id of ids) {
+      const c = counts(id);
+      if (full && c.active <= 0 && c.waiting <= 0) continue;
+      reported.set(id, c);
+    }
+    this.dirty.clear();
+    this.full = false;
+    // a keep renews the registration (and tells whether the summary still knows this instance) every quarter of it
+    const keep = full || now - this.keptAt >= keepMs / 4;
+    if (keep) this.keptAt = now;
+    const sweep = now - this.sweptAt >= SWEEP_EVERY_MS;
+    if (sweep) this.sweptAt = now;
+    this.holding ||= reported.size > 0;
+    return {
+      exchange: {
+        instanceId: instanceId(),
+        mode: full ? 'full' : 'changes',
+        counts: reported,
+        ...(keep ? { keepMs } : {}),
+        ...(sweep ? { sweep: SWEEP_BATCH } : {}),
+      },
+      dirty: full ? ids : dirty,
+      full,
+    };
+  }
+
+  /** Whether a round now would put anything in. */
+  get pending(): boolean {
+    return this.full || this.dirty.size > 0;
+  }
+
+  /** The exchange came back (`resync`: the summary did not know this instance), or failed (`ok` false). */
+  settle(taken: Taken, ok: boolean, resync = false): void {
+    if (!ok) {
+      // unknown whether it was put in: the counts are absolute, so sending them again is exact either way
+      for (const id of taken.dirty) this.dirty.add(id);
+      if (taken.full) this.full = true;
+      if (taken.exchange.keepMs !== undefined) this.keptAt = -Infinity;
+      this.schedule(Math.max(RETRY_MS, this.opts.settings().load_cache_ttl_ms));
+      return;
+    }
+    if (resync) {
+      for (const id of taken.dirty) this.dirty.add(id);
+      this.resync();
+      return;
+    }
+    // the registration must outlive the counts the summary holds of this instance
+    if (this.holding) this.schedule(Math.max(0, this.keptAt + this.opts.settings().lease_ttl_ms / 4 - this.opts.clock.now()));
+  }
+
+  private schedule(ms: number): void {
+    if (this.closed) return;
+    const at = this.opts.clock.now() + ms;
+    if (this.timer && this.timerAt <= at) return;
+    this.timer?.cancel();
+    this.timerAt = at;
+    this.timer = this.opts.clock.setTimer(() => {
+      this.timer = undefined;
+      this.timerAt = Infinity;
+      this.opts.flush();
+    }, ms);
+  }
+
+  /** Stops reporting; the exchange that takes this instance's counts out, when the summary may hold any. */
+  close(): Omit<LoadExchange, 'read' | 'onSent'> | undefined {
+    this.closed = true;
+    this.timer?.cancel();
+    this.timer = undefined;
+    if (!this.holding) return undefined;
+    return { instanceId: this.opts.instanceId(), mode: 'leave', counts: new Map() };
+  }
+}

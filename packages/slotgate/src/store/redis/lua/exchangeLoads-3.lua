@@ -1,0 +1,115 @@
+--[[
+  exchangeLoads: one instance's exchange with the load summary (docs/redis.md, "The load summary"). The instance puts
+  in its own counts of the channels that changed since its last exchange, and reads the fleet's counts of the
+  channels it asks for, in one call. The summary only orders candidates: the acquire script alone decides who holds
+  a slot.
+
+  KEYS[1]  summary    hash  channel id → packed count (active + waiting × 2^26) summed over the reporting instances;
+                            "\0" .. channel id → the end of the channel's cooldown (ms, Redis clock)
+  KEYS[2]  reporters  zset  instance id → the time its contributions lapse (ms, Redis clock)
+  KEYS[3]  this instance's contributions: hash channel id → packed count, as it last reported it
+  (one hash tag for all three and for every instance's hash, so the call is legal on Redis Cluster)
+  ARGV[1]  this instance's id (its reporters member)
+  ARGV[2]  mode: 'd' puts in the counts given; 'f' also zeroes every channel it reported before and does not name
+           now (a full report); 'l' takes everything it reported out (it leaves)
+  ARGV[3]  keep: ms its contributions stay without another exchange that gives a keep; '' leaves the lapse time as is
+  ARGV[4]  sweep: how many lapsed instances to take out at most (0: none)
+  ARGV[5]  an instance's hash is ARGV[5] .. its id .. ARGV[6]
+  ARGV[6]
+  ARGV[7]  n: channels reported
+  ARGV[8..7+2n]  per channel: id, packed count now
+  then     the fields to read
+
+  The change each count makes is taken from this instance's hash, so the summary always equals the sum of the
+  instances' hashes whatever was lost or sent twice: an exchange that timed out is simply sent again.
+  Returns { 1, or 0 when a keep found this instance unregistered (the summary lost its contributions, or took them
+  out as lapsed: it should send a full report), the Redis time in ms, then the values of the fields read ('' for
+  none) }.
+  Cost: HMGET of this instance's hash and HSET of the counts given (when any), HINCRBY per count that changed,
+  HMGET of the fields read; with a keep, TIME and ZADD; with a sweep, TIME, ZRANGEBYSCORE, and per lapsed instance
+  HGETALL, DEL, ZREM and an HINCRBY per channel it held.
+]]
+--- @include "redisNow"
+local summary, reporters, mine = KEYS[1], KEYS[2], KEYS[3]
+local mode = ARGV[2]
+local n = tonumber(ARGV[7])
+
+-- Adds the change of each count (`changes`: channel id → change) to the summary.
+local function apply(changes)
+  for id, change in pairs(changes) do
+    if change ~= 0 then
+      redis.call('HINCRBY', summary, id, change)
+    end
+  end
+end
+
+-- Takes out everything a hash holds (an instance leaving or lapsed) and deletes it.
+local function takeOut(key)
+  local held = redis.call('HGETALL', key)
+  local changes = {}
+  for i = 1, #held, 2 do
+    changes[held[i]] = -tonumber(held[i + 1])
+  end
+  apply(changes)
+  redis.call('DEL', key)
+end
+
+local status = 1
+if ARGV[3] ~= '' and mode ~= 'l' then
+  local added = redis.call('ZADD', reporters, redisNow() + tonumber(ARGV[3]), ARGV[1])
+  if added == 1 and mode == 'd' then
+    -- unknown here: what it reported before is gone, so its other channels are missing from the summary
+    status = 0
+  end
+end
+
+if mode == 'l' then
+  takeOut(mine)
+  redis.call('ZREM', reporters, ARGV[1])
+elseif n > 0 or mode == 'f' then
+  local changes = {}
+  if mode == 'f' then
+    local held = redis.call('HGETALL', mine)
+    for i = 1, #held, 2 do
+      changes[held[i]] = -tonumber(held[i + 1])
+    end
+    redis.call('DEL', mine)
+  end
+  if n > 0 then
+    local ids, counts, set = {}, {}, {}
+    for i = 1, n do
+      ids[i] = ARGV[6 + 2 * i]
+      counts[i] = tonumber(ARGV[7 + 2 * i])
+      set[#set + 1] = ids[i]
+      set[#set + 1] = ARGV[7 + 2 * i]
+    end
+    local before = {}
+    if mode == 'd' then
+      before = redis.call('HMGET', mine, unpack(ids))
+    end
+    for i = 1, n do
+      local was = changes[ids[i]] or -(tonumber(before[i]) or 0)
+      changes[ids[i]] = was + counts[i]
+    end
+    redis.call('HSET', mine, unpack(set))
+  end
+  apply(changes)
+end
+
+if tonumber(ARGV[4]) > 0 then
+  local lapsed = redis.call('ZRANGEBYSCORE', reporters, '-inf', redisNow(), 'LIMIT', 0, tonumber(ARGV[4]))
+  for _, id in ipairs(lapsed) do
+    takeOut(ARGV[5] .. id .. ARGV[6])
+    redis.call('ZREM', reporters, id)
+  end
+end
+
+local reply = { status, nowMs or '' }
+local read = 8 + 2 * n
+if read <= #ARGV then
+  local values = redis.call('HMGET', summary, unpack(ARGV, read))
+  for i = 1, #values do
+    reply[#reply + 1] = values[i] or ''
+  end
+end
+return reply
