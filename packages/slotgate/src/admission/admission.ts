@@ -361,6 +361,8 @@ export class AdmissionEngine implements Admission {
       outcomes: { ...r.outcomes },
       acquireAttempts: r.acquireAttempts,
       acquireCalls: r.acquireCalls,
+      firstTries: r.firstTries,
+      firstTriesFull: r.firstTriesFull,
       handoffs: handoff.count,
       grants: r.grants,
       admissionLatencyMs: r.admissionLatency.snapshot(),

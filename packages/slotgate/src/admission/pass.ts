@@ -75,6 +75,8 @@ export async function runPass<C extends Candidate>(
   }
 
   let budget = settings.max_acquire_attempts;
+  /** Whether this pass has asked the store yet: its first reply measures how well the view ordered. */
+  let asked = false;
   /** Channels a waiter could queue on: found full, or skipped for lack of budget (never cooling ones). */
   const waitPool = new Set<C>();
   const saturated: C[] = [];
@@ -136,6 +138,12 @@ export async function runPass<C extends Candidate>(
         throw engine.capacityError('aborted', candidates, saturated);
       }
       budget -= outcome.replies.length;
+      if (!asked) {
+        asked = true;
+        engine.recorder.firstTries++;
+        const first = outcome.replies[0];
+        if (first === 'full' || first === 'queued') engine.recorder.firstTriesFull++;
+      }
       outcome.replies.forEach((reply, k) => {
         const channel = batch.channels[k]!;
         if (reply === 'full' || reply === 'queued') {

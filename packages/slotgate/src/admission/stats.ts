@@ -27,6 +27,12 @@ export interface AdmissionStats {
    */
   acquireAttempts: number;
   acquireCalls: number;
+  /**
+   * Passes that asked the store for a bounded slot, and how many of them found the first channel they tried full
+   * (or queued): how well the load view ordered the candidates.
+   */
+  firstTries: number;
+  firstTriesFull: number;
   /** Admissions served by a slot this instance released in the same turn, with no store command. */
   handoffs: number;
   /** Waiters admitted on a slot the store granted them (the oldest waiter of a channel gets a freed slot). */
@@ -74,6 +80,8 @@ export class StatsRecorder {
   readonly waitTime = new Histogram();
   acquireAttempts = 0;
   acquireCalls = 0;
+  firstTries = 0;
+  firstTriesFull = 0;
   grants = 0;
   leasesLost = 0;
 }
