@@ -46,7 +46,12 @@ async function until(check: () => boolean, ms = 5000): Promise<void> {
   }
 }
 
-export function runStoreContract(name: string, make: () => Promise<StoreFixture>): void {
+/** `loadSummary`: the store has `exchangeLoads` (Redis), and the summary's part of the contract runs. */
+export function runStoreContract(
+  name: string,
+  make: () => Promise<StoreFixture>,
+  { loadSummary = false } = {},
+): void {
   describe(`SlotStore contract: ${name}`, () => {
     let f: StoreFixture;
     let store: SlotStore;
@@ -550,8 +555,192 @@ export function runStoreContract(name: string, make: () => Promise<StoreFixture>
       expect(after.acquire - before.acquire).toBe(1);
       expect(after.release - before.release).toBe(1);
       expect(after.wait - before.wait).toBe(2);
-      expect(after.cooldown - before.cooldown).toBe(1);
+      // a store with a load summary also notes the cooldown's end there, for the summary's readers
+      expect(after.cooldown - before.cooldown).toBe(store.exchangeLoads ? 2 : 1);
       expect(after.load_read - before.load_read).toBe(1 + 3 * 2);
+    });
+  });
+
+  // a store without a summary: the load view reads readLoads instead (covered above)
+  if (!loadSummary) return;
+  describe(`load summary: ${name}`, () => {
+    let f: StoreFixture;
+    let store: SlotStore;
+    let exchange: NonNullable<SlotStore['exchangeLoads']>;
+    beforeEach(async () => {
+      f = await make();
+      store = f.store;
+      expect(store.exchangeLoads).toBeTypeOf('function');
+      exchange = store.exchangeLoads!.bind(store);
+    });
+    afterEach(async () => {
+      await f.close();
+    });
+
+    const counts = (entries: Record<string, [number, number]>) =>
+      new Map(Object.entries(entries).map(([id, [active, waiting]]) => [id, { active, waiting }]));
+    const shown = (loads: Map<string, { active: number; waiting: number }>) =>
+      Object.fromEntries([...loads].map(([id, l]) => [id, [l.active, l.waiting]]));
+
+    it('sums what every instance reports, per channel, and reads any channel (0 for none) in one exchange', async () => {
+      await exchange({
+        instanceId: 'A',
+        mode: 'full',
+        counts: counts({ x: [2, 1], y: [1, 0] }),
+        keepMs: 60_000,
+        read: [],
+      });
+      const b = await exchange({
+        instanceId: 'B',
+        mode: 'full',
+        counts: counts({ x: [3, 0] }),
+        keepMs: 60_000,
+        read: ['x', 'y', 'z'],
+      });
+      expect(b.resync).toBe(false);
+      expect(shown(b.loads)).toEqual({ x: [5, 1], y: [1, 0], z: [0, 0] });
+      expect(b.loads.get('x')!.coolingDown).toBe(false);
+    });
+
+    it("a change replaces the instance's earlier count (absolute, so an exchange sent twice changes nothing)", async () => {
+      await exchange({
+        instanceId: 'A',
+        mode: 'full',
+        counts: counts({ x: [2, 0] }),
+        keepMs: 60_000,
+        read: [],
+      });
+      await exchange({
+        instanceId: 'B',
+        mode: 'full',
+        counts: counts({ x: [1, 0] }),
+        keepMs: 60_000,
+        read: [],
+      });
+      const change = {
+        instanceId: 'A',
+        mode: 'changes' as const,
+        counts: counts({ x: [4, 2] }),
+        read: ['x'],
+      };
+      expect(shown((await exchange(change)).loads)).toEqual({ x: [5, 2] });
+      expect(shown((await exchange(change)).loads)).toEqual({ x: [5, 2] });
+      const none = await exchange({
+        instanceId: 'A',
+        mode: 'changes',
+        counts: counts({ x: [0, 0] }),
+        read: ['x'],
+      });
+      expect(shown(none.loads)).toEqual({ x: [1, 0] });
+    });
+
+    it('a full report zeroes the channels it no longer names; leaving takes everything out', async () => {
+      await exchange({
+        instanceId: 'A',
+        mode: 'full',
+        counts: counts({ x: [2, 0], y: [1, 1] }),
+        keepMs: 60_000,
+        read: [],
+      });
+      await exchange({
+        instanceId: 'B',
+        mode: 'full',
+        counts: counts({ y: [1, 0] }),
+        keepMs: 60_000,
+        read: [],
+      });
+      const full = await exchange({
+        instanceId: 'A',
+        mode: 'full',
+        counts: counts({ x: [1, 0] }),
+        read: ['x', 'y'],
+      });
+      expect(shown(full.loads)).toEqual({ x: [1, 0], y: [1, 0] });
+      const left = await exchange({ instanceId: 'A', mode: 'leave', counts: new Map(), read: ['x', 'y'] });
+      expect(shown(left.loads)).toEqual({ x: [0, 0], y: [1, 0] });
+    });
+
+    it('an instance that stops exchanging lapses: a sweep takes its counts out, and it is told to resync', async () => {
+      await exchange({
+        instanceId: 'dead',
+        mode: 'full',
+        counts: counts({ x: [3, 1] }),
+        keepMs: 300,
+        read: [],
+      });
+      await exchange({
+        instanceId: 'live',
+        mode: 'full',
+        counts: counts({ x: [1, 0] }),
+        keepMs: 60_000,
+        read: [],
+      });
+      const early = await exchange({
+        instanceId: 'live',
+        mode: 'changes',
+        counts: new Map(),
+        sweep: 4,
+        read: ['x'],
+      });
+      expect(shown(early.loads)).toEqual({ x: [4, 1] });
+      await f.sleep(600);
+      const swept = await exchange({
+        instanceId: 'live',
+        mode: 'changes',
+        counts: new Map(),
+        sweep: 4,
+        read: ['x'],
+      });
+      expect(shown(swept.loads)).toEqual({ x: [1, 0] });
+      // the lapsed instance comes back: its change is not put in (its other counts are gone), it must send a full report
+      const back = await exchange({
+        instanceId: 'dead',
+        mode: 'changes',
+        counts: counts({ x: [2, 0] }),
+        keepMs: 60_000,
+        read: ['x'],
+      });
+      expect(back.resync).toBe(true);
+      expect(shown(back.loads)).toEqual({ x: [1, 0] });
+      const full = await exchange({
+        instanceId: 'dead',
+        mode: 'full',
+        counts: counts({ x: [2, 0] }),
+        read: ['x'],
+      });
+      expect(shown(full.loads)).toEqual({ x: [3, 0] });
+    });
+
+    it("shows a channel's cooldown with its remaining time until it ends or is cleared", async () => {
+      await store.setCooldown('hot', 5_000, 'upstream 429');
+      const cooling = (
+        await exchange({ instanceId: 'A', mode: 'changes', counts: new Map(), read: ['hot', 'cold'] })
+      ).loads;
+      expect(cooling.get('hot')!.coolingDown).toBe(true);
+      expect(cooling.get('hot')!.cooldownRemainingMs).toBeGreaterThan(0);
+      expect(cooling.get('hot')!.cooldownRemainingMs).toBeLessThanOrEqual(5_000);
+      expect(cooling.get('cold')!.coolingDown).toBe(false);
+      await store.clearCooldown('hot');
+      const cleared = (await exchange({ instanceId: 'A', mode: 'changes', counts: new Map(), read: ['hot'] }))
+        .loads;
+      expect(cleared.get('hot')).toMatchObject({ coolingDown: false, cooldownRemainingMs: 0 });
+    });
+
+    it('costs one command per exchange, whatever the number of channels read', async () => {
+      const ids = Array.from({ length: 300 }, (_, i) => `c${i}`);
+      await exchange({
+        instanceId: 'A',
+        mode: 'full',
+        counts: counts({ c1: [1, 0] }),
+        keepMs: 60_000,
+        read: [],
+      });
+      const before = store.commands.load_read;
+      await exchange({ instanceId: 'A', mode: 'changes', counts: counts({ c2: [1, 0] }), read: ids });
+      await exchange({ instanceId: 'A', mode: 'changes', counts: new Map(), read: ids });
+      // one script call, then one HMGET (a TIME rides along at most once a second)
+      expect(store.commands.load_read - before).toBeGreaterThanOrEqual(2);
+      expect(store.commands.load_read - before).toBeLessThanOrEqual(3);
     });
   });
 }

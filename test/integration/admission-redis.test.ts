@@ -29,19 +29,31 @@ describe('admission on Redis', () => {
   const loadReads = () => LOAD_READ_COMMANDS.reduce((n, c) => n + counter.count(c), 0);
   const others = useCleanups();
 
+  /**
+   * One instance on a counting client. These tests pin the per-channel load read (`load_summary_enabled: false`,
+   * what the cost items name); the load summary's own tests set it on.
+   */
   async function setup(settings: Record<string, unknown> = {}, extra: Record<string, unknown> = {}) {
     counter = await countingClient();
     prefix = uniquePrefix('adm');
     store = new RedisStore({ client: counter.client, prefix });
-    admission = createAdmission({ store, settings, ...extra }) as AdmissionEngine;
+    admission = createAdmission({
+      store,
+      settings: { load_summary_enabled: false, ...settings },
+      ...extra,
+    }) as AdmissionEngine;
     await store.ready(); // the epoch check of a new connection, not counted below
     counter.reset();
   }
 
   /** Another gateway instance on the same Redis and prefix: its own client, store and admission engine. */
-  function otherInstance(settings: Record<string, unknown> = {}): Admission {
+  function otherInstance(settings: Record<string, unknown> = {}, instanceId?: string): Admission {
     const otherStore = new RedisStore({ url: redisUrl(), prefix });
-    const other = createAdmission({ store: otherStore, settings });
+    const other = createAdmission({
+      store: otherStore,
+      settings: { load_summary_enabled: false, ...settings },
+      ...(instanceId ? { instanceId } : {}),
+    });
     others.push(() => otherStore.close());
     others.push(() => other.close());
     return other;
@@ -302,13 +314,102 @@ describe('admission on Redis', () => {
     expect(c.release).toBe(3);
     expect(total).toBe(counter.sent.length);
     expect(c.load_read).toBe(counter.count('time') + counter.count('zcount') + counter.count('pttl'));
-    expect(c.cooldown).toBe(counter.count('set'));
+    // the cooldown key, and its end noted in the load summary
+    expect(c.cooldown).toBe(counter.count('set') + counter.count('hset'));
     expect(c.acquire + c.wait + c.release + c.renew).toBe(
       counter.count('evalsha') + counter.count('eval') + counter.count('zrem'),
     );
     expect(c.acquire).toBeGreaterThanOrEqual(4);
     // the waiter: two queues joined, two left (its safety poll is 1 s away, past its 200 ms deadline)
     expect(c.wait).toBe(4);
+  });
+
+  describe('the load summary (load_summary_enabled)', () => {
+    const summaryOn = { load_summary_enabled: true };
+    /** What the summary holds of a channel (active, waiting), as an exchange reads it. */
+    async function summaryOf(id: string): Promise<[number, number]> {
+      const raw = await counter.client.hget(store.keys.loadSummary(), id);
+      const n = Number(raw ?? 0);
+      return [n % 2 ** 26, Math.floor(n / 2 ** 26)];
+    }
+
+    it('a pass reads all of its 125 candidates with one command, and tries the free one first', async () => {
+      await setup({ ...summaryOn, load_cache_ttl_ms: 5000 });
+      const candidates = bounded(125, 1);
+      // another instance holds all but the last channel; it reports within its TTL
+      const other = otherInstance({ ...summaryOn, load_cache_ttl_ms: 20 });
+      const held = [];
+      for (const c of candidates.slice(0, 124)) held.push(await other.acquire({ candidates: [c] }));
+      await expect.poll(() => summaryOf('ch123')).toEqual([1, 0]);
+      counter.reset();
+      const before = admission.stats().commands.load_read;
+      const ticket = await admission.acquire({ candidates });
+      expect(ticket.channel.id).toBe('ch124');
+      expect(admission.stats().acquireAttempts).toBe(1);
+      // one exchange (and the TIME of a clock never read), no per-channel read
+      expect(admission.stats().commands.load_read - before).toBe(1 + counter.count('time'));
+      expect(counter.count('zcount') + counter.count('pttl')).toBe(0);
+      await ticket.release();
+      for (const t of held) await t.release();
+    });
+
+    it("another instance's slots, waiters and releases show in this instance's view within a few TTLs", async () => {
+      await setup({ ...summaryOn, load_cache_ttl_ms: 20, wait_timeout_ms: 10_000 });
+      const [ch] = bounded(1, 2);
+      const other = otherInstance({ ...summaryOn, load_cache_ttl_ms: 20, wait_timeout_ms: 10_000 });
+      const a = await other.acquire({ candidates: [ch!] });
+      const b = await other.acquire({ candidates: [ch!] });
+      const waiting = other.acquire({ candidates: [ch!] });
+      const view = async () => (await admission.viewLoads([ch!])).get('ch0')!;
+      await expect.poll(view).toMatchObject({ active: 2, waiting: 1 });
+      await a.release();
+      const c = await waiting; // the waiter got the slot a gave back
+      await b.release();
+      await expect.poll(view).toMatchObject({ active: 1, waiting: 0 });
+      await c.release();
+      await expect.poll(view).toMatchObject({ active: 0, waiting: 0 });
+    });
+
+    it('closing an instance takes its counts out of the summary (its leases are given back first)', async () => {
+      await setup(summaryOn);
+      const other = createAdmission({
+        store: new RedisStore({ url: redisUrl(), prefix }),
+        settings: { ...summaryOn, load_cache_ttl_ms: 20 },
+      });
+      others.push(() => other.close());
+      await other.acquire({ candidates: bounded(1, 3) });
+      await other.acquire({ candidates: bounded(1, 3) });
+      await expect.poll(() => summaryOf('ch0')).toEqual([2, 0]);
+      await other.close();
+      expect(await summaryOf('ch0')).toEqual([0, 0]);
+      expect(await counter.client.zrange(store.keys.loadReporters(), 0, -1)).toEqual([]);
+    });
+
+    it('an instance whose counts the summary lost puts everything it holds back within a quarter lease TTL', async () => {
+      // (a Redis restart is also seen at once by the epoch check of the new connection: docs/redis.md)
+      await setup({ ...summaryOn, load_cache_ttl_ms: 20, lease_ttl_ms: 5000 });
+      const held = [
+        await admission.acquire({ candidates: bounded(1, 4) }),
+        await admission.acquire({ candidates: bounded(1, 4) }),
+      ];
+      await expect.poll(() => summaryOf('ch0')).toEqual([2, 0]);
+      // the summary's keys are gone (its registration renewal finds it unknown, and it sends a full report)
+      const summaryKeys = await counter.client.keys(`${store.keys.base}:loads*`);
+      expect(summaryKeys.length).toBeGreaterThanOrEqual(2);
+      await counter.client.del(...summaryKeys);
+      held.push(await admission.acquire({ candidates: bounded(1, 4, 'other') }));
+      await expect.poll(() => summaryOf('ch0'), { timeout: 10_000 }).toEqual([2, 0]);
+      expect(await summaryOf('other0')).toEqual([1, 0]);
+      for (const t of held) await t.release();
+    });
+
+    it('the rollback switch still reads channel by channel, summary or not', async () => {
+      await setup({ ...summaryOn, load_cache_enabled: false });
+      for (let i = 0; i < 3; i++) await (await admission.acquire({ candidates: bounded(2, 4) })).release();
+      expect(counter.count('zcount')).toBe(3 * 2 * 2);
+      expect(counter.count('hmget')).toBe(0);
+      expect(admission.stats().loadView.directReads).toBe(3);
+    });
   });
 
   describe('slot handoff within one event-loop turn', () => {

@@ -142,6 +142,7 @@ describe('the snapshot cache', () => {
       fallbacks: 0,
       fetches: 1,
       directReads: 0,
+      reports: 0,
     });
 
     await clock.advance(1);

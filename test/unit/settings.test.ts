@@ -20,6 +20,7 @@ import { elapse, flush, track } from './manual-time.js';
 const SPEC_TABLE = {
   load_cache_enabled: [true],
   load_cache_ttl_ms: [200, 1, 5000],
+  load_summary_enabled: [true],
   max_acquire_attempts: [8, 1, 100],
   slot_handoff_enabled: [true],
   wait_enabled: [true],

@@ -80,16 +80,18 @@ export class SummaryReports {
     }
     this.dirty.clear();
     this.full = false;
+    // A full report of nothing, from an instance that never reported anything, has nothing to replace: a plain read.
+    const idle = full && reported.size === 0 && !this.holding;
+    this.holding ||= reported.size > 0;
     // a keep renews the registration (and tells whether the summary still knows this instance) every quarter of it
-    const keep = full || now - this.keptAt >= keepMs / 4;
+    const keep = this.holding && (full || now - this.keptAt >= keepMs / 4);
     if (keep) this.keptAt = now;
     const sweep = now - this.sweptAt >= SWEEP_EVERY_MS;
     if (sweep) this.sweptAt = now;
-    this.holding ||= reported.size > 0;
     return {
       exchange: {
         instanceId: instanceId(),
-        mode: full ? 'full' : 'changes',
+        mode: full && !idle ? 'full' : 'changes',
         counts: reported,
         ...(keep ? { keepMs } : {}),
         ...(sweep ? { sweep: SWEEP_BATCH } : {}),
@@ -120,7 +122,8 @@ export class SummaryReports {
       return;
     }
     // the registration must outlive the counts the summary holds of this instance
-    if (this.holding) this.schedule(Math.max(0, this.keptAt + this.opts.settings().lease_ttl_ms / 4 - this.opts.clock.now()));
+    if (this.holding)
+      this.schedule(Math.max(0, this.keptAt + this.opts.settings().lease_ttl_ms / 4 - this.opts.clock.now()));
   }
 
   private schedule(ms: number): void {

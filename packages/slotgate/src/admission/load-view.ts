@@ -108,6 +108,7 @@ export class LoadView {
   private readonly reports: SummaryReports | undefined;
   /** Whether the summary was in use at the last round (turned back on, it needs a full report). */
   private summaryWasOn = true;
+  private closed = false;
   private readonly unsubscribe: () => void = () => {};
 
   constructor(private readonly opts: LoadViewOptions) {
@@ -253,6 +254,11 @@ export class LoadView {
     const deadline = this.opts.clock.now() + this.fetchTimeoutMs;
     const round: Round = (async () => {
       if (!(await this.fetchSlots.acquire(this.fetchTimeoutMs))) return null;
+      if (summary && this.closed) {
+        // closing: its leave must be the last word this instance says to the summary
+        this.fetchSlots.release();
+        return null;
+      }
       this.counters.fetches++;
       // The base is where this instance's counters stand when the read goes out (the store reports it): every release
       // queued before then is out of the result and already counted; an acquire still in flight then is in the
@@ -325,13 +331,14 @@ export class LoadView {
 
   /** A report is due and no read carried it: a round of its own, which also refreshes what was wanted lately. */
   private flush(): void {
-    if (!this.summaryOn()) return;
+    if (this.closed || !this.summaryOn()) return;
     this.counters.reports++;
     void this.startRound([], false);
   }
 
   /** Stops reporting to the load summary and takes this instance's counts out of it (bounded by the fetch time-out). */
   async close(): Promise<void> {
+    this.closed = true;
     this.unsubscribe();
     const leave = this.reports?.close();
     if (!leave) return;

@@ -106,6 +106,7 @@ export class RedisStore implements SlotStore {
   private presenceImpl: RedisPresence | undefined;
   private readonly epoch: Epoch;
   private readonly summary: RedisLoadSummary;
+  private seeding: Promise<void> | undefined;
 
   constructor(options: RedisStoreOptions) {
     this.owned = !options.client;
@@ -319,11 +320,19 @@ export class RedisStore implements SlotStore {
     return reply;
   }
 
-  /** Before the store's first read of the Redis clock, one TIME (counted under load_read); true when it was sent. */
+  /**
+   * Before the store's first read of the Redis clock, one TIME (counted under load_read), shared by the calls that
+   * need it meanwhile; true when one was read for this call.
+   */
   private async seedClock(): Promise<boolean> {
     if (!this.redisClock.unknown) return false;
-    this.redisClock.learn(await this.run('load_read', 'load_read', 1, () => this.client.time()));
-    this.redisClock.claimRefresh();
+    this.seeding ??= this.run('load_read', 'load_read', 1, () => this.client.time())
+      .then((time) => {
+        this.redisClock.learn(time);
+        this.redisClock.claimRefresh();
+      })
+      .finally(() => (this.seeding = undefined));
+    await this.seeding;
     return true;
   }
 

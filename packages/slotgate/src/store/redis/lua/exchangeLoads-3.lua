@@ -66,7 +66,7 @@ end
 if mode == 'l' then
   takeOut(mine)
   redis.call('ZREM', reporters, ARGV[1])
-elseif n > 0 or mode == 'f' then
+elseif status == 1 and (n > 0 or mode == 'f') then
   local changes = {}
   if mode == 'f' then
     local held = redis.call('HGETALL', mine)
