@@ -127,6 +127,7 @@ const ALLOWED_LABELS = new Set([
   'purpose',
   'outcome',
   'event',
+  'result',
   'store',
   'source',
   'code',
@@ -273,6 +274,11 @@ describe('GET /metrics', () => {
     expect(valueOf(s1.exp, 'slotgate_redis_commands_total', { purpose: 'load_read' })).toBeGreaterThan(0);
     expect(valueOf(s1.exp, 'slotgate_acquire_calls_total')).toBe(before.acquireCalls);
     expect(valueOf(s1.exp, 'slotgate_acquire_attempts_total')).toBe(before.acquireAttempts);
+    expect(valueOf(s1.exp, 'slotgate_first_tries_total', { result: 'full' })).toBe(before.firstTriesFull);
+    expect(valueOf(s1.exp, 'slotgate_first_tries_total', { result: 'free' }) + before.firstTriesFull).toBe(
+      before.firstTries,
+    );
+    expect(before.firstTries).toBeGreaterThan(0);
     expect(valueOf(s1.exp, 'slotgate_leases_lost_total')).toBe(0);
     for (const [event, n] of Object.entries(before.loadView)) {
       const scraped = valueOf(s1.exp, 'slotgate_load_view_events_total', { event });
@@ -327,7 +333,8 @@ describe('GET /metrics', () => {
     // the waiter joined the one queue of its one channel and was granted out of it: nothing to leave
     expect(moved('slotgate_redis_commands_total', { purpose: 'wait' })).toBe(1);
     expect(moved('slotgate_redis_commands_total', { purpose: 'settings' })).toBeGreaterThan(0);
-    expect(moved('slotgate_redis_commands_total', { purpose: 'cooldown' })).toBe(1);
+    // the cooldown key, and its end in the load summary
+    expect(moved('slotgate_redis_commands_total', { purpose: 'cooldown' })).toBe(2);
     expect(moved('process_cpu_user_seconds_total')).toBeGreaterThanOrEqual(0);
     expectCumulativeHistogram(s2.exp, 'slotgate_wait_duration_seconds');
     expect(valueOf(s2.exp, 'slotgate_wait_duration_seconds_sum')).toBeGreaterThan(0);

@@ -168,7 +168,7 @@ export class GatewayMetrics implements UpstreamMetrics {
     });
     engineCounter(
       'slotgate_load_view_events_total',
-      'Load view: cache hits, misses, coalesced joins, fresh reads, fallbacks, fetches, direct reads',
+      'Load view: cache hits, misses, coalesced joins, fresh reads, fallbacks, fetches, direct reads, summary reports',
       ['event'],
       () => {
         const lv = admission().stats().loadView;
@@ -180,6 +180,18 @@ export class GatewayMetrics implements UpstreamMetrics {
       'Bounded channels tried by the acquire script',
       [],
       () => [[{}, admission().stats().acquireAttempts]],
+    );
+    engineCounter(
+      'slotgate_first_tries_total',
+      'Passes that asked the store for a bounded slot, by what the first channel tried answered (full includes queued)',
+      ['result'],
+      () => {
+        const s = admission().stats();
+        return [
+          [{ result: 'free' }, s.firstTries - s.firstTriesFull],
+          [{ result: 'full' }, s.firstTriesFull],
+        ];
+      },
     );
     engineCounter(
       'slotgate_acquire_calls_total',

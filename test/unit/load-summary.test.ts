@@ -1,0 +1,557 @@
+/**
+ * The load view's side of the load summary (packages/slotgate/src/admission/load-summary.ts and the summary rounds of
+ * load-view.ts) on a MemoryStore given an `exchangeLoads` and a ManualClock. The fake summary records every exchange
+ * (with the clock's time it went out) and answers from an in-test summary: per instance, the counts it last reported;
+ * a channel's load is their sum. Like lua/exchangeLoads-3.lua, a `changes` exchange with a keep from an instance the
+ * summary does not know puts nothing in and answers `resync`. The test can make the next exchanges fail, answer
+ * `resync: true` (the summary lost its data), or be held (applied when sent, answered when the test says).
+ */
+import { describe, expect, it } from 'vitest';
+import { LoadView } from '../../packages/slotgate/src/admission/load-view.js';
+import { ManualClock } from '../../packages/slotgate/src/core/clock.js';
+import { admissionSettings, type SettingsUpdate } from '../../packages/slotgate/src/core/settings.js';
+import { MemoryStore } from '../../packages/slotgate/src/store/memory/memory-store.js';
+import type {
+  ChannelLoad,
+  LoadExchange,
+  LoadExchangeReply,
+  OwnCounts,
+  SlotStore,
+} from '../../packages/slotgate/src/store/store.js';
+import { elapse, flush, track } from './manual-time.js';
+
+/** One exchange as the fake summary got it: `at` is the clock's time it went out. */
+interface Recorded {
+  at: number;
+  instanceId: string;
+  mode: LoadExchange['mode'];
+  counts: Record<string, OwnCounts>;
+  keepMs?: number;
+  sweep?: number;
+  read: string[];
+}
+
+type Behaviour = 'answer' | 'fail' | 'resync' | 'hold';
+
+function fakeSummary(store: SlotStore, clock: ManualClock) {
+  const mine = new Map<string, Map<string, OwnCounts>>();
+  const registered = new Set<string>();
+  const summary = {
+    exchanges: [] as Recorded[],
+    /** How the next exchanges go, one entry each (then: answered at once). */
+    next: [] as Behaviour[],
+    /** Held exchanges: already applied, their replies waiting for `answer` (or `fail`). */
+    held: [] as { answer(): void; fail(): void }[],
+    registered,
+    /** The summary's figure of the channel: the sum of every instance's last reported counts. */
+    total(id: string): OwnCounts {
+      let active = 0;
+      let waiting = 0;
+      for (const own of mine.values()) {
+        active += own.get(id)?.active ?? 0;
+        waiting += own.get(id)?.waiting ?? 0;
+      }
+      return { active, waiting };
+    },
+    /** Another instance's counts, as if it had reported them (and registered). */
+    put(instanceId: string, counts: Record<string, OwnCounts>): void {
+      mine.set(instanceId, new Map(Object.entries(counts)));
+      registered.add(instanceId);
+    },
+  };
+  const loadsOf = (ids: readonly string[]) =>
+    new Map(ids.map((id): [string, ChannelLoad] => [id, { ...summary.total(id), coolingDown: false, cooldownRemainingMs: 0 }]));
+
+  const apply = (ex: LoadExchange, behaviour: Behaviour): LoadExchangeReply => {
+    if (behaviour === 'resync') {
+      // the summary lost its data: nothing of anyone's is left, nothing of this exchange is put in
+      mine.clear();
+      registered.clear();
+      return { loads: loadsOf(ex.read), resync: true };
+    }
+    let resync = false;
+    if (ex.keepMs !== undefined && ex.mode !== 'leave') {
+      const known = registered.has(ex.instanceId);
+      registered.add(ex.instanceId);
+      resync = !known && ex.mode === 'changes';
+    }
+    if (ex.mode === 'leave') {
+      mine.delete(ex.instanceId);
+      registered.delete(ex.instanceId);
+    } else if (!resync) {
+      const own = ex.mode === 'full' ? new Map<string, OwnCounts>() : new Map(mine.get(ex.instanceId) ?? []);
+      for (const [id, counts] of ex.counts) own.set(id, { ...counts });
+      mine.set(ex.instanceId, own);
+    }
+    return { loads: loadsOf(ex.read), resync };
+  };
+
+  store.exchangeLoads = (ex: LoadExchange): Promise<LoadExchangeReply> => {
+    const { onSent: _onSent, counts, read, ...rest } = ex;
+    summary.exchanges.push({
+      at: clock.now(),
+      ...rest,
+      counts: Object.fromEntries([...counts].map(([id, c]) => [id, { ...c }])),
+      read: [...read],
+    });
+    ex.onSent?.();
+    const behaviour = summary.next.shift() ?? 'answer';
+    if (behaviour === 'fail') return Promise.reject(new Error('summary down'));
+    const reply = apply(ex, behaviour);
+    if (behaviour !== 'hold') return Promise.resolve(reply);
+    return new Promise((resolve, reject) => {
+      summary.held.push({ answer: () => resolve(reply), fail: () => reject(new Error('summary down')) });
+    });
+  };
+  return summary;
+}
+
+interface FixtureOptions {
+  settings?: SettingsUpdate;
+  fetchTimeoutMs?: number;
+  maxConcurrentFetches?: number;
+}
+
+/** One clock, one MemoryStore with the fake summary, shared settings (200 ms TTL); `view(id)` makes an instance. */
+function fixture(options: FixtureOptions = {}) {
+  const clock = new ManualClock();
+  const memory = new MemoryStore({ clock });
+  const readLoadsCalls: string[][] = [];
+  const realRead = memory.readLoads.bind(memory);
+  memory.readLoads = (ids, opts) => {
+    readLoadsCalls.push([...ids]);
+    return realRead(ids, opts);
+  };
+  const store: SlotStore = memory;
+  const summary = fakeSummary(store, clock);
+  let settings = admissionSettings.merge(admissionSettings.defaults, {
+    load_cache_ttl_ms: 200,
+    ...options.settings,
+  });
+  const view = (instanceId: string) =>
+    new LoadView({
+      store,
+      clock,
+      settings: () => settings,
+      local: { active: () => 0, waiting: () => 0, coolingMs: () => 0 },
+      instanceId: () => instanceId,
+      ...(options.fetchTimeoutMs !== undefined ? { fetchTimeoutMs: options.fetchTimeoutMs } : {}),
+      ...(options.maxConcurrentFetches !== undefined
+        ? { maxConcurrentFetches: options.maxConcurrentFetches }
+        : {}),
+    });
+  const update = (u: SettingsUpdate) => (settings = admissionSettings.merge(settings, u));
+  return { clock, summary, view, update, readLoadsCalls, t0: clock.now() };
+}
+
+const load = (active: number, waiting = 0): ChannelLoad => ({
+  active,
+  waiting,
+  coolingDown: false,
+  cooldownRemainingMs: 0,
+});
+const own = (active: number, waiting = 0): OwnCounts => ({ active, waiting });
+
+const LEASE = 60_000; // lease_ttl_ms by default: a keep every 15 s
+const SWEEP = 4;
+
+describe('reports of this instance’s own counts', () => {
+  it('a change with no read is reported within one TTL, not before, in one exchange with the absolute count', async () => {
+    const { clock, summary, view, t0 } = fixture();
+    const a = view('i1');
+    a.noteActive('x', 1);
+    await elapse(clock, 199);
+    expect(summary.exchanges).toEqual([]);
+    await elapse(clock, 1);
+    // the first report is a full one, and registers the instance
+    expect(summary.exchanges).toStrictEqual([
+      { at: t0 + 200, instanceId: 'i1', mode: 'full', counts: { x: own(1) }, keepMs: LEASE, sweep: SWEEP, read: [] },
+    ]);
+    expect(a.counters).toMatchObject({ reports: 1, fetches: 1, misses: 0 });
+
+    // two more changes within a TTL: one exchange, one TTL after the first of them, with the counts as they stand
+    a.noteActive('x', 1);
+    await elapse(clock, 50);
+    a.noteWaiter('y', 1);
+    await elapse(clock, 149);
+    expect(summary.exchanges).toHaveLength(1);
+    await elapse(clock, 1);
+    expect(summary.exchanges.slice(1)).toStrictEqual([
+      { at: t0 + 400, instanceId: 'i1', mode: 'changes', counts: { x: own(2), y: own(0, 1) }, read: [] },
+    ]);
+    expect(summary.total('x')).toEqual(own(2));
+    expect(summary.total('y')).toEqual(own(0, 1));
+    expect(a.counters.reports).toBe(2);
+  });
+
+  it('a read round carries the pending changes: no report exchange of its own follows', async () => {
+    const { clock, summary, view, t0 } = fixture();
+    const a = view('i1');
+    a.noteActive('x', 1);
+    await elapse(clock, 50);
+    expect(await a.read(['y'])).toEqual(new Map([['y', load(0)]]));
+    expect(summary.exchanges).toStrictEqual([
+      { at: t0 + 50, instanceId: 'i1', mode: 'full', counts: { x: own(1) }, keepMs: LEASE, sweep: SWEEP, read: ['y'] },
+    ]);
+    expect(summary.total('x')).toEqual(own(1));
+    // nothing changed since, and the next keep is due only at +50 + 15 s
+    await elapse(clock, 1000);
+    expect(summary.exchanges.map((e) => e.at)).toEqual([t0 + 50]);
+    expect(a.counters.reports).toBe(0);
+  });
+});
+
+describe('reads through the summary', () => {
+  it('cached channels cost nothing within the TTL; after it, one exchange reads every channel wanted within two TTLs', async () => {
+    const { clock, summary, view, t0 } = fixture();
+    summary.put('other', { a: own(2), c: own(1, 3) });
+    const v = view('i1');
+
+    expect(await v.read(['a', 'b'])).toEqual(
+      new Map([
+        ['a', load(2)],
+        ['b', load(0)],
+      ]),
+    );
+    await elapse(clock, 100);
+    // a new channel: its round also reads the channels wanted lately (a and b, at t0)
+    expect(await v.read(['c'])).toEqual(new Map([['c', load(1, 3)]]));
+    const plain = { instanceId: 'i1', mode: 'changes', counts: {} } as const;
+    expect(summary.exchanges).toStrictEqual([
+      { at: t0, ...plain, sweep: SWEEP, read: ['a', 'b'] },
+      { at: t0 + 100, ...plain, read: ['c', 'a', 'b'] },
+    ]);
+
+    await elapse(clock, 199); // +299: all three were fetched at +100
+    summary.put('other', { a: own(5), c: own(1, 3) });
+    expect(await v.read(['a', 'b'])).toEqual(
+      new Map([
+        ['a', load(2)],
+        ['b', load(0)],
+      ]),
+    );
+    expect(await v.read(['c', 'a'])).toEqual(
+      new Map([
+        ['c', load(1, 3)],
+        ['a', load(2)],
+      ]),
+    );
+    expect(summary.exchanges).toHaveLength(2);
+    expect(v.counters).toMatchObject({ hits: 2, misses: 2, fetches: 2, reports: 0 });
+
+    await elapse(clock, 1); // +300: the TTL is out; one exchange covers both sets
+    expect(await v.read(['a'])).toEqual(new Map([['a', load(5)]]));
+    expect(await v.read(['b', 'c'])).toEqual(
+      new Map([
+        ['b', load(0)],
+        ['c', load(1, 3)],
+      ]),
+    );
+    expect(summary.exchanges.slice(2)).toStrictEqual([{ at: t0 + 300, ...plain, read: ['a', 'b', 'c'] }]);
+
+    // b and c were last wanted at +300: at +700 (two TTLs) they are still read along with a, at +900 no longer
+    await elapse(clock, 400);
+    await v.read(['a']);
+    await elapse(clock, 200);
+    await v.read(['a']);
+    expect(summary.exchanges.slice(3)).toStrictEqual([
+      { at: t0 + 700, ...plain, read: ['a', 'b', 'c'] },
+      { at: t0 + 900, ...plain, read: ['a'] },
+    ]);
+    expect(v.counters).toMatchObject({ hits: 3, misses: 5, fetches: 5, reports: 0 });
+  });
+});
+
+describe('two instances on one summary', () => {
+  it('sees the other’s counts after its report and its own TTL; corrects its own changes since locally', async () => {
+    const { clock, summary, view, t0 } = fixture();
+    const a = view('A');
+    const b = view('B');
+    b.noteActive('x', 1);
+    b.noteActive('x', 1);
+    await elapse(clock, 100);
+    expect(await a.read(['x'])).toEqual(new Map([['x', load(0)]]));
+    await elapse(clock, 100); // +200: B's report
+    expect(summary.exchanges).toStrictEqual([
+      { at: t0 + 100, instanceId: 'A', mode: 'changes', counts: {}, sweep: SWEEP, read: ['x'] },
+      { at: t0 + 200, instanceId: 'B', mode: 'full', counts: { x: own(2) }, keepMs: LEASE, sweep: SWEEP, read: [] },
+    ]);
+    await elapse(clock, 99);
+    expect(await a.read(['x'])).toEqual(new Map([['x', load(0)]])); // A's snapshot of +100 is still fresh
+    await elapse(clock, 1);
+    expect(await a.read(['x'])).toEqual(new Map([['x', load(2)]])); // +300
+    b.noteActive('x', -1); // B's report goes out at +500
+
+    await elapse(clock, 10);
+    a.noteActive('x', 1); // +310: not reported yet, shown at once on top of the summary's figure
+    expect(await a.read(['x'])).toEqual(new Map([['x', load(3)]]));
+    expect(summary.exchanges).toHaveLength(3);
+
+    await elapse(clock, 190); // +500: B reports 1
+    expect(await a.read(['x'])).toEqual(new Map([['x', load(3)]])); // A's snapshot (+300) is fresh until +500
+    await elapse(clock, 10); // +510: A's report; its first keep is unknown to the summary, so at once a full one
+    expect(summary.exchanges.slice(3)).toStrictEqual([
+      { at: t0 + 500, instanceId: 'B', mode: 'changes', counts: { x: own(1) }, read: [] },
+      { at: t0 + 510, instanceId: 'A', mode: 'changes', counts: { x: own(1) }, keepMs: LEASE, read: ['x'] },
+      { at: t0 + 510, instanceId: 'A', mode: 'full', counts: { x: own(1) }, keepMs: LEASE, read: ['x'] },
+    ]);
+    expect(summary.total('x')).toEqual(own(2));
+    expect(await a.read(['x'])).toEqual(new Map([['x', load(2)]])); // B's 1 + A's 1, A's not counted twice
+    expect(await b.read(['x'])).toEqual(new Map([['x', load(2)]]));
+    expect(summary.exchanges.slice(6)).toStrictEqual([
+      { at: t0 + 511, instanceId: 'B', mode: 'changes', counts: {}, read: ['x'] },
+    ]);
+  });
+
+  it('a change while its exchange is in flight is added to the reply, and reported with the next exchange', async () => {
+    const { clock, summary, view, t0 } = fixture();
+    const a = view('A');
+    summary.put('B', { x: own(4) });
+    a.noteActive('x', 1);
+    summary.next.push('hold');
+    const first = track(clock, a.read(['x']));
+    await flush();
+    a.noteActive('x', 1); // after the exchange went out with x = 1
+    summary.held[0]!.answer();
+    await flush();
+    expect(first.value).toEqual(new Map([['x', load(6)]])); // the summary's 5 + the change since
+    expect(summary.total('x')).toEqual(own(5));
+    await elapse(clock, 200); // the change's report, which also re-reads x
+    expect(summary.exchanges).toStrictEqual([
+      { at: t0, instanceId: 'A', mode: 'full', counts: { x: own(1) }, keepMs: LEASE, sweep: SWEEP, read: ['x'] },
+      { at: t0 + 200, instanceId: 'A', mode: 'changes', counts: { x: own(2) }, read: ['x'] },
+    ]);
+    expect(summary.total('x')).toEqual(own(6));
+    expect(await a.read(['x'])).toEqual(new Map([['x', load(6)]]));
+  });
+});
+
+describe('failures and resyncs', () => {
+  it('a failed exchange: its counts are sent again (absolute) one second later at the earliest, or with the next read', async () => {
+    const { clock, summary, view, t0 } = fixture();
+    const a = view('i1');
+    a.noteActive('x', 1);
+    summary.next.push('fail');
+    await elapse(clock, 200);
+    const first = { instanceId: 'i1', mode: 'full', counts: { x: own(1) }, keepMs: LEASE } as const;
+    expect(summary.exchanges).toStrictEqual([{ at: t0 + 200, ...first, sweep: SWEEP }]);
+    await elapse(clock, 999);
+    expect(summary.exchanges).toHaveLength(1);
+    await elapse(clock, 1); // +1200: the full report again, keep included
+    expect(summary.exchanges.slice(1)).toStrictEqual([{ at: t0 + 1200, ...first, read: [] }]);
+    expect(summary.total('x')).toEqual(own(1));
+
+    a.noteActive('x', 1);
+    summary.next.push('fail');
+    await elapse(clock, 200); // +1400: fails
+    await elapse(clock, 999);
+    expect(summary.exchanges.map((e) => e.at)).toEqual([t0 + 200, t0 + 1200, t0 + 1400]);
+    await elapse(clock, 1); // +2400
+    const changes = { instanceId: 'i1', mode: 'changes', counts: { x: own(2) }, read: [] } as const;
+    expect(summary.exchanges.slice(2)).toStrictEqual([
+      { at: t0 + 1400, ...changes },
+      { at: t0 + 2400, ...changes },
+    ]);
+    expect(summary.total('x')).toEqual(own(2));
+
+    // a read after a failure carries the counts at once, without waiting for the retry
+    a.noteWaiter('x', 1);
+    summary.next.push('fail');
+    await elapse(clock, 200); // +2600: fails
+    await elapse(clock, 100);
+    expect(await a.read(['y'])).toEqual(new Map([['y', load(0)]]));
+    expect(summary.exchanges.slice(4)).toStrictEqual([
+      { at: t0 + 2600, instanceId: 'i1', mode: 'changes', counts: { x: own(2, 1) }, read: [] },
+      { at: t0 + 2700, instanceId: 'i1', mode: 'changes', counts: { x: own(2, 1) }, read: ['y'] },
+    ]);
+    expect(summary.total('x')).toEqual(own(2, 1));
+  });
+
+  it('resync: true → the next exchange, at once, is a full report of every channel held or waited on', async () => {
+    const { clock, summary, view, t0 } = fixture();
+    summary.put('other', { x: own(3) });
+    const a = view('i1');
+    a.noteActive('x', 1);
+    a.noteWaiter('y', 1);
+    a.noteActive('z', 1);
+    a.noteActive('z', -1);
+    await elapse(clock, 200);
+    expect(summary.exchanges).toStrictEqual([
+      {
+        at: t0 + 200,
+        instanceId: 'i1',
+        mode: 'full',
+        counts: { x: own(1), y: own(0, 1) }, // z is back at 0: a full report leaves it out
+        keepMs: LEASE,
+        sweep: SWEEP,
+        read: [],
+      },
+    ]);
+    a.noteActive('x', 1); // its report would go out at +400
+    await elapse(clock, 100);
+    summary.next.push('resync');
+    // the summary lost everything (the other instance's 3 too): the reply holds nothing of this instance either
+    expect(await a.read(['x'])).toEqual(new Map([['x', load(2)]]));
+    await elapse(clock, 1);
+    expect(summary.exchanges.slice(1)).toStrictEqual([
+      { at: t0 + 300, instanceId: 'i1', mode: 'changes', counts: { x: own(2) }, read: ['x'] },
+      { at: t0 + 300, instanceId: 'i1', mode: 'full', counts: { x: own(2), y: own(0, 1) }, keepMs: LEASE, read: ['x'] },
+    ]);
+    expect(summary.total('x')).toEqual(own(2));
+    expect(summary.total('y')).toEqual(own(0, 1));
+    expect(await a.read(['x'])).toEqual(new Map([['x', load(2)]]));
+    await elapse(clock, 1000); // nothing left to report, the next keep is 15 s away
+    expect(summary.exchanges).toHaveLength(3);
+  });
+});
+
+describe('the registration', () => {
+  it('while holding, a keep of lease_ttl_ms goes out every quarter of it, with or without changes and reads', async () => {
+    const { clock, summary, view, t0 } = fixture({ settings: { lease_ttl_ms: 5000 } });
+    const a = view('i1');
+    a.noteActive('x', 1);
+    await elapse(clock, 1100);
+    expect(await a.read(['y'])).toEqual(new Map([['y', load(0)]])); // +1100: no keep due yet
+    await elapse(clock, 5400);
+    const base = { instanceId: 'i1', mode: 'changes', counts: {} } as const;
+    expect(summary.exchanges).toStrictEqual([
+      { at: t0 + 200, instanceId: 'i1', mode: 'full', counts: { x: own(1) }, keepMs: 5000, sweep: SWEEP, read: [] },
+      { at: t0 + 1100, ...base, read: ['y'] },
+      { at: t0 + 1450, ...base, keepMs: 5000, read: ['y'] }, // y was wanted within two TTLs
+      { at: t0 + 2700, ...base, keepMs: 5000, read: [] },
+      { at: t0 + 3950, ...base, keepMs: 5000, read: [] },
+      { at: t0 + 5200, ...base, keepMs: 5000, sweep: SWEEP, read: [] },
+      { at: t0 + 6450, ...base, keepMs: 5000, read: [] },
+    ]);
+    expect(a.counters.reports).toBe(6);
+    expect(summary.registered.has('i1')).toBe(true);
+  });
+
+  it('an instance that never held anything never sends a keep nor a full report, and is never registered', async () => {
+    const { clock, summary, view, t0 } = fixture({ settings: { lease_ttl_ms: 5000 } });
+    const a = view('i1');
+    for (let i = 0; i <= 10; i++) {
+      if (i > 0) await elapse(clock, 1000);
+      await a.read(['x']);
+    }
+    const plain = { instanceId: 'i1', mode: 'changes', counts: {}, read: ['x'] } as const;
+    expect(summary.exchanges).toStrictEqual(
+      Array.from({ length: 11 }, (_, i) => ({
+        at: t0 + i * 1000,
+        ...plain,
+        ...(i % 5 === 0 ? { sweep: SWEEP } : {}),
+      })),
+    );
+    // told to resync (the summary lost its data), it still has nothing to report: no full report of nothing
+    summary.next.push('resync');
+    await elapse(clock, 1000);
+    await a.read(['x']);
+    await elapse(clock, 5000);
+    expect(summary.exchanges.slice(11)).toStrictEqual([
+      { at: t0 + 11_000, ...plain },
+      { at: t0 + 11_000, ...plain },
+    ]);
+    expect(summary.registered.has('i1')).toBe(false);
+  });
+});
+
+describe('load_summary_enabled', () => {
+  it('false: rounds read readLoads and no exchange goes out; on again: the next exchange is a full report', async () => {
+    const { clock, summary, view, update, readLoadsCalls, t0 } = fixture();
+    const a = view('i1');
+    a.noteActive('x', 1);
+    await elapse(clock, 200);
+    expect(summary.exchanges).toHaveLength(1); // full, x = 1
+    update({ load_summary_enabled: false });
+    a.noteActive('x', 1);
+    a.noteWaiter('y', 1);
+    await a.read(['x', 'z']);
+    expect(readLoadsCalls).toEqual([['x', 'z']]);
+    await elapse(clock, 20_000); // past the change's TTL and the keep due at +15 200
+    expect(summary.exchanges).toHaveLength(1);
+    expect(a.counters.reports).toBe(1);
+
+    update({ load_summary_enabled: true });
+    expect(await a.read(['x'])).toEqual(new Map([['x', load(2)]]));
+    expect(summary.exchanges.slice(1)).toStrictEqual([
+      {
+        at: t0 + 20_200,
+        instanceId: 'i1',
+        mode: 'full',
+        counts: { x: own(2), y: own(0, 1) },
+        keepMs: LEASE,
+        sweep: SWEEP,
+        read: ['x'],
+      },
+    ]);
+    expect(readLoadsCalls).toHaveLength(1);
+  });
+
+  it('off from the start (or load_cache_enabled false): no exchange at all', async () => {
+    const { clock, summary, view, update, readLoadsCalls } = fixture({ settings: { load_summary_enabled: false } });
+    const a = view('i1');
+    a.noteActive('x', 1);
+    await a.read(['x']);
+    await elapse(clock, 1000);
+    update({ load_summary_enabled: true, load_cache_enabled: false });
+    a.noteActive('x', 1);
+    await a.read(['x']);
+    await elapse(clock, 1000);
+    expect(readLoadsCalls).toEqual([['x'], ['x']]);
+    expect(summary.exchanges).toEqual([]);
+  });
+});
+
+describe('close', () => {
+  it('sends one leave when it had reported counts, and nothing after it', async () => {
+    const { clock, summary, view, t0 } = fixture();
+    const a = view('i1');
+    a.noteActive('x', 1);
+    await elapse(clock, 200);
+    await elapse(clock, 100);
+    await a.close();
+    expect(summary.exchanges).toStrictEqual([
+      { at: t0 + 200, instanceId: 'i1', mode: 'full', counts: { x: own(1) }, keepMs: LEASE, sweep: SWEEP, read: [] },
+      { at: t0 + 300, instanceId: 'i1', mode: 'leave', counts: {}, read: [] },
+    ]);
+    expect(summary.total('x')).toEqual(own(0));
+    a.noteActive('x', 1);
+    expect(await a.read(['y'])).toEqual(new Map([['y', load(0)]])); // the fallback
+    await elapse(clock, 20_000);
+    expect(summary.exchanges).toHaveLength(2);
+  });
+
+  it('sends nothing when it never reported counts (a change still pending included)', async () => {
+    const { clock, summary, view } = fixture();
+    const a = view('i1');
+    await a.read(['x']);
+    a.noteActive('x', 1);
+    await elapse(clock, 100);
+    await a.close();
+    await elapse(clock, 20_000);
+    expect(summary.exchanges.map((e) => e.mode)).toEqual(['changes']);
+  });
+
+  it('a round waiting for a fetch slot at close sends nothing: the leave is the last exchange', async () => {
+    const { clock, summary, view } = fixture({ maxConcurrentFetches: 1 });
+    const a = view('i1');
+    a.noteActive('x', 1);
+    summary.next.push('hold');
+    const first = track(clock, a.read(['x']));
+    const second = track(clock, a.read(['y']));
+    await flush();
+    expect(summary.exchanges.map((e) => e.read)).toEqual([['x']]);
+    const closing = track(clock, a.close());
+    await flush();
+    expect(closing.at).toBeDefined();
+    summary.held[0]!.answer(); // frees the slot the second round waits for
+    await elapse(clock, 5000);
+    expect(first.value).toEqual(new Map([['x', load(1)]]));
+    expect(second.value).toEqual(new Map([['y', load(0)]]));
+    expect(summary.exchanges.map((e) => [e.mode, e.read])).toEqual([
+      ['full', ['x']],
+      ['leave', []],
+    ]);
+    expect(summary.total('x')).toEqual(own(0));
+  });
+});
