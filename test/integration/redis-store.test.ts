@@ -190,8 +190,8 @@ describe('RedisStore command cost (client and server side)', () => {
       release: 1,
       renew: 2,
       wait: 2,
-      // set + the summary's note of its end, get + pttl, del + the note's removal
-      cooldown: 2 + 2 + 2,
+      // set + the summary's note of its end (HSET, PEXPIRE), get + pttl, del + the note's removal
+      cooldown: 3 + 2 + 2,
       settings: 0,
     });
     expect(cc.sent).toHaveLength(Object.values(delta).reduce((a, b) => a + b, 0));
@@ -570,9 +570,9 @@ describe('RedisStore command cost (client and server side)', () => {
       await store.readLoads(['cd']); // reads the Redis clock, which the summary's note of the cooldown's end needs
       const set = await measure(() => store.setCooldown('cd', 5_000, 'upstream 429'));
       // the cooldown key (what the acquire script checks), then its end in the load summary (for the summary's readers)
-      expect(set.sent).toEqual(['set', 'hset']);
-      expect(set.server).toEqual({ set: 1, hset: 1 });
-      expect(set.counted).toEqual({ cooldown: 2 });
+      expect(set.sent).toEqual(['set', 'hset', 'pexpire']);
+      expect(set.server).toEqual({ set: 1, hset: 1, pexpire: 1 });
+      expect(set.counted).toEqual({ cooldown: 3 });
       const read = await measure(async () => {
         expect((await store.readCooldown('cd'))?.reason).toBe('upstream 429');
       });

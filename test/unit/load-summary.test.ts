@@ -2,7 +2,7 @@
  * The load view's side of the load summary (packages/slotgate/src/admission/load-summary.ts and the summary rounds of
  * load-view.ts) on a MemoryStore given an `exchangeLoads` and a ManualClock. The fake summary records every exchange
  * (with the clock's time it went out) and answers from an in-test summary: per instance, the counts it last reported;
- * a channel's load is their sum. Like lua/exchangeLoads-3.lua, a `changes` exchange with a keep from an instance the
+ * a channel's load is their sum. Like lua/exchangeLoads-4.lua, a `changes` exchange with a keep from an instance the
  * summary does not know puts nothing in and answers `resync`. The test can make the next exchanges fail, answer
  * `resync: true` (the summary lost its data), or be held (applied when sent, answered when the test says).
  */
@@ -60,7 +60,12 @@ function fakeSummary(store: SlotStore, clock: ManualClock) {
     },
   };
   const loadsOf = (ids: readonly string[]) =>
-    new Map(ids.map((id): [string, ChannelLoad] => [id, { ...summary.total(id), coolingDown: false, cooldownRemainingMs: 0 }]));
+    new Map(
+      ids.map((id): [string, ChannelLoad] => [
+        id,
+        { ...summary.total(id), coolingDown: false, cooldownRemainingMs: 0 },
+      ]),
+    );
 
   const apply = (ex: LoadExchange, behaviour: Behaviour): LoadExchangeReply => {
     if (behaviour === 'resync') {
@@ -165,7 +170,15 @@ describe('reports of this instance’s own counts', () => {
     await elapse(clock, 1);
     // the first report is a full one, and registers the instance
     expect(summary.exchanges).toStrictEqual([
-      { at: t0 + 200, instanceId: 'i1', mode: 'full', counts: { x: own(1) }, keepMs: LEASE, sweep: SWEEP, read: [] },
+      {
+        at: t0 + 200,
+        instanceId: 'i1',
+        mode: 'full',
+        counts: { x: own(1) },
+        keepMs: LEASE,
+        sweep: SWEEP,
+        read: [],
+      },
     ]);
     expect(a.counters).toMatchObject({ reports: 1, fetches: 1, misses: 0 });
 
@@ -191,7 +204,15 @@ describe('reports of this instance’s own counts', () => {
     await elapse(clock, 50);
     expect(await a.read(['y'])).toEqual(new Map([['y', load(0)]]));
     expect(summary.exchanges).toStrictEqual([
-      { at: t0 + 50, instanceId: 'i1', mode: 'full', counts: { x: own(1) }, keepMs: LEASE, sweep: SWEEP, read: ['y'] },
+      {
+        at: t0 + 50,
+        instanceId: 'i1',
+        mode: 'full',
+        counts: { x: own(1) },
+        keepMs: LEASE,
+        sweep: SWEEP,
+        read: ['y'],
+      },
     ]);
     expect(summary.total('x')).toEqual(own(1));
     // nothing changed since, and the next keep is due only at +50 + 15 s
@@ -274,7 +295,15 @@ describe('two instances on one summary', () => {
     await elapse(clock, 100); // +200: B's report
     expect(summary.exchanges).toStrictEqual([
       { at: t0 + 100, instanceId: 'A', mode: 'changes', counts: {}, sweep: SWEEP, read: ['x'] },
-      { at: t0 + 200, instanceId: 'B', mode: 'full', counts: { x: own(2) }, keepMs: LEASE, sweep: SWEEP, read: [] },
+      {
+        at: t0 + 200,
+        instanceId: 'B',
+        mode: 'full',
+        counts: { x: own(2) },
+        keepMs: LEASE,
+        sweep: SWEEP,
+        read: [],
+      },
     ]);
     await elapse(clock, 99);
     expect(await a.read(['x'])).toEqual(new Map([['x', load(0)]])); // A's snapshot of +100 is still fresh
@@ -285,21 +314,25 @@ describe('two instances on one summary', () => {
     await elapse(clock, 10);
     a.noteActive('x', 1); // +310: not reported yet, shown at once on top of the summary's figure
     expect(await a.read(['x'])).toEqual(new Map([['x', load(3)]]));
-    expect(summary.exchanges).toHaveLength(3);
+    expect(summary.exchanges.slice(2)).toStrictEqual([
+      { at: t0 + 300, instanceId: 'A', mode: 'changes', counts: {}, read: ['x'] },
+    ]);
 
-    await elapse(clock, 190); // +500: B reports 1
-    expect(await a.read(['x'])).toEqual(new Map([['x', load(3)]])); // A's snapshot (+300) is fresh until +500
-    await elapse(clock, 10); // +510: A's report; its first keep is unknown to the summary, so at once a full one
+    await elapse(clock, 189);
+    expect(await a.read(['x'])).toEqual(new Map([['x', load(3)]])); // +499: A's snapshot of +300 is still fresh
+    // +500 B reports 1; +510 A's first counts go as a full report (the summary knows nothing of A), reading nothing
+    await elapse(clock, 11);
     expect(summary.exchanges.slice(3)).toStrictEqual([
       { at: t0 + 500, instanceId: 'B', mode: 'changes', counts: { x: own(1) }, read: [] },
-      { at: t0 + 510, instanceId: 'A', mode: 'changes', counts: { x: own(1) }, keepMs: LEASE, read: ['x'] },
-      { at: t0 + 510, instanceId: 'A', mode: 'full', counts: { x: own(1) }, keepMs: LEASE, read: ['x'] },
+      { at: t0 + 510, instanceId: 'A', mode: 'full', counts: { x: own(1) }, keepMs: LEASE, read: [] },
     ]);
     expect(summary.total('x')).toEqual(own(2));
     expect(await a.read(['x'])).toEqual(new Map([['x', load(2)]])); // B's 1 + A's 1, A's not counted twice
     expect(await b.read(['x'])).toEqual(new Map([['x', load(2)]]));
-    expect(summary.exchanges.slice(6)).toStrictEqual([
-      { at: t0 + 511, instanceId: 'B', mode: 'changes', counts: {}, read: ['x'] },
+    // each read: A's report read nothing, so its +300 snapshot is stale
+    expect(summary.exchanges.slice(5)).toStrictEqual([
+      { at: t0 + 510, instanceId: 'A', mode: 'changes', counts: {}, read: ['x'] },
+      { at: t0 + 510, instanceId: 'B', mode: 'changes', counts: {}, read: ['x'] },
     ]);
   });
 
@@ -316,10 +349,18 @@ describe('two instances on one summary', () => {
     await flush();
     expect(first.value).toEqual(new Map([['x', load(6)]])); // the summary's 5 + the change since
     expect(summary.total('x')).toEqual(own(5));
-    await elapse(clock, 200); // the change's report, which also re-reads x
+    await elapse(clock, 200); // the change's report (a report reads nothing)
     expect(summary.exchanges).toStrictEqual([
-      { at: t0, instanceId: 'A', mode: 'full', counts: { x: own(1) }, keepMs: LEASE, sweep: SWEEP, read: ['x'] },
-      { at: t0 + 200, instanceId: 'A', mode: 'changes', counts: { x: own(2) }, read: ['x'] },
+      {
+        at: t0,
+        instanceId: 'A',
+        mode: 'full',
+        counts: { x: own(1) },
+        keepMs: LEASE,
+        sweep: SWEEP,
+        read: ['x'],
+      },
+      { at: t0 + 200, instanceId: 'A', mode: 'changes', counts: { x: own(2) }, read: [] },
     ]);
     expect(summary.total('x')).toEqual(own(6));
     expect(await a.read(['x'])).toEqual(new Map([['x', load(6)]]));
@@ -334,7 +375,7 @@ describe('failures and resyncs', () => {
     summary.next.push('fail');
     await elapse(clock, 200);
     const first = { instanceId: 'i1', mode: 'full', counts: { x: own(1) }, keepMs: LEASE } as const;
-    expect(summary.exchanges).toStrictEqual([{ at: t0 + 200, ...first, sweep: SWEEP }]);
+    expect(summary.exchanges).toStrictEqual([{ at: t0 + 200, ...first, sweep: SWEEP, read: [] }]);
     await elapse(clock, 999);
     expect(summary.exchanges).toHaveLength(1);
     await elapse(clock, 1); // +1200: the full report again, keep included
@@ -395,7 +436,14 @@ describe('failures and resyncs', () => {
     await elapse(clock, 1);
     expect(summary.exchanges.slice(1)).toStrictEqual([
       { at: t0 + 300, instanceId: 'i1', mode: 'changes', counts: { x: own(2) }, read: ['x'] },
-      { at: t0 + 300, instanceId: 'i1', mode: 'full', counts: { x: own(2), y: own(0, 1) }, keepMs: LEASE, read: ['x'] },
+      {
+        at: t0 + 300,
+        instanceId: 'i1',
+        mode: 'full',
+        counts: { x: own(2), y: own(0, 1) },
+        keepMs: LEASE,
+        read: [],
+      },
     ]);
     expect(summary.total('x')).toEqual(own(2));
     expect(summary.total('y')).toEqual(own(0, 1));
@@ -415,9 +463,17 @@ describe('the registration', () => {
     await elapse(clock, 5400);
     const base = { instanceId: 'i1', mode: 'changes', counts: {} } as const;
     expect(summary.exchanges).toStrictEqual([
-      { at: t0 + 200, instanceId: 'i1', mode: 'full', counts: { x: own(1) }, keepMs: 5000, sweep: SWEEP, read: [] },
+      {
+        at: t0 + 200,
+        instanceId: 'i1',
+        mode: 'full',
+        counts: { x: own(1) },
+        keepMs: 5000,
+        sweep: SWEEP,
+        read: [],
+      },
       { at: t0 + 1100, ...base, read: ['y'] },
-      { at: t0 + 1450, ...base, keepMs: 5000, read: ['y'] }, // y was wanted within two TTLs
+      { at: t0 + 1450, ...base, keepMs: 5000, read: [] }, // a keep reads nothing
       { at: t0 + 2700, ...base, keepMs: 5000, read: [] },
       { at: t0 + 3950, ...base, keepMs: 5000, read: [] },
       { at: t0 + 5200, ...base, keepMs: 5000, sweep: SWEEP, read: [] },
@@ -447,10 +503,7 @@ describe('the registration', () => {
     await elapse(clock, 1000);
     await a.read(['x']);
     await elapse(clock, 5000);
-    expect(summary.exchanges.slice(11)).toStrictEqual([
-      { at: t0 + 11_000, ...plain },
-      { at: t0 + 11_000, ...plain },
-    ]);
+    expect(summary.exchanges.slice(11)).toStrictEqual([{ at: t0 + 11_000, ...plain }]);
     expect(summary.registered.has('i1')).toBe(false);
   });
 });
@@ -488,7 +541,9 @@ describe('load_summary_enabled', () => {
   });
 
   it('off from the start (or load_cache_enabled false): no exchange at all', async () => {
-    const { clock, summary, view, update, readLoadsCalls } = fixture({ settings: { load_summary_enabled: false } });
+    const { clock, summary, view, update, readLoadsCalls } = fixture({
+      settings: { load_summary_enabled: false },
+    });
     const a = view('i1');
     a.noteActive('x', 1);
     await a.read(['x']);
@@ -511,7 +566,15 @@ describe('close', () => {
     await elapse(clock, 100);
     await a.close();
     expect(summary.exchanges).toStrictEqual([
-      { at: t0 + 200, instanceId: 'i1', mode: 'full', counts: { x: own(1) }, keepMs: LEASE, sweep: SWEEP, read: [] },
+      {
+        at: t0 + 200,
+        instanceId: 'i1',
+        mode: 'full',
+        counts: { x: own(1) },
+        keepMs: LEASE,
+        sweep: SWEEP,
+        read: [],
+      },
       { at: t0 + 300, instanceId: 'i1', mode: 'leave', counts: {}, read: [] },
     ]);
     expect(summary.total('x')).toEqual(own(0));

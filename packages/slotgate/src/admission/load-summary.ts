@@ -59,7 +59,8 @@ export class SummaryReports {
 
   /** Redis lost its data, or the summary was off: the next exchange replaces everything (soon). */
   resync(): void {
-    if (this.closed) return;
+    // the summary holds nothing of an instance that never reported anything: nothing to put back
+    if (this.closed || (!this.holding && this.dirty.size === 0)) return;
     this.full = true;
     this.schedule(0);
   }
@@ -69,7 +70,9 @@ export class SummaryReports {
     const { clock, settings, counts, held, instanceId } = this.opts;
     const now = clock.now();
     const keepMs = settings().lease_ttl_ms;
-    const full = this.full;
+    // the first counts of an instance the summary holds nothing of go as a full report: a change from an instance it
+    // does not know is turned away (resync), which would cost one more exchange
+    const full = this.full || (!this.holding && this.dirty.size > 0);
     const dirty = full ? [] : [...this.dirty];
     const ids = full ? [...new Set([...held(), ...this.dirty])] : dirty;
     const reported = new Map<string, OwnCounts>();
@@ -101,9 +104,11 @@ export class SummaryReports {
     };
   }
 
-  /** Whether a round now would put anything in. */
-  get pending(): boolean {
-    return this.full || this.dirty.size > 0;
+  /** Whether a round now would put anything in, or renew the registration. */
+  get due(): boolean {
+    if (this.full || this.dirty.size > 0) return true;
+    const { clock, settings } = this.opts;
+    return this.holding && clock.now() - this.keptAt >= settings().lease_ttl_ms / 4;
   }
 
   /** The exchange came back (`resync`: the summary did not know this instance), or failed (`ok` false). */

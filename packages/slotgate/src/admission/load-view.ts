@@ -247,10 +247,11 @@ export class LoadView {
    * A detached fetch round: waits for a fetch slot, reads the store, fills the cache; null on any failure. Through
    * the load summary, the round also puts in this instance's pending reports and reads every channel wanted lately.
    */
-  private startRound(requested: string[], fresh: boolean): Round {
+  private startRound(requested: string[], fresh: boolean, report = false): Round {
     if (fresh) this.counters.freshReads++;
     const summary = this.summaryOn();
-    const ids = summary ? this.withWatched(requested) : requested;
+    // a round that only reports reads nothing; a read also refreshes what was wanted lately and is half stale
+    const ids = summary && !report ? this.withWatched(requested) : requested;
     const deadline = this.opts.clock.now() + this.fetchTimeoutMs;
     const round: Round = (async () => {
       if (!(await this.fetchSlots.acquire(this.fetchTimeoutMs))) return null;
@@ -270,7 +271,7 @@ export class LoadView {
       let read: Promise<Map<string, ChannelLoad>>;
       try {
         read = summary
-          ? this.exchange(ids, (resync) => {
+          ? this.exchange(ids, fresh, (resync) => {
               if (resync) bases = ids.map(() => ZERO);
             })
           : this.opts.store.readLoads(ids, { onSent: () => (bases = snapshot()) });
@@ -302,10 +303,14 @@ export class LoadView {
   }
 
   /** One summary exchange: this instance's pending reports in, the channels' loads out. */
-  private exchange(ids: string[], answered: (resync: boolean) => void): Promise<Map<string, ChannelLoad>> {
+  private exchange(
+    ids: string[],
+    fresh: boolean,
+    answered: (resync: boolean) => void,
+  ): Promise<Map<string, ChannelLoad>> {
     const reports = this.reports!;
     const taken: Taken = reports.take();
-    return this.opts.store.exchangeLoads!({ ...taken.exchange, read: ids }).then(
+    return this.opts.store.exchangeLoads!({ ...taken.exchange, read: ids, ...(fresh ? { fresh } : {}) }).then(
       (reply: LoadExchangeReply) => {
         reports.settle(taken, true, reply.resync);
         answered(reply.resync);
@@ -318,22 +323,28 @@ export class LoadView {
     );
   }
 
-  /** The channels asked for, and every channel a selection wanted within the last two TTLs (read in one go). */
+  /**
+   * The channels asked for, and every channel a selection wanted within the last two TTLs whose entry is at least
+   * half a TTL old (read in one go, so the next passes over other candidate sets find them fresh; one read just
+   * made is not read again).
+   */
   private withWatched(requested: string[]): string[] {
-    const since = this.opts.clock.now() - 2 * this.opts.settings().load_cache_ttl_ms;
+    const now = this.opts.clock.now();
+    const ttl = this.opts.settings().load_cache_ttl_ms;
     const ids = new Set(requested);
     for (const [id, entry] of this.cache) {
       if (ids.size >= MAX_WATCHED) break;
-      if (entry.wantedAt >= since) ids.add(id);
+      if (entry.wantedAt >= now - 2 * ttl && now - entry.fetchedAt >= ttl / 2) ids.add(id);
     }
     return [...ids];
   }
 
   /** A report is due and no read carried it: a round of its own, which also refreshes what was wanted lately. */
   private flush(): void {
-    if (this.closed || !this.summaryOn()) return;
+    // a read round since the timer was set may have carried everything: then there is nothing to send
+    if (this.closed || !this.summaryOn() || !this.reports!.due) return;
     this.counters.reports++;
-    void this.startRound([], false);
+    void this.startRound([], false, true);
   }
 
   /** Stops reporting to the load summary and takes this instance's counts out of it (bounded by the fetch time-out). */

@@ -156,6 +156,8 @@ export interface LoadExchange {
   sweep?: number;
   /** Channels whose fleet-wide loads to return. */
   read: readonly string[];
+  /** A fresh read: cooldowns read now, not as of up to a second ago. */
+  fresh?: boolean;
   /** Called when the exchange goes out. */
   onSent?: () => void;
 }

@@ -80,6 +80,7 @@ const EXPECTED_TYPE = {
   load_summary: 'hash',
   load_reporters: 'zset',
   load_reporter: 'hash',
+  load_cooling: 'hash',
 } as const;
 
 /** SCAN MATCH treats `* ? [ ] \\` as glob syntax; a prefix is matched literally. */
@@ -246,7 +247,8 @@ export async function checkLeftovers(
       shape.kind === 'epoch' ||
       shape.kind === 'load_summary' ||
       shape.kind === 'load_reporters' ||
-      shape.kind === 'load_reporter'
+      shape.kind === 'load_reporter' ||
+      shape.kind === 'load_cooling'
     )
       continue;
     const pttl = await client.pttl(key);

@@ -13,8 +13,10 @@
  *   <prefix>:v1:instances             hash        gateway instance id → JSON heartbeat (dashboard's instance list)
  *   <prefix>:v1:grants:<instanceId>   pub/sub     grants and queue news for one instance's waiters
  *   <prefix>:v1:epoch                 string      "<id>|<created at, Redis ms>|<kind>|<run_id>": changes when Redis lost data
- *   <prefix>:v1:loads                 hash        the load summary (lua/exchangeLoads-3.lua): channel → packed count
- *                                                 summed over the instances, "\0<channel>" → cooldown end
+ *   <prefix>:v1:loads                 hash        the load summary (lua/exchangeLoads-4.lua): channel → packed count
+ *                                                 summed over the instances
+ *   <prefix>:v1:loads:cooling:{<prefix>:v1:loads}
+ *                                     hash        channel → the end of its cooldown (Redis ms), for the summary's readers
  *   <prefix>:v1:loads:reporters:{<prefix>:v1:loads}
  *                                     sorted set  instance id → when its contributions lapse
  *   <prefix>:v1:loads:by:<instance>:{<prefix>:v1:loads}
@@ -121,6 +123,11 @@ export class KeyBuilder {
     return `${this.base}:loads`;
   }
 
+  /** The cooldown ends the load summary's readers see (summary's slot). */
+  loadCooling(): string {
+    return `${this.base}:loads:cooling:{${this.loadSummary()}}`;
+  }
+
   /** The instances contributing to the load summary, scored by when their contributions lapse (summary's slot). */
   loadReporters(): string {
     return `${this.base}:loads:reporters:{${this.loadSummary()}}`;
@@ -146,15 +153,23 @@ export class KeyBuilder {
   }
 
   /** Splits a key made by this builder into its channel and kind; null for a key of another shape. */
-  parse(
-    key: string,
-  ):
+  parse(key: string):
     | { channelId: string; kind: 'slots' | 'waiters' | 'queue' | 'cooldown' }
-    | { kind: 'settings' | 'instances' | 'epoch' | 'load_summary' | 'load_reporters' | 'load_reporter' }
+    | {
+        kind:
+          | 'settings'
+          | 'instances'
+          | 'epoch'
+          | 'load_summary'
+          | 'load_reporters'
+          | 'load_reporter'
+          | 'load_cooling';
+      }
     | null {
     if (key === this.settings() || key === this.settingsRecord()) return { kind: 'settings' };
     if (key === this.loadSummary()) return { kind: 'load_summary' };
     if (key === this.loadReporters()) return { kind: 'load_reporters' };
+    if (key === this.loadCooling()) return { kind: 'load_cooling' };
     const { prefix, suffix } = this.loadReporterParts();
     if (key.startsWith(prefix) && key.endsWith(suffix)) return { kind: 'load_reporter' };
     if (key === this.instances()) return { kind: 'instances' };

@@ -166,8 +166,8 @@ export const SCRIPTS = {
     }
     return { value: reply[0] == null ? undefined : String(reply[0]), now: Number(reply[1]) };
   }),
-  /** See lua/exchangeLoads-3.lua. */
-  exchangeLoads: new Script('exchangeLoads-3', parseExchangeReply),
+  /** See lua/exchangeLoads-4.lua. */
+  exchangeLoads: new Script('exchangeLoads-4', parseExchangeReply),
   /** See lua/fixLeftover-2.lua: removals made (an expiry set counts as one). */
   fixLeftover: new Script('fixLeftover-2', Number),
   /** See lua/releaseDeadOwner-3.lua: the slots released. */
@@ -204,21 +204,27 @@ function code(reply: unknown, codes: Record<number, unknown>): number {
   return n;
 }
 
-/** What exchangeLoads answers: whether it must resync, the Redis time when it read it, the values of the fields read. */
+/**
+ * What exchangeLoads answers: whether it must resync, the Redis time when it read it, the counts of the channels
+ * read, and the cooling hash's field-value pairs when asked for.
+ */
 export interface ExchangeReply {
   resync: boolean;
   nowMs: number | undefined;
   values: string[];
+  cooling: string[];
 }
 
 function parseExchangeReply(reply: unknown): ExchangeReply {
-  if (!Array.isArray(reply) || reply.length < 2) {
+  if (!Array.isArray(reply) || reply.length < 3) {
     throw new TypeError(`unexpected script reply ${JSON.stringify(reply)}`);
   }
+  const n = Number(reply[2]);
   return {
     resync: Number(reply[0]) === 0,
     nowMs: reply[1] === '' ? undefined : Number(reply[1]),
-    values: reply.slice(2).map(String),
+    values: reply.slice(3, 3 + n).map(String),
+    cooling: reply.slice(3 + n).map(String),
   };
 }
 

@@ -4,11 +4,11 @@
   channels it asks for, in one call. The summary only orders candidates: the acquire script alone decides who holds
   a slot.
 
-  KEYS[1]  summary    hash  channel id → packed count (active + waiting × 2^26) summed over the reporting instances;
-                            "\0" .. channel id → the end of the channel's cooldown (ms, Redis clock)
+  KEYS[1]  summary    hash  channel id → packed count (active + waiting × 2^26) summed over the reporting instances
   KEYS[2]  reporters  zset  instance id → the time its contributions lapse (ms, Redis clock)
   KEYS[3]  this instance's contributions: hash channel id → packed count, as it last reported it
-  (one hash tag for all three and for every instance's hash, so the call is legal on Redis Cluster)
+  KEYS[4]  cooling    hash  channel id → the end of its cooldown (ms, Redis clock)
+  (one hash tag for all four and for every instance's hash, so the call is legal on Redis Cluster)
   ARGV[1]  this instance's id (its reporters member)
   ARGV[2]  mode: 'd' puts in the counts given; 'f' also zeroes every channel it reported before and does not name
            now (a full report); 'l' takes everything it reported out (it leaves)
@@ -16,23 +16,24 @@
   ARGV[4]  sweep: how many lapsed instances to take out at most (0: none)
   ARGV[5]  an instance's hash is ARGV[5] .. its id .. ARGV[6]
   ARGV[6]
-  ARGV[7]  n: channels reported
-  ARGV[8..7+2n]  per channel: id, packed count now
-  then     the fields to read
+  ARGV[7]  '1' to read the cooling hash too
+  ARGV[8]  n: channels reported
+  ARGV[9..8+2n]  per channel: id, packed count now
+  then     the channels to read
 
   The change each count makes is taken from this instance's hash, so the summary always equals the sum of the
   instances' hashes whatever was lost or sent twice: an exchange that timed out is simply sent again.
   Returns { 1, or 0 when a keep found this instance unregistered (the summary lost its contributions, or took them
-  out as lapsed: it should send a full report), the Redis time in ms, then the values of the fields read ('' for
-  none) }.
+  out as lapsed: it should send a full report), the Redis time in ms, the number of values read, the values of the
+  channels read ('' for none), then the cooling hash's field-value pairs when asked for }.
   Cost: HMGET of this instance's hash and HSET of the counts given (when any), HINCRBY per count that changed,
-  HMGET of the fields read; with a keep, TIME and ZADD; with a sweep, TIME, ZRANGEBYSCORE, and per lapsed instance
-  HGETALL, DEL, ZREM and an HINCRBY per channel it held.
+  HMGET of the channels read (when any), HGETALL of the cooling hash when asked; with a keep, TIME, ZADD and a
+  PEXPIRE of the summary, the reporters and this instance's hash (to 1.25 × keep); with a sweep, TIME, ZRANGEBYSCORE, and per lapsed instance HGETALL, DEL, ZREM and an HINCRBY per channel it held.
 ]]
 --- @include "redisNow"
 local summary, reporters, mine = KEYS[1], KEYS[2], KEYS[3]
 local mode = ARGV[2]
-local n = tonumber(ARGV[7])
+local n = tonumber(ARGV[8])
 
 -- Adds the change of each count (`changes`: channel id → change) to the summary.
 local function apply(changes)
@@ -56,11 +57,18 @@ end
 
 local status = 1
 if ARGV[3] ~= '' and mode ~= 'l' then
-  local added = redis.call('ZADD', reporters, redisNow() + tonumber(ARGV[3]), ARGV[1])
+  local keep = tonumber(ARGV[3])
+  local added = redis.call('ZADD', reporters, redisNow() + keep, ARGV[1])
   if added == 1 and mode == 'd' then
     -- unknown here: what it reported before is gone, so its other channels are missing from the summary
     status = 0
   end
+  -- what nobody renews goes by itself: once no instance that holds anything is left, the summary's keys expire
+  -- (an instance holding anything renews every quarter of its keep)
+  local expiry = keep + math.floor(keep / 4)
+  redis.call('PEXPIRE', summary, expiry)
+  redis.call('PEXPIRE', reporters, expiry)
+  redis.call('PEXPIRE', mine, expiry)
 end
 
 if mode == 'l' then
@@ -78,10 +86,10 @@ elseif status == 1 and (n > 0 or mode == 'f') then
   if n > 0 then
     local ids, counts, set = {}, {}, {}
     for i = 1, n do
-      ids[i] = ARGV[6 + 2 * i]
-      counts[i] = tonumber(ARGV[7 + 2 * i])
+      ids[i] = ARGV[7 + 2 * i]
+      counts[i] = tonumber(ARGV[8 + 2 * i])
       set[#set + 1] = ids[i]
-      set[#set + 1] = ARGV[7 + 2 * i]
+      set[#set + 1] = ARGV[8 + 2 * i]
     end
     local before = {}
     if mode == 'd' then
@@ -104,12 +112,18 @@ if tonumber(ARGV[4]) > 0 then
   end
 end
 
-local reply = { status, nowMs or '' }
-local read = 8 + 2 * n
+local reply = { status, nowMs or '', 0 }
+local read = 9 + 2 * n
 if read <= #ARGV then
   local values = redis.call('HMGET', summary, unpack(ARGV, read))
+  reply[3] = #values
   for i = 1, #values do
     reply[#reply + 1] = values[i] or ''
+  end
+end
+if ARGV[7] == '1' then
+  for _, v in ipairs(redis.call('HGETALL', KEYS[4])) do
+    reply[#reply + 1] = v
   end
 end
 return reply
