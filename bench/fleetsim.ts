@@ -240,7 +240,7 @@ export async function runFleetSimPass(
   const targets = evaluateSimTargets(records);
   if (records.length) {
     o.out(`\n## Fleet simulator (fleetsim, ${o.grid} grid)${suffix}\n\n`);
-    o.out(`${simParamsLine(shape, records[0]!.cell, redis.label)}\n`);
+    o.out(`${simParamsLine(shape, { ...records[0]!.cell, workers: o.workers }, redis.label)}\n`);
     o.out(simTable(records));
     o.out(`\n${simDetailTable(records)}`);
     o.out(`\n### Fleet simulator targets${suffix}\n\n${simTargetsTable(targets)}`);
