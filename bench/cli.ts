@@ -71,7 +71,7 @@ export function benchCommand(): Command {
         'open200w (200 % on 10 channels × max 4, 4 instances), fair2 (closed loop, 2 instances, staggered start), ' +
         'clients2 (a heavy and a light client on one channel of max 4, 2 instances, next to ideal weighted-fair ' +
         'and FIFO schedulers); not in the default set: fleetsim (the fleet simulator: N = 1–100 engines × C = ' +
-        '50–1,000 channels, the load summary beside per-channel reads; ~7 min per topology with the full grid)',
+        '50–1,000 channels, the load summary beside per-channel reads; ~5 min per topology with the full grid)',
     )
     .option(
       '--contenders <ids>',
