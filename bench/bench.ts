@@ -11,6 +11,7 @@ import { clusterLegend, clusterTable, clusterTargets } from './cluster-report.js
 import { ALL_IDS, loadContenders } from './contenders/index.js';
 import { fleetLegend } from './fleet-report.js';
 import { fleetTargetMatrix } from './fleet-targets.js';
+import { FLEETSIM_ID, FleetSimSession, type FleetSimOptions, type FleetSimRecord } from './fleetsim.js';
 import { FLEET_SCENARIOS, findFleetScenario, type FleetScenario } from './openloop.js';
 import { fleetRunsOf, runPass, type Pass } from './pass.js';
 import { openRedis, type RedisUnderTest } from './redis.js';
@@ -53,6 +54,8 @@ export interface BenchOptions {
   clusterOnly?: readonly string[];
   /** Seed nodes (host:port) of a cluster to measure instead of a private one. */
   clusterNodes?: readonly string[];
+  /** The fleet simulator (scenario id `fleetsim`, never in the default set): its grid, seconds per cell, workers. */
+  fleetsim?: Partial<FleetSimOptions>;
   /** Directory for the JSON, SVG and markdown files; none written when undefined. */
   outDir?: string;
   out?: (text: string) => void;
@@ -63,6 +66,8 @@ export interface BenchReport {
   meta: Meta;
   runs: RunRecord[];
   targets: ReturnType<typeof evaluateTargets>;
+  /** The fleet simulator's cells, when it ran. */
+  fleetsim: FleetSimRecord[];
   failures: string[];
   files: string[];
 }
@@ -121,21 +126,33 @@ function plan(
   return { scale, http, open, estimateS: Math.round(total(scale, http, open)) };
 }
 
-/** The load/scale/HTTP and fleet scenarios of `ids`; an unknown id is an error naming the known ones. */
-function scenariosOf(ids: readonly string[]): { scenarios: Scenario[]; fleet: FleetScenario[] } {
+/**
+ * The load/scale/HTTP and fleet scenarios of `ids`, and whether the fleet simulator is among them; an unknown id is
+ * an error naming the known ones.
+ */
+function scenariosOf(ids: readonly string[]): {
+  scenarios: Scenario[];
+  fleet: FleetScenario[];
+  sim: boolean;
+} {
   const scenarios: Scenario[] = [];
   const fleet: FleetScenario[] = [];
+  let sim = false;
   for (const id of ids) {
+    if (id.toLowerCase() === FLEETSIM_ID) {
+      sim = true;
+      continue;
+    }
     const s = findScenario(id);
     const f = findFleetScenario(id);
     if (s) scenarios.push(s);
     else if (f) fleet.push(f);
     else {
-      const known = [...SCENARIOS, ...FLEET_SCENARIOS].map((x) => x.id).join(', ');
+      const known = [...[...SCENARIOS, ...FLEET_SCENARIOS].map((x) => x.id), FLEETSIM_ID].join(', ');
       throw new Error(`unknown scenario "${id}" (known: ${known})`);
     }
   }
-  return { scenarios, fleet };
+  return { scenarios, fleet, sim };
 }
 
 export async function runBench(options: BenchOptions = {}): Promise<BenchReport> {
@@ -150,11 +167,11 @@ export async function runBench(options: BenchOptions = {}): Promise<BenchReport>
 
   const single = topologies.includes('single')
     ? scenariosOf(options.only ?? [...SCENARIOS, ...FLEET_SCENARIOS].map((s) => s.id))
-    : { scenarios: [], fleet: [] };
+    : { scenarios: [], fleet: [], sim: false };
   // the gateway's HTTP runs stay on one node: its config names one Redis URL in the benchmark's set-up
   const onCluster = topologies.includes('cluster')
     ? scenariosOf(options.clusterOnly ?? options.only ?? CLUSTER_DEFAULT_IDS)
-    : { scenarios: [], fleet: [] };
+    : { scenarios: [], fleet: [], sim: false };
   onCluster.scenarios = onCluster.scenarios.filter((s) => s.kind !== 'http');
   const loaded = loadContenders(options.contenders ?? ALL_IDS);
   const contenders = [...loaded, ...(options.extraContenders ?? [])];
@@ -188,10 +205,14 @@ export async function runBench(options: BenchOptions = {}): Promise<BenchReport>
     planned.http,
     { scenarios: onCluster.fleet, contenders: fleetPool.filter((c) => !c.notOnCluster), openS: planned.open },
   );
-  const clusterRuns = onCluster.scenarios.length + onCluster.fleet.length > 0;
+  const clusterRuns = onCluster.scenarios.length + onCluster.fleet.length > 0 || onCluster.sim;
+  const sim = new FleetSimSession(options.fleetsim, { out, progress });
+  const simS = sim.estimateS(Number(single.sim) + Number(onCluster.sim));
 
   const redis: RedisUnderTest | undefined =
-    single.scenarios.length + single.fleet.length > 0 ? await openRedis(options.redisUrl) : undefined;
+    single.scenarios.length + single.fleet.length > 0 || single.sim
+      ? await openRedis(options.redisUrl)
+      : undefined;
   let cluster: RedisUnderTest | undefined;
   try {
     cluster = clusterRuns ? await openCluster(options.clusterNodes) : undefined;
@@ -215,21 +236,29 @@ export async function runBench(options: BenchOptions = {}): Promise<BenchReport>
       'Peers that have no wait queue (redis-semaphore) turn a full candidate set into a 429 at once; slotgate waits up to 5 s in its bounded queue and Bottleneck in its own (unbounded in time) limiter queue — compare 429 ratios and latencies with that in mind.',
     ],
   };
-  const ids = (x: { scenarios: Scenario[]; fleet: FleetScenario[] }) =>
-    [...x.scenarios, ...x.fleet].map((s) => s.id).join(', ');
+  // what a pass runs: its scenarios × its contenders, and the fleet simulator (its two load views) beside them
+  const what = (
+    x: { scenarios: Scenario[]; fleet: FleetScenario[]; sim: boolean },
+    own: readonly Contender[],
+  ) =>
+    [
+      ...(x.scenarios.length + x.fleet.length
+        ? [`${[...x.scenarios, ...x.fleet].map((s) => s.id).join(', ')} × ${own.map((c) => c.id).join(', ')}`]
+        : []),
+      ...(x.sim ? [`${FLEETSIM_ID} × slotgate, slotgate-per-channel`] : []),
+    ].join(' and ');
   out(`# slotgate bench\n`);
   out(
     `${started.toISOString()} · Redis: ${meta.redis}${cluster && redis ? ` · Cluster: ${cluster.label}` : ''} · ` +
       `Node ${meta.node} · ${meta.cpu} · ${meta.os}\n\n` +
       `Durations: ${durationS} s per W run, ${planned.scale} s per scale-out run, ${planned.http} s per HTTP run, ` +
       `${planned.open} s per fleet run (each after a warm-up); estimated ` +
-      `${Math.round((planned.estimateS + clusterPlan.estimateS) / 60)} min for ` +
-      (redis ? `${ids(single)} × ${contenders.map((c) => c.id).join(', ')} on one node` : '') +
+      `${Math.round((planned.estimateS + clusterPlan.estimateS + simS) / 60)} min for ` +
+      (redis ? `${what(single, contenders)} on one node` : '') +
       (redis && clusterRuns ? '; ' : '') +
-      (clusterRuns
-        ? `${ids(onCluster)} × ${clusterContenders.map((c) => c.id).join(', ')} on the cluster`
-        : '') +
+      (clusterRuns ? `${what(onCluster, clusterContenders)} on the cluster` : '') +
       '.' +
+      (single.sim || onCluster.sim ? ` ${sim.describe()}` : '') +
       (planned.scale < durationS || planned.http < durationS || planned.open < (options.openDurationS ?? 10)
         ? ` Scale-out, HTTP and fleet runs were shortened to fit the ${Math.round(budgetS / 60)}-minute budget.`
         : ''),
@@ -278,15 +307,19 @@ export async function runBench(options: BenchOptions = {}): Promise<BenchReport>
 
   try {
     if (redis) await runPass(pass(redis, single, contenders));
+    if (redis && single.sim && !oversell) await sim.pass(redis, '', 'fleetsim');
     if (cluster && !oversell) {
       out(`\n# On a Redis Cluster\n\nThe same scenarios on ${cluster.label}.`);
       await runPass(pass(cluster, onCluster, clusterContenders, ' — on the cluster'));
+      if (onCluster.sim && !oversell) await sim.pass(cluster, ' — on the cluster', 'fleetsim-cluster');
     }
+    failures.push(...sim.failures); // an oversell or a failed cell of the fleet simulator fails the run
     meta.totalS = Math.round((performance.now() - t0) / 1000);
     // the single-node targets compare runs on one node; the cluster has targets of its own, against them
     const oneNode = runs.filter((r) => !r.topology);
-    const targets = [...evaluateTargets(oneNode), ...clusterTargets(runs)];
-    out(`\n## Targets\n\n${targetsTable(targets)}`);
+    const targets = runs.length ? [...evaluateTargets(oneNode), ...clusterTargets(runs)] : [];
+    // a fleet-simulator-only run has its own targets block (fleetsim-targets.ts), printed with its tables
+    if (runs.length) out(`\n## Targets\n\n${targetsTable(targets)}`);
     const matrix = fleetTargetMatrix(oneNode);
     if (matrix) out(`\n### Fleet targets per run\n\n${matrix}`);
     const side = clusterTable(
@@ -296,7 +329,10 @@ export async function runBench(options: BenchOptions = {}): Promise<BenchReport>
     if (side) out(`\n## Cluster beside single node\n\n${side}\n\n${clusterLegend()}`);
     const readme = readmeTable(oneNode, meta);
     if (readme) out(`\n## README table\n\n${readme}`);
-    out(`\n## Legend\n\n${legend(meta)}${runs.some((r) => r.fleet) ? `\n${fleetLegend().join('\n')}` : ''}`);
+    if (runs.length)
+      out(
+        `\n## Legend\n\n${legend(meta)}${runs.some((r) => r.fleet) ? `\n${fleetLegend().join('\n')}` : ''}`,
+      );
     if (failures.length) out(`\n## Runs that failed\n\n${failures.map((f) => `- ${f}`).join('\n')}`);
     out(`\nTotal: ${meta.totalS} s.`);
 
@@ -304,7 +340,13 @@ export async function runBench(options: BenchOptions = {}): Promise<BenchReport>
     if (options.outDir) {
       await mkdir(options.outDir, { recursive: true });
       const stamp = started.toISOString().replace(/[:.]/g, '-');
-      const report = { meta, runs: runs.map((r) => ({ ...r, figures: figures(r) })), targets, failures };
+      const report = {
+        meta,
+        runs: runs.map((r) => ({ ...r, figures: figures(r) })),
+        targets,
+        ...(sim.records.length ? { fleetsim: sim.records } : {}),
+        failures,
+      };
       const json = join(options.outDir, `${stamp}.json`);
       await writeFile(json, `${JSON.stringify(report, null, 2)}\n`);
       files.push(json);
@@ -314,6 +356,7 @@ export async function runBench(options: BenchOptions = {}): Promise<BenchReport>
         await writeFile(path, svg);
         files.push(path);
       }
+      files.push(...(await sim.writePlots(options.outDir, stamp)));
       if (readme) {
         const path = join(options.outDir, `${stamp}.readme.md`);
         await writeFile(path, `${readme}\n`);
@@ -325,7 +368,7 @@ export async function runBench(options: BenchOptions = {}): Promise<BenchReport>
       out(`\n**FAILED: ${oversell.message}**`);
       throw oversell;
     }
-    return { meta, runs, targets, failures, files };
+    return { meta, runs, targets, fleetsim: sim.records, failures, files };
   } finally {
     await redis?.close();
     await cluster?.close();

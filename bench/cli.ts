@@ -14,6 +14,9 @@ export interface BenchCommandOptions {
   topology: string;
   clusterOnly?: string;
   clusterNodes?: string;
+  fleetsimGrid: string;
+  fleetsimDuration?: string;
+  fleetsimWorkers: string;
   out: string;
 }
 
@@ -39,6 +42,19 @@ function seconds(value: string | undefined, name: string): number | undefined {
   return n;
 }
 
+function grid(value: string): 'full' | 'quick' {
+  if (value !== 'full' && value !== 'quick')
+    throw new Error(`Expected \`--fleetsim-grid\` to be full or quick, got ${JSON.stringify(value)}`);
+  return value;
+}
+
+function workers(value: string): number {
+  const n = Number(value);
+  if (!Number.isInteger(n) || n < 1 || n > 16)
+    throw new Error(`Expected \`--fleetsim-workers\` to be an integer in 1–16, got ${JSON.stringify(value)}`);
+  return n;
+}
+
 export function benchCommand(): Command {
   return new Command('bench')
     .description(
@@ -54,7 +70,8 @@ export function benchCommand(): Command {
         "open200d (open200 on 2 instances with slotgate's default queue bound), " +
         'open200w (200 % on 10 channels × max 4, 4 instances), fair2 (closed loop, 2 instances, staggered start), ' +
         'clients2 (a heavy and a light client on one channel of max 4, 2 instances, next to ideal weighted-fair ' +
-        'and FIFO schedulers)',
+        'and FIFO schedulers); not in the default set: fleetsim (the fleet simulator: N = 1–100 engines × C = ' +
+        '50–1,000 channels, the load summary beside per-channel reads; ~5 min per topology with the full grid)',
     )
     .option(
       '--contenders <ids>',
@@ -91,6 +108,17 @@ export function benchCommand(): Command {
       '--cluster-nodes <list>',
       'measure this cluster (seed nodes host:port, comma-separated) instead of a private one (env REDIS_CLUSTER_NODES)',
     )
+    .option(
+      '--fleetsim-grid <grid>',
+      'fleetsim cells: full (N = 1, 10, 50, 100 × C = 50, 500, 1000) or quick (N = 10, 100 × C = 50, 1000)',
+      'full',
+    )
+    .option('--fleetsim-duration <s>', 'seconds measured per fleetsim cell (default: 10)')
+    .option(
+      '--fleetsim-workers <n>',
+      'worker processes the fleetsim engines are spread over (fewer when N is smaller)',
+      '2',
+    )
     .option('--out <dir>', 'directory for the JSON, SVG and README-table files', 'bench/results')
     .action(async (opts: BenchCommandOptions) => {
       try {
@@ -110,6 +138,13 @@ export function benchCommand(): Command {
           ...((opts.clusterNodes ?? process.env.REDIS_CLUSTER_NODES)
             ? { clusterNodes: list(opts.clusterNodes ?? process.env.REDIS_CLUSTER_NODES)! }
             : {}),
+          fleetsim: {
+            grid: grid(opts.fleetsimGrid),
+            workers: workers(opts.fleetsimWorkers),
+            ...(opts.fleetsimDuration
+              ? { durationS: seconds(opts.fleetsimDuration, 'fleetsim-duration')! }
+              : {}),
+          },
           outDir: opts.out,
         });
         if (report.failures.length) process.exitCode = 1;

@@ -5,10 +5,10 @@
 import { figures, fmt } from './report.js';
 import type { RunRecord } from './run.js';
 
-const COLORS = ['#1f77b4', '#d62728', '#2ca02c', '#9467bd', '#ff7f0e', '#8c564b'];
+export const COLORS = ['#1f77b4', '#d62728', '#2ca02c', '#9467bd', '#ff7f0e', '#8c564b'];
 const SWEEP = ['W1-75', 'W1', 'W2'];
 
-const esc = (s: string) => s.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;');
+export const esc = (s: string) => s.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;');
 
 /** 0, a round step, … up to at least max. */
 function ticks(max: number): number[] {
@@ -21,13 +21,14 @@ function ticks(max: number): number[] {
   return out;
 }
 
-interface Series {
+export interface Series {
   label: string;
   color: string;
   points: { x: number; y: number }[];
 }
 
-function panel(
+/** One chart: a line per series over `xs`; the y axis reaches at least `minTop` (panels that share a scale). */
+export function panel(
   series: readonly Series[],
   xs: readonly number[],
   title: string,
@@ -36,8 +37,10 @@ function panel(
   w: number,
   h: number,
   digits: number,
+  xLabel = 'offered load (concurrent acquirers)',
+  minTop = 0,
 ): string {
-  const maxY = Math.max(0, ...series.flatMap((s) => s.points.map((p) => p.y)));
+  const maxY = Math.max(minTop, ...series.flatMap((s) => s.points.map((p) => p.y)));
   const yt = ticks(maxY);
   const top = yt.at(-1)!;
   const minX = Math.min(...xs);
@@ -57,9 +60,7 @@ function panel(
     out.push(`<text x="${px(x)}" y="${oy + h + 18}" text-anchor="middle">${x}</text>`);
   }
   out.push(`<rect x="${ox}" y="${oy}" width="${w}" height="${h}" fill="none" stroke="#333"/>`);
-  out.push(
-    `<text x="${ox + w / 2}" y="${oy + h + 36}" text-anchor="middle">offered load (concurrent acquirers)</text>`,
-  );
+  out.push(`<text x="${ox + w / 2}" y="${oy + h + 36}" text-anchor="middle">${esc(xLabel)}</text>`);
   for (const s of series) {
     const pts = s.points.map((p) => `${px(p.x).toFixed(1)},${py(p.y).toFixed(1)}`).join(' ');
     out.push(`<polyline points="${pts}" fill="none" stroke="${s.color}" stroke-width="2"/>`);
