@@ -223,7 +223,7 @@ describe('reports of this instance’s own counts', () => {
 });
 
 describe('reads through the summary', () => {
-  it('cached channels cost nothing within the TTL; after it, one exchange reads every channel wanted within two TTLs', async () => {
+  it('cached channels cost nothing within the TTL; after it, one exchange reads every channel wanted within five TTLs', async () => {
     const { clock, summary, view, t0 } = fixture();
     summary.put('other', { a: own(2), c: own(1, 3) });
     const v = view('i1');
@@ -270,14 +270,14 @@ describe('reads through the summary', () => {
     );
     expect(summary.exchanges.slice(2)).toStrictEqual([{ at: t0 + 300, ...plain, read: ['a', 'b', 'c'] }]);
 
-    // b and c were last wanted at +300: at +700 (two TTLs) they are still read along with a, at +900 no longer
-    await elapse(clock, 400);
+    // b and c were last wanted at +300: at +1300 (five TTLs) they are still read along with a, at +1500 no longer
+    await elapse(clock, 1000);
     await v.read(['a']);
     await elapse(clock, 200);
     await v.read(['a']);
     expect(summary.exchanges.slice(3)).toStrictEqual([
-      { at: t0 + 700, ...plain, read: ['a', 'b', 'c'] },
-      { at: t0 + 900, ...plain, read: ['a'] },
+      { at: t0 + 1300, ...plain, read: ['a', 'b', 'c'] },
+      { at: t0 + 1500, ...plain, read: ['a'] },
     ]);
     expect(v.counters).toMatchObject({ hits: 3, misses: 5, fetches: 5, reports: 0 });
   });

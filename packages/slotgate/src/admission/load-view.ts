@@ -82,6 +82,8 @@ const ZERO: LocalNet = Object.freeze({ active: 0, waiting: 0 });
 
 /** Channels one summary round reads at most besides those asked for. */
 const MAX_WATCHED = 2000;
+/** A summary round re-reads the channels wanted within this many TTLs. */
+const WATCH_TTLS = 5;
 
 type Round = Promise<Map<string, ChannelLoad> | null>;
 
@@ -324,9 +326,9 @@ export class LoadView {
   }
 
   /**
-   * The channels asked for, and every channel a selection wanted within the last two TTLs whose entry is at least
-   * half a TTL old (read in one go, so the next passes over other candidate sets find them fresh; one read just
-   * made is not read again).
+   * The channels asked for, and every channel a selection wanted within the last five TTLs, read in one go: the
+   * entries then expire together, and the passes of the next TTL over other candidate sets find them fresh (one
+   * round per TTL where each set would take one of its own).
    */
   private withWatched(requested: string[]): string[] {
     const now = this.opts.clock.now();
@@ -334,7 +336,7 @@ export class LoadView {
     const ids = new Set(requested);
     for (const [id, entry] of this.cache) {
       if (ids.size >= MAX_WATCHED) break;
-      if (entry.wantedAt >= now - 2 * ttl && now - entry.fetchedAt >= ttl / 2) ids.add(id);
+      if (entry.wantedAt >= now - WATCH_TTLS * ttl) ids.add(id);
     }
     return [...ids];
   }
