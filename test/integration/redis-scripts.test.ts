@@ -1083,7 +1083,7 @@ function hashTag(key: string): string {
 }
 
 describe('Cluster: every script call stays within one hash slot', () => {
-  it("the store's calls of every script, in its Cluster mode, carry only keys of one channel's hash tag", async () => {
+  it("the store's calls of every script, in its Cluster mode, carry only keys of one hash tag (a channel's, or the load summary's)", async () => {
     // A single node dressed as a Cluster client: the store takes its Cluster path (one channel per acquire call,
     // releases sent at once, renewals grouped by channel), and every command it sends is recorded.
     const fake = new Redis(redisUrl(), { enableAutoPipelining: false, maxRetriesPerRequest: 1 });
@@ -1153,7 +1153,20 @@ describe('Cluster: every script call stays within one hash slot', () => {
     };
     expect(await fixFindings(fake, [dead], prefix)).toBe(1);
 
-    const tags = new Set([encodeChannelId(id), encodeChannelId(other)]);
+    // the load summary: all its keys under one hash tag of their own (redis.md, "The load summary")
+    const read = await store.exchangeLoads({
+      instanceId: 'c',
+      mode: 'full',
+      counts: new Map([[id, { active: 1, waiting: 0 }]]),
+      keepMs: 60_000,
+      sweep: 1,
+      read: [id, other],
+    });
+    expect(read.loads.get(id)).toMatchObject({ active: 1, waiting: 0 });
+
+    const tags = new Set([encodeChannelId(id), encodeChannelId(other), hashTag(keys.loadSummary())]);
+    for (const k of [keys.loadReporters(), keys.loadReporter('c'), keys.loadCooling()])
+      expect(hashTag(k)).toBe(hashTag(keys.loadSummary()));
     expect(hashTag(keys.slots(id))).toBe(encodeChannelId(id));
     for (const k of [keys.waiters(id), keys.queue(id), keys.cooldown(id)])
       expect(hashTag(k)).toBe(hashTag(keys.slots(id)));
