@@ -89,7 +89,9 @@ describe('bench harness', () => {
     if (id.startsWith('slotgate')) {
       const p = r.purposes!;
       expect(p.load_read).toBeGreaterThan(0);
-      expect(p.acquire).toBeGreaterThan(0); // the first slots at least
+      // the first slots at least, through the acquire script or the queue (a pass on a channel this instance knows
+      // to be queued joins the queue without an acquire call: in a window that is all overload, it may never acquire)
+      expect(p.acquire! + p.wait!).toBeGreaterThan(0);
       if (id === 'slotgate-no-handoff') {
         expect(p.handoffs).toBe(0);
         expect(p.release).toBeGreaterThan(0);

@@ -235,3 +235,39 @@ describe('orderByLoad()', () => {
     }
   });
 });
+
+describe('LazyOrder with spread (loads every instance reads alike)', () => {
+  const rates: Record<string, number> = { full: 1, over: 1.25, half: 0.5, quarter: 0.75, empty: 0 };
+  const items = Object.keys(rates).map((id) => ch(id));
+  const first = (random: Random) => new LazyOrder(items, (c) => rates[c.id]!, random, true).next()!.id;
+
+  it('first picks a channel shown with room, drawn by free share, never a full one', () => {
+    const random = mulberry32(7);
+    const counts: Record<string, number> = {};
+    const n = 20_000;
+    for (let i = 0; i < n; i++) {
+      const id = first(random);
+      counts[id] = (counts[id] ?? 0) + 1;
+    }
+    expect(counts.full ?? 0).toBe(0);
+    expect(counts.over ?? 0).toBe(0);
+    // free shares 1 : 0.5 : 0.25 of 1.75
+    expect(counts.empty! / n).toBeCloseTo(1 / 1.75, 1);
+    expect(counts.half! / n).toBeCloseTo(0.5 / 1.75, 1);
+    expect(counts.quarter! / n).toBeCloseTo(0.25 / 1.75, 1);
+  });
+
+  it('once no channel shows room, the rest come lowest rate first', () => {
+    const order = new LazyOrder(items, (c) => rates[c.id]!, mulberry32(3), true);
+    const drained = Array.from({ length: items.length }, () => order.next()!.id);
+    expect(new Set(drained.slice(0, 3))).toEqual(new Set(['empty', 'half', 'quarter']));
+    expect(drained.slice(3)).toEqual(['full', 'over']);
+    expect(order.next()).toBeUndefined();
+  });
+
+  it('without spread the lowest rate always comes first', () => {
+    const random = mulberry32(11);
+    for (let i = 0; i < 100; i++)
+      expect(new LazyOrder(items, (c) => rates[c.id]!, random).next()!.id).toBe('empty');
+  });
+});

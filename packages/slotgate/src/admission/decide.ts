@@ -23,17 +23,22 @@ export function hasRoom(c: Candidate, loads: Loads): boolean {
   return !load || load.active < c.maxConcurrency!;
 }
 
-/** A tier without its cooling channels, lowest load rate first, a weighted shuffle among equal rates, lazily. */
+/**
+ * A tier without its cooling channels, lowest load rate first, a weighted shuffle among equal rates, lazily; with
+ * `spread` (loads from the fleet's load summary), channels with room first, drawn by free share (core/order.ts).
+ */
 export function orderTier<C extends Candidate>(
   tier: readonly C[],
   loads: Loads,
   cooling: (c: C) => boolean,
   random: Random,
+  spread = false,
 ): LazyOrder<C> {
   return new LazyOrder(
     tier.filter((c) => !cooling(c)),
     (c) => loadRate(c, loads),
     random,
+    spread,
   );
 }
 

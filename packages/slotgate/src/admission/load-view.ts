@@ -139,6 +139,11 @@ export class LoadView {
     return on;
   }
 
+  /** Whether reads come from the load summary, which every instance reads alike (the pass spreads its picks then). */
+  get sharedLoads(): boolean {
+    return this.summaryOn();
+  }
+
   /** This instance's own counts on the channel, as the summary gets them. */
   private own(id: string): OwnCounts {
     const n = this.net.get(id) ?? ZERO;

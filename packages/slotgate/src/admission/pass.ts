@@ -75,6 +75,8 @@ export async function runPass<C extends Candidate>(
   }
 
   let budget = settings.max_acquire_attempts;
+  // loads every instance reads alike: spread the picks, or every instance goes for the same least-loaded channel
+  const spread = !prepared.viewless && view.sharedLoads;
   /** Whether this pass has asked the store yet: its first reply measures how well the view ordered. */
   let asked = false;
   /** Channels a waiter could queue on: found full, or skipped for lack of budget (never cooling ones). */
@@ -97,7 +99,7 @@ export async function runPass<C extends Candidate>(
       waitPool.add(c);
       return false;
     });
-    let order = orderTier(open, loads, cooling, engine.random);
+    let order = orderTier(open, loads, cooling, engine.random, spread);
     // Every channel of the tier filtered as cooling by a cached snapshot: read the tier fresh once (a cooldown may
     // have ended). With the cache off every read is fresh already.
     if (order.size === 0 && settings.load_cache_enabled && !storeDown) {
@@ -106,7 +108,7 @@ export async function runPass<C extends Candidate>(
         const fresh = await withAbort(engine, view.readFresh(tierBounded.map((c) => c.id)), signal);
         if (fresh) {
           for (const [id, load] of fresh) loads.set(id, load);
-          order = orderTier(open, loads, cooling, engine.random);
+          order = orderTier(open, loads, cooling, engine.random, spread);
         }
       }
     }

@@ -54,10 +54,16 @@ export class LazyOrder<C extends Candidate> {
   private readonly taken: boolean[];
   private left: number;
 
+  /**
+   * `spread`: the first picks go to a channel shown with room, drawn with probability proportional to its free share
+   * (1 − rate) × weight, instead of the lowest rate: for loads every instance reads alike (the load summary), where
+   * the lowest rate would send every instance to the same channel. Once none shows room, lowest rate first as above.
+   */
   constructor(
     private readonly items: readonly C[],
     loadRate: (c: C) => number,
     private readonly random: Random,
+    private readonly spread = false,
   ) {
     this.rates = items.map(loadRate);
     this.taken = new Array<boolean>(items.length).fill(false);
@@ -71,6 +77,10 @@ export class LazyOrder<C extends Candidate> {
 
   next(): C | undefined {
     if (this.left === 0) return undefined;
+    if (this.spread) {
+      const pick = this.spreadPick();
+      if (pick >= 0) return this.take(pick);
+    }
     let min = Infinity;
     let total = 0;
     let count = 0;
@@ -98,8 +108,32 @@ export class LazyOrder<C extends Candidate> {
       r -= w;
       if (r < 0) break;
     }
-    this.taken[pick] = true;
+    return this.take(pick);
+  }
+
+  /** A channel shown with room, drawn by free share × weight; -1 when none. */
+  private spreadPick(): number {
+    let total = 0;
+    for (let i = 0; i < this.items.length; i++) {
+      if (!this.taken[i] && this.rates[i]! < 1) total += (1 - this.rates[i]!) * weightOf(this.items[i]!);
+    }
+    if (!(total > 0)) return -1;
+    let r = this.random() * total;
+    let pick = -1;
+    for (let i = 0; i < this.items.length; i++) {
+      if (this.taken[i] || this.rates[i]! >= 1) continue;
+      const w = (1 - this.rates[i]!) * weightOf(this.items[i]!);
+      if (w <= 0) continue;
+      pick = i;
+      r -= w;
+      if (r < 0) break;
+    }
+    return pick;
+  }
+
+  private take(i: number): C | undefined {
+    this.taken[i] = true;
     this.left--;
-    return this.items[pick];
+    return this.items[i];
   }
 }
