@@ -9,9 +9,9 @@
  * instance sends about two exchanges per TTL at most whatever the channel count (measured: 1.7–1.9 with 10
  * admissions/s per instance, bench fleetsim).
  */
-import type { Clock, Timer } from '../core/clock.js';
+import { within, type Clock, type Timer } from '../core/clock.js';
 import type { Settings } from '../core/settings.js';
-import type { LoadExchange, OwnCounts } from '../store/store.js';
+import type { LoadExchange, LoadExchangeReply, OwnCounts, SlotStore } from '../store/store.js';
 
 /** How often an instance takes out instances whose contributions lapsed (a few per sweep). */
 const SWEEP_EVERY_MS = 5000;
@@ -20,6 +20,8 @@ const SWEEP_BATCH = 4;
 const RETRY_MS = 1000;
 
 export interface SummaryReportsOptions {
+  /** A store with a load summary (`exchangeLoads`). */
+  store: SlotStore;
   clock: Clock;
   settings: () => Settings;
   instanceId: () => string;
@@ -29,10 +31,12 @@ export interface SummaryReportsOptions {
   held: () => Iterable<string>;
   /** Starts a round that carries the pending reports (with whatever it reads). */
   flush: () => void;
+  /** The longest wait for the leave on close. */
+  leaveTimeoutMs: number;
 }
 
 /** What one exchange took out of the pending reports: `settle` puts it back when the exchange failed. */
-export interface Taken {
+interface Taken {
   exchange: Omit<LoadExchange, 'read' | 'onSent'>;
   dirty: readonly string[];
   full: boolean;
@@ -48,8 +52,34 @@ export class SummaryReports {
   private closed = false;
   /** Whether the summary may hold non-zero counts of this instance (its registration must be kept alive). */
   private holding = false;
+  /** Whether the summary was in use when last asked (turned back on, it needs a full report). */
+  private wasInUse = true;
+  private readonly unsubscribe: () => void;
 
-  constructor(private readonly opts: SummaryReportsOptions) {}
+  constructor(private readonly opts: SummaryReportsOptions) {
+    this.unsubscribe = opts.store.onRestart(async () => this.resync());
+  }
+
+  /** Whether rounds go through the summary now (`on`, by the settings); turned back on, the next report is full. */
+  inUse(on: boolean): boolean {
+    if (on && !this.wasInUse) this.resync();
+    this.wasInUse = on;
+    return on;
+  }
+
+  /** One exchange: the pending reports in, the channels' loads out. */
+  async send(read: string[], fresh: boolean): Promise<LoadExchangeReply> {
+    const taken = this.take();
+    let reply: LoadExchangeReply;
+    try {
+      reply = await this.opts.store.exchangeLoads!({ ...taken.exchange, read, ...(fresh ? { fresh } : {}) });
+    } catch (err) {
+      this.settle(taken, false);
+      throw err;
+    }
+    this.settle(taken, true, reply.resync);
+    return reply;
+  }
 
   /** This instance's count on the channel changed: it goes out with the next exchange, within one TTL. */
   changed(id: string): void {
@@ -67,7 +97,7 @@ export class SummaryReports {
   }
 
   /** The reports the next exchange carries, taken out of the pending ones. */
-  take(): Taken {
+  private take(): Taken {
     const { clock, settings, counts, held, instanceId } = this.opts;
     const now = clock.now();
     const keepMs = settings().lease_ttl_ms;
@@ -117,7 +147,7 @@ export class SummaryReports {
   }
 
   /** The exchange came back (`resync`: the summary did not know this instance), or failed (`ok` false). */
-  settle(taken: Taken, ok: boolean, resync = false): void {
+  private settle(taken: Taken, ok: boolean, resync = false): void {
     if (!ok) {
       // unknown whether it was put in: the counts are absolute, so sending them again is exact either way
       for (const id of taken.dirty) this.dirty.add(id);
@@ -149,12 +179,27 @@ export class SummaryReports {
     }, ms);
   }
 
-  /** Stops reporting; the exchange that takes this instance's counts out, when the summary may hold any. */
-  close(): Omit<LoadExchange, 'read' | 'onSent'> | undefined {
+  /**
+   * Stops reporting and takes this instance's counts out of the summary when it may hold any (bounded by
+   * `leaveTimeoutMs`). Nothing is sent after it: a round that has not sent yet sends nothing (the view checks).
+   */
+  async close(): Promise<void> {
     this.closed = true;
+    this.unsubscribe();
     this.timer?.cancel();
     this.timer = undefined;
-    if (!this.holding) return undefined;
-    return { instanceId: this.opts.instanceId(), mode: 'leave', counts: new Map() };
+    if (!this.holding) return;
+    const { store, instanceId, clock, leaveTimeoutMs } = this.opts;
+    const left = store.exchangeLoads!({
+      instanceId: instanceId(),
+      mode: 'leave',
+      counts: new Map(),
+      read: [],
+    });
+    await within(
+      clock,
+      left.catch(() => undefined),
+      leaveTimeoutMs,
+    );
   }
 }

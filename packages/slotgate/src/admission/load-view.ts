@@ -18,8 +18,8 @@ import { abortable } from '../core/abort.js';
 import { within, type Clock } from '../core/clock.js';
 import { pushTo } from '../core/collections.js';
 import type { Settings } from '../core/settings.js';
-import type { ChannelLoad, LoadExchangeReply, OwnCounts, SlotStore } from '../store/store.js';
-import { SummaryReports, type Taken } from './load-summary.js';
+import type { ChannelLoad, OwnCounts, SlotStore } from '../store/store.js';
+import { SummaryReports } from './load-summary.js';
 import { Semaphore } from './semaphore.js';
 
 export interface LocalState {
@@ -108,35 +108,30 @@ export class LoadView {
   private readonly fetchTimeoutMs: number;
   /** This instance's reports to the load summary; undefined when the store has none. */
   private readonly reports: SummaryReports | undefined;
-  /** Whether the summary was in use at the last round (turned back on, it needs a full report). */
-  private summaryWasOn = true;
   private closed = false;
-  private readonly unsubscribe: () => void = () => {};
 
   constructor(private readonly opts: LoadViewOptions) {
     this.fetchTimeoutMs = opts.fetchTimeoutMs ?? 3000;
     this.fetchSlots = new Semaphore(opts.maxConcurrentFetches ?? 2, opts.clock);
     const { store, instanceId } = opts;
     if (store.exchangeLoads && instanceId) {
-      const reports = new SummaryReports({
+      this.reports = new SummaryReports({
+        store,
         clock: opts.clock,
         settings: opts.settings,
         instanceId,
         counts: (id) => this.own(id),
         held: () => [...this.net].filter(([, n]) => n.active > 0 || n.waiting > 0).map(([id]) => id),
         flush: () => this.flush(),
+        leaveTimeoutMs: this.fetchTimeoutMs,
       });
-      this.reports = reports;
-      this.unsubscribe = store.onRestart(async () => reports.resync());
     }
   }
 
   /** Whether rounds go through the load summary. */
-  private summaryOn(settings = this.opts.settings()): boolean {
-    const on = this.reports !== undefined && settings.load_summary_enabled && settings.load_cache_enabled;
-    if (on && !this.summaryWasOn) this.reports!.resync();
-    this.summaryWasOn = on;
-    return on;
+  private summaryOn(): boolean {
+    const settings = this.opts.settings();
+    return this.reports?.inUse(settings.load_summary_enabled && settings.load_cache_enabled) ?? false;
   }
 
   /** Whether reads come from the load summary, which every instance reads alike (the pass spreads its picks then). */
@@ -278,8 +273,9 @@ export class LoadView {
       let read: Promise<Map<string, ChannelLoad>>;
       try {
         read = summary
-          ? this.exchange(ids, fresh, (resync) => {
-              if (resync) bases = ids.map(() => ZERO);
+          ? this.reports!.send(ids, fresh).then((reply) => {
+              if (reply.resync) bases = ids.map(() => ZERO);
+              return reply.loads;
             })
           : this.opts.store.readLoads(ids, { onSent: () => (bases = snapshot()) });
       } catch (err) {
@@ -309,27 +305,6 @@ export class LoadView {
     return round;
   }
 
-  /** One summary exchange: this instance's pending reports in, the channels' loads out. */
-  private exchange(
-    ids: string[],
-    fresh: boolean,
-    answered: (resync: boolean) => void,
-  ): Promise<Map<string, ChannelLoad>> {
-    const reports = this.reports!;
-    const taken: Taken = reports.take();
-    return this.opts.store.exchangeLoads!({ ...taken.exchange, read: ids, ...(fresh ? { fresh } : {}) }).then(
-      (reply: LoadExchangeReply) => {
-        reports.settle(taken, true, reply.resync);
-        answered(reply.resync);
-        return reply.loads;
-      },
-      (err: unknown) => {
-        reports.settle(taken, false);
-        throw err;
-      },
-    );
-  }
-
   /**
    * The channels asked for, and every channel a selection wanted within the last five TTLs, read in one go: the
    * entries then expire together, and the passes of the next TTL over other candidate sets find them fresh (one
@@ -357,11 +332,7 @@ export class LoadView {
   /** Stops reporting to the load summary and takes this instance's counts out of it (bounded by the fetch time-out). */
   async close(): Promise<void> {
     this.closed = true;
-    this.unsubscribe();
-    const leave = this.reports?.close();
-    if (!leave) return;
-    const sent = this.opts.store.exchangeLoads!({ ...leave, read: [] }).catch(() => undefined);
-    await within(this.opts.clock, sent, this.fetchTimeoutMs);
+    await this.reports?.close();
   }
 
   private async readDirect(ids: readonly string[], signal?: AbortSignal): Promise<Map<string, ChannelLoad>> {
