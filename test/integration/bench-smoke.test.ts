@@ -96,8 +96,9 @@ describe('bench harness', () => {
         expect(p.handoffs).toBe(0);
         expect(p.release).toBeGreaterThan(0);
       } else {
-        // every admission in the window came from the acquire script or from a handoff
-        expect(p.handoffs! + p.acquire!).toBeGreaterThan(0);
+        // every slot held in the window ended in a release to Redis or a handoff to a local waiter (in a window that
+        // is all overload, admissions may all come from grants: neither the acquire script nor a handoff)
+        expect(p.handoffs! + p.release!).toBeGreaterThan(0);
       }
     }
   });
