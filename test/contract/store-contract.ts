@@ -8,6 +8,7 @@
 import { describe, expect, it, beforeEach, afterEach } from 'vitest';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type {
+  LoadExchange,
   AcquireTarget,
   EnqueueOptions,
   Listening,
@@ -738,9 +739,69 @@ export function runStoreContract(
       const before = store.commands.load_read;
       await exchange({ instanceId: 'A', mode: 'changes', counts: counts({ c2: [1, 0] }), read: ids });
       await exchange({ instanceId: 'A', mode: 'changes', counts: new Map(), read: ids });
-      // one script call, then one HMGET (a TIME rides along at most once a second)
+      // one script call, then one HGETALL (a TIME rides along at most once a second)
       expect(store.commands.load_read - before).toBeGreaterThanOrEqual(2);
       expect(store.commands.load_read - before).toBeLessThanOrEqual(3);
+      // through a snapshot: the read that builds it is one script call, the next a GET (a cooldown read rides along)
+      const shared = {
+        instanceId: 'B',
+        mode: 'changes',
+        counts: new Map(),
+        read: ids,
+        maxAgeMs: 60_000,
+      } as const;
+      const atShared = store.commands.load_read;
+      expect(shown((await exchange(shared)).loads)).toMatchObject({ c1: [1, 0], c2: [1, 0], c3: [0, 0] });
+      expect(shown((await exchange(shared)).loads)).toMatchObject({ c1: [1, 0], c2: [1, 0], c3: [0, 0] });
+      expect(store.commands.load_read - atShared).toBeGreaterThanOrEqual(3);
+      expect(store.commands.load_read - atShared).toBeLessThanOrEqual(5);
+    });
+
+    it('readers share a snapshot up to maxAgeMs old; what the reader itself changed since is read exactly', async () => {
+      const long = 60_000;
+      // (changes without a keep: a full report would have A read everything exactly for a while, see the end)
+      await exchange({ instanceId: 'A', mode: 'changes', counts: counts({ x: [2, 0] }), read: [] });
+      await exchange({ instanceId: 'C', mode: 'changes', counts: counts({ z: [1, 0] }), read: [] });
+      const read = (instanceId: string, maxAgeMs: number, more: Partial<LoadExchange> = {}) =>
+        exchange({
+          instanceId,
+          mode: 'changes',
+          counts: new Map(),
+          read: ['x', 'y', 'z'],
+          maxAgeMs,
+          ...more,
+        }).then((r) => shown(r.loads));
+      // B's read builds the snapshot; A and C change x, y and z after it
+      expect(await read('B', long)).toEqual({ x: [2, 0], y: [0, 0], z: [1, 0] });
+      await exchange({ instanceId: 'A', mode: 'changes', counts: counts({ x: [5, 1] }), read: [] });
+      await exchange({
+        instanceId: 'C',
+        mode: 'changes',
+        counts: counts({ y: [1, 0], z: [0, 0] }),
+        read: [],
+      });
+      // B sees the snapshot; A sees its own change of x exactly and C's changes as of the snapshot
+      expect(await read('B', long)).toEqual({ x: [2, 0], y: [0, 0], z: [1, 0] });
+      expect(await read('A', long)).toEqual({ x: [5, 1], y: [0, 0], z: [1, 0] });
+      // a change and a read in one exchange: the channel changed is exact
+      expect(await read('A', long, { counts: counts({ y: [3, 0] }) })).toEqual({
+        x: [5, 1],
+        y: [4, 0],
+        z: [1, 0],
+      });
+      // a fresh read, or no max age, reads the summary itself
+      expect(await read('B', long, { fresh: true })).toEqual({ x: [5, 1], y: [4, 0], z: [0, 0] });
+      expect(await read('B', 0)).toEqual({ x: [5, 1], y: [4, 0], z: [0, 0] });
+      expect(await read('B', long)).toEqual({ x: [2, 0], y: [0, 0], z: [1, 0] }); // the snapshot is still there
+      // a reader that allows less never gets an older snapshot; once its own is that old, its read builds a new one
+      expect(await read('B', 10)).toEqual({ x: [5, 1], y: [4, 0], z: [0, 0] });
+      await exchange({ instanceId: 'C', mode: 'changes', counts: counts({ z: [2, 0] }), read: [] });
+      await f.sleep(30);
+      expect(await read('B', 10)).toEqual({ x: [5, 1], y: [4, 0], z: [2, 0] });
+      // after a full report (which may have zeroed any channel), the reporter reads everything exactly for a while
+      await exchange({ instanceId: 'A', mode: 'full', counts: counts({ y: [1, 0] }), read: [] });
+      expect(await read('A', long)).toEqual({ x: [0, 0], y: [2, 0], z: [2, 0] });
+      expect(await read('B', long)).toEqual({ x: [2, 0], y: [0, 0], z: [1, 0] });
     });
   });
 }

@@ -1165,7 +1165,7 @@ describe('Cluster: every script call stays within one hash slot', () => {
     expect(read.loads.get(id)).toMatchObject({ active: 1, waiting: 0 });
 
     const tags = new Set([encodeChannelId(id), encodeChannelId(other), hashTag(keys.loadSummary())]);
-    for (const k of [keys.loadReporters(), keys.loadReporter('c'), keys.loadCooling()])
+    for (const k of [keys.loadReporters(), keys.loadReporter('c'), keys.loadCooling(), keys.loadSnapshot(50)])
       expect(hashTag(k)).toBe(hashTag(keys.loadSummary()));
     expect(hashTag(keys.slots(id))).toBe(encodeChannelId(id));
     for (const k of [keys.waiters(id), keys.queue(id), keys.cooldown(id)])

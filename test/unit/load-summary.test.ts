@@ -2,7 +2,7 @@
  * The load view's side of the load summary (packages/slotgate/src/admission/load-summary.ts and the summary rounds of
  * load-view.ts) on a MemoryStore given an `exchangeLoads` and a ManualClock. The fake summary records every exchange
  * (with the clock's time it went out) and answers from an in-test summary: per instance, the counts it last reported;
- * a channel's load is their sum. Like lua/exchangeLoads-4.lua, a `changes` exchange with a keep from an instance the
+ * a channel's load is their sum. Like lua/exchangeLoads-5.lua, a `changes` exchange with a keep from an instance the
  * summary does not know puts nothing in and answers `resync`. The test can make the next exchanges fail, answer
  * `resync: true` (the summary lost its data), or be held (applied when sent, answered when the test says).
  */
@@ -38,6 +38,8 @@ function fakeSummary(store: SlotStore, clock: ManualClock) {
   const registered = new Set<string>();
   const summary = {
     exchanges: [] as Recorded[],
+    /** The `maxAgeMs` and `fresh` of each exchange, in the same order (kept apart: most tests are about the rest). */
+    ages: [] as { maxAgeMs?: number; fresh?: boolean }[],
     /** How the next exchanges go, one entry each (then: answered at once). */
     next: [] as Behaviour[],
     /** Held exchanges: already applied, their replies waiting for `answer` (or `fail`). */
@@ -92,7 +94,8 @@ function fakeSummary(store: SlotStore, clock: ManualClock) {
   };
 
   store.exchangeLoads = (ex: LoadExchange): Promise<LoadExchangeReply> => {
-    const { onSent: _onSent, counts, read, ...rest } = ex;
+    const { onSent: _onSent, counts, read, maxAgeMs, fresh, ...rest } = ex;
+    summary.ages.push({ maxAgeMs, ...(fresh ? { fresh } : {}) });
     summary.exchanges.push({
       at: clock.now(),
       ...rest,
@@ -280,6 +283,23 @@ describe('reads through the summary', () => {
       { at: t0 + 1500, ...plain, read: ['a'] },
     ]);
     expect(v.counters).toMatchObject({ hits: 3, misses: 5, fetches: 5, reports: 0 });
+  });
+});
+
+describe('how old the summary’s counts may be', () => {
+  it('a round allows a quarter of the load TTL; a fresh read allows none', async () => {
+    const { clock, summary, view, update } = fixture();
+    summary.put('other', { a: own(1) });
+    const v = view('i1');
+    await v.read(['a']);
+    expect(summary.ages).toEqual([{ maxAgeMs: 50 }]);
+    expect(await v.readFresh(['a'])).toEqual(new Map([['a', load(1)]]));
+    expect(summary.ages[1]).toEqual({ maxAgeMs: 50, fresh: true });
+    update({ load_cache_ttl_ms: 1000 });
+    await elapse(clock, 1001);
+    await v.read(['a']);
+    expect(summary.ages[2]).toEqual({ maxAgeMs: 250 });
+    expect(summary.ages).toHaveLength(summary.exchanges.length);
   });
 });
 

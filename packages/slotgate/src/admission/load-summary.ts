@@ -16,6 +16,12 @@ import type { LoadExchange, LoadExchangeReply, OwnCounts, SlotStore } from '../s
 /** How often an instance takes out instances whose contributions lapsed (a few per sweep). */
 const SWEEP_EVERY_MS = 5000;
 const SWEEP_BATCH = 4;
+/**
+ * The summary's readers share a snapshot of it up to a quarter of a load TTL old: so the fleet rebuilds it about four
+ * times per TTL whatever its size, and a count reaches another instance's view at most a quarter TTL later than read
+ * directly (a report waits up to one TTL, the reader's cache another).
+ */
+const SNAPSHOT_AGE_DIVISOR = 4;
 /** After a failed exchange, the next report waits at least this long. */
 const RETRY_MS = 1000;
 
@@ -72,7 +78,12 @@ export class SummaryReports {
     const taken = this.take();
     let reply: LoadExchangeReply;
     try {
-      reply = await this.opts.store.exchangeLoads!({ ...taken.exchange, read, ...(fresh ? { fresh } : {}) });
+      reply = await this.opts.store.exchangeLoads!({
+        ...taken.exchange,
+        read,
+        maxAgeMs: Math.floor(this.opts.settings().load_cache_ttl_ms / SNAPSHOT_AGE_DIVISOR),
+        ...(fresh ? { fresh } : {}),
+      });
     } catch (err) {
       this.settle(taken, false);
       throw err;

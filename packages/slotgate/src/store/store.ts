@@ -156,7 +156,13 @@ export interface LoadExchange {
   sweep?: number;
   /** Channels whose fleet-wide loads to return. */
   read: readonly string[];
-  /** A fresh read: cooldowns read now, not as of up to a second ago. */
+  /**
+   * How old the fleet's counts may be: the readers of one summary share a snapshot of it, built again when it is
+   * older than this, and read exactly the channels this instance changed since. 0 reads the summary itself (its cost
+   * grows with the channel count). A full report, a leave and a fresh read always read it exactly. @default 0
+   */
+  maxAgeMs?: number;
+  /** A fresh read: counts and cooldowns read now, not as of up to `maxAgeMs` or a second ago. */
   fresh?: boolean;
   /** Called when the exchange goes out. */
   onSent?: () => void;

@@ -81,6 +81,7 @@ const EXPECTED_TYPE = {
   load_reporters: 'zset',
   load_reporter: 'hash',
   load_cooling: 'hash',
+  load_snapshot: 'string',
 } as const;
 
 /** SCAN MATCH treats `* ? [ ] \\` as glob syntax; a prefix is matched literally. */
@@ -248,7 +249,8 @@ export async function checkLeftovers(
       shape.kind === 'load_summary' ||
       shape.kind === 'load_reporters' ||
       shape.kind === 'load_reporter' ||
-      shape.kind === 'load_cooling'
+      shape.kind === 'load_cooling' ||
+      shape.kind === 'load_snapshot'
     )
       continue;
     const pttl = await client.pttl(key);

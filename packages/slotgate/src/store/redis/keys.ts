@@ -13,8 +13,10 @@
  *   <prefix>:v1:instances             hash        gateway instance id → JSON heartbeat (dashboard's instance list)
  *   <prefix>:v1:grants:<instanceId>   pub/sub     grants and queue news for one instance's waiters
  *   <prefix>:v1:epoch                 string      "<id>|<created at, Redis ms>|<kind>|<run_id>": changes when Redis lost data
- *   <prefix>:v1:loads                 hash        the load summary (lua/exchangeLoads-4.lua): channel → packed count
+ *   <prefix>:v1:loads                 hash        the load summary (lua/exchangeLoads-5.lua): channel → packed count
  *                                                 summed over the instances
+ *   <prefix>:v1:loads:snapshot:<max age>:{<prefix>:v1:loads}
+ *                                     string      the summary's non-zero counts (JSON), rebuilt when it expired
  *   <prefix>:v1:loads:cooling:{<prefix>:v1:loads}
  *                                     hash        channel → the end of its cooldown (Redis ms), for the summary's readers
  *   <prefix>:v1:loads:reporters:{<prefix>:v1:loads}
@@ -128,6 +130,14 @@ export class KeyBuilder {
     return `${this.base}:loads:cooling:{${this.loadSummary()}}`;
   }
 
+  /**
+   * The load summary's non-zero counts as one string its readers share for up to `maxAgeMs` (summary's slot): one key
+   * per greatest age, so a reader that allows less never gets an older snapshot.
+   */
+  loadSnapshot(maxAgeMs: number): string {
+    return `${this.base}:loads:snapshot:${maxAgeMs}:{${this.loadSummary()}}`;
+  }
+
   /** The instances contributing to the load summary, scored by when their contributions lapse (summary's slot). */
   loadReporters(): string {
     return `${this.base}:loads:reporters:{${this.loadSummary()}}`;
@@ -163,13 +173,16 @@ export class KeyBuilder {
           | 'load_summary'
           | 'load_reporters'
           | 'load_reporter'
-          | 'load_cooling';
+          | 'load_cooling'
+          | 'load_snapshot';
       }
     | null {
     if (key === this.settings() || key === this.settingsRecord()) return { kind: 'settings' };
     if (key === this.loadSummary()) return { kind: 'load_summary' };
     if (key === this.loadReporters()) return { kind: 'load_reporters' };
     if (key === this.loadCooling()) return { kind: 'load_cooling' };
+    if (key.startsWith(`${this.base}:loads:snapshot:`) && key.endsWith(`:{${this.loadSummary()}}`))
+      return { kind: 'load_snapshot' };
     const { prefix, suffix } = this.loadReporterParts();
     if (key.startsWith(prefix) && key.endsWith(suffix)) return { kind: 'load_reporter' };
     if (key === this.instances()) return { kind: 'instances' };

@@ -1,24 +1,26 @@
 /**
  * The load summary in Redis: one hash holding, per channel, the counts every instance reported (its own leases and
  * waiters there), summed, and the end of each channel's cooldown. Each instance puts in what changed and reads the
- * channels it orders with one script call (lua/exchangeLoads-4.lua), or one HMGET when it has nothing to put in; so a
- * load read costs one command per exchange however many channels it covers, where reading the channels' own keys
- * costs three commands per channel. All keys share one hash tag: on Cluster the whole summary lives on one node and
- * every call is legal. Each instance's contributions are kept apart and lapse when it stops exchanging (a crash), so
- * a sweep takes them out; the summary always equals the sum of what the live instances last reported.
+ * fleet's counts with one script call (lua/exchangeLoads-5.lua), or one GET when it has nothing to put in; so a load
+ * read costs one command per exchange however many channels it covers, where reading the channels' own keys costs
+ * three commands per channel. Readers share a snapshot of the summary (one string, rebuilt when it is older than the
+ * readers allow: a quarter of a load TTL), so a read costs Redis a copy of a string, not a lookup per channel; the
+ * channels an instance changed since that snapshot may have been built are read exactly. All keys share one hash
+ * tag: on Cluster the whole summary lives on one node and every call is legal. Each instance's contributions are kept
+ * apart and lapse when it stops exchanging (a crash), so a sweep takes them out; the summary always equals the sum of
+ * what the live instances last reported.
  */
 import type { Cluster, Redis } from 'ioredis';
-import { chunk } from '../../core/collections.js';
 import type { ChannelLoad, LoadExchange, LoadExchangeReply, OwnCounts } from '../store.js';
 import type { KeyBuilder } from './keys.js';
 import type { RedisClock } from './redis-time.js';
-import { SCRIPTS } from './scripts.js';
+import { SCRIPTS, type ExchangeReply } from './scripts.js';
 
 /** A channel's count in the summary is `active + waiting × WAITING_UNIT`: one HINCRBY per change, one field to read. */
 export const WAITING_UNIT = 2 ** 26;
 
-/** Channels per command: an HMGET (and Lua's `unpack`) stays well within its limits. */
-const MAX_FIELDS = 4000;
+/** Exact channels per exchange (Lua's `unpack` stays well within its limits); more read the summary itself. */
+const MAX_EXACT = 2000;
 
 /**
  * How often an exchange also reads the cooldown ends (a small hash: the channels cooling now), unless it is a fresh
@@ -53,76 +55,161 @@ export interface LoadSummaryDeps {
   run: <T>(purpose: 'load_read' | 'cooldown', n: number, work: () => Promise<T>) => Promise<T>;
 }
 
+/** What one instance recently changed in the summary: a snapshot built before then does not hold it. */
+interface Recent {
+  /** Channel → when the exchange that changed it settled (performance.now() ms; Infinity while in flight). */
+  changed: Map<string, number>;
+  /** When its last full report or leave settled (it may have zeroed any channel). */
+  fullAt: number;
+}
+
 export class RedisLoadSummary {
   constructor(private readonly deps: LoadSummaryDeps) {}
 
   /** The cooldown ends as last read (channel → end, Redis ms), and when they were read (local ms). */
   private cooling = new Map<string, number>();
   private coolingReadAt = -Infinity;
+  private readonly recent = new Map<string, Recent>();
+  /** The last snapshot parsed (readers of one store often get the same one again). */
+  private parsed: { text: string; counts: Map<string, string> } | undefined;
 
   async exchange(ex: LoadExchange): Promise<LoadExchangeReply> {
     const { client, keys, clock, run } = this.deps;
     await this.deps.seedClock();
     const ids = [...new Set(ex.read)];
+    const recent = this.recentOf(ex.instanceId, ex.maxAgeMs ?? 0);
+    const sentAt = performance.now();
+    // a snapshot may be up to maxAge old: exact for the channels this instance changed since (else its own counts in
+    // it would be older than the base its view corrects from), the rest from the snapshot
+    let maxAge =
+      ex.mode !== 'changes' || ex.fresh === true || recent.fullAt > sentAt - (ex.maxAgeMs ?? 0)
+        ? 0
+        : Math.max(0, Math.ceil(ex.maxAgeMs ?? 0));
+    let exact: string[] = [];
+    if (ids.length > 0 && maxAge > 0) {
+      exact = ids.filter((id) => ex.counts.has(id) || recent.changed.has(id));
+      if (exact.length > MAX_EXACT) [maxAge, exact] = [0, []];
+    }
     const scripted =
-      ex.mode !== 'changes' || ex.counts.size > 0 || ex.keepMs !== undefined || (ex.sweep ?? 0) > 0;
-    const chunks = chunk(ids, MAX_FIELDS);
-    const first = scripted ? (chunks.shift() ?? []) : [];
+      ex.mode !== 'changes' ||
+      ex.counts.size > 0 ||
+      ex.keepMs !== undefined ||
+      (ex.sweep ?? 0) > 0 ||
+      exact.length > 0;
     const local = clock.now();
     const withCooling =
       ids.length > 0 && (ex.fresh === true || local - this.coolingReadAt >= COOLING_EVERY_MS);
     if (withCooling) this.coolingReadAt = local;
     const withTime = clock.claimRefresh();
-    const reported = [...ex.counts].flatMap(([id, counts]) => [id, packCounts(counts)]);
-    const { prefix, suffix } = keys.loadReporterParts();
+    for (const id of ex.counts.keys()) recent.changed.set(id, Infinity);
+    if (ex.mode !== 'changes') recent.fullAt = Infinity;
     ex.onSent?.();
-    const n = (scripted ? 1 : 0) + chunks.length + (withCooling && !scripted ? 1 : 0) + (withTime ? 1 : 0);
-    const [head, rest, cooling, time] = await run('load_read', n, () =>
-      Promise.all([
-        scripted
-          ? SCRIPTS.exchangeLoads.call(
-              client,
-              [
-                keys.loadSummary(),
-                keys.loadReporters(),
-                keys.loadReporter(ex.instanceId),
-                keys.loadCooling(),
-              ],
-              [
-                ex.instanceId,
-                MODES[ex.mode],
-                ex.keepMs ?? '',
-                ex.sweep ?? 0,
-                prefix,
-                suffix,
-                withCooling ? '1' : '0',
-                ex.counts.size,
-                ...reported,
-                ...first,
-              ],
-            )
-          : undefined,
-        Promise.all(chunks.map((part) => client.hmget(keys.loadSummary(), ...part))),
-        withCooling && !scripted ? client.hgetall(keys.loadCooling()) : undefined,
-        withTime ? client.time() : undefined,
-      ]),
-    );
-    if (time) clock.learn(time as unknown as string[]);
+    let head: ExchangeReply | undefined;
+    let plain: string | Record<string, string> | null | undefined;
+    let cooling: Record<string, string> | undefined;
+    try {
+      const n = 1 + (withCooling && !scripted ? 1 : 0) + (withTime ? 1 : 0);
+      let time: unknown;
+      [head, plain, cooling, time] = await run('load_read', n, () =>
+        Promise.all([
+          scripted ? this.call(ex, ids.length > 0 ? maxAge : undefined, exact, withCooling) : undefined,
+          scripted
+            ? undefined
+            : maxAge > 0
+              ? client.get(keys.loadSnapshot(maxAge))
+              : client.hgetall(keys.loadSummary()),
+          withCooling && !scripted ? client.hgetall(keys.loadCooling()) : undefined,
+          withTime ? client.time() : undefined,
+        ]),
+      );
+      if (time) clock.learn(time as unknown as string[]);
+      if (plain === null) {
+        // no snapshot: the script builds it (one more call, about once per max age across the fleet)
+        head = await run('load_read', 1, () => this.call(ex, maxAge, [], false));
+      }
+    } finally {
+      const settled = performance.now();
+      for (const id of ex.counts.keys()) recent.changed.set(id, settled);
+      if (ex.mode !== 'changes') recent.fullAt = settled;
+    }
     if (withCooling) {
-      const pairs = head?.cooling ?? Object.entries(cooling ?? {}).flat();
+      const pairs = head?.cooling.length ? head.cooling : Object.entries(cooling ?? {}).flat();
       this.cooling = new Map();
       for (let i = 0; i + 1 < pairs.length; i += 2) this.cooling.set(pairs[i]!, Number(pairs[i + 1]));
     }
-    const values = [...(head?.values ?? []), ...rest.flat()];
+    const counts =
+      typeof plain === 'object' && plain !== null
+        ? new Map(Object.entries(plain))
+        : this.parse(head?.snapshot ?? (typeof plain === 'string' ? plain : null));
+    const exactSums = new Map<string, string>();
+    if (head?.exact.length) exact.forEach((id, i) => exactSums.set(id, head!.exact[i]!));
     const now = head?.nowMs ?? clock.now();
     const loads = new Map<string, ChannelLoad>();
-    ids.forEach((id, i) => {
-      const { active, waiting } = unpackCounts(values[i]);
+    for (const id of ids) {
+      const { active, waiting } = unpackCounts(exactSums.get(id) ?? counts.get(id));
       const end = this.cooling.get(id) ?? 0;
       const remaining = end > now ? end - now : 0;
       loads.set(id, { active, waiting, coolingDown: remaining > 0, cooldownRemainingMs: remaining });
-    });
+    }
     return { loads, resync: head?.resync ?? false };
+  }
+
+  /** One call of the exchange script; `maxAge` undefined reads nothing. */
+  private call(
+    ex: LoadExchange,
+    maxAge: number | undefined,
+    exact: readonly string[],
+    withCooling: boolean,
+  ): Promise<ExchangeReply> {
+    const { client, keys } = this.deps;
+    const { prefix, suffix } = keys.loadReporterParts();
+    const reported = [...ex.counts].flatMap(([id, counts]) => [id, packCounts(counts)]);
+    return SCRIPTS.exchangeLoads.call(
+      client,
+      [
+        keys.loadSummary(),
+        keys.loadReporters(),
+        keys.loadReporter(ex.instanceId),
+        keys.loadCooling(),
+        keys.loadSnapshot(maxAge ?? 0),
+      ],
+      [
+        ex.instanceId,
+        MODES[ex.mode],
+        ex.keepMs ?? '',
+        ex.sweep ?? 0,
+        prefix,
+        suffix,
+        withCooling ? '1' : '0',
+        ex.counts.size,
+        ...reported,
+        ...(maxAge === undefined ? [] : [maxAge, ...exact]),
+      ],
+    );
+  }
+
+  /**
+   * This instance's recent changes, without those settled more than `maxAgeMs` ago: a snapshot that still exists was
+   * built after them. (A max age raised at run time may miss changes forgotten under the old one, for one snapshot.)
+   */
+  private recentOf(instanceId: string, maxAgeMs: number): Recent {
+    let r = this.recent.get(instanceId);
+    if (!r) this.recent.set(instanceId, (r = { changed: new Map(), fullAt: -Infinity }));
+    const before = performance.now() - maxAgeMs;
+    for (const [id, at] of r.changed) if (at < before) r.changed.delete(id);
+    return r;
+  }
+
+  /** A snapshot's counts (channel → packed count); a channel it does not name counts 0. */
+  private parse(text: string | null): Map<string, string> {
+    if (text === null) return new Map();
+    if (this.parsed?.text === text) return this.parsed.counts;
+    const counts = new Map<string, string>();
+    const pairs: unknown = JSON.parse(text);
+    if (Array.isArray(pairs))
+      for (let i = 0; i + 1 < pairs.length; i += 2) counts.set(String(pairs[i]), String(pairs[i + 1]));
+    this.parsed = { text, counts };
+    return counts;
   }
 
   /**

@@ -166,8 +166,8 @@ export const SCRIPTS = {
     }
     return { value: reply[0] == null ? undefined : String(reply[0]), now: Number(reply[1]) };
   }),
-  /** See lua/exchangeLoads-4.lua. */
-  exchangeLoads: new Script('exchangeLoads-4', parseExchangeReply),
+  /** See lua/exchangeLoads-5.lua. */
+  exchangeLoads: new Script('exchangeLoads-5', parseExchangeReply),
   /** See lua/fixLeftover-2.lua: removals made (an expiry set counts as one). */
   fixLeftover: new Script('fixLeftover-2', Number),
   /** See lua/releaseDeadOwner-3.lua: the slots released. */
@@ -205,26 +205,29 @@ function code(reply: unknown, codes: Record<number, unknown>): number {
 }
 
 /**
- * What exchangeLoads answers: whether it must resync, the Redis time when it read it, the counts of the channels
- * read, and the cooling hash's field-value pairs when asked for.
+ * What exchangeLoads answers: whether it must resync, the Redis time when it read it, the snapshot of the summary
+ * (null when nothing was read), the exact sums of the channels named (none when the snapshot is as new as the call),
+ * and the cooling hash's field-value pairs when asked for.
  */
 export interface ExchangeReply {
   resync: boolean;
   nowMs: number | undefined;
-  values: string[];
+  snapshot: string | null;
+  exact: string[];
   cooling: string[];
 }
 
 function parseExchangeReply(reply: unknown): ExchangeReply {
-  if (!Array.isArray(reply) || reply.length < 3) {
+  if (!Array.isArray(reply) || reply.length < 4) {
     throw new TypeError(`unexpected script reply ${JSON.stringify(reply)}`);
   }
-  const n = Number(reply[2]);
+  const m = Number(reply[3]);
   return {
     resync: Number(reply[0]) === 0,
     nowMs: reply[1] === '' ? undefined : Number(reply[1]),
-    values: reply.slice(3, 3 + n).map(String),
-    cooling: reply.slice(3 + n).map(String),
+    snapshot: typeof reply[2] === 'string' ? reply[2] : null,
+    exact: reply.slice(4, 4 + m).map(String),
+    cooling: reply.slice(4 + m).map(String),
   };
 }
 

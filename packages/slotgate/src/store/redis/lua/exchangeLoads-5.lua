@@ -1,14 +1,15 @@
 --[[
   exchangeLoads: one instance's exchange with the load summary (docs/redis.md, "The load summary"). The instance puts
-  in its own counts of the channels that changed since its last exchange, and reads the fleet's counts of the
-  channels it asks for, in one call. The summary only orders candidates: the acquire script alone decides who holds
-  a slot.
+  in its own counts of the channels that changed since its last exchange, and reads the fleet's counts, in one call.
+  The summary only orders candidates: the acquire script alone decides who holds a slot.
 
   KEYS[1]  summary    hash  channel id → packed count (active + waiting × 2^26) summed over the reporting instances
   KEYS[2]  reporters  zset  instance id → the time its contributions lapse (ms, Redis clock)
   KEYS[3]  this instance's contributions: hash channel id → packed count, as it last reported it
   KEYS[4]  cooling    hash  channel id → the end of its cooldown (ms, Redis clock)
-  (one hash tag for all four and for every instance's hash, so the call is legal on Redis Cluster)
+  KEYS[5]  snapshot   string: the summary's non-zero counts as one JSON array [id, count, id, count, …], shared by
+           every reader until it expires (each reader says how old it may be)
+  (one hash tag for all five and for every instance's hash, so the call is legal on Redis Cluster)
   ARGV[1]  this instance's id (its reporters member)
   ARGV[2]  mode: 'd' puts in the counts given; 'f' also zeroes every channel it reported before and does not name
            now (a full report); 'l' takes everything it reported out (it leaves)
@@ -19,16 +20,22 @@
   ARGV[7]  '1' to read the cooling hash too
   ARGV[8]  n: channels reported
   ARGV[9..8+2n]  per channel: id, packed count now
-  then     the channels to read
+  then     (only to read) the snapshot's greatest age in ms: 0 reads the summary itself and stores no snapshot; a
+           missing snapshot is built from the summary (after this call's changes) and kept for that long
+  then     channels whose sums to return exactly when an older snapshot serves the rest (those this instance changed
+           since that snapshot may have been built)
 
   The change each count makes is taken from this instance's hash, so the summary always equals the sum of the
   instances' hashes whatever was lost or sent twice: an exchange that timed out is simply sent again.
   Returns { 1, or 0 when a keep found this instance unregistered (the summary lost its contributions, or took them
-  out as lapsed: it should send a full report), the Redis time in ms, the number of values read, the values of the
-  channels read ('' for none), then the cooling hash's field-value pairs when asked for }.
-  Cost: HMGET of this instance's hash and HSET of the counts given (when any), HINCRBY per count that changed,
-  HMGET of the channels read (when any), HGETALL of the cooling hash when asked; with a keep, TIME, ZADD and a
-  PEXPIRE of the summary, the reporters and this instance's hash (to 1.25 × keep); with a sweep, TIME, ZRANGEBYSCORE, and per lapsed instance HGETALL, DEL, ZREM and an HINCRBY per channel it held.
+  out as lapsed: it should send a full report), the Redis time in ms (or ''), the snapshot (false when nothing was
+  read), m, then m exact sums in the order asked (m = 0 when the snapshot was built in this call: it holds them),
+  then the cooling hash's field-value pairs when asked for }.
+  Cost: HMGET of this instance's hash and HSET of the counts given (when any), HINCRBY per count that changed, GET of
+  the snapshot when reading (a missing one: HGETALL of the summary and SET), HMGET of exact channels no HINCRBY of
+  this call gave, HGETALL of the cooling hash when asked; with a keep, TIME, ZADD and a PEXPIRE of the summary, the
+  reporters and this instance's hash (to 1.25 × keep); with a sweep, TIME, ZRANGEBYSCORE, and per lapsed instance
+  HGETALL, DEL, ZREM and an HINCRBY per channel it held.
 ]]
 --- @include "redisNow"
 local summary, reporters, mine = KEYS[1], KEYS[2], KEYS[3]
@@ -36,10 +43,12 @@ local mode = ARGV[2]
 local n = tonumber(ARGV[8])
 
 -- Adds the change of each count (`changes`: channel id → change) to the summary.
+-- The sums those HINCRBYs answered: an exact read of these channels needs no other command.
+local sums = {}
 local function apply(changes)
   for id, change in pairs(changes) do
     if change ~= 0 then
-      redis.call('HINCRBY', summary, id, change)
+      sums[id] = redis.call('HINCRBY', summary, id, change)
     end
   end
 end
@@ -112,14 +121,47 @@ if tonumber(ARGV[4]) > 0 then
   end
 end
 
-local reply = { status, nowMs or '', 0 }
-local read = 9 + 2 * n
-if read <= #ARGV then
-  local values = redis.call('HMGET', summary, unpack(ARGV, read))
-  reply[3] = #values
-  for i = 1, #values do
-    reply[#reply + 1] = values[i] or ''
+local reply = { status, nowMs or '', false, 0 }
+local at = 9 + 2 * n
+if at <= #ARGV then
+  local maxAge = tonumber(ARGV[at])
+  local snapshot = false
+  if maxAge > 0 then
+    snapshot = redis.call('GET', KEYS[5])
   end
+  if snapshot then
+    -- built before this call's changes (or another's since): the channels named get their sums now
+    local missing, where = {}, {}
+    for i = at + 1, #ARGV do
+      local sum = sums[ARGV[i]]
+      reply[#reply + 1] = sum and tostring(sum) or ''
+      if not sum then
+        missing[#missing + 1] = ARGV[i]
+        where[#missing] = #reply
+      end
+    end
+    if #missing > 0 then
+      local values = redis.call('HMGET', summary, unpack(missing))
+      for i = 1, #missing do
+        reply[where[i]] = values[i] or '0'
+      end
+    end
+    reply[4] = #ARGV - at
+  else
+    local all = redis.call('HGETALL', summary)
+    local live = {}
+    for i = 1, #all, 2 do
+      if all[i + 1] ~= '0' then
+        live[#live + 1] = all[i]
+        live[#live + 1] = all[i + 1]
+      end
+    end
+    snapshot = #live > 0 and cjson.encode(live) or '[]'
+    if maxAge > 0 then
+      redis.call('SET', KEYS[5], snapshot, 'PX', maxAge)
+    end
+  end
+  reply[3] = snapshot
 end
 if ARGV[7] == '1' then
   for _, v in ipairs(redis.call('HGETALL', KEYS[4])) do
