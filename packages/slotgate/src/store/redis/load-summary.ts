@@ -23,11 +23,10 @@ export const WAITING_UNIT = 2 ** 26;
 const MAX_EXACT = 2000;
 
 /**
- * How often an exchange also reads the cooldown ends (a small hash: the channels cooling now), unless it is a fresh
- * read: a cooldown set on another instance shows here within this, or at once where the acquire script answers
- * `cooling`.
+ * A cooldown this store set or cleared shows as it set it for this long, whatever a snapshot built before says (a
+ * snapshot is at most a quarter TTL old).
  */
-const COOLING_EVERY_MS = 1000;
+const NOTED_MS = 1000;
 
 /** The cooling hash outlives the cooldown just noted by this much. */
 const COOLING_KEY_SPARE_MS = 3_600_000;
@@ -63,15 +62,20 @@ interface Recent {
   fullAt: number;
 }
 
+/** What a read shows: packed counts and cooldown ends (Redis ms) per channel; a channel not named counts 0. */
+interface SummaryView {
+  counts: Map<string, string>;
+  cooling: Map<string, number>;
+}
+
 export class RedisLoadSummary {
   constructor(private readonly deps: LoadSummaryDeps) {}
 
-  /** The cooldown ends as last read (channel → end, Redis ms), and when they were read (local ms). */
-  private cooling = new Map<string, number>();
-  private coolingReadAt = -Infinity;
+  /** Cooldowns this store set (end, Redis ms) or cleared (0), with when (performance.now() ms). */
+  private readonly noted = new Map<string, { end: number; at: number }>();
   private readonly recent = new Map<string, Recent>();
   /** The last snapshot parsed (readers of one store often get the same one again). */
-  private parsed: { text: string; counts: Map<string, string> } | undefined;
+  private parsed: { text: string; view: SummaryView } | undefined;
 
   async exchange(ex: LoadExchange): Promise<LoadExchangeReply> {
     const { client, keys, clock, run } = this.deps;
@@ -96,58 +100,52 @@ export class RedisLoadSummary {
       ex.keepMs !== undefined ||
       (ex.sweep ?? 0) > 0 ||
       exact.length > 0;
-    const local = clock.now();
-    const withCooling =
-      ids.length > 0 && (ex.fresh === true || local - this.coolingReadAt >= COOLING_EVERY_MS);
-    if (withCooling) this.coolingReadAt = local;
+    if (!scripted && ids.length === 0) return { loads: new Map(), resync: false };
     const withTime = clock.claimRefresh();
     for (const id of ex.counts.keys()) recent.changed.set(id, Infinity);
     if (ex.mode !== 'changes') recent.fullAt = Infinity;
     ex.onSent?.();
     let head: ExchangeReply | undefined;
-    let plain: string | Record<string, string> | null | undefined;
-    let cooling: Record<string, string> | undefined;
+    let plain: string | null | undefined;
+    let whole: [Record<string, string>, Record<string, string>] | undefined;
     try {
-      const n = 1 + (withCooling && !scripted ? 1 : 0) + (withTime ? 1 : 0);
+      const n = (!scripted && maxAge === 0 ? 2 : 1) + (withTime ? 1 : 0);
       let time: unknown;
-      [head, plain, cooling, time] = await run('load_read', n, () =>
+      [head, plain, whole, time] = await run('load_read', n, () =>
         Promise.all([
-          scripted ? this.call(ex, ids.length > 0 ? maxAge : undefined, exact, withCooling) : undefined,
-          scripted
-            ? undefined
-            : maxAge > 0
-              ? client.get(keys.loadSnapshot(maxAge))
-              : client.hgetall(keys.loadSummary()),
-          withCooling && !scripted ? client.hgetall(keys.loadCooling()) : undefined,
+          scripted ? this.call(ex, ids.length > 0 ? maxAge : undefined, exact) : undefined,
+          !scripted && maxAge > 0 ? client.get(keys.loadSnapshot(maxAge)) : undefined,
+          !scripted && maxAge === 0
+            ? Promise.all([client.hgetall(keys.loadSummary()), client.hgetall(keys.loadCooling())])
+            : undefined,
           withTime ? client.time() : undefined,
         ]),
       );
       if (time) clock.learn(time as unknown as string[]);
       if (plain === null) {
         // no snapshot: the script builds it (one more call, about once per max age across the fleet)
-        head = await run('load_read', 1, () => this.call(ex, maxAge, [], false));
+        head = await run('load_read', 1, () => this.call(ex, maxAge, []));
       }
     } finally {
       const settled = performance.now();
       for (const id of ex.counts.keys()) recent.changed.set(id, settled);
       if (ex.mode !== 'changes') recent.fullAt = settled;
     }
-    if (withCooling) {
-      const pairs = head?.cooling.length ? head.cooling : Object.entries(cooling ?? {}).flat();
-      this.cooling = new Map();
-      for (let i = 0; i + 1 < pairs.length; i += 2) this.cooling.set(pairs[i]!, Number(pairs[i + 1]));
-    }
-    const counts =
-      typeof plain === 'object' && plain !== null
-        ? new Map(Object.entries(plain))
-        : this.parse(head?.snapshot ?? (typeof plain === 'string' ? plain : null));
+    const view = whole
+      ? {
+          counts: new Map(Object.entries(whole[0])),
+          cooling: new Map(Object.entries(whole[1]).map(([id, end]) => [id, Number(end)])),
+        }
+      : this.parse(head?.snapshot ?? plain ?? null);
     const exactSums = new Map<string, string>();
     if (head?.exact.length) exact.forEach((id, i) => exactSums.set(id, head!.exact[i]!));
     const now = head?.nowMs ?? clock.now();
+    const noted = performance.now() - NOTED_MS;
+    for (const [id, note] of this.noted) if (note.at < noted) this.noted.delete(id);
     const loads = new Map<string, ChannelLoad>();
     for (const id of ids) {
-      const { active, waiting } = unpackCounts(exactSums.get(id) ?? counts.get(id));
-      const end = this.cooling.get(id) ?? 0;
+      const { active, waiting } = unpackCounts(exactSums.get(id) ?? view.counts.get(id));
+      const end = this.noted.get(id)?.end ?? view.cooling.get(id) ?? 0;
       const remaining = end > now ? end - now : 0;
       loads.set(id, { active, waiting, coolingDown: remaining > 0, cooldownRemainingMs: remaining });
     }
@@ -159,7 +157,6 @@ export class RedisLoadSummary {
     ex: LoadExchange,
     maxAge: number | undefined,
     exact: readonly string[],
-    withCooling: boolean,
   ): Promise<ExchangeReply> {
     const { client, keys } = this.deps;
     const { prefix, suffix } = keys.loadReporterParts();
@@ -180,7 +177,6 @@ export class RedisLoadSummary {
         ex.sweep ?? 0,
         prefix,
         suffix,
-        withCooling ? '1' : '0',
         ex.counts.size,
         ...reported,
         ...(maxAge === undefined ? [] : [maxAge, ...exact]),
@@ -200,16 +196,18 @@ export class RedisLoadSummary {
     return r;
   }
 
-  /** A snapshot's counts (channel → packed count); a channel it does not name counts 0. */
-  private parse(text: string | null): Map<string, string> {
-    if (text === null) return new Map();
-    if (this.parsed?.text === text) return this.parsed.counts;
-    const counts = new Map<string, string>();
-    const pairs: unknown = JSON.parse(text);
-    if (Array.isArray(pairs))
-      for (let i = 0; i + 1 < pairs.length; i += 2) counts.set(String(pairs[i]), String(pairs[i + 1]));
-    this.parsed = { text, counts };
-    return counts;
+  /** A snapshot (`{"l": [channel, count, …], "c": [channel, cooldown end, …]}`) as a view. */
+  private parse(text: string | null): SummaryView {
+    if (text === null) return { counts: new Map(), cooling: new Map() };
+    if (this.parsed?.text === text) return this.parsed.view;
+    const { l, c } = JSON.parse(text) as { l?: unknown; c?: unknown };
+    const view: SummaryView = { counts: new Map(), cooling: new Map() };
+    if (Array.isArray(l))
+      for (let i = 0; i + 1 < l.length; i += 2) view.counts.set(String(l[i]), String(l[i + 1]));
+    if (Array.isArray(c))
+      for (let i = 0; i + 1 < c.length; i += 2) view.cooling.set(String(c[i]), Number(c[i + 1]));
+    this.parsed = { text, view };
+    return view;
   }
 
   /**
@@ -220,7 +218,7 @@ export class RedisLoadSummary {
   async noteCooldown(channelId: string, ms: number): Promise<void> {
     await this.deps.seedClock();
     const end = Math.round(this.deps.clock.now() + ms);
-    this.cooling.set(channelId, end);
+    this.noted.set(channelId, { end, at: performance.now() });
     const key = this.deps.keys.loadCooling();
     await this.deps.run('cooldown', 2, () =>
       Promise.all([
@@ -231,7 +229,7 @@ export class RedisLoadSummary {
   }
 
   async clearCooldown(channelId: string): Promise<void> {
-    this.cooling.delete(channelId);
+    this.noted.set(channelId, { end: 0, at: performance.now() });
     await this.deps.run('cooldown', 1, () => this.deps.client.hdel(this.deps.keys.loadCooling(), channelId));
   }
 }

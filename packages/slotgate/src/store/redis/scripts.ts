@@ -206,15 +206,14 @@ function code(reply: unknown, codes: Record<number, unknown>): number {
 
 /**
  * What exchangeLoads answers: whether it must resync, the Redis time when it read it, the snapshot of the summary
- * (null when nothing was read), the exact sums of the channels named (none when the snapshot is as new as the call),
- * and the cooling hash's field-value pairs when asked for.
+ * (null when nothing was read; docs/redis.md, "Reads share a snapshot"), and the exact sums of the channels named
+ * (none when the snapshot is as new as the call).
  */
 export interface ExchangeReply {
   resync: boolean;
   nowMs: number | undefined;
   snapshot: string | null;
   exact: string[];
-  cooling: string[];
 }
 
 function parseExchangeReply(reply: unknown): ExchangeReply {
@@ -227,7 +226,6 @@ function parseExchangeReply(reply: unknown): ExchangeReply {
     nowMs: reply[1] === '' ? undefined : Number(reply[1]),
     snapshot: typeof reply[2] === 'string' ? reply[2] : null,
     exact: reply.slice(4, 4 + m).map(String),
-    cooling: reply.slice(4 + m).map(String),
   };
 }
 

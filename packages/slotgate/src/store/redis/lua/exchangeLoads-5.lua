@@ -7,8 +7,9 @@
   KEYS[2]  reporters  zset  instance id → the time its contributions lapse (ms, Redis clock)
   KEYS[3]  this instance's contributions: hash channel id → packed count, as it last reported it
   KEYS[4]  cooling    hash  channel id → the end of its cooldown (ms, Redis clock)
-  KEYS[5]  snapshot   string: the summary's non-zero counts as one JSON array [id, count, id, count, …], shared by
-           every reader until it expires (each reader says how old it may be)
+  KEYS[5]  snapshot   string: the summary's non-zero counts and the cooldown ends as one JSON object
+           {"l": [id, count, …], "c": [id, end, …]}, shared by every reader until it expires (each reader says how
+           old it may be)
   (one hash tag for all five and for every instance's hash, so the call is legal on Redis Cluster)
   ARGV[1]  this instance's id (its reporters member)
   ARGV[2]  mode: 'd' puts in the counts given; 'f' also zeroes every channel it reported before and does not name
@@ -17,9 +18,8 @@
   ARGV[4]  sweep: how many lapsed instances to take out at most (0: none)
   ARGV[5]  an instance's hash is ARGV[5] .. its id .. ARGV[6]
   ARGV[6]
-  ARGV[7]  '1' to read the cooling hash too
-  ARGV[8]  n: channels reported
-  ARGV[9..8+2n]  per channel: id, packed count now
+  ARGV[7]  n: channels reported
+  ARGV[8..7+2n]  per channel: id, packed count now
   then     (only to read) the snapshot's greatest age in ms: 0 reads the summary itself and stores no snapshot; a
            missing snapshot is built from the summary (after this call's changes) and kept for that long
   then     channels whose sums to return exactly when an older snapshot serves the rest (those this instance changed
@@ -29,18 +29,17 @@
   instances' hashes whatever was lost or sent twice: an exchange that timed out is simply sent again.
   Returns { 1, or 0 when a keep found this instance unregistered (the summary lost its contributions, or took them
   out as lapsed: it should send a full report), the Redis time in ms (or ''), the snapshot (false when nothing was
-  read), m, then m exact sums in the order asked (m = 0 when the snapshot was built in this call: it holds them),
-  then the cooling hash's field-value pairs when asked for }.
+  read), m, then m exact sums in the order asked (m = 0 when the snapshot was built in this call: it holds them) }.
   Cost: HMGET of this instance's hash and HSET of the counts given (when any), HINCRBY per count that changed, GET of
-  the snapshot when reading (a missing one: HGETALL of the summary and SET), HMGET of exact channels no HINCRBY of
-  this call gave, HGETALL of the cooling hash when asked; with a keep, TIME, ZADD and a PEXPIRE of the summary, the
+  the snapshot when reading (a missing one: HGETALL of the summary and of the cooling hash, and SET), HMGET of exact
+  channels no HINCRBY of this call gave; with a keep, TIME, ZADD and a PEXPIRE of the summary, the
   reporters and this instance's hash (to 1.25 × keep); with a sweep, TIME, ZRANGEBYSCORE, and per lapsed instance
   HGETALL, DEL, ZREM and an HINCRBY per channel it held.
 ]]
 --- @include "redisNow"
 local summary, reporters, mine = KEYS[1], KEYS[2], KEYS[3]
 local mode = ARGV[2]
-local n = tonumber(ARGV[8])
+local n = tonumber(ARGV[7])
 
 -- Adds the change of each count (`changes`: channel id → change) to the summary.
 -- The sums those HINCRBYs answered: an exact read of these channels needs no other command.
@@ -95,10 +94,10 @@ elseif status == 1 and (n > 0 or mode == 'f') then
   if n > 0 then
     local ids, counts, set = {}, {}, {}
     for i = 1, n do
-      ids[i] = ARGV[7 + 2 * i]
-      counts[i] = tonumber(ARGV[8 + 2 * i])
+      ids[i] = ARGV[6 + 2 * i]
+      counts[i] = tonumber(ARGV[7 + 2 * i])
       set[#set + 1] = ids[i]
-      set[#set + 1] = ARGV[8 + 2 * i]
+      set[#set + 1] = ARGV[7 + 2 * i]
     end
     local before = {}
     if mode == 'd' then
@@ -122,7 +121,7 @@ if tonumber(ARGV[4]) > 0 then
 end
 
 local reply = { status, nowMs or '', false, 0 }
-local at = 9 + 2 * n
+local at = 8 + 2 * n
 if at <= #ARGV then
   local maxAge = tonumber(ARGV[at])
   local snapshot = false
@@ -156,16 +155,14 @@ if at <= #ARGV then
         live[#live + 1] = all[i + 1]
       end
     end
-    snapshot = #live > 0 and cjson.encode(live) or '[]'
+    local cooling = redis.call('HGETALL', KEYS[4])
+    -- (cjson writes an empty table as {}: the arrays are joined by hand)
+    snapshot = '{"l":' .. (#live > 0 and cjson.encode(live) or '[]') .. ',"c":' ..
+      (#cooling > 0 and cjson.encode(cooling) or '[]') .. '}'
     if maxAge > 0 then
       redis.call('SET', KEYS[5], snapshot, 'PX', maxAge)
     end
   end
   reply[3] = snapshot
-end
-if ARGV[7] == '1' then
-  for _, v in ipairs(redis.call('HGETALL', KEYS[4])) do
-    reply[#reply + 1] = v
-  end
 end
 return reply
