@@ -28,6 +28,12 @@ const MAX_EXACT = 2000;
  */
 const NOTED_MS = 1000;
 
+/**
+ * How often a summary read carries a TIME: the summary needs the Redis clock only for cooldown ends (the local clock
+ * does not drift from it measurably in that time), where per-channel reads count leases by it every second.
+ */
+const TIME_EVERY_MS = 5000;
+
 /** The cooling hash outlives the cooldown just noted by this much. */
 const COOLING_KEY_SPARE_MS = 3_600_000;
 
@@ -74,6 +80,11 @@ export class RedisLoadSummary {
   /** Cooldowns this store set (end, Redis ms) or cleared (0), with when (performance.now() ms). */
   private readonly noted = new Map<string, { end: number; at: number }>();
   private readonly recent = new Map<string, Recent>();
+  /**
+   * The greatest ages whose snapshot a plain GET last found missing: their reads go to the script, which builds it,
+   * until a script read finds one there (with few readers, most reads would otherwise cost a GET and a script call).
+   */
+  private readonly missing = new Set<number>();
   /** The last snapshot parsed (readers of one store often get the same one again). */
   private parsed: { text: string; view: SummaryView } | undefined;
 
@@ -99,9 +110,10 @@ export class RedisLoadSummary {
       ex.counts.size > 0 ||
       ex.keepMs !== undefined ||
       (ex.sweep ?? 0) > 0 ||
-      exact.length > 0;
+      exact.length > 0 ||
+      (ids.length > 0 && this.missing.has(maxAge));
     if (!scripted && ids.length === 0) return { loads: new Map(), resync: false };
-    const withTime = clock.claimRefresh();
+    const withTime = clock.claimRefresh(TIME_EVERY_MS);
     for (const id of ex.counts.keys()) recent.changed.set(id, Infinity);
     if (ex.mode !== 'changes') recent.fullAt = Infinity;
     ex.onSent?.();
@@ -124,8 +136,10 @@ export class RedisLoadSummary {
       if (time) clock.learn(time as unknown as string[]);
       if (plain === null) {
         // no snapshot: the script builds it (one more call, about once per max age across the fleet)
+        this.missing.add(maxAge);
         head = await run('load_read', 1, () => this.call(ex, maxAge, []));
       }
+      if (head?.snapshot && !head.built) this.missing.delete(maxAge);
     } finally {
       const settled = performance.now();
       for (const id of ex.counts.keys()) recent.changed.set(id, settled);

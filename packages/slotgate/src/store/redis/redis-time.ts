@@ -30,10 +30,13 @@ export class RedisClock {
     this.offset = redisMs(time) - this.clock.now();
   }
 
-  /** Whether the next read should carry a TIME (the offset is a second old); claims the refresh when it says yes. */
-  claimRefresh(): boolean {
+  /**
+   * Whether the next read should carry a TIME (the offset is `everyMs` old, a second by default); claims the refresh
+   * when it says yes.
+   */
+  claimRefresh(everyMs = REFRESH_MS): boolean {
     const now = this.clock.now();
-    if (now - this.readAt < REFRESH_MS) return false;
+    if (now - this.readAt < everyMs) return false;
     this.readAt = now;
     return true;
   }

@@ -213,19 +213,22 @@ export interface ExchangeReply {
   resync: boolean;
   nowMs: number | undefined;
   snapshot: string | null;
+  /** Whether this call built the snapshot (none was there). */
+  built: boolean;
   exact: string[];
 }
 
 function parseExchangeReply(reply: unknown): ExchangeReply {
-  if (!Array.isArray(reply) || reply.length < 4) {
+  if (!Array.isArray(reply) || reply.length < 5) {
     throw new TypeError(`unexpected script reply ${JSON.stringify(reply)}`);
   }
-  const m = Number(reply[3]);
+  const m = Number(reply[4]);
   return {
     resync: Number(reply[0]) === 0,
     nowMs: reply[1] === '' ? undefined : Number(reply[1]),
     snapshot: typeof reply[2] === 'string' ? reply[2] : null,
-    exact: reply.slice(4, 4 + m).map(String),
+    built: Number(reply[3]) === 1,
+    exact: reply.slice(5, 5 + m).map(String),
   };
 }
 

@@ -29,7 +29,8 @@
   instances' hashes whatever was lost or sent twice: an exchange that timed out is simply sent again.
   Returns { 1, or 0 when a keep found this instance unregistered (the summary lost its contributions, or took them
   out as lapsed: it should send a full report), the Redis time in ms (or ''), the snapshot (false when nothing was
-  read), m, then m exact sums in the order asked (m = 0 when the snapshot was built in this call: it holds them) }.
+  read), 1 when this call built it (else 0), m, then m exact sums in the order asked (m = 0 when the snapshot was
+  built in this call: it holds them) }.
   Cost: HMGET of this instance's hash and HSET of the counts given (when any), HINCRBY per count that changed, GET of
   the snapshot when reading (a missing one: HGETALL of the summary and of the cooling hash, and SET), HMGET of exact
   channels no HINCRBY of this call gave; with a keep, TIME, ZADD and a PEXPIRE of the summary, the
@@ -120,7 +121,7 @@ if tonumber(ARGV[4]) > 0 then
   end
 end
 
-local reply = { status, nowMs or '', false, 0 }
+local reply = { status, nowMs or '', false, 0, 0 }
 local at = 8 + 2 * n
 if at <= #ARGV then
   local maxAge = tonumber(ARGV[at])
@@ -145,8 +146,9 @@ if at <= #ARGV then
         reply[where[i]] = values[i] or '0'
       end
     end
-    reply[4] = #ARGV - at
+    reply[5] = #ARGV - at
   else
+    reply[4] = 1
     local all = redis.call('HGETALL', summary)
     local live = {}
     for i = 1, #all, 2 do
