@@ -7,7 +7,8 @@
  * - coalescing: a read that finds a channel's fetch in flight joins it instead of starting another;
  * - detached fetch rounds with a time-out, at most `maxConcurrentFetches` at once; a caller that cannot get a fetch
  *   slot in time, or whose fetch fails, gets an in-memory fallback (this instance's own counts), never an error;
- * - local correction: this instance's own acquires and releases adjust the cached counts between fetches;
+ * - local correction (local-correction.ts): this instance's own acquires and releases adjust the cached counts between
+ *   fetches;
  * - fresh reads bypassing the cache, coalesced per channel set, stored back into the cache;
  * - the load summary (load-summary.ts), where the store has one and `load_summary_enabled`: a fetch round is one
  *   exchange that also puts in this instance's own changed counts and reads every channel wanted lately, so a round
@@ -18,7 +19,8 @@ import { abortable } from '../core/abort.js';
 import { within, type Clock } from '../core/clock.js';
 import { pushTo } from '../core/collections.js';
 import type { Settings } from '../core/settings.js';
-import type { ChannelLoad, OwnCounts, SlotStore } from '../store/store.js';
+import type { ChannelLoad, SlotStore } from '../store/store.js';
+import { LocalCorrection, ZERO, type Corrected } from './local-correction.js';
 import { SummaryReports } from './load-summary.js';
 import { Semaphore } from './semaphore.js';
 
@@ -61,24 +63,11 @@ export interface LoadViewCounters {
   reports: number;
 }
 
-interface Entry {
-  load: ChannelLoad;
+interface Entry extends Corrected {
   fetchedAt: number;
-  /** This instance's running counters when the read went out: what changed since is added to the fetched load. */
-  base: LocalNet;
-  /** The last corrected load handed out, reused while neither the snapshot nor the corrections changed. */
-  memo?: { source: ChannelLoad; da: number; dw: number; r: number; result: ChannelLoad };
   /** When a selection last asked for the channel: a summary round reads the channels wanted lately. */
   wantedAt: number;
 }
-
-/** This instance's acquires minus releases, and waiter registrations minus removals, since it started. */
-interface LocalNet {
-  active: number;
-  waiting: number;
-}
-
-const ZERO: LocalNet = Object.freeze({ active: 0, waiting: 0 });
 
 /** Channels one summary round reads at most besides those asked for. */
 const MAX_WATCHED = 2000;
@@ -99,9 +88,8 @@ export class LoadView {
     reports: 0,
   };
   private readonly cache = new Map<string, Entry>();
-  private readonly net = new Map<string, LocalNet>();
-  /** Slots passes of this instance are trying right now, by channel. */
-  private readonly reserved = new Map<string, number>();
+  /** This instance's own changes and tries since each read (local-correction.ts). */
+  private readonly local = new LocalCorrection();
   private readonly inflight = new Map<string, Round>();
   private readonly freshInflight = new Map<string, Round>();
   private readonly fetchSlots: Semaphore;
@@ -120,8 +108,8 @@ export class LoadView {
         clock: opts.clock,
         settings: opts.settings,
         instanceId,
-        counts: (id) => this.own(id),
-        held: () => [...this.net].filter(([, n]) => n.active > 0 || n.waiting > 0).map(([id]) => id),
+        counts: (id) => this.local.own(id),
+        held: () => this.local.held(),
         flush: () => this.flush(),
         leaveTimeoutMs: this.fetchTimeoutMs,
       });
@@ -137,12 +125,6 @@ export class LoadView {
   /** Whether reads come from the load summary, which every instance reads alike (the pass spreads its picks then). */
   get sharedLoads(): boolean {
     return this.summaryOn();
-  }
-
-  /** This instance's own counts on the channel, as the summary gets them. */
-  private own(id: string): OwnCounts {
-    const n = this.net.get(id) ?? ZERO;
-    return { active: Math.max(0, n.active), waiting: Math.max(0, n.waiting) };
   }
 
   /**
@@ -161,7 +143,7 @@ export class LoadView {
       const entry = this.cache.get(id);
       if (!entry || (!anyAge && now - entry.fetchedAt >= settings.load_cache_ttl_ms)) return undefined;
       entry.wantedAt = now;
-      result.set(id, this.corrected(id, entry));
+      result.set(id, this.local.corrected(id, entry));
     }
     if (countHit) this.counters.hits++;
     return result;
@@ -181,7 +163,7 @@ export class LoadView {
       const entry = this.cache.get(id);
       if (entry) entry.wantedAt = now;
       if (entry && now - entry.fetchedAt < settings.load_cache_ttl_ms) {
-        result.set(id, this.corrected(id, entry));
+        result.set(id, this.local.corrected(id, entry));
         continue;
       }
       const round = this.inflight.get(id);
@@ -205,7 +187,7 @@ export class LoadView {
           const loads = await round;
           for (const id of roundIds) {
             const entry = loads && this.cache.get(id);
-            if (entry) result.set(id, this.corrected(id, entry));
+            if (entry) result.set(id, this.local.corrected(id, entry));
             else {
               result.set(id, this.fallback(id));
               fellBack = true;
@@ -240,7 +222,7 @@ export class LoadView {
     const result = new Map<string, ChannelLoad>();
     for (const id of ids) {
       const entry = this.cache.get(id);
-      result.set(id, entry ? this.corrected(id, entry) : loads.get(id)!);
+      result.set(id, entry ? this.local.corrected(id, entry) : loads.get(id)!);
     }
     return result;
   }
@@ -268,7 +250,7 @@ export class LoadView {
       // result and counted again when it is confirmed, so the view errs towards showing a channel fuller, never
       // emptier, than it is (a reservation is never part of the base). Through the summary, the base is the counts
       // this round puts in (the summary holds them once it answers), or nothing when it did not know this instance.
-      const snapshot = () => ids.map((id) => ({ ...(this.net.get(id) ?? ZERO) }));
+      const snapshot = () => ids.map((id) => this.local.base(id));
       let bases = snapshot();
       let read: Promise<Map<string, ChannelLoad>>;
       try {
@@ -358,50 +340,22 @@ export class LoadView {
 
   /** Local correction: this instance took (+1, when the store admitted it) or gave back (-1) a slot on the channel. */
   noteActive(id: string, change: 1 | -1): void {
-    this.localNet(id).active += change;
+    this.local.noteActive(id, change);
     if (this.reports && this.summaryOn()) this.reports.changed(id);
   }
 
   /**
    * A pass of this instance is about to try the channel (+1), or its try came back (-1): shown as taken meanwhile,
-   * so concurrent passes spread out. Kept apart from the counters a fetch's base is taken from: a reservation is
-   * never part of a fetched result.
+   * so concurrent passes spread out. Never part of a fetch's base.
    */
   reserve(id: string, change: 1 | -1): void {
-    const n = (this.reserved.get(id) ?? 0) + change;
-    if (n > 0) this.reserved.set(id, n);
-    else this.reserved.delete(id);
+    this.local.reserve(id, change);
   }
 
   /** Local correction: this instance registered (+1) or removed (-1) a waiter on the channel. */
   noteWaiter(id: string, change: 1 | -1): void {
-    this.localNet(id).waiting += change;
+    this.local.noteWaiter(id, change);
     if (this.reports && this.summaryOn()) this.reports.changed(id);
-  }
-
-  private localNet(id: string): LocalNet {
-    let n = this.net.get(id);
-    if (!n) this.net.set(id, (n = { active: 0, waiting: 0 }));
-    return n;
-  }
-
-  /** The cached load plus what this instance changed since the read went out, plus its reservations. */
-  private corrected(id: string, entry: Entry): ChannelLoad {
-    const now = this.net.get(id) ?? ZERO;
-    const r = this.reserved.get(id) ?? 0;
-    const da = now.active - entry.base.active;
-    const dw = now.waiting - entry.base.waiting;
-    if (da === 0 && dw === 0 && r === 0) return entry.load;
-    const memo = entry.memo;
-    if (memo && memo.source === entry.load && memo.da === da && memo.dw === dw && memo.r === r)
-      return memo.result;
-    const result = {
-      ...entry.load,
-      active: Math.max(0, entry.load.active + da) + r,
-      waiting: Math.max(0, entry.load.waiting + dw),
-    };
-    entry.memo = { source: entry.load, da, dw, r, result };
-    return result;
   }
 
   /**
@@ -409,7 +363,8 @@ export class LoadView {
    * (other instances' slots are invisible to the cached snapshot otherwise).
    */
   noteFull(id: string, max: number): void {
-    this.showAtLeast(id, 'active', max);
+    const entry = this.cache.get(id);
+    if (entry) this.local.showAtLeast(id, entry, 'active', max);
   }
 
   /**
@@ -417,15 +372,8 @@ export class LoadView {
    * `maxWaiting`, so its next waiters do not ask a queue that is known to be full.
    */
   noteQueueFull(id: string, maxWaiting: number): void {
-    this.showAtLeast(id, 'waiting', maxWaiting);
-  }
-
-  /** Until the next fetch, the channel's corrected `field` shows at least `to`. */
-  private showAtLeast(id: string, field: 'active' | 'waiting', to: number): void {
     const entry = this.cache.get(id);
-    if (!entry) return;
-    const shown = this.corrected(id, entry)[field];
-    if (shown < to) entry.load = { ...entry.load, [field]: entry.load[field] + (to - shown) };
+    if (entry) this.local.showAtLeast(id, entry, 'waiting', maxWaiting);
   }
 
   /** The acquire script (or this instance) found the channel cooling: later passes skip it until the next fetch. */
