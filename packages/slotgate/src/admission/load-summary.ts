@@ -81,7 +81,7 @@ export class SummaryReports {
       reply = await this.opts.store.exchangeLoads!({
         ...taken.exchange,
         read,
-        maxAgeMs: Math.floor(this.opts.settings().load_cache_ttl_ms / SNAPSHOT_AGE_DIVISOR),
+        maxAgeMs: Math.max(1, Math.floor(this.opts.settings().load_cache_ttl_ms / SNAPSHOT_AGE_DIVISOR)),
         ...(fresh ? { fresh } : {}),
       });
     } catch (err) {

@@ -23,8 +23,8 @@ export const WAITING_UNIT = 2 ** 26;
 const MAX_EXACT = 2000;
 
 /**
- * A cooldown this store set or cleared shows as it set it for this long, whatever a snapshot built before says (a
- * snapshot is at most a quarter TTL old).
+ * A cooldown this store set or cleared shows as it set it for this long (or the greatest max age asked for, when
+ * longer), whatever a snapshot built before says.
  */
 const NOTED_MS = 1000;
 
@@ -62,10 +62,19 @@ export interface LoadSummaryDeps {
 
 /** What one instance recently changed in the summary: a snapshot built before then does not hold it. */
 interface Recent {
-  /** Channel → when the exchange that changed it settled (performance.now() ms; Infinity while in flight). */
+  /** Channel → when the last exchange that changed it settled (performance.now() ms). */
   changed: Map<string, number>;
-  /** When its last full report or leave settled (it may have zeroed any channel). */
+  /** Channel → exchanges changing it still in flight. */
+  inflight: Map<string, number>;
+  /** When its last full report or leave settled (it may have zeroed any channel), and how many are in flight. */
   fullAt: number;
+  fullInflight: number;
+  /**
+   * Plain reads whose script call (after a missing snapshot) is not sent yet. An exchange that puts counts in waits
+   * for them: sent in between, its counts would be in what that call reads but not in the base the read's view
+   * corrects from.
+   */
+  gates: Set<Promise<void>>;
 }
 
 /** What a read shows: packed counts and cooldown ends (Redis ms) per channel; a channel not named counts 0. */
@@ -85,37 +94,46 @@ export class RedisLoadSummary {
    * until a script read finds one there (with few readers, most reads would otherwise cost a GET and a script call).
    */
   private readonly missing = new Set<number>();
+  /** The greatest max age asked for so far: changes are remembered that long (a max age may grow at run time). */
+  private longest = 0;
   /** The last snapshot parsed (readers of one store often get the same one again). */
   private parsed: { text: string; view: SummaryView } | undefined;
 
   async exchange(ex: LoadExchange): Promise<LoadExchangeReply> {
     const { client, keys, clock, run } = this.deps;
     await this.deps.seedClock();
+    const recent = this.recentOf(ex.instanceId);
+    const carries = ex.mode !== 'changes' || ex.counts.size > 0;
+    while (carries && recent.gates.size > 0) await Promise.all(recent.gates);
     const ids = [...new Set(ex.read)];
-    const recent = this.recentOf(ex.instanceId, ex.maxAgeMs ?? 0);
-    const sentAt = performance.now();
+    const asked = Math.max(0, Math.ceil(ex.maxAgeMs ?? 0));
+    this.longest = Math.max(this.longest, asked);
+    this.forget(recent);
     // a snapshot may be up to maxAge old: exact for the channels this instance changed since (else its own counts in
     // it would be older than the base its view corrects from), the rest from the snapshot
-    let maxAge =
-      ex.mode !== 'changes' || ex.fresh === true || recent.fullAt > sentAt - (ex.maxAgeMs ?? 0)
-        ? 0
-        : Math.max(0, Math.ceil(ex.maxAgeMs ?? 0));
+    let maxAge = ex.mode !== 'changes' || ex.fresh === true || recent.fullInflight > 0 ? 0 : asked;
+    if (recent.fullAt > performance.now() - this.longest) maxAge = 0;
     let exact: string[] = [];
     if (ids.length > 0 && maxAge > 0) {
-      exact = ids.filter((id) => ex.counts.has(id) || recent.changed.has(id));
+      exact = ids.filter((id) => ex.counts.has(id) || recent.changed.has(id) || recent.inflight.has(id));
       if (exact.length > MAX_EXACT) [maxAge, exact] = [0, []];
     }
     const scripted =
-      ex.mode !== 'changes' ||
-      ex.counts.size > 0 ||
+      carries ||
       ex.keepMs !== undefined ||
       (ex.sweep ?? 0) > 0 ||
       exact.length > 0 ||
       (ids.length > 0 && this.missing.has(maxAge));
     if (!scripted && ids.length === 0) return { loads: new Map(), resync: false };
     const withTime = clock.claimRefresh(TIME_EVERY_MS);
-    for (const id of ex.counts.keys()) recent.changed.set(id, Infinity);
-    if (ex.mode !== 'changes') recent.fullAt = Infinity;
+    for (const id of ex.counts.keys()) recent.inflight.set(id, (recent.inflight.get(id) ?? 0) + 1);
+    if (ex.mode !== 'changes') recent.fullInflight++;
+    let open = () => {};
+    if (!scripted) {
+      const gate = new Promise<void>((resolve) => (open = resolve));
+      recent.gates.add(gate);
+      void gate.then(() => recent.gates.delete(gate));
+    }
     ex.onSent?.();
     let head: ExchangeReply | undefined;
     let plain: string | null | undefined;
@@ -135,15 +153,29 @@ export class RedisLoadSummary {
       );
       if (time) clock.learn(time as unknown as string[]);
       if (plain === null) {
-        // no snapshot: the script builds it (one more call, about once per max age across the fleet)
+        // no snapshot: the script builds it (one more call, about once per max age across the fleet); an exchange
+        // of this instance that puts counts in goes out after this call, not between the GET and it
         this.missing.add(maxAge);
-        head = await run('load_read', 1, () => this.call(ex, maxAge, []));
+        head = await run('load_read', 1, () => {
+          const call = this.call(ex, maxAge, []);
+          open();
+          return call;
+        });
       }
       if (head?.snapshot && !head.built) this.missing.delete(maxAge);
     } finally {
+      open();
       const settled = performance.now();
-      for (const id of ex.counts.keys()) recent.changed.set(id, settled);
-      if (ex.mode !== 'changes') recent.fullAt = settled;
+      for (const id of ex.counts.keys()) {
+        const left = (recent.inflight.get(id) ?? 1) - 1;
+        if (left > 0) recent.inflight.set(id, left);
+        else recent.inflight.delete(id);
+        recent.changed.set(id, settled);
+      }
+      if (ex.mode !== 'changes') {
+        recent.fullInflight--;
+        recent.fullAt = settled;
+      }
     }
     const view = whole
       ? {
@@ -154,7 +186,7 @@ export class RedisLoadSummary {
     const exactSums = new Map<string, string>();
     if (head?.exact.length) exact.forEach((id, i) => exactSums.set(id, head!.exact[i]!));
     const now = head?.nowMs ?? clock.now();
-    const noted = performance.now() - NOTED_MS;
+    const noted = performance.now() - Math.max(NOTED_MS, this.longest);
     for (const [id, note] of this.noted) if (note.at < noted) this.noted.delete(id);
     const loads = new Map<string, ChannelLoad>();
     for (const id of ids) {
@@ -198,16 +230,22 @@ export class RedisLoadSummary {
     );
   }
 
-  /**
-   * This instance's recent changes, without those settled more than `maxAgeMs` ago: a snapshot that still exists was
-   * built after them. (A max age raised at run time may miss changes forgotten under the old one, for one snapshot.)
-   */
-  private recentOf(instanceId: string, maxAgeMs: number): Recent {
+  private recentOf(instanceId: string): Recent {
     let r = this.recent.get(instanceId);
-    if (!r) this.recent.set(instanceId, (r = { changed: new Map(), fullAt: -Infinity }));
-    const before = performance.now() - maxAgeMs;
-    for (const [id, at] of r.changed) if (at < before) r.changed.delete(id);
+    if (!r) {
+      r = { changed: new Map(), inflight: new Map(), fullAt: -Infinity, fullInflight: 0, gates: new Set() };
+      this.recent.set(instanceId, r);
+    }
     return r;
+  }
+
+  /**
+   * Forgets the changes settled longer ago than the greatest max age asked for: a snapshot that still exists was
+   * built after them.
+   */
+  private forget(recent: Recent): void {
+    const before = performance.now() - this.longest;
+    for (const [id, at] of recent.changed) if (at < before) recent.changed.delete(id);
   }
 
   /** A snapshot (`{"l": [channel, count, …], "c": [channel, cooldown end, …]}`) as a view. */

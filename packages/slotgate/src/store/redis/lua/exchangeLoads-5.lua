@@ -134,7 +134,7 @@ if at <= #ARGV then
     local missing, where = {}, {}
     for i = at + 1, #ARGV do
       local sum = sums[ARGV[i]]
-      reply[#reply + 1] = sum and tostring(sum) or ''
+      reply[#reply + 1] = sum and string.format('%d', sum) or ''
       if not sum then
         missing[#missing + 1] = ARGV[i]
         where[#missing] = #reply
