@@ -533,9 +533,12 @@ describe('enqueueWaiter script', () => {
     );
     await client.zadd(keys.queue('w'), nowUs - 3, '1|dead:1', nowUs - 2, '1|live:1', nowUs - 1, '1|live:2');
     expect(await enqueue('w', 'w:1', 1, { maxWaiting: 2 })).toBe('queue_full');
-    // the sweep still happened, the new waiter was not added
-    expect(await members(keys.queue('w'))).toEqual(['1|live:1', '1|live:2']);
-    expect(await members(keys.waiters('w'))).toEqual(['1|live:1', '1|live:2']);
+    // the bound counts live registrations only; the new waiter was not added (the dead one goes when a grant reaches
+    // it, or when the queue forms anew)
+    expect(await members(keys.queue('w'))).toEqual(['1|dead:1', '1|live:1', '1|live:2']);
+    expect(await members(keys.waiters('w'))).toEqual(['1|dead:1', '1|live:1', '1|live:2']);
+    // a third live place: the dead registration does not take it
+    expect(await enqueue('w', 'w:1', 1, { maxWaiting: 3 })).toBe('queued');
   });
 
   it('a registration expires by itself: the queue then no longer holds it (poll answers gone)', async () => {
@@ -674,6 +677,21 @@ describe('grants: a freed slot goes to the oldest live waiter', () => {
     expect(await releaseSlot('sw', 'ghost:1')).toBe(false);
     expect(await members(keys.slots('sw'))).toEqual(['a:1', 'b:1']);
     expect(await client.exists(keys.queue('sw'))).toBe(0);
+  });
+
+  it("a release that granted its slot under the next waiter's max does not sweep again (a poll does)", async () => {
+    const now = await redisNow();
+    await client.zadd(keys.slots('sn'), now - 1_000, 'dead:1', now + 60_000, 'h:1');
+    await client.zadd(keys.waiters('sn'), now + 60_000, '2|a:1', now + 60_000, '2|b:1');
+    const nowUs = await redisNowUs();
+    await client.zadd(keys.queue('sn'), nowUs - 2, '2|a:1', nowUs - 1, '2|b:1');
+    // h:1's slot goes to a:1; the channel looks full again (the expired lease counts until swept): b:1 waits
+    expect(await releaseSlot('sn', 'h:1')).toBe(true);
+    expect(await members(keys.slots('sn'))).toEqual(['a:1', 'dead:1']);
+    expect(await members(keys.queue('sn'))).toEqual(['2|b:1']);
+    // its safety poll sweeps the expired lease and grants it
+    expect(await pollWaiter('sn', 'b:1', 2)).toBe('granted');
+    expect(await members(keys.slots('sn'))).toEqual(['a:1', 'b:1']);
   });
 
   it('an acquire on a full channel whose only queued waiter expired is full, not queued behind the dead one', async () => {
@@ -868,6 +886,20 @@ describe('pollWaiter and leaveQueue scripts', () => {
     expect(await members(keys.slots('lx'))).toEqual(['b:1']);
     expect(await feed.settle()).toEqual(['h q lx', 'b g b:1 lx']);
   });
+
+  it('a leave of a waiter granted elsewhere (sweep "0") only takes it out: the expired lease stays for a poll', async () => {
+    await hold('ly', 'h:1');
+    expect(await enqueue('ly', 'a:1', 1)).toBe('queued');
+    expect(await enqueue('ly', 'b:1', 1)).toBe('queued');
+    await client.zadd(keys.slots('ly'), 1, 'h:1');
+    const plain = [...queueArgs('ly', member('a:1', 1), {}), 0];
+    expect(await SCRIPTS.leaveQueue.call(client, queueKeys('ly'), plain)).toBe(false);
+    expect(await members(keys.slots('ly'))).toEqual(['h:1']);
+    expect(await members(keys.queue('ly'))).toEqual(['1|b:1']);
+    // b's safety poll sweeps it and finds itself granted
+    expect(await pollWaiter('ly', 'b:1', 1)).toBe('granted');
+    expect(await members(keys.slots('ly'))).toEqual(['b:1']);
+  });
 });
 
 describe('requeueWaiter script', () => {
@@ -998,16 +1030,47 @@ describe('key expiry: set, and only ever extended', () => {
       expect(pttl).toBeGreaterThan(13_000);
       expect(pttl).toBeLessThanOrEqual(16_000);
     }
-    // at least a registration TTL left: no extension (a busy queue extends its keys once per TTL, not per enqueue)
-    await client.pexpire(keys.waiters('k'), 9_000);
-    await client.pexpire(keys.queue('k'), 9_000);
+    // at least 1.5 registration TTLs left: no extension
+    await client.pexpire(keys.waiters('k'), 12_500);
+    await client.pexpire(keys.queue('k'), 12_500);
     expect(await enqueue('k', 'w:2', 1, { ttlMs: 8_000 })).toBe('queued');
     for (const key of [keys.waiters('k'), keys.queue('k')])
-      expect(await client.pttl(key)).toBeLessThanOrEqual(9_000);
+      expect(await client.pttl(key)).toBeLessThanOrEqual(12_500);
+    // below 1.5 TTLs: extended to 2 TTLs
+    await client.pexpire(keys.waiters('k'), 11_500);
+    await client.pexpire(keys.queue('k'), 11_500);
+    expect(await enqueue('k', 'w:2b', 1, { ttlMs: 8_000 })).toBe('queued');
+    for (const key of [keys.waiters('k'), keys.queue('k')])
+      expect(await client.pttl(key)).toBeGreaterThan(15_000);
     expect(await enqueue('k', 'w:3', 1, { ttlMs: 600_000 })).toBe('queued');
     expect(await enqueue('k', 'w:4', 1, { ttlMs: 1_000 })).toBe('queued');
     for (const key of [keys.waiters('k'), keys.queue('k')])
       expect(await client.pttl(key)).toBeGreaterThan(1_190_000);
+  });
+
+  it('an enqueue told its keys outlive it checks no expiry behind a live waiter, but does where the queue forms', async () => {
+    await hold('kc', 'h:1');
+    const unchecked = (token: string, ttlMs: number) =>
+      SCRIPTS.enqueueWaiter.call(client, queueKeys('kc'), [
+        ...queueArgs('kc', member(token, 1), {}),
+        10,
+        ttlMs,
+        0,
+      ]);
+    // the queue forms with this waiter: its keys are new, so their expiry is set whatever the caller said
+    expect(await unchecked('w:1', 8_000)).toBe('queued');
+    for (const key of [keys.waiters('kc'), keys.queue('kc')])
+      expect(await client.pttl(key)).toBeGreaterThan(15_000);
+    // behind a live waiter: left as they are
+    await client.pexpire(keys.waiters('kc'), 1_000);
+    await client.pexpire(keys.queue('kc'), 1_000);
+    expect(await unchecked('w:2', 8_000)).toBe('queued');
+    for (const key of [keys.waiters('kc'), keys.queue('kc')])
+      expect(await client.pttl(key)).toBeLessThanOrEqual(1_000);
+    // and checked when asked
+    expect(await enqueue('kc', 'w:3', 1, { ttlMs: 8_000 })).toBe('queued');
+    for (const key of [keys.waiters('kc'), keys.queue('kc')])
+      expect(await client.pttl(key)).toBeGreaterThan(15_000);
   });
 
   it('a queue-full enqueue leaves the expiries as they were', async () => {

@@ -432,7 +432,9 @@ describe('RedisStore command cost (client and server side)', () => {
       // the queue forms: one message to the one instance holding a slot; the grant check sweeps the full set
       expect(ok.server).toEqual({
         evalsha: 1,
-        zcard: 2,
+        zcount: 1,
+        zrangebyscore: 1,
+        zcard: 1,
         time: 1,
         zadd: 2,
         pttl: 1,
@@ -446,7 +448,7 @@ describe('RedisStore command cost (client and server side)', () => {
         expect(await store.enqueue(waiter('wq', 'w:2', 1), waitOpts(1))).toBe('queue_full');
       });
       expect(full.sent).toEqual(['evalsha']);
-      expect(full.server).toEqual({ evalsha: 1, time: 1, zcard: 1, zrangebyscore: 1 });
+      expect(full.server).toEqual({ evalsha: 1, time: 1, zcount: 1 });
       const poll = await measure(async () => {
         expect(await store.pollWaiter(waiter('wq', 'w:1', 1), 60_000)).toBe('queued');
       });
@@ -467,16 +469,35 @@ describe('RedisStore command cost (client and server side)', () => {
       // not holding a grant in a full channel: one sweep of expired leases (none here), no grant loop
       expect(leave.server).toEqual({ evalsha: 1, zrem: 3, zcard: 1, time: 1, zremrangebyscore: 1 });
       expect(leave.counted).toEqual({ wait: 1 });
+      // a waiter granted on another channel leaves with no sweep
+      expect(await store.enqueue(waiter('wq', 'w:3', 1), waitOpts(1))).toBe('queued');
+      const plain = await measure(async () => {
+        expect(await store.leaveQueue(waiter('wq', 'w:3', 1), 60_000, false)).toBe(false);
+      });
+      expect(plain.server).toEqual({ evalsha: 1, zrem: 3 });
     });
 
-    it('enqueue behind a live waiter: no grant loop, and no PEXPIRE while the keys have a registration TTL left', async () => {
+    it('enqueue behind a live waiter: no grant loop, and no expiry check while this store knows the keys outlive it', async () => {
       await store.acquireFirst([{ channelId: 'wb', max: 1 }], opts('h:1'));
       expect(await store.enqueue(waiter('wb', 'w:1', 1), waitOpts())).toBe('queued');
       const m = await measure(async () => {
         expect(await store.enqueue(waiter('wb', 'w:2', 1), waitOpts())).toBe('queued');
       });
       expect(m.sent).toEqual(['evalsha']);
-      expect(m.server).toEqual({ evalsha: 1, zcard: 1, time: 1, zcount: 1, zadd: 2, pttl: 1 });
+      // the first enqueue (the queue formed) checked the keys' expiry: they last 1.5 registration TTLs at least
+      expect(m.server).toEqual({ evalsha: 1, time: 1, zcount: 1, zadd: 2 });
+      // another store (another instance) has not checked them: it does, once
+      const other = new RedisStore({ url: server.url, prefix });
+      try {
+        // (its first call of the script is an EVAL with the body)
+        expect(await other.enqueue(waiter('wb-warm', 'w:0', 1), waitOpts())).toBe('granted');
+        const o = await measure(async () => {
+          expect(await other.enqueue(waiter('wb', 'w:3', 1), waitOpts())).toBe('queued');
+        });
+        expect(o.server).toEqual({ evalsha: 1, time: 1, zcount: 1, zadd: 2, pttl: 1 });
+      } finally {
+        await other.close();
+      }
     });
 
     it('enqueue granted at once: no queue forms, no message is sent', async () => {
@@ -486,7 +507,9 @@ describe('RedisStore command cost (client and server side)', () => {
       expect(m.sent).toEqual(['evalsha']);
       expect(m.server).toEqual({
         evalsha: 1,
-        zcard: 2,
+        zcount: 1,
+        zrangebyscore: 1,
+        zcard: 1,
         time: 1,
         zadd: 3,
         pttl: 2,

@@ -238,8 +238,9 @@ export async function waitForSlot<C extends Candidate>(
     for (const p of places) {
       exit(p);
       if (p === claimed) continue;
-      // Out of the queue, and a grant it got there passes on; the registration's expiry is the backstop.
-      void store.leaveQueue(refOf(p), settings.lease_ttl_ms).catch(() => {});
+      // Out of the queue, and a grant it got there passes on; the registration's expiry is the backstop. A waiter
+      // that gives up also sweeps leases that ran out; one granted elsewhere need not.
+      void store.leaveQueue(refOf(p), settings.lease_ttl_ms, claimed === undefined).catch(() => {});
     }
   }
 

@@ -240,8 +240,13 @@ export interface SlotStore {
   claim(lease: LeaseRef, leaseTtlMs: number): Promise<boolean>;
   /** A waiter's slow safety check for a lost message or a lost queue; it also grants what is free. */
   pollWaiter(waiter: WaiterRef, leaseTtlMs: number): Promise<WaiterState>;
-  /** Takes the waiter out of the queue; a grant it holds there and will not claim passes on. True when it had one. */
-  leaveQueue(waiter: WaiterRef, leaseTtlMs: number): Promise<boolean>;
+  /**
+   * Takes the waiter out of the queue; a grant it holds there and will not claim passes on. True when it had one.
+   * `sweep` (default true): a waiter that gives up (time-out, abort) also makes the store free slots whose leases ran
+   * out, so a waiter that never polled still frees what a dead holder left; one that leaves because it was granted
+   * elsewhere passes false (its leave only has to take it out).
+   */
+  leaveQueue(waiter: WaiterRef, leaseTtlMs: number, sweep?: boolean): Promise<boolean>;
   /**
    * Moves a waiter's registration to a new token and max (its channel's max changed while it waited), keeping its
    * place: where `from` is queued, `to` takes its arrival; where `from` holds a grant it has not claimed, the grant is

@@ -6,6 +6,7 @@
  * back: through the queue, or by a plain ZREM.
  */
 import type { Cluster, Redis } from 'ioredis';
+import type { Clock } from '../../core/clock.js';
 import { instanceOfToken } from '../../core/ids.js';
 import type {
   AcquireReply,
@@ -32,6 +33,8 @@ export interface RedisQueuesDeps {
   count: (purpose: Purpose, n: number) => void;
   /** How long a grant waits for its instance to claim it before the slot passes on. */
   claimMs: number;
+  /** Times the queue keys' extension hints. */
+  clock: Clock;
 }
 
 /** A lease TTL for keys a grant touches when the caller gave none (it only ever extends a key's expiry). */
@@ -39,6 +42,9 @@ export const DEFAULT_LEASE_TTL_MS = 60_000;
 
 /** How long a grant waits for its instance to claim it, when the store's options name no other. */
 export const DEFAULT_CLAIM_MS = 5000;
+
+/** Channels whose queue keys' expiry is remembered (cleared past this, like the acquire's extension hints). */
+const COVERED_LIMIT = 10_000;
 
 /** The member of a waiter in a queue: its max and its token. */
 const memberOf = (w: WaiterRef) => `${w.max}|${w.token}`;
@@ -51,6 +57,12 @@ export class RedisQueues {
    * a full lease, named in the reply instead of a message.
    */
   private readonly listeners = new Map<string, QueueListener>();
+  /**
+   * Per channel, until when (this store's clock) its queue keys are known to last: an enqueue that checked their
+   * expiry left them at least 1.5 registration TTLs (lua/enqueueWaiter-3.lua). An enqueue whose registration, with a
+   * quarter of it to spare, ends before then skips the check (a PTTL per enqueue otherwise).
+   */
+  private readonly coveredUntil = new Map<string, number>();
 
   constructor(private readonly deps: RedisQueuesDeps) {}
 
@@ -109,8 +121,16 @@ export class RedisQueues {
     return [memberOf(w), this.deps.claimMs, leaseTtlMs, this.deps.keys.grants(), w.channelId];
   }
 
-  enqueue(w: WaiterRef, options: EnqueueOptions): Promise<EnqueueReply> {
-    return this.register(SCRIPTS.enqueueWaiter, w, options);
+  async enqueue(w: WaiterRef, options: EnqueueOptions): Promise<EnqueueReply> {
+    const sentAt = this.deps.clock.now();
+    const covered = sentAt + 1.25 * options.ttlMs <= (this.coveredUntil.get(w.channelId) ?? -Infinity);
+    const reply = await this.register(SCRIPTS.enqueueWaiter, w, options, undefined, [covered ? 0 : 1]);
+    // a full queue returns before the check
+    if (!covered && reply !== 'queue_full') {
+      if (this.coveredUntil.size >= COVERED_LIMIT) this.coveredUntil.clear();
+      this.coveredUntil.set(w.channelId, sentAt + 1.5 * options.ttlMs);
+    }
+    return reply;
   }
 
   /** `from`'s registration becomes `to`'s, in its place (lua/requeueWaiter-3.lua). */
@@ -124,6 +144,7 @@ export class RedisQueues {
     w: WaiterRef,
     options: EnqueueOptions,
     from?: WaiterRef,
+    extra: readonly (string | number)[] = [],
   ): Promise<EnqueueReply> {
     this.deps.count('wait', 1);
     try {
@@ -133,6 +154,7 @@ export class RedisQueues {
           ...this.argsOf(w, options.leaseTtlMs),
           options.maxWaiting,
           options.ttlMs,
+          ...extra,
         ]),
       );
       this.mark(w.channelId, reply !== 'granted');
@@ -155,10 +177,13 @@ export class RedisQueues {
     );
   }
 
-  leave(w: WaiterRef, leaseTtlMs: number): Promise<boolean> {
+  leave(w: WaiterRef, leaseTtlMs: number, sweep = true): Promise<boolean> {
     this.deps.count('wait', 1);
     return this.deps.deadlines.run('wait_unregister', () =>
-      SCRIPTS.leaveQueue.call(this.deps.client, this.keysOf(w.channelId), this.argsOf(w, leaseTtlMs)),
+      SCRIPTS.leaveQueue.call(this.deps.client, this.keysOf(w.channelId), [
+        ...this.argsOf(w, leaseTtlMs),
+        sweep ? 1 : 0,
+      ]),
     );
   }
 

@@ -124,6 +124,7 @@ export class RedisStore implements SlotStore {
       deadlines: this.deadlines,
       count: this.count,
       claimMs,
+      clock: this.clock,
     });
     this.topology = topologyOf({
       client: this.client,
@@ -235,8 +236,8 @@ export class RedisStore implements SlotStore {
     return this.epoch.admitting('wait_poll', () => this.queues.poll(waiter, leaseTtlMs));
   }
 
-  leaveQueue(waiter: WaiterRef, leaseTtlMs: number): Promise<boolean> {
-    return this.queues.leave(waiter, leaseTtlMs);
+  leaveQueue(waiter: WaiterRef, leaseTtlMs: number, sweep = true): Promise<boolean> {
+    return this.queues.leave(waiter, leaseTtlMs, sweep);
   }
 
   requeue(from: WaiterRef, to: WaiterRef, options: EnqueueOptions): Promise<EnqueueReply> {

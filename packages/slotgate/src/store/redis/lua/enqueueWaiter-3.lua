@@ -12,15 +12,18 @@
   ARGV[5]     the channel id, as messages name it
   ARGV[6]     max waiting (>= 1)
   ARGV[7]     registration TTL in ms (the wait deadline plus a margin)
+  ARGV[8]     "0" when the caller knows the keys outlive this registration (an enqueue of its own checked them lately:
+              queues.ts), so their expiry is not checked unless the queue forms anew; otherwise "1"
 
   Returns 2 = granted at once (the token holds a slot until the claim deadline; no message is sent for it),
   1 = queued, 0 = queue full. When the queue forms (the waiter is left waiting with no live waiter ahead of it),
   every instance holding a slot of the channel is told ("q\n<channel>"), so none of them passes a slot on locally
   ahead of the queue; a waiter granted at once forms no queue and tells nobody.
-  Cost: TIME, ZCARD (+ ZRANGEBYSCORE and ZREMs when it looks full), 2 ZADD, PTTL (+ 2 PEXPIRE when the keys have less than a registration TTL left); behind others, a
-  ZCOUNT of the live ones. Only into a queue with no live waiter: the grant loop (ZRANGE, ZCARD, + ZREMRANGEBYSCORE
-  when the slots look full; a grant at once adds ZSCORE, ZADD, PTTL, 2 ZREM), and when it stays queued
-  ZRANGE of the slots and one PUBLISH per holding instance.
+  Cost: TIME, ZCOUNT of the live registrations (the bound, and whether any waits ahead), 2 ZADD, and when the caller
+  asks or the queue forms anew, PTTL (+ 2 PEXPIRE when the keys have less than 1.5 registration TTLs left). Only into a queue with no live waiter: ZRANGEBYSCORE of the
+  dead registrations (+ 2 ZREM when there are any), the grant loop (ZRANGE, ZCARD, + ZREMRANGEBYSCORE when the slots
+  look full; a grant at once adds ZSCORE, ZADD, PTTL, 2 ZREM), and when it stays queued ZRANGE of the slots and one
+  PUBLISH per holding instance.
 ]]
 --- @include "redisNow"
 --- @include "queue"
@@ -29,30 +32,29 @@ local notify = ARGV[4]
 local channelId = ARGV[5]
 local maxWaiting = tonumber(ARGV[6])
 local ttl = tonumber(ARGV[7])
-local n = redis.call('ZCARD', KEYS[3])
-if n >= maxWaiting then
-  n = n - dropExpiredWaiters(KEYS[2], KEYS[3])
-  if n >= maxWaiting then
-    return 0
-  end
+-- The live registrations are what the bound counts (a dead waiter's member stays until a grant reaches it or the
+-- queue forms anew) and what this one would wait behind: one ZCOUNT tells both.
+local live = redis.call('ZCOUNT', KEYS[2], '(' .. redisNow(), '+inf')
+if live >= maxWaiting then
+  return 0
 end
 -- Live waiters ahead? A slot that came free was granted to them when it did (a lease that ran out unseen is granted
 -- by the next script that looks: an acquire, a release, a waiter's safety poll), so there is nothing to check here.
--- Only dead waiters ahead: they go, and the queue forms anew with this one.
-local behind = false
-if n > 0 then
-  behind = redis.call('ZCOUNT', KEYS[2], '(' .. redisNow(), '+inf') > 0
-  if not behind then
-    dropExpiredWaiters(KEYS[2], KEYS[3])
-  end
+-- Only dead waiters ahead (or none): they go, and the queue forms anew with this one.
+local behind = live > 0
+if not behind then
+  dropExpiredWaiters(KEYS[2], KEYS[3])
 end
 redis.call('ZADD', KEYS[3], redisNowUs(), member)
 redis.call('ZADD', KEYS[2], redisNow() + ttl, member)
--- the two keys are always written and extended together: one PTTL tells for both
--- extended to twice the registration TTL when below it: a busy queue extends its keys once per TTL, not per enqueue
-if redis.call('PTTL', KEYS[2]) < ttl then
-  redis.call('PEXPIRE', KEYS[2], 2 * ttl)
-  redis.call('PEXPIRE', KEYS[3], 2 * ttl)
+-- the two keys are always written and extended together: one PTTL tells for both. Checked when the caller asks, and
+-- always when the queue forms anew (the keys may have just been created); extended to twice the registration TTL
+-- when below 1.5 TTL, so a check leaves them at least 1.5 TTL and each instance checks about once per quarter TTL
+if ARGV[8] ~= '0' or not behind then
+  if redis.call('PTTL', KEYS[2]) < ttl + math.floor(ttl / 2) then
+    redis.call('PEXPIRE', KEYS[2], 2 * ttl)
+    redis.call('PEXPIRE', KEYS[3], 2 * ttl)
+  end
 end
 if behind then
   return 1

@@ -8,12 +8,15 @@
   ARGV[3]     lease TTL in ms (a slots key keeps at least this much expiry)
   ARGV[4]     grants channel prefix (an instance's channel is this plus its id)
   ARGV[5]     the channel id, as messages name it
+  ARGV[6]     "1" when the waiter gives up (time-out, abort): it also sweeps leases that ran out; "0" when it leaves
+              because it was granted on another channel (a plain leave, the common one under overload)
 
   Returns 1 when a grant was given back, 0 otherwise.
   Cost: 2 ZREM, ZREM of the token's slot; when it held one, the grant loop (a ZRANGE alone when nobody waits).
-  Otherwise ZCARD, and when the slots in use reach the leaver's max, one sweep of expired leases: a lease whose holder
-  died or was cut off frees its slot here too, not only at a waiter's safety poll (waiters that time out before their
-  first poll would otherwise never see it), and the grant loop runs when the sweep freed one.
+  Otherwise, when it gives up, ZCARD, and when the slots in use reach the leaver's max, TIME and one sweep of expired
+  leases: a lease whose holder died or was cut off frees its slot here too, not only at a waiter's safety poll
+  (waiters that time out before their first poll would otherwise never see it), and the grant loop runs when the
+  sweep freed one.
 ]]
 --- @include "redisNow"
 --- @include "queue"
@@ -23,7 +26,7 @@ redis.call('ZREM', KEYS[3], member)
 redis.call('ZREM', KEYS[2], member)
 local returned = redis.call('ZREM', KEYS[1], token)
 local freed = returned == 1
-if not freed and max > 0 and redis.call('ZCARD', KEYS[1]) >= max then
+if not freed and ARGV[6] ~= '0' and max > 0 and redis.call('ZCARD', KEYS[1]) >= max then
   freed = redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', redisNow()) > 0
 end
 if freed then

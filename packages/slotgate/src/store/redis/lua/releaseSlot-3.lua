@@ -15,7 +15,7 @@
   releasing instance's waiters granted here }.
   Cost: ZREM, ZRANGE of the 64 oldest waiters (all when the queue is empty); with a queue, ZCARD and TIME, per grant
   ZSCORE, ZADD, PTTL (+ PEXPIRE), 2 ZREM, PUBLISH, a ZRANGE per 64 waiters, a ZREMRANGEBYSCORE when the slots look
-  full, and a ZRANGEBYSCORE of the live slots when the waiters are of several clients (the fair share).
+  full before any grant (none after one: the freed slot filled the channel), and a ZRANGEBYSCORE of the live slots when the waiters are of several clients (the fair share).
 ]]
 --- @include "redisNow"
 --- @include "queue"

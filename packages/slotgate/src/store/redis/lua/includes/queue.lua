@@ -59,6 +59,7 @@ local function grantFree(slotsKey, waitersKey, queueKey, claimMs, leaseTtl, noti
                          localInstance)
   local granted = {}
   local live, swept = nil, false
+  local grantedMax = nil -- the lowest max a waiter was granted under in this call
   local held = nil
   local window, gone, left = {}, {}, 0
   while true do
@@ -111,8 +112,11 @@ local function grantFree(slotsKey, waitersKey, queueKey, claimMs, leaseTtl, noti
     end
     local head = window[pick]
     local token, max = splitMember(head)
-    -- expired leases are swept once, when they would keep a waiter out (a later one may ask under a lower max)
-    if live >= max and not swept then
+    -- expired leases are swept once, when they would keep a waiter out (a later one may ask under a lower max). Not
+    -- when this call just granted under this max or a lower one: the freed slot it granted filled the channel, and a
+    -- sweep after every grant would cost a command per grant under overload; the calls that find the channel full
+    -- with nothing to grant (a waiter's safety poll, a leave on time-out, an acquire) sweep instead
+    if live >= max and not swept and not (grantedMax and grantedMax <= max) then
       swept = true
       live = live - redis.call('ZREMRANGEBYSCORE', slotsKey, '-inf', redisNow())
     end
@@ -154,6 +158,9 @@ local function grantFree(slotsKey, waitersKey, queueKey, claimMs, leaseTtl, noti
         held[c] = (held[c] or 0) + 1
       end
       granted[#granted + 1] = head
+      if not grantedMax or max < grantedMax then
+        grantedMax = max
+      end
       if head ~= quiet and not mine then
         redis.call('PUBLISH', notify .. instance, 'g\n' .. token .. '\n' .. channelId)
       end
