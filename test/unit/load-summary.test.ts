@@ -226,7 +226,7 @@ describe('reports of this instance’s own counts', () => {
 });
 
 describe('reads through the summary', () => {
-  it('cached channels cost nothing within the TTL; after it, one exchange reads every channel wanted within five TTLs', async () => {
+  it('cached channels cost nothing within the TTL; after it, one exchange reads every channel wanted within fifty TTLs', async () => {
     const { clock, summary, view, t0 } = fixture();
     summary.put('other', { a: own(2), c: own(1, 3) });
     const v = view('i1');
@@ -273,14 +273,14 @@ describe('reads through the summary', () => {
     );
     expect(summary.exchanges.slice(2)).toStrictEqual([{ at: t0 + 300, ...plain, read: ['a', 'b', 'c'] }]);
 
-    // b and c were last wanted at +300: at +1300 (five TTLs) they are still read along with a, at +1500 no longer
-    await elapse(clock, 1000);
+    // b and c were last wanted at +300: at +10300 (fifty TTLs) they are still read along with a, at +10500 no longer
+    await elapse(clock, 10_000);
     await v.read(['a']);
     await elapse(clock, 200);
     await v.read(['a']);
     expect(summary.exchanges.slice(3)).toStrictEqual([
-      { at: t0 + 1300, ...plain, read: ['a', 'b', 'c'] },
-      { at: t0 + 1500, ...plain, read: ['a'] },
+      { at: t0 + 10_300, ...plain, sweep: SWEEP, read: ['a', 'b', 'c'] }, // (a sweep every 5 s)
+      { at: t0 + 10_500, ...plain, read: ['a'] },
     ]);
     expect(v.counters).toMatchObject({ hits: 3, misses: 5, fetches: 5, reports: 0 });
   });
