@@ -625,7 +625,7 @@ describe('grants: a freed slot goes to the oldest live waiter', () => {
       'gw',
     ]);
     const after = await redisNow();
-    expect(reply).toEqual({ removed: true, local: ['gw:2'] });
+    expect(reply).toEqual({ removed: true, checked: true, local: ['gw:2'] });
     const score = Number(await client.zscore(keys.slots('own'), 'gw:2'));
     expect(score).toBeGreaterThanOrEqual(before + LEASE_TTL_MS); // a full lease: no claim needed
     expect(score).toBeLessThanOrEqual(after + LEASE_TTL_MS);
@@ -634,7 +634,7 @@ describe('grants: a freed slot goes to the oldest live waiter', () => {
       ...queueArgs('own', 'gw:2', {}),
       'gw',
     ]);
-    expect(next).toEqual({ removed: true, local: [] });
+    expect(next).toEqual({ removed: true, checked: true, local: [] });
     expect(Number(await client.zscore(keys.slots('own'), 'other:1'))).toBeLessThanOrEqual(
       (await redisNow()) + CLAIM_MS,
     );
@@ -1071,6 +1071,34 @@ describe('key expiry: set, and only ever extended', () => {
     expect(await enqueue('kc', 'w:3', 1, { ttlMs: 8_000 })).toBe('queued');
     for (const key of [keys.waiters('kc'), keys.queue('kc')])
       expect(await client.pttl(key)).toBeGreaterThan(15_000);
+  });
+
+  it("a release told the slots key's expiry is known skips its PTTL, unless the key was empty", async () => {
+    const trusted = (id: string, token: string) =>
+      SCRIPTS.releaseSlot.call(client, queueKeys(id), [
+        ...queueArgs(id, token, { leaseTtlMs: 60_000 }),
+        '',
+        1,
+      ]);
+    // a full channel of 2 with a waiter: the grant lands in a key that holds the other lease, whose expiry is known
+    await hold('kt', 'h:1', 'h:2');
+    expect(await enqueue('kt', 'w:1', 2)).toBe('queued');
+    await client.pexpire(keys.slots('kt'), 1_000);
+    expect(await trusted('kt', 'h:2')).toEqual({ removed: true, checked: false, local: [] });
+    expect(await members(keys.slots('kt'))).toEqual(['h:1', 'w:1']);
+    expect(await client.pttl(keys.slots('kt'))).toBeLessThanOrEqual(1_000);
+    // a channel of 1: the release empties the key, and the grant creates it again: its expiry is always set
+    await hold('ke', 'h:1');
+    expect(await enqueue('ke', 'w:1', 1)).toBe('queued');
+    expect(await trusted('ke', 'h:1')).toEqual({ removed: true, checked: true, local: [] });
+    expect(await members(keys.slots('ke'))).toEqual(['w:1']);
+    expect(await client.pttl(keys.slots('ke'))).toBeGreaterThan(70_000);
+    // untold, it checks (and says so)
+    await hold('ku', 'h:1', 'h:2');
+    expect(await enqueue('ku', 'w:1', 2)).toBe('queued');
+    await client.pexpire(keys.slots('ku'), 1_000);
+    expect(await releaseSlot('ku', 'h:2', { leaseTtlMs: 60_000 })).toBe(true);
+    expect(await client.pttl(keys.slots('ku'))).toBeGreaterThan(70_000);
   });
 
   it('a queue-full enqueue leaves the expiries as they were', async () => {

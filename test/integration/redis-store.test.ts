@@ -556,6 +556,33 @@ describe('RedisStore command cost (client and server side)', () => {
       expect(await cc.client.zrange(store.keys.slots('rq'), 0, -1)).toEqual(['w:1']);
     });
 
+    it('a second granting release within TTL/4 of the first skips the PTTL of the slots key', async () => {
+      await store.acquireFirst([{ channelId: 'rp', max: 2 }], opts('p:1'));
+      await store.acquireFirst([{ channelId: 'rp', max: 2 }], opts('p:2'));
+      expect(await store.enqueue(waiter('rp', 'w:1', 2), waitOpts())).toBe('queued');
+      expect(await store.enqueue(waiter('rp', 'w:2', 2), waitOpts())).toBe('queued');
+      const first = await measure(async () => {
+        expect(await store.release({ channelId: 'rp', token: 'p:1', ttlMs: 120_000 })).toBe(true);
+      });
+      expect(first.server.pttl).toBe(1);
+      const second = await measure(async () => {
+        expect(await store.release({ channelId: 'rp', token: 'p:2', ttlMs: 120_000 })).toBe(true);
+      });
+      // ZREM, the head, one grant (ZSCORE, ZADD, 2 ZREM, PUBLISH), a ZRANGE that finds the queue empty, and no PTTL:
+      // the first release checked the key
+      expect(second.server).toEqual({
+        evalsha: 1,
+        zrem: 3,
+        time: 1,
+        zrange: 2,
+        zscore: 1,
+        zcard: 1,
+        zadd: 1,
+        publish: 1,
+      });
+      expect(await cc.client.zrange(store.keys.slots('rp'), 0, -1)).toEqual(['w:1', 'w:2']);
+    });
+
     it('a release on a channel the store knows no queue of is a plain ZREM; the next acquire grants the slot', async () => {
       // another instance's waiter: this store has not heard of the queue
       const other = new RedisStore({ url: server.url, prefix });

@@ -63,6 +63,12 @@ export class RedisQueues {
    * quarter of it to spare, ends before then skips the check (a PTTL per enqueue otherwise).
    */
   private readonly coveredUntil = new Map<string, number>();
+  /**
+   * Per channel, when a release's grant last had the slots key's expiry checked (it then had at least the lease TTL
+   * noted): within a quarter of it, the key has at least 3/4 of a lease TTL left, which outlasts a new lease until its
+   * first renewal (TTL/3) extends it, so the next grants skip the PTTL (the acquire script's hint works alike).
+   */
+  private readonly slotsCheckedAt = new Map<string, { at: number; ttlMs: number }>();
 
   constructor(private readonly deps: RedisQueuesDeps) {}
 
@@ -91,18 +97,27 @@ export class RedisQueues {
   /** The releaseSlot arguments after the token. */
   releaseArgs = (lease: LeaseRef): (string | number)[] => {
     const instance = instanceOfToken(lease.token);
+    const ttl = lease.ttlMs ?? DEFAULT_LEASE_TTL_MS;
+    const checked = this.slotsCheckedAt.get(lease.channelId);
+    const trusted =
+      checked !== undefined && ttl <= checked.ttlMs && this.deps.clock.now() - checked.at < ttl / 4;
     return [
       this.deps.claimMs,
-      lease.ttlMs ?? DEFAULT_LEASE_TTL_MS,
+      ttl,
       this.deps.keys.grants(),
       lease.channelId,
       this.listeners.has(instance) ? instance : '',
+      trusted ? 1 : 0,
     ];
   };
 
   /** Reads a releaseSlot reply: hands this instance's waiters the leases it granted them; true when the slot was held. */
   released = (lease: LeaseRef, reply: ReleaseSlotReply): boolean => {
     const ttl = lease.ttlMs ?? DEFAULT_LEASE_TTL_MS;
+    if (reply.checked) {
+      if (this.slotsCheckedAt.size >= COVERED_LIMIT) this.slotsCheckedAt.clear();
+      this.slotsCheckedAt.set(lease.channelId, { at: this.deps.clock.now(), ttlMs: ttl });
+    }
     const listener = this.listeners.get(instanceOfToken(lease.token));
     for (const token of reply.local) {
       if (listener) listener.grant(lease.channelId, token, ttl);

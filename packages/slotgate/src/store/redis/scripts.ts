@@ -31,9 +31,13 @@ export function loadLua(file: string): string {
   });
 }
 
-/** What releaseSlot answers: whether the token held a slot, and the tokens of the releasing instance's waiters granted. */
+/**
+ * What releaseSlot answers: whether the token held a slot, whether a grant checked the slots key's expiry (it then has
+ * at least a lease TTL), and the tokens of the releasing instance's waiters granted.
+ */
 export interface ReleaseSlotReply {
   removed: boolean;
+  checked: boolean;
   local: string[];
 }
 
@@ -141,7 +145,11 @@ export const SCRIPTS = {
   /** See lua/releaseSlot-3.lua: whether the token held a slot, and the releasing instance's waiters granted. */
   releaseSlot: new Script('releaseSlot-3', (reply): ReleaseSlotReply => {
     if (!Array.isArray(reply)) throw new TypeError(`unexpected script reply ${JSON.stringify(reply)}`);
-    return { removed: Number(reply[0]) === 1, local: reply.slice(1).map(String) };
+    return {
+      removed: Number(reply[0]) === 1,
+      checked: Number(reply[1]) === 1,
+      local: reply.slice(2).map(String),
+    };
   }),
   /** See lua/pollWaiter-3.lua. */
   pollWaiter: new Script('pollWaiter-3', (reply): WaiterState => WAITER_CODES[code(reply, WAITER_CODES)]!),

@@ -54,12 +54,15 @@ end
 -- `liveHead`, a live registration (dead ones ahead of it are dropped); without, possibly one that expired (dropped
 -- once it is reached with a slot free). An empty queue costs its ZRANGE alone. A waiter of `localInstance` (the
 -- instance running this script, which reads the reply) is granted a full lease at once, with no message and no
--- claim: the caller hands it over.
+-- claim: the caller hands it over. `trusted`: the caller knows the slots key has at least 3/4 of a lease TTL left
+-- (its store had it extended within TTL/4), so a grant checks its expiry only when the key was empty (just created).
+-- The third value returned is true when a grant checked the key's expiry (it then has at least a lease TTL).
 local function grantFree(slotsKey, waitersKey, queueKey, claimMs, leaseTtl, notify, channelId, quiet, liveHead,
-                         localInstance)
+                         localInstance, trusted)
   local granted = {}
   local live, swept = nil, false
   local grantedMax = nil -- the lowest max a waiter was granted under in this call
+  local checked = false
   local held = nil
   local window, gone, left = {}, {}, 0
   while true do
@@ -68,7 +71,7 @@ local function grantFree(slotsKey, waitersKey, queueKey, claimMs, leaseTtl, noti
       window, gone = redis.call('ZRANGE', queueKey, 0, FAIR_WINDOW - 1), {}
       left = #window
       if left == 0 then
-        return granted, nil
+        return granted, nil, checked
       end
     end
     local first = nil
@@ -140,14 +143,18 @@ local function grantFree(slotsKey, waitersKey, queueKey, claimMs, leaseTtl, noti
     if expiry == false then
       -- dropped above
     elseif live >= max then
-      return granted, head
+      return granted, head, checked
     else
       local instance = instanceOf(token)
       local mine = localInstance ~= nil and localInstance ~= '' and instance == localInstance
       redis.call('ZADD', slotsKey, redisNow() + (mine and leaseTtl or claimMs), token)
       -- below a lease TTL: extended with a quarter TTL to spare, so a busy channel's grants extend it once per TTL/4
-      if redis.call('PTTL', slotsKey) < leaseTtl then
-        redis.call('PEXPIRE', slotsKey, leaseTtl + math.floor(leaseTtl / 4))
+      -- (a key that was empty has just been created by this ZADD, with no expiry: always checked)
+      if not (trusted and live > 0) and not checked then
+        checked = true
+        if redis.call('PTTL', slotsKey) < leaseTtl then
+          redis.call('PEXPIRE', slotsKey, leaseTtl + math.floor(leaseTtl / 4))
+        end
       end
       redis.call('ZREM', queueKey, head)
       redis.call('ZREM', waitersKey, head)
