@@ -254,9 +254,11 @@ describe.each(topologies())('two gateway processes on $name: concurrency', ({ ta
         models: ['gpt-test'],
         max_concurrency: MAX,
       })),
-      // Queues with room for 40 of the 60 (20 per channel, shared by both gateways): the burst goes through waiting,
-      // on both gateways, and the rest is turned away with the gateway's 429 (queue full).
-      settings: { max_waiting_per_channel: 20, wait_interval_ms: 10, wait_timeout_ms: 5000 },
+      // Each waiter stands in both channels' queues, so 40 places per channel hold 40 waiters: with 4 in flight, 44 of
+      // the 60 go through (on both gateways) and the rest is turned away with the gateway's 429 (queue full). Either
+      // gateway alone has at most 30 waiters, so both get places whichever burst reaches Redis first (with
+      // 20 places, the first burst's 26 waiters could take them all, as a FIFO queue should let them).
+      settings: { max_waiting_per_channel: 40, wait_interval_ms: 10, wait_timeout_ms: 5000 },
     };
     const path = await writeConfig(dir.dir, `${prefix}.yaml`, config);
     const gateways = await Promise.all([
