@@ -55,6 +55,11 @@ function fakeSummary(store: SlotStore, clock: ManualClock) {
       }
       return { active, waiting };
     },
+    /** The summary loses an instance's counts and registration (its keys were deleted, say). */
+    lose(instanceId: string): void {
+      mine.delete(instanceId);
+      registered.delete(instanceId);
+    },
     /** Another instance's counts, as if it had reported them (and registered). */
     put(instanceId: string, counts: Record<string, OwnCounts>): void {
       mine.set(instanceId, new Map(Object.entries(counts)));
@@ -428,6 +433,35 @@ describe('failures and resyncs', () => {
     expect(summary.total('x')).toEqual(own(2, 1));
   });
 
+  it('a keep whose reply is lost (applied, then failed) is followed by a full report: it may have been the one to find the instance unknown', async () => {
+    const { clock, summary, view } = fixture();
+    const a = view('i1');
+    a.noteActive('x', 1);
+    a.noteActive('x', 1);
+    await elapse(clock, 200); // the first report: full, with a keep
+    expect(summary.total('x')).toEqual(own(2));
+    summary.lose('i1');
+    a.noteActive('y', 1);
+    await elapse(clock, 200); // y's change alone, no keep due: put in as a change
+    expect(summary.total('y')).toEqual(own(1));
+    expect(summary.total('x')).toEqual(own(0));
+    // the keep (every quarter lease TTL) registers i1 again and answers resync, but its reply is lost
+    summary.next.push('hold');
+    await elapse(clock, LEASE / 4);
+    const keep = summary.exchanges.at(-1)!;
+    expect(keep).toMatchObject({ mode: 'changes', keepMs: LEASE });
+    summary.held.shift()!.fail();
+    await flush();
+    await elapse(clock, 1000); // the retry: a full report, which puts x back
+    expect(summary.exchanges.at(-1)).toMatchObject({
+      mode: 'full',
+      counts: { x: own(2), y: own(1) },
+      keepMs: LEASE,
+    });
+    expect(summary.total('x')).toEqual(own(2));
+    expect(summary.total('y')).toEqual(own(1));
+  });
+
   it('resync: true → the next exchange, at once, is a full report of every channel held or waited on', async () => {
     const { clock, summary, view, t0 } = fixture();
     summary.put('other', { x: own(3) });
@@ -613,6 +647,22 @@ describe('close', () => {
     await a.close();
     await elapse(clock, 20_000);
     expect(summary.exchanges.map((e) => e.mode)).toEqual(['changes']);
+  });
+
+  it('a report round that gets no fetch slot in time is tried again: the change still goes out', async () => {
+    const { clock, summary, view } = fixture({ maxConcurrentFetches: 1, fetchTimeoutMs: 500 });
+    const a = view('i1');
+    summary.next.push('hold');
+    void a.read(['y']); // its exchange holds the only fetch slot until answered
+    await flush();
+    a.noteActive('x', 1);
+    await elapse(clock, 200 + 500); // the report's round waits for the slot, and gives up
+    expect(summary.exchanges).toHaveLength(1);
+    summary.held[0]!.answer();
+    await elapse(clock, 2000);
+    expect(summary.exchanges).toHaveLength(2);
+    expect(summary.exchanges[1]).toMatchObject({ mode: 'full', counts: { x: own(1) } });
+    expect(summary.total('x')).toEqual(own(1));
   });
 
   it('a round waiting for a fetch slot at close sends nothing: the leave is the last exchange', async () => {

@@ -150,6 +150,14 @@ export class SummaryReports {
     };
   }
 
+  /**
+   * A round meant to carry the pending reports went out with nothing (it got no fetch slot in time): they are not lost,
+   * but nothing else may be due to send them, so a round is scheduled again.
+   */
+  missed(): void {
+    if (this.due) this.schedule(Math.max(RETRY_MS, this.opts.settings().load_cache_ttl_ms));
+  }
+
   /** Whether a round now would put anything in, or renew the registration. */
   get due(): boolean {
     if (this.full || this.dirty.size > 0) return true;
@@ -163,7 +171,13 @@ export class SummaryReports {
       // unknown whether it was put in: the counts are absolute, so sending them again is exact either way
       for (const id of taken.dirty) this.dirty.add(id);
       if (taken.full) this.full = true;
-      if (taken.exchange.keepMs !== undefined) this.keptAt = -Infinity;
+      if (taken.exchange.keepMs !== undefined) {
+        this.keptAt = -Infinity;
+        // Its keep may have registered this instance afresh where the summary had lost it (the reply, saying so, is
+        // what was lost): the next keep would then find it known, and the counts it does not name would stay out of
+        // the summary for good. Only a full report is right whatever happened.
+        if (this.holding) this.full = true;
+      }
       this.schedule(Math.max(RETRY_MS, this.opts.settings().load_cache_ttl_ms));
       return;
     }
