@@ -1101,6 +1101,15 @@ describe('key expiry: set, and only ever extended', () => {
     expect(await client.pttl(keys.slots('ku'))).toBeGreaterThan(70_000);
   });
 
+  it('a waiter near its deadline forming the queue still gives its keys twice the full registration TTL', async () => {
+    await hold('kn', 'h:1');
+    // registration TTL 1 s left, keys' basis 8 s (wait_timeout_ms + margin): another store's hint assumes 12 s or more
+    const args = [...queueArgs('kn', member('w:1', 1), {}), 10, 1_000, 1, 8_000];
+    expect(await SCRIPTS.enqueueWaiter.call(client, queueKeys('kn'), args)).toBe('queued');
+    for (const key of [keys.waiters('kn'), keys.queue('kn')])
+      expect(await client.pttl(key)).toBeGreaterThan(15_000);
+  });
+
   it('a queue-full enqueue leaves the expiries as they were', async () => {
     await hold('kf', 'h:1');
     expect(await enqueue('kf', 'w:1', 1, { ttlMs: 5_000, maxWaiting: 1 })).toBe('queued');

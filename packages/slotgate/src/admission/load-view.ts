@@ -78,6 +78,8 @@ const MAX_WATCHED = 2000;
  * set it had not asked for within the last second (fleetsim N = 100 x C = 1,000: 1.74 -> 1.51 rounds per TTL).
  */
 const WATCH_TTLS = 50;
+/** And within this many ms at most (a long TTL does not stretch the window past it). */
+const WATCH_MAX_MS = 10_000;
 
 type Round = Promise<Map<string, ChannelLoad> | null>;
 
@@ -243,7 +245,11 @@ export class LoadView {
     const ids = summary && !report ? this.withWatched(requested) : requested;
     const deadline = this.opts.clock.now() + this.fetchTimeoutMs;
     const round: Round = (async () => {
-      if (!(await this.fetchSlots.acquire(this.fetchTimeoutMs))) return null;
+      if (!(await this.fetchSlots.acquire(this.fetchTimeoutMs))) {
+        // a summary round's timer was spent on it: the reports it was to carry get another one
+        if (summary) this.reports!.missed();
+        return null;
+      }
       if (summary && this.closed) {
         // closing: its leave must be the last word this instance says to the summary
         this.fetchSlots.release();
@@ -303,7 +309,7 @@ export class LoadView {
     const ids = new Set(requested);
     for (const [id, entry] of this.cache) {
       if (ids.size >= MAX_WATCHED) break;
-      if (entry.wantedAt >= now - WATCH_TTLS * ttl) ids.add(id);
+      if (entry.wantedAt >= now - Math.min(WATCH_TTLS * ttl, WATCH_MAX_MS)) ids.add(id);
     }
     return [...ids];
   }

@@ -84,6 +84,7 @@ export async function waitForSlot<C extends Candidate>(
   const optionsOf = (c: C): EnqueueOptions => ({
     maxWaiting: maxWaitingOf(c, settings),
     ttlMs: Math.max(0, deadline - clock.now()) + WAITER_TTL_MARGIN_MS,
+    keyTtlMs: settings.wait_timeout_ms + WAITER_TTL_MARGIN_MS,
     leaseTtlMs: settings.lease_ttl_ms,
   });
   const enqueueing = (p: Place<C>): Registration<C> => [

@@ -62,6 +62,12 @@ export interface EnqueueOptions {
   maxWaiting: number;
   /** How long the registration lives without being removed (the wait deadline plus a margin). */
   ttlMs: number;
+  /**
+   * The registration TTL of a waiter with its whole wait ahead (`wait_timeout_ms` plus the margin): the queue's keys
+   * are kept at least 1.5 times this whatever the TTL of the waiter that extends them, so an instance that checked
+   * them lately knows they outlive its next registrations. Defaults to `ttlMs`.
+   */
+  keyTtlMs?: number;
   /** The lease TTL in force (a slot granted keeps its key alive at least this long). */
   leaseTtlMs: number;
 }

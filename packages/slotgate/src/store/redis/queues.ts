@@ -46,6 +46,12 @@ export const DEFAULT_CLAIM_MS = 5000;
 /** Channels whose queue keys' expiry is remembered (cleared past this, like the acquire's extension hints). */
 const COVERED_LIMIT = 10_000;
 
+/** Time allowed beyond the claim deadline for a claim's round trip, in the grant's expiry hint. */
+const CLAIM_MARGIN_MS = 1000;
+
+/** The TTL basis of the queue keys (at least the registration's own TTL): see `EnqueueOptions.keyTtlMs`. */
+const keyTtlOf = (options: EnqueueOptions) => Math.max(options.ttlMs, options.keyTtlMs ?? 0);
+
 /** The member of a waiter in a queue: its max and its token. */
 const memberOf = (w: WaiterRef) => `${w.max}|${w.token}`;
 
@@ -69,6 +75,8 @@ export class RedisQueues {
    * first renewal (TTL/3) extends it, so the next grants skip the PTTL (the acquire script's hint works alike).
    */
   private readonly slotsCheckedAt = new Map<string, { at: number; ttlMs: number }>();
+  /** When each release in flight went out (the time a check it reports is counted from). */
+  private readonly releaseSentAt = new WeakMap<LeaseRef, number>();
 
   constructor(private readonly deps: RedisQueuesDeps) {}
 
@@ -98,9 +106,13 @@ export class RedisQueues {
   releaseArgs = (lease: LeaseRef): (string | number)[] => {
     const instance = instanceOfToken(lease.token);
     const ttl = lease.ttlMs ?? DEFAULT_LEASE_TTL_MS;
+    const now = this.deps.clock.now();
+    this.releaseSentAt.set(lease, now);
     const checked = this.slotsCheckedAt.get(lease.channelId);
-    const trusted =
-      checked !== undefined && ttl <= checked.ttlMs && this.deps.clock.now() - checked.at < ttl / 4;
+    // after a check the key has at least a lease TTL: within this window it still has enough for a grant's claim
+    // (up to claimMs later; a claim does not extend the key) and the lease's first renewal (TTL/3 after it)
+    const window = Math.min(ttl / 4, (2 * ttl) / 3 - this.deps.claimMs - CLAIM_MARGIN_MS);
+    const trusted = checked !== undefined && ttl <= checked.ttlMs && now - checked.at < window;
     return [
       this.deps.claimMs,
       ttl,
@@ -116,7 +128,8 @@ export class RedisQueues {
     const ttl = lease.ttlMs ?? DEFAULT_LEASE_TTL_MS;
     if (reply.checked) {
       if (this.slotsCheckedAt.size >= COVERED_LIMIT) this.slotsCheckedAt.clear();
-      this.slotsCheckedAt.set(lease.channelId, { at: this.deps.clock.now(), ttlMs: ttl });
+      const at = this.releaseSentAt.get(lease) ?? this.deps.clock.now();
+      this.slotsCheckedAt.set(lease.channelId, { at, ttlMs: ttl });
     }
     const listener = this.listeners.get(instanceOfToken(lease.token));
     for (const token of reply.local) {
@@ -139,18 +152,22 @@ export class RedisQueues {
   async enqueue(w: WaiterRef, options: EnqueueOptions): Promise<EnqueueReply> {
     const sentAt = this.deps.clock.now();
     const covered = sentAt + 1.25 * options.ttlMs <= (this.coveredUntil.get(w.channelId) ?? -Infinity);
-    const reply = await this.register(SCRIPTS.enqueueWaiter, w, options, undefined, [covered ? 0 : 1]);
+    const keyTtl = keyTtlOf(options);
+    const reply = await this.register(SCRIPTS.enqueueWaiter, w, options, undefined, [
+      covered ? 0 : 1,
+      keyTtl,
+    ]);
     // a full queue returns before the check
     if (!covered && reply !== 'queue_full') {
       if (this.coveredUntil.size >= COVERED_LIMIT) this.coveredUntil.clear();
-      this.coveredUntil.set(w.channelId, sentAt + 1.5 * options.ttlMs);
+      this.coveredUntil.set(w.channelId, sentAt + 1.5 * keyTtl);
     }
     return reply;
   }
 
   /** `from`'s registration becomes `to`'s, in its place (lua/requeueWaiter-3.lua). */
   requeue(from: WaiterRef, to: WaiterRef, options: EnqueueOptions): Promise<EnqueueReply> {
-    return this.register(SCRIPTS.requeueWaiter, to, options, from);
+    return this.register(SCRIPTS.requeueWaiter, to, options, from, [keyTtlOf(options)]);
   }
 
   /** Registers `w` (the script's arguments start with `from`'s member when it moves `from`'s registration). */

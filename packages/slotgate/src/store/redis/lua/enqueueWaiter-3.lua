@@ -14,6 +14,8 @@
   ARGV[7]     registration TTL in ms (the wait deadline plus a margin)
   ARGV[8]     "0" when the caller knows the keys outlive this registration (an enqueue of its own checked them lately:
               queues.ts), so their expiry is not checked unless the queue forms anew; otherwise "1"
+  ARGV[9]     the keys' TTL basis in ms (at least ARGV[7]): the registration TTL of a waiter with its whole wait ahead,
+              so keys extended by a waiter near its deadline still last as long as those of any waiter (absent: ARGV[7])
 
   Returns 2 = granted at once (the token holds a slot until the claim deadline; no message is sent for it),
   1 = queued, 0 = queue full. When the queue forms (the waiter is left waiting with no live waiter ahead of it),
@@ -51,9 +53,10 @@ redis.call('ZADD', KEYS[2], redisNow() + ttl, member)
 -- always when the queue forms anew (the keys may have just been created); extended to twice the registration TTL
 -- when below 1.5 TTL, so a check leaves them at least 1.5 TTL and each instance checks about once per quarter TTL
 if ARGV[8] ~= '0' or not behind then
-  if redis.call('PTTL', KEYS[2]) < ttl + math.floor(ttl / 2) then
-    redis.call('PEXPIRE', KEYS[2], 2 * ttl)
-    redis.call('PEXPIRE', KEYS[3], 2 * ttl)
+  local keyTtl = math.max(ttl, tonumber(ARGV[9]) or 0)
+  if redis.call('PTTL', KEYS[2]) < keyTtl + math.floor(keyTtl / 2) then
+    redis.call('PEXPIRE', KEYS[2], 2 * keyTtl)
+    redis.call('PEXPIRE', KEYS[3], 2 * keyTtl)
   end
 end
 if behind then

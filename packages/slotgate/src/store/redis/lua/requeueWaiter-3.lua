@@ -17,11 +17,12 @@
   ARGV[6]     the channel id, as messages name it
   ARGV[7]     max waiting (>= 1), for a waiter the queue lost
   ARGV[8]     registration TTL in ms (the wait deadline plus a margin)
+  ARGV[9]     the keys' TTL basis in ms, as enqueueWaiter's ARGV[9] (absent: ARGV[8])
 
   Returns 2 = `to` holds a slot at once (claim it), 1 = queued, 0 = queue full (the queue had lost `from`).
   When `to` is left at the head, every instance holding a slot of the channel is told ("q\n<channel>"), as when a
   queue forms.
-  Cost: ZSCORE, 2 ZREM or ZREM of the token's slot (+ ZRANGE of the head), 2 ZADD, PTTL (+ 2 PEXPIRE when the keys have less than a registration TTL left), the grant loop;
+  Cost: ZSCORE, 2 ZREM or ZREM of the token's slot (+ ZRANGE of the head), 2 ZADD, PTTL (+ 2 PEXPIRE when the keys have less than 1.5 times their TTL basis left), the grant loop;
   at the head, ZRANGE of the slots and one PUBLISH per holding instance.
 ]]
 --- @include "redisNow"
@@ -48,10 +49,11 @@ else
 end
 redis.call('ZADD', KEYS[3], arrival, to)
 redis.call('ZADD', KEYS[2], redisNow() + ttl, to)
--- extended to twice the registration TTL when below it: a busy queue extends its keys once per TTL, not per enqueue
-if redis.call('PTTL', KEYS[2]) < ttl then
-  redis.call('PEXPIRE', KEYS[2], 2 * ttl)
-  redis.call('PEXPIRE', KEYS[3], 2 * ttl)
+-- extended as an enqueue extends them (enqueueWaiter-3.lua): to twice the keys' TTL basis when below 1.5 times it
+local keyTtl = math.max(ttl, tonumber(ARGV[9]) or 0)
+if redis.call('PTTL', KEYS[2]) < keyTtl + math.floor(keyTtl / 2) then
+  redis.call('PEXPIRE', KEYS[2], 2 * keyTtl)
+  redis.call('PEXPIRE', KEYS[3], 2 * keyTtl)
 end
 local granted, head = grantFree(KEYS[1], KEYS[2], KEYS[3], tonumber(ARGV[3]), tonumber(ARGV[4]), notify, channelId, to)
 for _, g in ipairs(granted) do
