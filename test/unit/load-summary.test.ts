@@ -8,7 +8,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { LoadView } from '../../packages/slotgate/src/admission/load-view.js';
-import { ManualClock } from '../../packages/slotgate/src/core/clock.js';
+import { ManualClock, type Clock } from '../../packages/slotgate/src/core/clock.js';
 import { admissionSettings, type SettingsUpdate } from '../../packages/slotgate/src/core/settings.js';
 import { MemoryStore } from '../../packages/slotgate/src/store/memory/memory-store.js';
 import type {
@@ -123,6 +123,8 @@ interface FixtureOptions {
   settings?: SettingsUpdate;
   fetchTimeoutMs?: number;
   maxConcurrentFetches?: number;
+  /** The views' timers fire this many ms before their time (as Node's may: it counts from the loop's cached time). */
+  timersEarlyBy?: number;
 }
 
 /** One clock, one MemoryStore with the fake summary, shared settings (200 ms TTL); `view(id)` makes an instance. */
@@ -141,10 +143,16 @@ function fixture(options: FixtureOptions = {}) {
     load_cache_ttl_ms: 200,
     ...options.settings,
   });
+  const early = options.timersEarlyBy ?? 0;
+  const viewClock: Clock = {
+    now: () => clock.now(),
+    sleep: (ms, signal) => clock.sleep(ms, signal),
+    setTimer: (fn, ms) => clock.setTimer(fn, ms > early ? ms - early : ms),
+  };
   const view = (instanceId: string) =>
     new LoadView({
       store,
-      clock,
+      clock: early > 0 ? viewClock : clock,
       settings: () => settings,
       local: { active: () => 0, waiting: () => 0, coolingMs: () => 0 },
       instanceId: () => instanceId,
@@ -535,6 +543,21 @@ describe('the registration', () => {
     ]);
     expect(a.counters.reports).toBe(6);
     expect(summary.registered.has('i1')).toBe(true);
+  });
+
+  it('a keep timer that fires before its time by the clock puts the keep off, and the keeps go on', async () => {
+    const { clock, summary, view, t0 } = fixture({ settings: { lease_ttl_ms: 5000 }, timersEarlyBy: 1 });
+    const a = view('i1');
+    a.noteActive('x', 1);
+    await elapse(clock, 4000);
+    // the first timer (200 ms) fired at 199 with a change due; each keep timer fires 1 ms early, finds no keep due
+    // yet and puts it off by the 1 ms left
+    expect(summary.exchanges.map((e) => [e.at - t0, e.mode, e.keepMs])).toStrictEqual([
+      [199, 'full', 5000],
+      [1449, 'changes', 5000],
+      [2699, 'changes', 5000],
+      [3949, 'changes', 5000],
+    ]);
   });
 
   it('an instance that never held anything never sends a keep nor a full report, and is never registered', async () => {
