@@ -210,6 +210,7 @@ describe('Redis outages', () => {
     // On the store's connection, in this order: the registration, another instance's waiter behind it, and the
     // release of the slot, which grants it to the registration. The store's removal follows at its time-out.
     const failed = store.enqueue(waiter('g', 'frozen:w'), wait).catch((e: unknown) => e);
+    await Promise.resolve(); // the store sends a registration when the job that asked for it ends
     const queueKeys = [keys.slots('g'), keys.waiters('g'), keys.queue('g')];
     const args = (first: string) => [first, 5_000, 60_000, keys.grants(), 'g'];
     const next = SCRIPTS.enqueueWaiter.call(cc.client, queueKeys, [...args('1|next:w'), 5, 60_000]);

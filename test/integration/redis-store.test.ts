@@ -467,14 +467,45 @@ describe('RedisStore command cost (client and server side)', () => {
       });
       expect(leave.sent).toEqual(['evalsha']);
       // not holding a grant in a full channel: one sweep of expired leases (none here), no grant loop
-      expect(leave.server).toEqual({ evalsha: 1, zrem: 3, zcard: 1, time: 1, zremrangebyscore: 1 });
+      // (still queued, so granted nothing here: no slot to give back)
+      expect(leave.server).toEqual({ evalsha: 1, zrem: 2, zcard: 1, time: 1, zremrangebyscore: 1 });
       expect(leave.counted).toEqual({ wait: 1 });
       // a waiter granted on another channel leaves with no sweep
       expect(await store.enqueue(waiter('wq', 'w:3', 1), waitOpts(1))).toBe('queued');
       const plain = await measure(async () => {
         expect(await store.leaveQueue(waiter('wq', 'w:3', 1), 60_000, false)).toBe(false);
       });
-      expect(plain.server).toEqual({ evalsha: 1, zrem: 3 });
+      expect(plain.server).toEqual({ evalsha: 1, zrem: 2 });
+    });
+
+    it('registrations sent together go out in one call, with one TIME, in the order sent', async () => {
+      await store.acquireFirst([{ channelId: 'wt1', max: 1 }], opts('h:1'));
+      await store.acquireFirst([{ channelId: 'wt2', max: 1 }], opts('h:2'));
+      const m = await measure(async () => {
+        // a waiter joining two queues, and another joining the second, in one job
+        expect(
+          await Promise.all([
+            store.enqueue(waiter('wt1', 'w:1', 1), waitOpts()),
+            store.enqueue(waiter('wt2', 'w:1', 1), waitOpts()),
+            store.enqueue(waiter('wt2', 'w:2', 1), waitOpts()),
+          ]),
+        ).toEqual(['queued', 'queued', 'queued']);
+      });
+      expect(m.sent).toEqual(['evalsha']);
+      expect(m.counted).toEqual({ wait: 1 });
+      expect(m.server.evalsha).toBe(1);
+      expect(m.server.time).toBe(1);
+      expect(m.server.zadd).toBe(6);
+      expect(await cc.client.zrange(store.keys.queue('wt2'), 0, -1)).toEqual(['1|w:1', '1|w:2']);
+      // each was exactly its own call: a full queue turns away only the registration that finds it full
+      const full = await Promise.all([
+        store.enqueue(waiter('wt1', 'w:3', 1), waitOpts(1)),
+        store.enqueue(waiter('wt2', 'w:3', 1), waitOpts(3)),
+      ]);
+      expect(full).toEqual(['queue_full', 'queued']);
+      // and a slot given back goes to the oldest of them
+      expect(await store.release({ channelId: 'wt2', token: 'h:2' })).toBe(true);
+      expect(await cc.client.zrange(store.keys.slots('wt2'), 0, -1)).toEqual(['w:1']);
     });
 
     it('enqueue behind a live waiter: no grant loop, and no expiry check while this store knows the keys outlive it', async () => {

@@ -1,5 +1,5 @@
 /**
- * The wait queues in Redis: one FIFO queue per channel (lua/enqueueWaiter-3.lua and its companions), slots granted to
+ * The wait queues in Redis: one FIFO queue per channel (lua/enqueueWaiter-n.lua and its companions), slots granted to
  * the oldest waiter in the same script that frees them, and the instance told on its own pub/sub channel. This module
  * sends the queue commands, delivers the messages, and keeps what this instance knows of which channels have a queue
  * (its acquire replies, its own waiters, the messages and the load reads say so), which decides how a slot is given
@@ -23,8 +23,8 @@ import type {
 } from '../store.js';
 import type { Deadlines } from './deadlines.js';
 import type { KeyBuilder } from './keys.js';
-import { SCRIPTS, type ReleaseSlotReply, type Script } from './scripts.js';
-import { subscriberOf } from './connection.js';
+import { SCRIPTS, type ReleaseSlotReply } from './scripts.js';
+import { isCluster, subscriberOf } from './connection.js';
 
 export interface RedisQueuesDeps {
   client: Redis | Cluster;
@@ -55,6 +55,21 @@ const keyTtlOf = (options: EnqueueOptions) => Math.max(options.ttlMs, options.ke
 /** The member of a waiter in a queue: its max and its token. */
 const memberOf = (w: WaiterRef) => `${w.max}|${w.token}`;
 
+/** Registrations one enqueueWaiter call carries at most (a single node coalesces those sent together). */
+const MAX_ENQUEUES_PER_CALL = 100;
+/** The arguments of one registration: the script reads the i-th's at ENQUEUE_ARGS × i. */
+const ENQUEUE_ARGS = 9;
+
+type Arg = string | number;
+
+/** A registration waiting for the end of the current job to go out with the others sent in it. */
+interface PendingEnqueue {
+  keys: string[];
+  args: Arg[];
+  resolve: (reply: EnqueueReply) => void;
+  reject: (err: unknown) => void;
+}
+
 export class RedisQueues {
   /** Channels this instance believes have a queue. */
   private readonly queued = new Set<string>();
@@ -65,7 +80,7 @@ export class RedisQueues {
   private readonly listeners = new Map<string, QueueListener>();
   /**
    * Per channel, until when (this store's clock) its queue keys are known to last: an enqueue that checked their
-   * expiry left them at least 1.5 registration TTLs (lua/enqueueWaiter-3.lua). An enqueue whose registration, with a
+   * expiry left them at least 1.5 registration TTLs (lua/enqueueWaiter-n.lua). An enqueue whose registration, with a
    * quarter of it to spare, ends before then skips the check (a PTTL per enqueue otherwise).
    */
   private readonly coveredUntil = new Map<string, number>();
@@ -77,6 +92,8 @@ export class RedisQueues {
   private readonly slotsCheckedAt = new Map<string, { at: number; ttlMs: number }>();
   /** When each release in flight went out (the time a check it reports is counted from). */
   private readonly releaseSentAt = new WeakMap<LeaseRef, number>();
+  /** Registrations sent in the current job, on a single node: they go out in one call when it ends. */
+  private pendingEnqueues: PendingEnqueue[] = [];
 
   constructor(private readonly deps: RedisQueuesDeps) {}
 
@@ -153,10 +170,9 @@ export class RedisQueues {
     const sentAt = this.deps.clock.now();
     const covered = sentAt + 1.25 * options.ttlMs <= (this.coveredUntil.get(w.channelId) ?? -Infinity);
     const keyTtl = keyTtlOf(options);
-    const reply = await this.register(SCRIPTS.enqueueWaiter, w, options, undefined, [
-      covered ? 0 : 1,
-      keyTtl,
-    ]);
+    const reply = await this.register(w, options, undefined, [covered ? 0 : 1, keyTtl], (keys, args) =>
+      this.coalesced(keys, args),
+    );
     // a full queue returns before the check
     if (!covered && reply !== 'queue_full') {
       if (this.coveredUntil.size >= COVERED_LIMIT) this.coveredUntil.clear();
@@ -167,21 +183,26 @@ export class RedisQueues {
 
   /** `from`'s registration becomes `to`'s, in its place (lua/requeueWaiter-3.lua). */
   requeue(from: WaiterRef, to: WaiterRef, options: EnqueueOptions): Promise<EnqueueReply> {
-    return this.register(SCRIPTS.requeueWaiter, to, options, from, [keyTtlOf(options)]);
+    return this.register(to, options, from, [keyTtlOf(options)], (keys, args) => {
+      this.deps.count('wait', 1);
+      return SCRIPTS.requeueWaiter.call(this.deps.client, keys, args);
+    });
   }
 
-  /** Registers `w` (the script's arguments start with `from`'s member when it moves `from`'s registration). */
+  /**
+   * Registers `w` through `send` (the script's arguments start with `from`'s member when it moves `from`'s
+   * registration).
+   */
   private async register(
-    script: Script<EnqueueReply>,
     w: WaiterRef,
     options: EnqueueOptions,
-    from?: WaiterRef,
-    extra: readonly (string | number)[] = [],
+    from: WaiterRef | undefined,
+    extra: readonly Arg[],
+    send: (keys: string[], args: Arg[]) => Promise<EnqueueReply>,
   ): Promise<EnqueueReply> {
-    this.deps.count('wait', 1);
     try {
       const reply = await this.deps.deadlines.run('wait_register', () =>
-        script.call(this.deps.client, this.keysOf(w.channelId), [
+        send(this.keysOf(w.channelId), [
           ...(from ? [memberOf(from)] : []),
           ...this.argsOf(w, options.leaseTtlMs),
           options.maxWaiting,
@@ -199,6 +220,47 @@ export class RedisQueues {
       this.leave(w, options.leaseTtlMs).catch(() => {});
       if (from) this.leave(from, options.leaseTtlMs).catch(() => {});
       throw err;
+    }
+  }
+
+  /**
+   * One enqueueWaiter call per registration on Cluster (its keys share one channel's hash tag). On a single node the
+   * registrations sent in one job (a waiter joining two queues, the waiters a reply flight resumed) go out in one
+   * call when the job ends, in the order sent: each does exactly what a call of its own would, and the script's
+   * EVALSHA and its TIME are paid once.
+   */
+  private coalesced(keys: string[], args: Arg[]): Promise<EnqueueReply> {
+    const { client, count } = this.deps;
+    if (isCluster(client)) {
+      count('wait', 1);
+      return SCRIPTS.enqueueWaiter.call(client, keys, args);
+    }
+    if (args.length !== ENQUEUE_ARGS) throw new RangeError(`enqueueWaiter takes ${ENQUEUE_ARGS} arguments`);
+    return new Promise((resolve, reject) => {
+      this.pendingEnqueues.push({ keys, args, resolve, reject });
+      if (this.pendingEnqueues.length === 1) queueMicrotask(() => this.sendEnqueues());
+    });
+  }
+
+  private sendEnqueues(): void {
+    const { client, count } = this.deps;
+    const all = this.pendingEnqueues;
+    this.pendingEnqueues = [];
+    for (let i = 0; i < all.length; i += MAX_ENQUEUES_PER_CALL) {
+      const batch = all.slice(i, i + MAX_ENQUEUES_PER_CALL);
+      count('wait', 1);
+      const sent =
+        batch.length === 1
+          ? SCRIPTS.enqueueWaiter.call(client, batch[0]!.keys, batch[0]!.args).then((reply) => [reply])
+          : SCRIPTS.enqueueWaiters.call(
+              client,
+              batch.flatMap((e) => e.keys),
+              batch.flatMap((e) => e.args),
+            );
+      sent.then(
+        (replies) => batch.forEach((e, j) => e.resolve(replies[j]!)),
+        (err: unknown) => batch.forEach((e) => e.reject(err)),
+      );
     }
   }
 

@@ -137,11 +137,17 @@ export const SCRIPTS = {
   renewLeases: new Script('renewLeases-n', numbers, [1]),
   /** See lua/reclaimLeases-n.lua: the 1-based positions of the leases not held. */
   reclaimLeases: new Script('reclaimLeases-n', numbers, [1]),
-  /** See lua/enqueueWaiter-3.lua. */
+  /** See lua/enqueueWaiter-n.lua: one registration (3 keys). */
   enqueueWaiter: new Script(
-    'enqueueWaiter-3',
+    'enqueueWaiter-n',
     (reply): EnqueueReply => ENQUEUE_CODES[code(reply, ENQUEUE_CODES)]!,
+    [3],
   ),
+  /** The same script with several registrations (a single node only): their replies in the order given. */
+  enqueueWaiters: new Script('enqueueWaiter-n', (reply): EnqueueReply[] => {
+    if (!Array.isArray(reply)) throw new TypeError(`unexpected script reply ${JSON.stringify(reply)}`);
+    return reply.map((r) => ENQUEUE_CODES[code(r, ENQUEUE_CODES)]!);
+  }),
   /** See lua/releaseSlot-3.lua: whether the token held a slot, and the releasing instance's waiters granted. */
   releaseSlot: new Script('releaseSlot-3', (reply): ReleaseSlotReply => {
     if (!Array.isArray(reply)) throw new TypeError(`unexpected script reply ${JSON.stringify(reply)}`);

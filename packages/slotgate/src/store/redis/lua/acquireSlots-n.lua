@@ -7,8 +7,8 @@
 
   KEYS[4c-3]  slots key of channel c      (sorted set: member = lease token, score = expiry ms)
   KEYS[4c-2]  cooldown key of channel c   (string; exists while the channel cools down)
-  KEYS[4c-1]  waiters key of channel c    (see enqueueWaiter-3.lua)
-  KEYS[4c]    queue key of channel c      (see enqueueWaiter-3.lua)
+  KEYS[4c-1]  waiters key of channel c    (see enqueueWaiter-n.lua)
+  KEYS[4c]    queue key of channel c      (see enqueueWaiter-n.lua)
   ARGV[1]     lease TTL in ms (every request of a call has the same TTL and cooldown setting)
   ARGV[2]     "1" to check cooldowns, "0" to skip the check (cooldown_enabled = false)
   ARGV[3]     number of channels C (= #KEYS / 4)

@@ -2,7 +2,7 @@
   pollWaiter: a waiter's slow safety check (for a lost message or a Redis that restarted): grants what is free to the
   oldest waiters, then says where this waiter stands.
 
-  KEYS[1..3]  slots, waiters and queue keys (see enqueueWaiter-3.lua)
+  KEYS[1..3]  slots, waiters and queue keys (see enqueueWaiter-n.lua)
   ARGV[1]     the member "<max>|<token>"
   ARGV[2]     claim deadline in ms (how long a grant waits for its instance to claim it)
   ARGV[3]     lease TTL in ms (a slots key keeps at least this much expiry)

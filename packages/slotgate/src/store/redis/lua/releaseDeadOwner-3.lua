@@ -3,7 +3,7 @@
   only while its lease still has the expiry reported (a renewal since then means its owner is alive: it stays), and
   passes the freed slots to the channel's oldest live waiters as a release does (grantFree, lua/includes/queue.lua).
 
-  KEYS[1..3]  slots, waiters and queue keys (see enqueueWaiter-3.lua)
+  KEYS[1..3]  slots, waiters and queue keys (see enqueueWaiter-n.lua)
   ARGV[1]     claim deadline in ms (how long a grant waits for its instance to claim it)
   ARGV[2]     lease TTL in ms (a slots key keeps at least this much expiry)
   ARGV[3]     grants channel prefix (an instance's channel is this plus its id)

@@ -2,7 +2,7 @@
   releaseSlot: give a slot back on a channel that may have waiters: the slot goes to the oldest live waiter (a grant,
   told to its instance), never to whoever asks next. A release on a channel without a queue is a plain ZREM instead.
 
-  KEYS[1..3]  slots, waiters and queue keys (see enqueueWaiter-3.lua)
+  KEYS[1..3]  slots, waiters and queue keys (see enqueueWaiter-n.lua)
   ARGV[1]     the lease token
   ARGV[2]     claim deadline in ms (how long a grant waits for its instance to claim it)
   ARGV[3]     lease TTL in ms (a slots key keeps at least this much expiry)

@@ -8,7 +8,7 @@
   Then the free slots are granted to the oldest waiters, each under its own max, `to` included (no message for it).
   A grant made to `from` is gone for good: its token is in neither the queue nor the slots any more.
 
-  KEYS[1..3]  slots, waiters and queue keys (see enqueueWaiter-3.lua)
+  KEYS[1..3]  slots, waiters and queue keys (see enqueueWaiter-n.lua)
   ARGV[1]     the member "<max>|<token>" of `from`
   ARGV[2]     the member "<max>|<token>" of `to`
   ARGV[3]     claim deadline in ms (how long a grant waits for its instance to claim it)
@@ -49,7 +49,7 @@ else
 end
 redis.call('ZADD', KEYS[3], arrival, to)
 redis.call('ZADD', KEYS[2], redisNow() + ttl, to)
--- extended as an enqueue extends them (enqueueWaiter-3.lua): to twice the keys' TTL basis when below 1.5 times it
+-- extended as an enqueue extends them (enqueueWaiter-n.lua): to twice the keys' TTL basis when below 1.5 times it
 local keyTtl = math.max(ttl, tonumber(ARGV[9]) or 0)
 if redis.call('PTTL', KEYS[2]) < keyTtl + math.floor(keyTtl / 2) then
   redis.call('PEXPIRE', KEYS[2], 2 * keyTtl)
