@@ -508,6 +508,26 @@ describe('RedisStore command cost (client and server side)', () => {
       expect(await cc.client.zrange(store.keys.slots('wt2'), 0, -1)).toEqual(['w:1']);
     });
 
+    it('a registration whose commands fail in a shared call fails alone: the others sent with it stand', async () => {
+      await store.acquireFirst([{ channelId: 'wf1', max: 1 }], opts('h:1'));
+      await cc.client.set(store.keys.waiters('wf2'), 'not a sorted set');
+      const [good, bad] = await Promise.allSettled([
+        store.enqueue(waiter('wf1', 'w:1', 1), waitOpts()),
+        store.enqueue(waiter('wf2', 'w:1', 1), waitOpts()),
+      ]);
+      expect(good).toEqual({ status: 'fulfilled', value: 'queued' });
+      expect(bad.status).toBe('rejected');
+      const err = (bad as PromiseRejectedResult).reason as {
+        code: string;
+        operation: string;
+        message: string;
+      };
+      expect(err).toMatchObject({ code: 'admission_store_unavailable', operation: 'wait_register' });
+      expect(err.message).toMatch(/WRONGTYPE/);
+      expect(await cc.client.zrange(store.keys.queue('wf1'), 0, -1)).toEqual(['1|w:1']);
+      await cc.client.del(store.keys.waiters('wf2'));
+    });
+
     it('enqueue behind a live waiter: no grant loop, and no expiry check while this store knows the keys outlive it', async () => {
       await store.acquireFirst([{ channelId: 'wb', max: 1 }], opts('h:1'));
       expect(await store.enqueue(waiter('wb', 'w:1', 1), waitOpts())).toBe('queued');

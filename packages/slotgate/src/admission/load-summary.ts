@@ -203,10 +203,11 @@ export class SummaryReports {
       // A timer may fire a little before the clock says its time has come (Node counts it from the event loop's
       // cached time, which lags behind on a busy loop): a keep not due yet by the clock is put off, never dropped.
       if (!this.due) {
-        if (this.holding && !this.closed)
-          this.schedule(
-            Math.max(1, this.keptAt + this.opts.settings().lease_ttl_ms / 4 - this.opts.clock.now()),
-          );
+        if (this.holding && !this.closed) {
+          // (at most a quarter lease TTL: a clock set back must not put the keep off for longer)
+          const quarter = this.opts.settings().lease_ttl_ms / 4;
+          this.schedule(Math.max(1, Math.min(quarter, this.keptAt + quarter - this.opts.clock.now())));
+        }
         return;
       }
       this.opts.flush();

@@ -258,7 +258,20 @@ export class RedisQueues {
               batch.flatMap((e) => e.args),
             );
       sent.then(
-        (replies) => batch.forEach((e, j) => e.resolve(replies[j]!)),
+        (replies) => {
+          if (replies.length !== batch.length) {
+            const err = new TypeError(
+              `enqueueWaiter answered ${replies.length} of ${batch.length} registrations`,
+            );
+            batch.forEach((e) => e.reject(err));
+            return;
+          }
+          batch.forEach((e, j) => {
+            const reply = replies[j]!;
+            if (reply instanceof Error) e.reject(reply);
+            else e.resolve(reply);
+          });
+        },
         (err: unknown) => batch.forEach((e) => e.reject(err)),
       );
     }

@@ -84,12 +84,19 @@ export class Script<Reply> {
 
   /** Registers the script on the client (idempotent: a client shared by several stores gets it once). */
   define(client: Client): void {
-    if (typeof (client as unknown as Record<string, unknown>)[this.command] === 'function') return;
+    const defined = (name: string) =>
+      typeof (client as unknown as Record<string, unknown>)[name] === 'function';
+    const cluster = isCluster(client);
+    if (defined(this.command) && !cluster) return;
     this.source ??= loadLua(this.file);
-    client.defineCommand(this.command, { lua: this.source, numberOfKeys: this.numberOfKeys });
-    if (!isCluster(client)) return;
+    if (!defined(this.command)) {
+      client.defineCommand(this.command, { lua: this.source, numberOfKeys: this.numberOfKeys });
+    }
+    if (!cluster) return;
+    // (each name on its own: two Script objects may share one file, with different key counts on Cluster)
     for (const n of this.clusterKeys) {
-      client.defineCommand(`${this.command}_${n}`, { lua: this.source, numberOfKeys: n });
+      const name = `${this.command}_${n}`;
+      if (!defined(name)) client.defineCommand(name, { lua: this.source, numberOfKeys: n });
     }
   }
 
@@ -143,10 +150,17 @@ export const SCRIPTS = {
     (reply): EnqueueReply => ENQUEUE_CODES[code(reply, ENQUEUE_CODES)]!,
     [3],
   ),
-  /** The same script with several registrations (a single node only): their replies in the order given. */
-  enqueueWaiters: new Script('enqueueWaiter-n', (reply): EnqueueReply[] => {
+  /**
+   * The same script with several registrations (a single node only): their replies in the order given, an Error for
+   * a registration whose commands failed (the others still stand).
+   */
+  enqueueWaiters: new Script('enqueueWaiter-n', (reply): (EnqueueReply | Error)[] => {
     if (!Array.isArray(reply)) throw new TypeError(`unexpected script reply ${JSON.stringify(reply)}`);
-    return reply.map((r) => ENQUEUE_CODES[code(r, ENQUEUE_CODES)]!);
+    return reply.map((r) =>
+      typeof r === 'string' && r.startsWith('!')
+        ? new Error(r.slice(1))
+        : ENQUEUE_CODES[code(r, ENQUEUE_CODES)]!,
+    );
   }),
   /** See lua/releaseSlot-3.lua: whether the token held a slot, and the releasing instance's waiters granted. */
   releaseSlot: new Script('releaseSlot-3', (reply): ReleaseSlotReply => {

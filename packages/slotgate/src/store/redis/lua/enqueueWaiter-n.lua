@@ -2,8 +2,8 @@
   enqueueWaiter: put waiters at the tail of their channels' FIFO queues, unless a queue is full; when a slot is free
   and nobody is ahead, the waiter gets it at once. One call registers one waiter in one queue, or (on a single Redis
   node, where the store coalesces the registrations sent in one go: a waiter joining two queues, waiters arriving
-  together) several: each is exactly what a call of its own would do, in the order given, and the Redis clock is read
-  once for all of them (an EVALSHA and a TIME per registration saved). On Cluster every call is one registration, so
+  together) several: each does what a call of its own would do, in the order given, except that the Redis clock is
+  read once for all of them (an EVALSHA and a TIME per registration saved). On Cluster every call is one registration, so
   its keys share a hash tag.
 
   Per registration i (from 1), its keys at 3(i-1), its arguments at 9(i-1):
@@ -24,7 +24,8 @@
               single registration: ARGV[7])
 
   Returns, per registration (one number for a single one, else a list in the order given): 2 = granted at once (the
-  token holds a slot until the claim deadline; no message is sent for it), 1 = queued, 0 = queue full. Registrations
+  token holds a slot until the claim deadline; no message is sent for it), 1 = queued, 0 = queue full; in a list,
+  "!<error>" for a registration whose commands failed (a single registration's error is the call's). Registrations
   of one call arrive in the order given (the i-th at the clock's µs + i - 1). When a queue forms (the waiter is left
   waiting with no live waiter ahead of it), every instance holding a slot of the channel is told ("q\n<channel>"),
   so none of them passes a slot on locally ahead of the queue; a waiter granted at once forms no queue and tells
@@ -95,8 +96,15 @@ local n = #KEYS / 3
 if n == 1 then
   return enqueue(0, 0, 0)
 end
+-- A registration whose commands fail (a key of the wrong type, say) answers "!<error>" alone: the others stand, as
+-- they would have in calls of their own (what it wrote before the error stays, as in a call of its own).
 local replies = {}
 for i = 1, n do
-  replies[i] = enqueue(3 * (i - 1), 9 * (i - 1), i - 1)
+  local ok, reply = pcall(enqueue, 3 * (i - 1), 9 * (i - 1), i - 1)
+  if ok then
+    replies[i] = reply
+  else
+    replies[i] = '!' .. tostring(type(reply) == 'table' and reply.err or reply)
+  end
 end
 return replies
