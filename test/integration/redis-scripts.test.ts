@@ -1073,6 +1073,45 @@ describe('key expiry: set, and only ever extended', () => {
       expect(await client.pttl(key)).toBeGreaterThan(15_000);
   });
 
+  it('a release told the registration TTL basis takes a waiter that arrived within it as live, and looks up one older', async () => {
+    const hinted = (id: string, token: string, liveFor: number | '') =>
+      SCRIPTS.releaseSlot.call(client, queueKeys(id), [...queueArgs(id, token, {}), '', 0, liveFor]);
+    const expire = (id: string, m: string) => client.zadd(keys.waiters(id), 1, m);
+    const arrivedAgo = async (id: string, m: string, ms: number) => {
+      const [s, us] = await client.time();
+      await client.zadd(keys.queue(id), Number(s) * 1e6 + Number(us) - ms * 1000, m);
+    };
+    // each channel: one slot held, w:1 at the head, w:2 behind it
+    const setUp = async (id: string) => {
+      await hold(id, 'h:1');
+      expect(await enqueue(id, 'w:1', 1)).toBe('queued');
+      expect(await enqueue(id, 'w:2', 1)).toBe('queued');
+    };
+    // arrived just now, its registration gone (made so here; a registration outlives its arrival by at most the
+    // basis): taken as live without a lookup, so it is granted
+    await setUp('lh');
+    await expire('lh', member('w:1', 1));
+    expect(await hinted('lh', 'h:1', 60_000)).toMatchObject({ removed: true });
+    expect(await members(keys.slots('lh'))).toEqual(['w:1']);
+    // without the basis, the same is looked up and dropped: the slot goes to w:2
+    await setUp('ln');
+    await expire('ln', member('w:1', 1));
+    expect(await hinted('ln', 'h:1', '')).toMatchObject({ removed: true });
+    expect(await members(keys.slots('ln'))).toEqual(['w:2']);
+    // arrived longer ago than the basis: looked up, granted while its registration is live...
+    await setUp('lo');
+    await arrivedAgo('lo', member('w:1', 1), 70_000);
+    expect(await hinted('lo', 'h:1', 60_000)).toMatchObject({ removed: true });
+    expect(await members(keys.slots('lo'))).toEqual(['w:1']);
+    // ...and dropped once it ran out
+    await setUp('le');
+    await arrivedAgo('le', member('w:1', 1), 70_000);
+    await expire('le', member('w:1', 1));
+    expect(await hinted('le', 'h:1', 60_000)).toMatchObject({ removed: true });
+    expect(await members(keys.slots('le'))).toEqual(['w:2']);
+    expect(await members(keys.queue('le'))).toEqual([]);
+  });
+
   it("a release told the slots key's expiry is known skips its PTTL, unless the key was empty", async () => {
     const trusted = (id: string, token: string) =>
       SCRIPTS.releaseSlot.call(client, queueKeys(id), [

@@ -634,6 +634,34 @@ describe('RedisStore command cost (client and server side)', () => {
       expect(await cc.client.zrange(store.keys.slots('rp'), 0, -1)).toEqual(['w:1', 'w:2']);
     });
 
+    it('a store whose waiters register with a TTL basis grants a waiter that arrived within it with no ZSCORE', async () => {
+      // its own store: the basis it learns from its enqueues stays with it
+      const own = await countingClient(server.url);
+      const s = new RedisStore({ client: own.client, prefix });
+      try {
+        const based = { ...waitOpts(), keyTtlMs: 62_000 };
+        // (warm: the first call of each script on a connection is an EVAL with the body)
+        await s.acquireFirst([{ channelId: 'rl-warm', max: 1 }], opts('l:0'));
+        expect(await s.enqueue(waiter('rl-warm', 'w:0', 1), based)).toBe('queued');
+        expect(await s.release({ channelId: 'rl-warm', token: 'l:0', ttlMs: 120_000 })).toBe(true);
+        await s.acquireFirst([{ channelId: 'rl', max: 1 }], opts('l:1'));
+        expect(await s.enqueue(waiter('rl', 'w:1', 1), based)).toBe('queued');
+        const m = await measure(
+          async () => {
+            expect(await s.release({ channelId: 'rl', token: 'l:1', ttlMs: 120_000 })).toBe(true);
+          },
+          { cc: own, store: s },
+        );
+        expect(m.server.zscore).toBeUndefined();
+        expect(m.server.zrange).toBe(2); // the window read with its arrivals, then the empty rest
+        expect(m.server.zadd).toBe(1);
+        expect(await cc.client.zrange(s.keys.slots('rl'), 0, -1)).toEqual(['w:1']);
+      } finally {
+        await s.close();
+        await own.close();
+      }
+    });
+
     it('a release on a channel the store knows no queue of is a plain ZREM; the next acquire grants the slot', async () => {
       // another instance's waiter: this store has not heard of the queue
       const other = new RedisStore({ url: server.url, prefix });

@@ -65,7 +65,8 @@ export interface EnqueueOptions {
   /**
    * The registration TTL of a waiter with its whole wait ahead (`wait_timeout_ms` plus the margin): the queue's keys
    * are kept at least 1.5 times this whatever the TTL of the waiter that extends them, so an instance that checked
-   * them lately knows they outlive its next registrations. Defaults to `ttlMs`.
+   * them lately knows they outlive its next registrations. Defaults to `ttlMs`. No registration may outlive its
+   * arrival by more than this (a Redis store's granting releases take a waiter that arrived within it as live).
    */
   keyTtlMs?: number;
   /** The lease TTL in force (a slot granted keeps its key alive at least this long). */

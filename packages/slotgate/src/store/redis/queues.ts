@@ -92,6 +92,11 @@ export class RedisQueues {
   private readonly slotsCheckedAt = new Map<string, { at: number; ttlMs: number }>();
   /** When each release in flight went out (the time a check it reports is counted from). */
   private readonly releaseSentAt = new WeakMap<LeaseRef, number>();
+  /**
+   * The registration TTL basis of this store's latest enqueue (wait timeout + margin): a granting release takes a
+   * waiter that arrived within it as live without looking its registration up (lua/includes/queue.lua, `liveFor`).
+   */
+  private liveFor: number | undefined;
   /** Registrations sent in the current job, on a single node: they go out in one call when it ends. */
   private pendingEnqueues: PendingEnqueue[] = [];
 
@@ -137,6 +142,7 @@ export class RedisQueues {
       lease.channelId,
       this.listeners.has(instance) ? instance : '',
       trusted ? 1 : 0,
+      this.liveFor ?? '',
     ];
   };
 
@@ -170,6 +176,7 @@ export class RedisQueues {
     const sentAt = this.deps.clock.now();
     const covered = sentAt + 1.25 * options.ttlMs <= (this.coveredUntil.get(w.channelId) ?? -Infinity);
     const keyTtl = keyTtlOf(options);
+    if (options.keyTtlMs !== undefined) this.liveFor = options.keyTtlMs;
     const reply = await this.register(w, options, undefined, [covered ? 0 : 1, keyTtl], (keys, args) =>
       this.coalesced(keys, args),
     );

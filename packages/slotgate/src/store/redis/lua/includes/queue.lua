@@ -57,18 +57,36 @@ end
 -- claim: the caller hands it over. `trusted`: the caller knows the slots key has at least 3/4 of a lease TTL left
 -- (its store had it extended within TTL/4), so a grant checks its expiry only when the key was empty (just created).
 -- The third value returned is true when a grant checked the key's expiry (it then has at least a lease TTL).
+-- `liveFor` (ms, optional): the caller's registration TTL basis (wait timeout + margin). A registration ends at most
+-- that long after its arrival when its waiter's wait timeout is no longer than the caller's, so a waiter that arrived
+-- less than `liveFor` ago is taken as live without looking its registration up (one ZSCORE per grant saved); the
+-- window is then read with its arrival scores. One that arrived earlier is looked up as without it. What it costs:
+-- a waiter whose registration ran out within that window (its instance died with a wait carried over from an earlier
+-- pass, which registers with less than the whole timeout) may still be granted, and its grant comes back at its claim
+-- deadline, as for any waiter of a dead instance.
 local function grantFree(slotsKey, waitersKey, queueKey, claimMs, leaseTtl, notify, channelId, quiet, liveHead,
-                         localInstance, trusted)
+                         localInstance, trusted, liveFor)
   local granted = {}
   local live, swept = nil, false
   local grantedMax = nil -- the lowest max a waiter was granted under in this call
   local checked = false
   local held = nil
   local window, gone, left = {}, {}, 0
+  local arrivals = {} -- with `liveFor`: each window member's arrival in µs
   while true do
     if left == 0 then
       -- the members granted or dropped so far are gone: these are the next oldest
-      window, gone = redis.call('ZRANGE', queueKey, 0, FAIR_WINDOW - 1), {}
+      gone = {}
+      if liveFor then
+        local raw = redis.call('ZRANGE', queueKey, 0, FAIR_WINDOW - 1, 'WITHSCORES')
+        window, arrivals = {}, {}
+        for i = 1, #raw, 2 do
+          window[#window + 1] = raw[i]
+          arrivals[#window] = tonumber(raw[i + 1])
+        end
+      else
+        window = redis.call('ZRANGE', queueKey, 0, FAIR_WINDOW - 1)
+      end
       left = #window
       if left == 0 then
         return granted, nil, checked
@@ -130,7 +148,9 @@ local function grantFree(slotsKey, waitersKey, queueKey, claimMs, leaseTtl, noti
       token, max = splitMember(head)
     end
     local expiry = nil
-    if live < max or liveHead then
+    if (live < max or liveHead) and liveFor and math.floor(arrivals[pick] / 1000) + liveFor > redisNow() then
+      expiry = true -- arrived within `liveFor`: live (see above)
+    elseif live < max or liveHead then
       expiry = redis.call('ZSCORE', waitersKey, head)
       if (not expiry) or tonumber(expiry) <= redisNow() then
         -- a dead waiter: it goes, and the choice is made again
