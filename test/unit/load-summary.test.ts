@@ -299,6 +299,32 @@ describe('reads through the summary', () => {
   });
 });
 
+describe('report rounds', () => {
+  it('read what a read round would while passes ask for loads, so the next pass finds it fresh; nothing once they stop', async () => {
+    const { clock, summary, view, t0 } = fixture();
+    const a = view('A');
+    await a.read(['x', 'y']); // t0: a read round
+    await elapse(clock, 10);
+    a.noteActive('x', 1); // reported at +210
+    await elapse(clock, 140);
+    await a.read(['x']); // +150: fresh, no exchange
+    await elapse(clock, 60); // +210: the report round also reads x and y (a pass asked within two TTLs)
+    await elapse(clock, 40);
+    await a.read(['x', 'y']); // +250: fresh from the report, no exchange
+    a.noteActive('x', -1); // reported at +450, still reading (the last pass was 200 ms before)
+    await elapse(clock, 400);
+    a.noteActive('x', 1); // +650: reported at +850, with no pass for 600 ms: it reads nothing
+    await elapse(clock, 200);
+    expect(summary.exchanges.map((e) => [e.at - t0, e.mode, e.read])).toStrictEqual([
+      [0, 'changes', ['x', 'y']],
+      [210, 'full', ['x', 'y']],
+      [450, 'changes', ['x', 'y']],
+      [850, 'changes', []],
+    ]);
+    expect(a.counters.reports).toBe(3);
+  });
+});
+
 describe('how old the summary’s counts may be', () => {
   it('a round allows a quarter of the load TTL; a fresh read allows none', async () => {
     const { clock, summary, view, update } = fixture();
@@ -353,18 +379,19 @@ describe('two instances on one summary', () => {
 
     await elapse(clock, 189);
     expect(await a.read(['x'])).toEqual(new Map([['x', load(3)]])); // +499: A's snapshot of +300 is still fresh
-    // +500 B reports 1; +510 A's first counts go as a full report (the summary knows nothing of A), reading nothing
+    // +500 B reports 1 (B's passes read nothing lately: nor does its report); +510 A's first counts go as a full
+    // report (the summary knows nothing of A), which also reads x: A's passes want it, and its +300 snapshot is half
+    // stale
     await elapse(clock, 11);
     expect(summary.exchanges.slice(3)).toStrictEqual([
       { at: t0 + 500, instanceId: 'B', mode: 'changes', counts: { x: own(1) }, read: [] },
-      { at: t0 + 510, instanceId: 'A', mode: 'full', counts: { x: own(1) }, keepMs: LEASE, read: [] },
+      { at: t0 + 510, instanceId: 'A', mode: 'full', counts: { x: own(1) }, keepMs: LEASE, read: ['x'] },
     ]);
     expect(summary.total('x')).toEqual(own(2));
     expect(await a.read(['x'])).toEqual(new Map([['x', load(2)]])); // B's 1 + A's 1, A's not counted twice
     expect(await b.read(['x'])).toEqual(new Map([['x', load(2)]]));
-    // each read: A's report read nothing, so its +300 snapshot is stale
+    // A's read found the report's snapshot fresh; B's +100 one is stale
     expect(summary.exchanges.slice(5)).toStrictEqual([
-      { at: t0 + 510, instanceId: 'A', mode: 'changes', counts: {}, read: ['x'] },
       { at: t0 + 510, instanceId: 'B', mode: 'changes', counts: {}, read: ['x'] },
     ]);
   });
@@ -382,7 +409,7 @@ describe('two instances on one summary', () => {
     await flush();
     expect(first.value).toEqual(new Map([['x', load(6)]])); // the summary's 5 + the change since
     expect(summary.total('x')).toEqual(own(5));
-    await elapse(clock, 200); // the change's report (a report reads nothing)
+    await elapse(clock, 200); // the change's report, which reads x again (a pass wanted it within two TTLs)
     expect(summary.exchanges).toStrictEqual([
       {
         at: t0,
@@ -393,7 +420,7 @@ describe('two instances on one summary', () => {
         sweep: SWEEP,
         read: ['x'],
       },
-      { at: t0 + 200, instanceId: 'A', mode: 'changes', counts: { x: own(2) }, read: [] },
+      { at: t0 + 200, instanceId: 'A', mode: 'changes', counts: { x: own(2) }, read: ['x'] },
     ]);
     expect(summary.total('x')).toEqual(own(6));
     expect(await a.read(['x'])).toEqual(new Map([['x', load(6)]]));
@@ -535,7 +562,8 @@ describe('the registration', () => {
         read: [],
       },
       { at: t0 + 1100, ...base, read: ['y'] },
-      { at: t0 + 1450, ...base, keepMs: 5000, read: [] }, // a keep reads nothing
+      { at: t0 + 1450, ...base, keepMs: 5000, read: ['y'] }, // a pass wanted y within two TTLs: read again
+      // later keeps read nothing: no pass since
       { at: t0 + 2700, ...base, keepMs: 5000, read: [] },
       { at: t0 + 3950, ...base, keepMs: 5000, read: [] },
       { at: t0 + 5200, ...base, keepMs: 5000, sweep: SWEEP, read: [] },

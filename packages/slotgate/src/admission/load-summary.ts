@@ -5,9 +5,9 @@
  * summary holds of it (at first, after Redis lost its data, after the summary took it out as lapsed).
  *
  * A read round puts in whatever changed; a change with no read for `load_cache_ttl_ms` after it gets a round of its
- * own. So another instance sees this one's change within two TTLs (one to report, one of its own cache), and each
- * instance sends about two exchanges per TTL at most whatever the channel count (measured: 1.7–1.9 with 10
- * admissions/s per instance, bench fleetsim).
+ * own (which also reads, while passes ask for loads: load-view.ts). So another instance sees this one's change within
+ * two TTLs (one to report, one of its own cache), and each instance sends about two exchanges per TTL at most whatever
+ * the channel count (measured: 1.0–1.3 with 10 admissions/s per instance, bench fleetsim).
  */
 import { within, type Clock, type Timer } from '../core/clock.js';
 import type { Settings } from '../core/settings.js';

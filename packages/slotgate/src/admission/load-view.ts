@@ -98,6 +98,8 @@ export class LoadView {
   /** This instance's own changes and tries since each read (local-correction.ts). */
   private readonly local = new LocalCorrection();
   private readonly inflight = new Map<string, Round>();
+  /** When a pass last asked for loads. */
+  private lastWantedAt = -Infinity;
   private readonly freshInflight = new Map<string, Round>();
   private readonly fetchSlots: Semaphore;
   private readonly fetchTimeoutMs: number;
@@ -145,6 +147,7 @@ export class LoadView {
     const settings = this.opts.settings();
     if (!settings.load_cache_enabled || ids.length === 0) return undefined;
     const now = this.opts.clock.now();
+    this.lastWantedAt = now;
     const result = new Map<string, ChannelLoad>();
     for (const id of ids) {
       const entry = this.cache.get(id);
@@ -164,6 +167,7 @@ export class LoadView {
     if (!settings.load_cache_enabled) return this.readDirect(ids, signal);
 
     const now = this.opts.clock.now();
+    this.lastWantedAt = now;
     const missing: string[] = [];
     const waits = new Map<Round, string[]>();
     for (const id of ids) {
@@ -241,8 +245,10 @@ export class LoadView {
   private startRound(requested: string[], fresh: boolean, report = false): Round {
     if (fresh) this.counters.freshReads++;
     const summary = this.summaryOn();
-    // a round that only reports reads nothing; a read also refreshes what was wanted lately and is half stale
-    const ids = summary && !report ? this.withWatched(requested) : requested;
+    // A read also refreshes what was wanted lately. A round that reports reads the same while passes ask for loads,
+    // where half stale (a pass would read it soon: the report carries that read, one exchange for two); an instance
+    // with no pass lately reads nothing.
+    const ids = summary ? (report ? this.recentlyWanted() : this.withWatched(requested)) : requested;
     const deadline = this.opts.clock.now() + this.fetchTimeoutMs;
     const round: Round = (async () => {
       if (!(await this.fetchSlots.acquire(this.fetchTimeoutMs))) {
@@ -312,6 +318,17 @@ export class LoadView {
       if (entry.wantedAt >= now - Math.min(WATCH_TTLS * ttl, WATCH_MAX_MS)) ids.add(id);
     }
     return [...ids];
+  }
+
+  /**
+   * What a report round reads: while passes ask for loads (one within the last two TTLs), what a read round would
+   * read and is half stale; else nothing.
+   */
+  private recentlyWanted(): string[] {
+    const now = this.opts.clock.now();
+    const ttl = this.opts.settings().load_cache_ttl_ms;
+    if (this.lastWantedAt < now - 2 * ttl) return [];
+    return this.withWatched([]).filter((id) => this.cache.get(id)!.fetchedAt <= now - ttl / 2);
   }
 
   /** A report is due and no read carried it: a round of its own, which also refreshes what was wanted lately. */
