@@ -497,7 +497,7 @@ describe('RedisStore command cost (client and server side)', () => {
       expect(m.server.time).toBe(1);
       expect(m.server.zadd).toBe(6);
       expect(await cc.client.zrange(store.keys.queue('wt2'), 0, -1)).toEqual(['1|w:1', '1|w:2']);
-      // each was exactly its own call: a full queue turns away only the registration that finds it full
+      // each as a call of its own: a full queue turns away only the registration that finds it full
       const full = await Promise.all([
         store.enqueue(waiter('wt1', 'w:3', 1), waitOpts(1)),
         store.enqueue(waiter('wt2', 'w:3', 1), waitOpts(3)),

@@ -248,7 +248,7 @@ export class LoadView {
     // A read also refreshes what was wanted lately. A round that reports reads the same while passes ask for loads,
     // where half stale (a pass would read it soon: the report carries that read, one exchange for two); an instance
     // with no pass lately reads nothing.
-    const ids = summary ? (report ? this.recentlyWanted() : this.withWatched(requested)) : requested;
+    const ids = summary ? (report ? this.reportReads() : this.withWatched(requested)) : requested;
     const deadline = this.opts.clock.now() + this.fetchTimeoutMs;
     const round: Round = (async () => {
       if (!(await this.fetchSlots.acquire(this.fetchTimeoutMs))) {
@@ -324,7 +324,7 @@ export class LoadView {
    * What a report round reads: while passes ask for loads (one within the last two TTLs), what a read round would
    * read and is half stale; else nothing.
    */
-  private recentlyWanted(): string[] {
+  private reportReads(): string[] {
     const now = this.opts.clock.now();
     const ttl = this.opts.settings().load_cache_ttl_ms;
     if (this.lastWantedAt < now - 2 * ttl) return [];

@@ -233,8 +233,8 @@ export class RedisQueues {
   /**
    * One enqueueWaiter call per registration on Cluster (its keys share one channel's hash tag). On a single node the
    * registrations sent in one job (a waiter joining two queues, the waiters a reply flight resumed) go out in one
-   * call when the job ends, in the order sent: each does exactly what a call of its own would, and the script's
-   * EVALSHA and its TIME are paid once.
+   * call when the job ends, in the order sent: each does what a call of its own would (and fails alone), except that
+   * they share one reading of the Redis clock, so the script's EVALSHA and its TIME are paid once.
    */
   private coalesced(keys: string[], args: Arg[]): Promise<EnqueueReply> {
     const { client, count } = this.deps;

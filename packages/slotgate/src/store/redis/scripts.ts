@@ -84,19 +84,12 @@ export class Script<Reply> {
 
   /** Registers the script on the client (idempotent: a client shared by several stores gets it once). */
   define(client: Client): void {
-    const defined = (name: string) =>
-      typeof (client as unknown as Record<string, unknown>)[name] === 'function';
-    const cluster = isCluster(client);
-    if (defined(this.command) && !cluster) return;
+    if (typeof (client as unknown as Record<string, unknown>)[this.command] === 'function') return;
     this.source ??= loadLua(this.file);
-    if (!defined(this.command)) {
-      client.defineCommand(this.command, { lua: this.source, numberOfKeys: this.numberOfKeys });
-    }
-    if (!cluster) return;
-    // (each name on its own: two Script objects may share one file, with different key counts on Cluster)
+    client.defineCommand(this.command, { lua: this.source, numberOfKeys: this.numberOfKeys });
+    if (!isCluster(client)) return;
     for (const n of this.clusterKeys) {
-      const name = `${this.command}_${n}`;
-      if (!defined(name)) client.defineCommand(name, { lua: this.source, numberOfKeys: n });
+      client.defineCommand(`${this.command}_${n}`, { lua: this.source, numberOfKeys: n });
     }
   }
 
@@ -152,16 +145,21 @@ export const SCRIPTS = {
   ),
   /**
    * The same script with several registrations (a single node only): their replies in the order given, an Error for
-   * a registration whose commands failed (the others still stand).
+   * a registration whose commands failed (the others still stand). It shares enqueueWaiter's command names, so it
+   * declares the same Cluster key count: whichever of the two a client defines first registers both names.
    */
-  enqueueWaiters: new Script('enqueueWaiter-n', (reply): (EnqueueReply | Error)[] => {
-    if (!Array.isArray(reply)) throw new TypeError(`unexpected script reply ${JSON.stringify(reply)}`);
-    return reply.map((r) =>
-      typeof r === 'string' && r.startsWith('!')
-        ? new Error(r.slice(1))
-        : ENQUEUE_CODES[code(r, ENQUEUE_CODES)]!,
-    );
-  }),
+  enqueueWaiters: new Script(
+    'enqueueWaiter-n',
+    (reply): (EnqueueReply | Error)[] => {
+      if (!Array.isArray(reply)) throw new TypeError(`unexpected script reply ${JSON.stringify(reply)}`);
+      return reply.map((r) =>
+        typeof r === 'string' && r.startsWith('!')
+          ? new Error(r.slice(1))
+          : ENQUEUE_CODES[code(r, ENQUEUE_CODES)]!,
+      );
+    },
+    [3],
+  ),
   /** See lua/releaseSlot-3.lua: whether the token held a slot, and the releasing instance's waiters granted. */
   releaseSlot: new Script('releaseSlot-3', (reply): ReleaseSlotReply => {
     if (!Array.isArray(reply)) throw new TypeError(`unexpected script reply ${JSON.stringify(reply)}`);

@@ -148,16 +148,18 @@ local function grantFree(slotsKey, waitersKey, queueKey, claimMs, leaseTtl, noti
       token, max = splitMember(head)
     end
     local expiry = nil
-    if (live < max or liveHead) and liveFor and math.floor(arrivals[pick] / 1000) + liveFor > redisNow() then
-      expiry = true -- arrived within `liveFor`: live (see above)
-    elseif live < max or liveHead then
-      expiry = redis.call('ZSCORE', waitersKey, head)
-      if (not expiry) or tonumber(expiry) <= redisNow() then
-        -- a dead waiter: it goes, and the choice is made again
-        redis.call('ZREM', queueKey, head)
-        redis.call('ZREM', waitersKey, head)
-        gone[pick], left = true, left - 1
-        expiry = false
+    if live < max or liveHead then
+      if liveFor and math.floor(arrivals[pick] / 1000) + liveFor > redisNow() then
+        expiry = true -- arrived within `liveFor`: live (see above)
+      else
+        expiry = redis.call('ZSCORE', waitersKey, head)
+        if (not expiry) or tonumber(expiry) <= redisNow() then
+          -- a dead waiter: it goes, and the choice is made again
+          redis.call('ZREM', queueKey, head)
+          redis.call('ZREM', waitersKey, head)
+          gone[pick], left = true, left - 1
+          expiry = false
+        end
       end
     end
     if expiry == false then
