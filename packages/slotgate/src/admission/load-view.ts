@@ -22,6 +22,7 @@ import type { Settings } from '../core/settings.js';
 import type { ChannelLoad, SlotStore } from '../store/store.js';
 import { LocalCorrection, ZERO, type Corrected } from './local-correction.js';
 import { SummaryReports } from './load-summary.js';
+import { readRoundIds, reportRoundIds, type Watched } from './round-reads.js';
 import { Semaphore } from './semaphore.js';
 
 export interface LocalState {
@@ -63,23 +64,8 @@ export interface LoadViewCounters {
   reports: number;
 }
 
-interface Entry extends Corrected {
-  fetchedAt: number;
-  /** When a selection last asked for the channel: a summary round reads the channels wanted lately. */
-  wantedAt: number;
-}
-
-/** Channels one summary round reads at most besides those asked for. */
-const MAX_WATCHED = 2000;
-/**
- * A summary round re-reads the channels wanted within this many TTLs (10 s at the default 200 ms). A round costs one
- * command however many channels it names, so the window is wide: an instance whose traffic spreads over many candidate
- * sets (each drawn every few seconds) then finds every set fresh after one round per TTL, instead of a round for each
- * set it had not asked for within the last second (fleetsim N = 100 x C = 1,000: 1.74 -> 1.51 rounds per TTL).
- */
-const WATCH_TTLS = 50;
-/** And within this many ms at most (a long TTL does not stretch the window past it). */
-const WATCH_MAX_MS = 10_000;
+/** A cached channel; a summary round reads the channels wanted lately (round-reads.ts). */
+interface Entry extends Corrected, Watched {}
 
 type Round = Promise<Map<string, ChannelLoad> | null>;
 
@@ -245,11 +231,15 @@ export class LoadView {
   private startRound(requested: string[], fresh: boolean, report = false): Round {
     if (fresh) this.counters.freshReads++;
     const summary = this.summaryOn();
-    // A read also refreshes what was wanted lately. A round that reports reads the same while passes ask for loads,
-    // where half stale (a pass would read it soon: the report carries that read, one exchange for two); an instance
-    // with no pass lately reads nothing.
-    const ids = summary ? (report ? this.reportReads() : this.withWatched(requested)) : requested;
-    const deadline = this.opts.clock.now() + this.fetchTimeoutMs;
+    // through the summary a read also refreshes what was wanted lately, and a report reads while passes ask for loads
+    const now = this.opts.clock.now();
+    const ttl = this.opts.settings().load_cache_ttl_ms;
+    const ids = !summary
+      ? requested
+      : report
+        ? reportRoundIds(this.cache, this.lastWantedAt, now, ttl)
+        : readRoundIds(this.cache, requested, now, ttl);
+    const deadline = now + this.fetchTimeoutMs;
     const round: Round = (async () => {
       if (!(await this.fetchSlots.acquire(this.fetchTimeoutMs))) {
         // a summary round's timer was spent on it: the reports it was to carry get another one
@@ -302,33 +292,6 @@ export class LoadView {
       });
     }
     return round;
-  }
-
-  /**
-   * The channels asked for, and every channel a selection wanted within the last WATCH_TTLS TTLs, read in one go: the
-   * entries then expire together, and the passes of the next TTL over other candidate sets find them fresh (one
-   * round per TTL where each set would take one of its own).
-   */
-  private withWatched(requested: string[]): string[] {
-    const now = this.opts.clock.now();
-    const ttl = this.opts.settings().load_cache_ttl_ms;
-    const ids = new Set(requested);
-    for (const [id, entry] of this.cache) {
-      if (ids.size >= MAX_WATCHED) break;
-      if (entry.wantedAt >= now - Math.min(WATCH_TTLS * ttl, WATCH_MAX_MS)) ids.add(id);
-    }
-    return [...ids];
-  }
-
-  /**
-   * What a report round reads: while passes ask for loads (one within the last two TTLs), what a read round would
-   * read and is half stale; else nothing.
-   */
-  private reportReads(): string[] {
-    const now = this.opts.clock.now();
-    const ttl = this.opts.settings().load_cache_ttl_ms;
-    if (this.lastWantedAt < now - 2 * ttl) return [];
-    return this.withWatched([]).filter((id) => this.cache.get(id)!.fetchedAt <= now - ttl / 2);
   }
 
   /** A report is due and no read carried it: a round of its own, which also refreshes what was wanted lately. */
