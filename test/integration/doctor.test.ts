@@ -15,6 +15,7 @@ import { checkLeftovers, fixFindings, type Finding } from '../../packages/slotga
 import { KeyBuilder } from '../../packages/slotgate/src/store/redis/keys.js';
 import { LeaseManager, type LeaseEvent } from '../../packages/slotgate/src/store/leases.js';
 import { RedisStore } from '../../packages/slotgate/src/store/redis/redis-store.js';
+import { MAX_REGISTRATION_LIVE_MS } from '../../packages/slotgate/src/store/redis/queues.js';
 import { redisUrl, uniquePrefix } from '../helpers/redis.js';
 import { useCleanups } from '../helpers/cleanups.js';
 import { runCli } from '../helpers/gw-gateway.js';
@@ -86,12 +87,12 @@ async function plant(redis: Redis, prefix: string) {
   const key = {
     leases: k.slots('leases'), // live and expired members, with an expiry
     noExpiry: k.slots('no-expiry'), // live member, no expiry
-    waiters: k.waiters('leases'), // live and expired waiters, with an expiry
-    queue: k.queue('leases'), // arrival scores (µs, all in the past: not expiries), with an expiry
+    queue: k.queue('leases'), // arrival scores (µs): a live and a run-out registration, with an expiry
     queueNoExpiry: k.queue('no-expiry'), // a queue key without an expiry
     coolingForever: k.cooldown('forever'), // a cooldown without TTL
     cooling: k.cooldown('cooling'), // a proper cooldown
-    wrongType: k.waiters('wrong'), // a string where a sorted set belongs
+    wrongType: k.queue('wrong'), // a string where a sorted set belongs
+    olderQueue: `${prefix}:v1:{leases}:waiters`, // an older release's registrations
     unknown: `${prefix}:v1:junk`, // not a shape slotgate makes
     settings: k.settings(),
     otherVersion: `${prefix}:v2:{leases}:slots`,
@@ -102,10 +103,16 @@ async function plant(redis: Redis, prefix: string) {
     .zadd(key.leases, now + 60_000, 'live:1', now - 5_000, 'dead:1', now - 1_000, 'dead:2')
     .pexpire(key.leases, 60_000)
     .zadd(key.noExpiry, now + 60_000, 'live:2')
-    .zadd(key.waiters, now + 60_000, '2|w-live', now - 2_000, '2|w-dead')
-    .pexpire(key.waiters, 60_000)
-    .zadd(key.queue, now * 1000 - 3_000_000, '2|w-live', now * 1000 - 2_000_000, '2|w-dead')
+    // arrived 3 s ago, and longer ago than any registration lives
+    .zadd(
+      key.queue,
+      (now - 3_000) * 1000,
+      '2|w-live',
+      (now - MAX_REGISTRATION_LIVE_MS - 2_000) * 1000,
+      '2|w-dead',
+    )
     .pexpire(key.queue, 60_000)
+    .zadd(key.olderQueue, now - 2_000, '2|w-old')
     .zadd(key.queueNoExpiry, now * 1000 - 1_000_000, '1|w-stuck')
     .set(key.coolingForever, 'upstream 429')
     .set(key.cooling, 'upstream 429', 'PX', 60_000)
@@ -118,7 +125,7 @@ async function plant(redis: Redis, prefix: string) {
   const expected = sortFindings([
     { key: key.leases, kind: 'expired_members', detail: '', members: ['dead:1', 'dead:2'] },
     { key: key.noExpiry, kind: 'no_expiry', detail: '' },
-    { key: key.waiters, kind: 'expired_members', detail: '', members: ['2|w-dead'] },
+    { key: key.queue, kind: 'expired_members', detail: '', members: ['2|w-dead'] },
     { key: key.queueNoExpiry, kind: 'no_expiry', detail: '' },
     { key: key.coolingForever, kind: 'cooldown_without_ttl', detail: '' },
     { key: key.wrongType, kind: 'wrong_type', detail: '' },
@@ -137,6 +144,7 @@ describe('slotgate doctor', () => {
     const report = await checkLeftovers(redis, prefix);
     expect(sortFindings(report.findings)).toEqual(expected);
     expect(report.otherVersions).toEqual([key.otherVersion]);
+    expect(report.olderQueues).toEqual([key.olderQueue]);
     expect(report.otherPrefixes).toEqual([key.otherPrefix]);
     expect(report.scanned).toBe(Object.keys(before).length);
     expect(report.fixed).toBe(0);
@@ -158,16 +166,16 @@ describe('slotgate doctor', () => {
     const removedKeys = Object.keys(before).filter((k) => !(k in after));
     expect(removedKeys.sort()).toEqual([key.coolingForever, key.wrongType, key.unknown].sort());
     expect(after[key.leases]).toEqual({ type: 'zset', expires: true, content: ['live:1'] });
-    expect(after[key.waiters]).toEqual({ type: 'zset', expires: true, content: ['2|w-live'] });
-    // the expired registration's place in the queue goes with it (it would count against max waiting)
+    // the run-out registration goes (it would count against max waiting); the live one stays
     expect(after[key.queue]).toEqual({ type: 'zset', expires: true, content: ['2|w-live'] });
     // The key without expiry keeps its live member and now expires with it.
     expect(after[key.noExpiry]).toEqual({ type: 'zset', expires: true, content: ['live:2'] });
     // The queue key without expiry keeps its waiter and now expires past any wait deadline.
     expect(after[key.queueNoExpiry]).toEqual({ type: 'zset', expires: true, content: ['1|w-stuck'] });
     expect(await redis.pttl(key.queueNoExpiry)).toBeGreaterThan(60_000);
-    // Untouched: the healthy cooldown, the settings, the other schema version and the other prefix.
-    for (const k of [key.cooling, key.settings, key.otherVersion, key.otherPrefix])
+    // Untouched: the healthy cooldown, the settings, the other schema version, the older release's queue and the
+    // other prefix.
+    for (const k of [key.cooling, key.settings, key.otherVersion, key.olderQueue, key.otherPrefix])
       expect(after[k], k).toEqual(before[k]);
 
     const again = await checkLeftovers(redis, prefix);
@@ -289,7 +297,7 @@ describe('slotgate doctor', () => {
 
     await sleep(TTL + 200); // one lease TTL (the waiter's and the cooldown's too) plus a margin
     const k = new KeyBuilder(prefix);
-    expect(await redis.exists(k.waiters('busy'), k.queue('busy'), k.slots('busy'))).toBe(0);
+    expect(await redis.exists(k.queue('busy'), k.slots('busy'))).toBe(0);
     const after = await checkLeftovers(redis, prefix);
     expect(after.findings).toEqual([]);
     // the store's epoch key (redis.md), which stays by design, and the load summary's keys, which expire 1.25 lease

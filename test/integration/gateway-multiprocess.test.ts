@@ -80,10 +80,10 @@ async function msUntilSettings(gw: GwProcess, wanted: Json, since: number): Prom
   throw new Error(`settings ${JSON.stringify(wanted)} not in force after 5 s; saw ${JSON.stringify(last)}`);
 }
 
-/** Keys of `prefix` that hold slots or waiters (settings and cooldown keys are not leases). */
+/** Keys of `prefix` that hold slots or waiters (settings and cooldown keys are neither). */
 async function leaseKeys(redis: Pick<KeyReader, 'keys'>, prefix: string): Promise<string[]> {
   const keys = await redis.keys(`${prefix}:v1:*`);
-  return keys.filter((k) => k.endsWith(':slots') || k.endsWith(':waiters'));
+  return keys.filter((k) => k.endsWith(':slots') || k.endsWith(':fifo'));
 }
 
 /** The process's exit, or undefined if it is still running after `ms`. */

@@ -55,9 +55,13 @@ async function untilRedisPasses(ms: number): Promise<void> {
 }
 
 const CODE = { full: 0, acquired: 1, cooling: 2, queued: 3 } as const;
-/** The claim deadline and lease TTL the scripts get unless a test passes its own. */
+/**
+ * The claim deadline, lease TTL and registration lifetime (how long a waiter's registration lives past its arrival in
+ * the queue) the scripts get unless a test passes its own.
+ */
 const CLAIM_MS = 5_000;
 const LEASE_TTL_MS = 60_000;
+const LIVE_MS = 60_000;
 
 interface Target {
   id: string;
@@ -76,7 +80,8 @@ async function acquireMany(
     check = true,
     extend = true,
     claimMs = CLAIM_MS,
-  }: { check?: boolean; extend?: boolean; claimMs?: number } = {},
+    liveMs = LIVE_MS,
+  }: { check?: boolean; extend?: boolean; claimMs?: number; liveMs?: number } = {},
 ): Promise<number[]> {
   const index = new Map<string, number>();
   const k: string[] = [];
@@ -87,7 +92,7 @@ async function acquireMany(
     targets.forEach((t, i) => {
       if (!index.has(t.id)) {
         index.set(t.id, index.size + 1);
-        k.push(keys.slots(t.id), keys.cooldown(t.id), keys.waiters(t.id), keys.queue(t.id));
+        k.push(keys.slots(t.id), keys.cooldown(t.id), keys.queue(t.id));
         channelArgs.push(t.max, extend ? 1 : 0, t.id);
       }
       requestArgs.push(i === targets.length - 1 ? -index.get(t.id)! : index.get(t.id)!);
@@ -99,6 +104,7 @@ async function acquireMany(
     index.size,
     claimMs,
     keys.grants(),
+    liveMs,
     ...channelArgs,
     ...requestArgs,
   ]);
@@ -131,11 +137,13 @@ async function renew(leases: [string, string][], ttlMs: number): Promise<number[
 interface QueueOptions {
   claimMs?: number;
   leaseTtlMs?: number;
+  /** How long a registration lives past its arrival (every script that touches a queue is told). */
+  liveMs?: number;
 }
 
 /** A waiter's member in a queue: the max it waits under, and its token. */
 const member = (token: string, max: number) => `${max}|${token}`;
-const queueKeys = (id: string) => [keys.slots(id), keys.waiters(id), keys.queue(id)];
+const queueKeys = (id: string) => [keys.slots(id), keys.queue(id)];
 const queueArgs = (id: string, first: string, o: QueueOptions) => [
   first,
   o.claimMs ?? CLAIM_MS,
@@ -144,28 +152,36 @@ const queueArgs = (id: string, first: string, o: QueueOptions) => [
   id,
 ];
 
+/** The registration lifetime of a call: the test's own, else LIVE_MS. */
+const liveOf = (o: QueueOptions) => o.liveMs ?? LIVE_MS;
+
 function enqueue(
   id: string,
   token: string,
   max: number,
-  { maxWaiting = 10, ttlMs = 60_000, ...o }: QueueOptions & { maxWaiting?: number; ttlMs?: number } = {},
+  { maxWaiting = 10, ...o }: QueueOptions & { maxWaiting?: number } = {},
 ) {
   return SCRIPTS.enqueueWaiter.call(client, queueKeys(id), [
     ...queueArgs(id, member(token, max), o),
     maxWaiting,
-    ttlMs,
+    liveOf(o),
   ]);
 }
 
 /** releaseSlot as another instance's release (none of the waiters is the releaser's): whether the slot was held. */
 async function releaseSlot(id: string, token: string, o: QueueOptions = {}) {
-  const reply = await SCRIPTS.releaseSlot.call(client, queueKeys(id), [...queueArgs(id, token, o), '']);
+  const reply = await SCRIPTS.releaseSlot.call(client, queueKeys(id), [
+    ...queueArgs(id, token, o),
+    '',
+    0,
+    liveOf(o),
+  ]);
   expect(reply.local).toEqual([]);
   return reply.removed;
 }
 
 function pollWaiter(id: string, token: string, max: number, o: QueueOptions = {}) {
-  return SCRIPTS.pollWaiter.call(client, queueKeys(id), queueArgs(id, member(token, max), o));
+  return SCRIPTS.pollWaiter.call(client, queueKeys(id), [...queueArgs(id, member(token, max), o), liveOf(o)]);
 }
 
 /** Moves `from`'s registration to `to` (both as [token, max]). */
@@ -173,24 +189,37 @@ function requeue(
   id: string,
   from: [string, number],
   to: [string, number],
-  { maxWaiting = 10, ttlMs = 60_000, ...o }: QueueOptions & { maxWaiting?: number; ttlMs?: number } = {},
+  { maxWaiting = 10, ...o }: QueueOptions & { maxWaiting?: number } = {},
 ) {
   return SCRIPTS.requeueWaiter.call(client, queueKeys(id), [
     member(...from),
     ...queueArgs(id, member(...to), o),
     maxWaiting,
-    ttlMs,
+    liveOf(o),
   ]);
 }
 
 function leaveQueue(id: string, token: string, max: number, o: QueueOptions = {}) {
-  return SCRIPTS.leaveQueue.call(client, queueKeys(id), queueArgs(id, member(token, max), o));
+  return SCRIPTS.leaveQueue.call(client, queueKeys(id), [...queueArgs(id, member(token, max), o), liveOf(o)]);
 }
 
-/** Puts a waiter whose registration has expired at the head of the channel's queue (arrived an hour ago). */
+/** The arrival score (µs) of a registration that arrived `ms` ago on the Redis clock. */
+async function arrivedAgo(ms: number): Promise<number> {
+  return (await redisNowUs()) - ms * 1000;
+}
+
+/**
+ * Puts a waiter whose registration has run out at the head of the channel's queue: it arrived just over a lifetime
+ * (LIVE_MS) ago, so it is dead (arrival <= (now - lifetime) in µs) and older than any waiter that registered since.
+ */
 async function plantExpiredWaiter(id: string, queued: string): Promise<void> {
-  await client.zadd(keys.waiters(id), (await redisNow()) - 1, queued);
-  await client.zadd(keys.queue(id), (await redisNowUs()) - 3_600_000_000, queued);
+  await client.zadd(keys.queue(id), ((await redisNow()) - LIVE_MS - 1) * 1000, queued);
+}
+
+/** Every key of the channel's hash tag, whatever its suffix (a script writes its slots and queue keys only). */
+async function channelKeys(id: string): Promise<string[]> {
+  const tag = keys.slots(id).slice(0, -':slots'.length);
+  return (await client.keys(`${tag.replace(/[*?[\]\\]/g, '\\$&')}:*`)).sort();
 }
 
 /**
@@ -481,8 +510,9 @@ describe('enqueueWaiter script', () => {
     expect(await enqueue('w', 'w:2', 1, { maxWaiting: 2 })).toBe('queued');
     expect(await enqueue('w', 'w:3', 1, { maxWaiting: 2 })).toBe('queue_full');
     expect(await members(keys.queue('w'))).toEqual(['1|w:1', '1|w:2']);
-    expect(await members(keys.waiters('w'))).toEqual(['1|w:1', '1|w:2']);
     expect(await members(keys.slots('w'))).toEqual(['h:1']);
+    // the queue is one key: no other is written for the registrations
+    expect(await channelKeys('w')).toEqual([keys.queue('w'), keys.slots('w')].sort());
   });
 
   it('20 concurrent enqueues with max waiting 3 register exactly 3', async () => {
@@ -493,63 +523,72 @@ describe('enqueueWaiter script', () => {
     expect(replies.filter((r) => r === 'queued')).toHaveLength(3);
     expect(replies.filter((r) => r === 'queue_full')).toHaveLength(17);
     expect(await client.zcard(keys.queue('burst'))).toBe(3);
-    expect(await client.zcard(keys.waiters('burst'))).toBe(3);
+    expect(await channelKeys('burst')).toEqual([keys.queue('burst'), keys.slots('burst')].sort());
   });
 
-  it('scores a waiter by arrival (µs) in the queue and by registration expiry (ms) in the waiters set', async () => {
+  it('scores a waiter by arrival (µs) in the queue; its registration lives the lifetime it is given past that arrival', async () => {
     await hold('s', 'h:1');
-    const [beforeUs, before] = [await redisNowUs(), await redisNow()];
-    expect(await enqueue('s', 'w:1', 1, { ttlMs: 45_000 })).toBe('queued');
-    const [afterUs, after] = [await redisNowUs(), await redisNow()];
+    const beforeUs = await redisNowUs();
+    expect(await enqueue('s', 'w:1', 1, { liveMs: 45_000 })).toBe('queued');
+    const afterUs = await redisNowUs();
     const arrival = Number(await client.zscore(keys.queue('s'), '1|w:1'));
     expect(arrival).toBeGreaterThanOrEqual(beforeUs);
     expect(arrival).toBeLessThanOrEqual(afterUs);
-    const expiry = Number(await client.zscore(keys.waiters('s'), '1|w:1'));
-    expect(expiry).toBeGreaterThanOrEqual(before + 45_000);
-    expect(expiry).toBeLessThanOrEqual(after + 45_000);
+    // arrived 44 s ago: live under a 45 s lifetime
+    await client.zadd(keys.queue('s'), await arrivedAgo(44_000), '1|w:1');
+    expect(await pollWaiter('s', 'w:1', 1, { liveMs: 45_000 })).toBe('queued');
+    expect(await members(keys.queue('s'))).toEqual(['1|w:1']);
+    // arrived just over 45 s ago: run out, dropped from the queue
+    await client.zadd(keys.queue('s'), ((await redisNow()) - 45_000 - 1) * 1000, '1|w:1');
+    expect(await pollWaiter('s', 'w:1', 1, { liveMs: 45_000 })).toBe('gone');
+    expect(await client.exists(keys.queue('s'))).toBe(0);
   });
 
   it('drops expired registrations when the queue looks full and registers into the freed place', async () => {
     await hold('w', 'h:1');
-    const [now, nowUs] = [await redisNow(), await redisNowUs()];
-    await client.zadd(keys.waiters('w'), now - 2_000, '1|dead:1', now - 1, '1|dead:2');
-    await client.zadd(keys.queue('w'), nowUs - 3_000_000, '1|dead:1', nowUs - 2_000_000, '1|dead:2');
+    const now = await redisNow();
+    // both arrived more than a lifetime ago
+    await client.zadd(
+      keys.queue('w'),
+      (now - LIVE_MS - 2_000) * 1000,
+      '1|dead:1',
+      (now - LIVE_MS - 1) * 1000,
+      '1|dead:2',
+    );
     expect(await enqueue('w', 'w:1', 1, { maxWaiting: 2 })).toBe('queued');
     expect(await members(keys.queue('w'))).toEqual(['1|w:1']);
-    expect(await members(keys.waiters('w'))).toEqual(['1|w:1']);
   });
 
   it('replies queue full when the expired ones do not free enough places', async () => {
     await hold('w', 'h:1');
     const [now, nowUs] = [await redisNow(), await redisNowUs()];
     await client.zadd(
-      keys.waiters('w'),
-      now - 2_000,
+      keys.queue('w'),
+      (now - LIVE_MS - 1) * 1000,
       '1|dead:1',
-      now + 60_000,
+      nowUs - 2,
       '1|live:1',
-      now + 60_000,
+      nowUs - 1,
       '1|live:2',
     );
-    await client.zadd(keys.queue('w'), nowUs - 3, '1|dead:1', nowUs - 2, '1|live:1', nowUs - 1, '1|live:2');
     expect(await enqueue('w', 'w:1', 1, { maxWaiting: 2 })).toBe('queue_full');
     // the bound counts live registrations only; the new waiter was not added (the dead one goes when a grant reaches
     // it, or when the queue forms anew)
     expect(await members(keys.queue('w'))).toEqual(['1|dead:1', '1|live:1', '1|live:2']);
-    expect(await members(keys.waiters('w'))).toEqual(['1|dead:1', '1|live:1', '1|live:2']);
     // a third live place: the dead registration does not take it
     expect(await enqueue('w', 'w:1', 1, { maxWaiting: 3 })).toBe('queued');
   });
 
   it('a registration expires by itself: the queue then no longer holds it (poll answers gone)', async () => {
     await hold('x', 'h:1');
-    expect(await enqueue('x', 'w:1', 1, { ttlMs: 100 })).toBe('queued');
-    const expiry = Number(await client.zscore(keys.waiters('x'), '1|w:1'));
-    await untilRedisPasses(expiry);
-    expect(await pollWaiter('x', 'w:1', 1)).toBe('gone');
-    expect(await client.exists(keys.queue('x'), keys.waiters('x'))).toBe(0);
+    expect(await enqueue('x', 'w:1', 1, { liveMs: 100 })).toBe('queued');
+    // its end: a lifetime past its arrival
+    const arrival = Number(await client.zscore(keys.queue('x'), '1|w:1'));
+    await untilRedisPasses(Math.ceil(arrival / 1000) + 100);
+    expect(await pollWaiter('x', 'w:1', 1, { liveMs: 100 })).toBe('gone');
+    expect(await client.exists(keys.queue('x'))).toBe(0);
     // and it no longer takes a place: max waiting 1 admits the next
-    expect(await enqueue('x', 'w:2', 1, { maxWaiting: 1 })).toBe('queued');
+    expect(await enqueue('x', 'w:2', 1, { maxWaiting: 1, liveMs: 100 })).toBe('queued');
   });
 
   it('granted at once when a slot is free and nobody waits: the slot is its own until the claim deadline, quietly', async () => {
@@ -563,7 +602,7 @@ describe('enqueueWaiter script', () => {
     expect(score).toBeGreaterThanOrEqual(before + 3_000);
     expect(score).toBeLessThanOrEqual(after + 3_000);
     // no queue is left, so nobody is told anything: not the waiter (it has the reply), not the holders
-    expect(await client.exists(keys.queue('g'), keys.waiters('g'))).toBe(0);
+    expect(await client.exists(keys.queue('g'))).toBe(0);
     expect(await feed.settle()).toEqual([]);
   });
 
@@ -595,7 +634,7 @@ describe('grants: a freed slot goes to the oldest live waiter', () => {
     expect(await members(keys.slots('f'))).toEqual(['b:1']);
     expect(await releaseSlot('f', 'b:1')).toBe(true);
     expect(await members(keys.slots('f'))).toEqual(['c:1']);
-    expect(await client.exists(keys.queue('f'), keys.waiters('f'))).toBe(0);
+    expect(await client.exists(keys.queue('f'))).toBe(0);
     expect(await releaseSlot('f', 'c:1')).toBe(true);
     expect(await client.exists(keys.slots('f'))).toBe(0);
     expect(await feed.settle()).toEqual(['h q f', 'a g a:1 f', 'b g b:1 f', 'c g c:1 f']);
@@ -623,6 +662,8 @@ describe('grants: a freed slot goes to the oldest live waiter', () => {
     const reply = await SCRIPTS.releaseSlot.call(client, queueKeys('own'), [
       ...queueArgs('own', 'gw:1', {}),
       'gw',
+      0,
+      LIVE_MS,
     ]);
     const after = await redisNow();
     expect(reply).toEqual({ removed: true, checked: true, local: ['gw:2'] });
@@ -633,6 +674,8 @@ describe('grants: a freed slot goes to the oldest live waiter', () => {
     const next = await SCRIPTS.releaseSlot.call(client, queueKeys('own'), [
       ...queueArgs('own', 'gw:2', {}),
       'gw',
+      0,
+      LIVE_MS,
     ]);
     expect(next).toEqual({ removed: true, checked: true, local: [] });
     expect(Number(await client.zscore(keys.slots('own'), 'other:1'))).toBeLessThanOrEqual(
@@ -670,7 +713,6 @@ describe('grants: a freed slot goes to the oldest live waiter', () => {
   it('an expired lease is swept for a later waiter under a lower max', async () => {
     const now = await redisNow();
     await client.zadd(keys.slots('sw'), now - 1_000, 'dead:1');
-    await client.zadd(keys.waiters('sw'), now + 60_000, '3|a:1', now + 60_000, '2|b:1');
     const nowUs = await redisNowUs();
     await client.zadd(keys.queue('sw'), nowUs - 2, '3|a:1', nowUs - 1, '2|b:1');
     // a:1 (max 3) fits beside the expired lease; b:1 (max 2) only once it is swept
@@ -682,7 +724,6 @@ describe('grants: a freed slot goes to the oldest live waiter', () => {
   it("a release that granted its slot under the next waiter's max does not sweep again (a poll does)", async () => {
     const now = await redisNow();
     await client.zadd(keys.slots('sn'), now - 1_000, 'dead:1', now + 60_000, 'h:1');
-    await client.zadd(keys.waiters('sn'), now + 60_000, '2|a:1', now + 60_000, '2|b:1');
     const nowUs = await redisNowUs();
     await client.zadd(keys.queue('sn'), nowUs - 2, '2|a:1', nowUs - 1, '2|b:1');
     // h:1's slot goes to a:1; the channel looks full again (the expired lease counts until swept): b:1 waits
@@ -698,7 +739,7 @@ describe('grants: a freed slot goes to the oldest live waiter', () => {
     await hold('ef', 'h:1');
     await plantExpiredWaiter('ef', '1|dead:1');
     expect(await acquire([{ id: 'ef', max: 1 }], 'n:1', LEASE_TTL_MS)).toEqual([0]);
-    expect(await client.exists(keys.queue('ef'), keys.waiters('ef'))).toBe(0);
+    expect(await client.exists(keys.queue('ef'))).toBe(0);
     // a raised max is served at once past it
     await plantExpiredWaiter('ef', '1|dead:2');
     expect(await acquire([{ id: 'ef', max: 2 }], 'n:2', LEASE_TTL_MS)).toEqual([1]);
@@ -712,7 +753,7 @@ describe('grants: a freed slot goes to the oldest live waiter', () => {
     expect(await members(keys.queue('e'))).toEqual(['1|dead:1', '1|live:1']);
     expect(await releaseSlot('e', 'h:1')).toBe(true);
     expect(await members(keys.slots('e'))).toEqual(['live:1']);
-    expect(await client.exists(keys.queue('e'), keys.waiters('e'))).toBe(0);
+    expect(await client.exists(keys.queue('e'))).toBe(0);
     expect(await feed.settle()).toEqual(['h q e', 'live g live:1 e']);
   });
 
@@ -817,11 +858,13 @@ describe('acquireSlots with a queue: no barging', () => {
 
   it('a queue of expired waiters only is dropped and the request admitted', async () => {
     await hold('old', 'h:1');
-    expect(await enqueue('old', 'w:1', 1, { ttlMs: 100 })).toBe('queued');
-    await untilRedisPasses(Number(await client.zscore(keys.waiters('old'), '1|w:1')));
-    expect(await acquire([{ id: 'old', max: 2 }], 'n:1', 60_000)).toEqual([1]);
+    expect(await enqueue('old', 'w:1', 1, { liveMs: 100 })).toBe('queued');
+    // its end: a lifetime past its arrival
+    await untilRedisPasses(Math.ceil(Number(await client.zscore(keys.queue('old'), '1|w:1')) / 1000) + 100);
+    const old = { token: 'n:1', targets: [{ id: 'old', max: 2 }] };
+    expect(await acquireMany([old], 60_000, { liveMs: 100 })).toEqual([1]);
     expect(await members(keys.slots('old'))).toEqual(['h:1', 'n:1']);
-    expect(await client.exists(keys.queue('old'), keys.waiters('old'))).toBe(0);
+    expect(await client.exists(keys.queue('old'))).toBe(0);
   });
 });
 
@@ -848,7 +891,7 @@ describe('pollWaiter and leaveQueue scripts', () => {
     expect(await feed.settle()).toEqual(['h q pg', 'a g a:1 pg']);
   });
 
-  it('leaveQueue takes a queued waiter out of both sets and grants nothing', async () => {
+  it('leaveQueue takes a queued waiter out of the queue and grants nothing', async () => {
     const feed = await grantsFeed();
     await hold('l', 'h:1');
     expect(await enqueue('l', 'w:1', 1)).toBe('queued');
@@ -856,10 +899,9 @@ describe('pollWaiter and leaveQueue scripts', () => {
     expect(await leaveQueue('l', 'w:1', 1)).toBe(false);
     expect(await leaveQueue('l', 'w:1', 1)).toBe(false); // twice: a no-op
     expect(await members(keys.queue('l'))).toEqual(['1|w:2']);
-    expect(await members(keys.waiters('l'))).toEqual(['1|w:2']);
     expect(await members(keys.slots('l'))).toEqual(['h:1']);
     expect(await leaveQueue('l', 'w:2', 1)).toBe(false);
-    expect(await client.exists(keys.queue('l'), keys.waiters('l'))).toBe(0);
+    expect(await client.exists(keys.queue('l'))).toBe(0);
     expect(await feed.settle()).toEqual(['h q l']);
   });
 
@@ -892,7 +934,7 @@ describe('pollWaiter and leaveQueue scripts', () => {
     expect(await enqueue('ly', 'a:1', 1)).toBe('queued');
     expect(await enqueue('ly', 'b:1', 1)).toBe('queued');
     await client.zadd(keys.slots('ly'), 1, 'h:1');
-    const plain = [...queueArgs('ly', member('a:1', 1), {}), 0];
+    const plain = [...queueArgs('ly', member('a:1', 1), {}), LIVE_MS, 0];
     expect(await SCRIPTS.leaveQueue.call(client, queueKeys('ly'), plain)).toBe(false);
     expect(await members(keys.slots('ly'))).toEqual(['h:1']);
     expect(await members(keys.queue('ly'))).toEqual(['1|b:1']);
@@ -903,16 +945,23 @@ describe('pollWaiter and leaveQueue scripts', () => {
 });
 
 describe('requeueWaiter script', () => {
-  it('the moved member takes the arrival of the old one (same µs score) and a fresh registration expiry', async () => {
+  it('the moved member takes the arrival of the old one (same µs score), so it lives as long as the old one would have', async () => {
     await hold('rq', 'h:1', 'h:2', 'h:3');
     for (const t of ['a:1', 'b:1', 'c:1']) expect(await enqueue('rq', t, 3)).toBe('queued');
     const arrival = await client.zscore(keys.queue('rq'), '3|b:1');
-    const before = await redisNow();
-    expect(await requeue('rq', ['b:1', 3], ['b:2', 1], { ttlMs: 45_000 })).toBe('queued');
+    expect(await requeue('rq', ['b:1', 3], ['b:2', 1], { liveMs: 45_000 })).toBe('queued');
     expect(await client.zscore(keys.queue('rq'), '1|b:2')).toBe(arrival);
-    expect(Number(await client.zscore(keys.waiters('rq'), '1|b:2'))).toBeGreaterThanOrEqual(before + 45_000);
     expect(await client.zrange(keys.queue('rq'), 0, -1)).toEqual(['3|a:1', '1|b:2', '3|c:1']);
-    expect(await members(keys.waiters('rq'))).toEqual(['1|b:2', '3|a:1', '3|c:1']);
+    // no fresh lifetime: a registration with 1 s left still has 1 s left once moved, and then it runs out
+    await hold('ro', 'h:1');
+    const old = await arrivedAgo(44_000);
+    await client.zadd(keys.queue('ro'), old, '1|a:1');
+    expect(await requeue('ro', ['a:1', 1], ['a:2', 1], { liveMs: 45_000 })).toBe('queued');
+    expect(Number(await client.zscore(keys.queue('ro'), '1|a:2'))).toBe(old);
+    expect(await members(keys.queue('ro'))).toEqual(['1|a:2']);
+    await untilRedisPasses(Math.ceil(old / 1000) + 45_000);
+    expect(await pollWaiter('ro', 'a:2', 1, { liveMs: 45_000 })).toBe('gone');
+    expect(await client.exists(keys.queue('ro'))).toBe(0);
   });
 
   it('a grant the old member holds is given back; the new member stands first and is granted under its own max', async () => {
@@ -927,6 +976,26 @@ describe('requeueWaiter script', () => {
     expect(await releaseSlot('rg', 'h:2')).toBe(true);
     expect(await members(keys.slots('rg'))).toEqual(['a:2', 'b:1']);
     expect(await feed.settle()).toEqual(['h q rg', 'a g a:1 rg', 'h q rg', 'a g a:2 rg', 'b g b:1 rg']);
+  });
+
+  it('a grant given back puts the new member ahead of the oldest live waiter, not of one that ran out', async () => {
+    await hold('rd', 'h:1');
+    for (const t of ['a:1', 'b:1', 'c:1']) expect(await enqueue('rd', t, 1)).toBe('queued');
+    expect(await releaseSlot('rd', 'h:1')).toBe(true); // a:1 granted
+    // b:1, now at the head, runs out (its instance died): a:2 must not take an arrival just ahead of it
+    await client.zadd(keys.queue('rd'), 'XX', ((await redisNow()) - LIVE_MS - 1) * 1000, '1|b:1');
+    expect(await requeue('rd', ['a:1', 1], ['a:2', 1])).toBe('granted');
+    expect(await members(keys.slots('rd'))).toEqual(['a:2']);
+    expect(await client.zrange(keys.queue('rd'), 0, -1)).toEqual(['1|c:1']);
+  });
+
+  it("a member older than the caller's lifetime (wait_timeout_ms lowered meanwhile) stays the oldest live waiter", async () => {
+    await hold('rw', 'h:1');
+    await client.zadd(keys.queue('rw'), await arrivedAgo(30_000), '1|a:1'); // registered under a longer lifetime
+    expect(await enqueue('rw', 'b:1', 1)).toBe('queued');
+    expect(await requeue('rw', ['a:1', 1], ['a:2', 1], { liveMs: 20_000 })).toBe('queued');
+    expect(await client.zrange(keys.queue('rw'), 0, -1)).toEqual(['1|a:2', '1|b:1']);
+    expect(await pollWaiter('rw', 'a:2', 1, { liveMs: 20_000 })).toBe('queued');
   });
 
   it('a member the queue lost joins at the tail, or is turned away from a full queue', async () => {
@@ -1022,94 +1091,71 @@ describe('key expiry: set, and only ever extended', () => {
     expect(await client.pttl(keys.slots('k'))).toBeLessThanOrEqual(2_000);
   });
 
-  it('enqueue extends the waiters and queue keys to twice the registration TTL when below it, never shortening them', async () => {
+  it('enqueue extends the queue key to twice the registration lifetime when below 1.5 of it, never shortening it', async () => {
     await hold('k', 'h:1');
-    expect(await enqueue('k', 'w:1', 1, { ttlMs: 8_000 })).toBe('queued');
-    for (const key of [keys.waiters('k'), keys.queue('k')]) {
-      const pttl = await client.pttl(key);
-      expect(pttl).toBeGreaterThan(13_000);
-      expect(pttl).toBeLessThanOrEqual(16_000);
-    }
-    // at least 1.5 registration TTLs left: no extension
-    await client.pexpire(keys.waiters('k'), 12_500);
+    expect(await enqueue('k', 'w:1', 1, { liveMs: 8_000 })).toBe('queued');
+    const pttl = await client.pttl(keys.queue('k'));
+    expect(pttl).toBeGreaterThan(13_000);
+    expect(pttl).toBeLessThanOrEqual(16_000);
+    // at least 1.5 lifetimes left: no extension
     await client.pexpire(keys.queue('k'), 12_500);
-    expect(await enqueue('k', 'w:2', 1, { ttlMs: 8_000 })).toBe('queued');
-    for (const key of [keys.waiters('k'), keys.queue('k')])
-      expect(await client.pttl(key)).toBeLessThanOrEqual(12_500);
-    // below 1.5 TTLs: extended to 2 TTLs
-    await client.pexpire(keys.waiters('k'), 11_500);
+    expect(await enqueue('k', 'w:2', 1, { liveMs: 8_000 })).toBe('queued');
+    expect(await client.pttl(keys.queue('k'))).toBeLessThanOrEqual(12_500);
+    // below 1.5 lifetimes: extended to 2 lifetimes
     await client.pexpire(keys.queue('k'), 11_500);
-    expect(await enqueue('k', 'w:2b', 1, { ttlMs: 8_000 })).toBe('queued');
-    for (const key of [keys.waiters('k'), keys.queue('k')])
-      expect(await client.pttl(key)).toBeGreaterThan(15_000);
-    expect(await enqueue('k', 'w:3', 1, { ttlMs: 600_000 })).toBe('queued');
-    expect(await enqueue('k', 'w:4', 1, { ttlMs: 1_000 })).toBe('queued');
-    for (const key of [keys.waiters('k'), keys.queue('k')])
-      expect(await client.pttl(key)).toBeGreaterThan(1_190_000);
+    expect(await enqueue('k', 'w:2b', 1, { liveMs: 8_000 })).toBe('queued');
+    expect(await client.pttl(keys.queue('k'))).toBeGreaterThan(15_000);
+    expect(await enqueue('k', 'w:3', 1, { liveMs: 600_000 })).toBe('queued');
+    expect(await enqueue('k', 'w:4', 1, { liveMs: 1_000 })).toBe('queued');
+    expect(await client.pttl(keys.queue('k'))).toBeGreaterThan(1_190_000);
   });
 
-  it('an enqueue told its keys outlive it checks no expiry behind a live waiter, but does where the queue forms', async () => {
+  it('an enqueue told its queue key outlives it checks no expiry behind a live waiter, but does where the queue forms', async () => {
     await hold('kc', 'h:1');
-    const unchecked = (token: string, ttlMs: number) =>
+    const unchecked = (token: string, liveMs: number) =>
       SCRIPTS.enqueueWaiter.call(client, queueKeys('kc'), [
         ...queueArgs('kc', member(token, 1), {}),
         10,
-        ttlMs,
+        liveMs,
         0,
       ]);
-    // the queue forms with this waiter: its keys are new, so their expiry is set whatever the caller said
+    // the queue forms with this waiter: its key is new, so its expiry is set whatever the caller said
     expect(await unchecked('w:1', 8_000)).toBe('queued');
-    for (const key of [keys.waiters('kc'), keys.queue('kc')])
-      expect(await client.pttl(key)).toBeGreaterThan(15_000);
-    // behind a live waiter: left as they are
-    await client.pexpire(keys.waiters('kc'), 1_000);
+    expect(await client.pttl(keys.queue('kc'))).toBeGreaterThan(15_000);
+    // behind a live waiter: left as it is
     await client.pexpire(keys.queue('kc'), 1_000);
     expect(await unchecked('w:2', 8_000)).toBe('queued');
-    for (const key of [keys.waiters('kc'), keys.queue('kc')])
-      expect(await client.pttl(key)).toBeLessThanOrEqual(1_000);
+    expect(await client.pttl(keys.queue('kc'))).toBeLessThanOrEqual(1_000);
     // and checked when asked
-    expect(await enqueue('kc', 'w:3', 1, { ttlMs: 8_000 })).toBe('queued');
-    for (const key of [keys.waiters('kc'), keys.queue('kc')])
-      expect(await client.pttl(key)).toBeGreaterThan(15_000);
+    expect(await enqueue('kc', 'w:3', 1, { liveMs: 8_000 })).toBe('queued');
+    expect(await client.pttl(keys.queue('kc'))).toBeGreaterThan(15_000);
   });
 
-  it('a release told the registration TTL basis takes a waiter that arrived within it as live, and looks up one older', async () => {
-    const hinted = (id: string, token: string, liveFor: number | '') =>
-      SCRIPTS.releaseSlot.call(client, queueKeys(id), [...queueArgs(id, token, {}), '', 0, liveFor]);
-    const expire = (id: string, m: string) => client.zadd(keys.waiters(id), 1, m);
-    const arrivedAgo = async (id: string, m: string, ms: number) => {
-      const [s, us] = await client.time();
-      await client.zadd(keys.queue(id), Number(s) * 1e6 + Number(us) - ms * 1000, m);
-    };
-    // each channel: one slot held, w:1 at the head, w:2 behind it
-    const setUp = async (id: string) => {
+  it('a release takes a registration as live for the lifetime it is told past its arrival: one that ran out is dropped, the next live one granted', async () => {
+    const release = (id: string, liveMs: number) =>
+      SCRIPTS.releaseSlot.call(client, queueKeys(id), [...queueArgs(id, 'h:1', {}), '', 0, liveMs]);
+    // each channel: one slot held, w:1 at the head (arrived `ago` ms ago), w:2 behind it (arrived just now)
+    const setUp = async (id: string, ago: number) => {
       await hold(id, 'h:1');
       expect(await enqueue(id, 'w:1', 1)).toBe('queued');
       expect(await enqueue(id, 'w:2', 1)).toBe('queued');
+      await client.zadd(keys.queue(id), await arrivedAgo(ago), member('w:1', 1));
     };
-    // arrived just now, its registration gone (made so here; a registration outlives its arrival by at most the
-    // basis): taken as live without a lookup, so it is granted
-    await setUp('lh');
-    await expire('lh', member('w:1', 1));
-    expect(await hinted('lh', 'h:1', 60_000)).toMatchObject({ removed: true });
-    expect(await members(keys.slots('lh'))).toEqual(['w:1']);
-    // without the basis, the same is looked up and dropped: the slot goes to w:2
-    await setUp('ln');
-    await expire('ln', member('w:1', 1));
-    expect(await hinted('ln', 'h:1', '')).toMatchObject({ removed: true });
-    expect(await members(keys.slots('ln'))).toEqual(['w:2']);
-    // arrived longer ago than the basis: looked up, granted while its registration is live...
-    await setUp('lo');
-    await arrivedAgo('lo', member('w:1', 1), 70_000);
-    expect(await hinted('lo', 'h:1', 60_000)).toMatchObject({ removed: true });
-    expect(await members(keys.slots('lo'))).toEqual(['w:1']);
-    // ...and dropped once it ran out
-    await setUp('le');
-    await arrivedAgo('le', member('w:1', 1), 70_000);
-    await expire('le', member('w:1', 1));
-    expect(await hinted('le', 'h:1', 60_000)).toMatchObject({ removed: true });
-    expect(await members(keys.slots('le'))).toEqual(['w:2']);
-    expect(await members(keys.queue('le'))).toEqual([]);
+    // arrived within the lifetime: live, granted
+    await setUp('lw', 59_000);
+    expect(await release('lw', 60_000)).toMatchObject({ removed: true });
+    expect(await members(keys.slots('lw'))).toEqual(['w:1']);
+    expect(await members(keys.queue('lw'))).toEqual(['1|w:2']);
+    // arrived longer ago than the lifetime: run out, dropped; the slot goes to w:2
+    await setUp('lo', 61_000);
+    expect(await release('lo', 60_000)).toMatchObject({ removed: true });
+    expect(await members(keys.slots('lo'))).toEqual(['w:2']);
+    expect(await client.exists(keys.queue('lo'))).toBe(0);
+    // the same arrival under a longer lifetime: still live, granted
+    await setUp('ll', 61_000);
+    expect(await release('ll', 80_000)).toMatchObject({ removed: true });
+    expect(await members(keys.slots('ll'))).toEqual(['w:1']);
+    expect(await members(keys.queue('ll'))).toEqual(['1|w:2']);
   });
 
   it("a release told the slots key's expiry is known skips its PTTL, unless the key was empty", async () => {
@@ -1118,6 +1164,7 @@ describe('key expiry: set, and only ever extended', () => {
         ...queueArgs(id, token, { leaseTtlMs: 60_000 }),
         '',
         1,
+        LIVE_MS,
       ]);
     // a full channel of 2 with a waiter: the grant lands in a key that holds the other lease, whose expiry is known
     await hold('kt', 'h:1', 'h:2');
@@ -1140,21 +1187,26 @@ describe('key expiry: set, and only ever extended', () => {
     expect(await client.pttl(keys.slots('ku'))).toBeGreaterThan(70_000);
   });
 
-  it('a waiter near its deadline forming the queue still gives its keys twice the full registration TTL', async () => {
+  it('a queue that forms anew over run-out registrations gets its key checked even when the caller said it was covered', async () => {
     await hold('kn', 'h:1');
-    // registration TTL 1 s left, keys' basis 8 s (wait_timeout_ms + margin): another store's hint assumes 12 s or more
-    const args = [...queueArgs('kn', member('w:1', 1), {}), 10, 1_000, 1, 8_000];
+    // a dead registration left in a key about to expire (its waiter's instance died without leaving)
+    await plantExpiredWaiter('kn', '1|dead:1');
+    await client.pexpire(keys.queue('kn'), 1_000);
+    const args = [...queueArgs('kn', member('w:1', 1), {}), 10, 8_000, 0];
     expect(await SCRIPTS.enqueueWaiter.call(client, queueKeys('kn'), args)).toBe('queued');
-    for (const key of [keys.waiters('kn'), keys.queue('kn')])
-      expect(await client.pttl(key)).toBeGreaterThan(15_000);
+    expect(await members(keys.queue('kn'))).toEqual(['1|w:1']);
+    // twice the lifetime: the key outlives the new registration (its arrival + 8 s) by a lifetime, and another
+    // store's hint that it has 1.5 lifetimes holds
+    const pttl = await client.pttl(keys.queue('kn'));
+    expect(pttl).toBeGreaterThan(15_000);
+    expect(pttl).toBeLessThanOrEqual(16_000);
   });
 
   it('a queue-full enqueue leaves the expiries as they were', async () => {
     await hold('kf', 'h:1');
-    expect(await enqueue('kf', 'w:1', 1, { ttlMs: 5_000, maxWaiting: 1 })).toBe('queued');
-    expect(await enqueue('kf', 'w:2', 1, { ttlMs: 600_000, maxWaiting: 1 })).toBe('queue_full');
-    for (const key of [keys.waiters('kf'), keys.queue('kf')])
-      expect(await client.pttl(key)).toBeLessThanOrEqual(10_000);
+    expect(await enqueue('kf', 'w:1', 1, { liveMs: 5_000, maxWaiting: 1 })).toBe('queued');
+    expect(await enqueue('kf', 'w:2', 1, { liveMs: 600_000, maxWaiting: 1 })).toBe('queue_full');
+    expect(await client.pttl(keys.queue('kf'))).toBeLessThanOrEqual(10_000);
   });
 
   it('a grant keeps the slots key at least a lease TTL (1.25 TTL when it extends), never shortening it', async () => {
@@ -1307,8 +1359,7 @@ describe('Cluster: every script call stays within one hash slot', () => {
     for (const k of [keys.loadReporters(), keys.loadReporter('c'), keys.loadCooling(), keys.loadSnapshot(50)])
       expect(hashTag(k)).toBe(hashTag(keys.loadSummary()));
     expect(hashTag(keys.slots(id))).toBe(encodeChannelId(id));
-    for (const k of [keys.waiters(id), keys.queue(id), keys.cooldown(id)])
-      expect(hashTag(k)).toBe(hashTag(keys.slots(id)));
+    for (const k of [keys.queue(id), keys.cooldown(id)]) expect(hashTag(k)).toBe(hashTag(keys.slots(id)));
     // the epoch check carries one key of its own per master (one here): `<prefix>:v1:epoch:{e<n>}`
     const epochCalls = calls.filter((c) => c.keys[0]!.startsWith(keys.epoch()));
     expect(epochCalls.map((c) => c.keys)).toContainEqual([`${keys.epoch()}:{e0}`]);

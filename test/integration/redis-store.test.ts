@@ -253,7 +253,7 @@ describe('RedisStore command cost (client and server side)', () => {
       });
     });
 
-    it('acquire that finds a queue (one channel): one EXISTS, then the grant check (its head looked up: a dead one goes)', async () => {
+    it('acquire that finds a queue (one channel): one EXISTS, then the grant check (no registration looked up)', async () => {
       await store.acquireFirst([{ channelId: 'aq', max: 1 }], opts('h:1'));
       expect(await store.enqueue(waiter('aq', 'w:1', 1), waitOpts())).toBe('queued');
       const m = await measure(async () => {
@@ -265,7 +265,6 @@ describe('RedisStore command cost (client and server side)', () => {
         exists: 1,
         time: 1,
         zrange: 1,
-        zscore: 1,
         zcard: 1,
         zremrangebyscore: 1,
       });
@@ -429,18 +428,18 @@ describe('RedisStore command cost (client and server side)', () => {
         expect(await store.enqueue(waiter('wq', 'w:1', 1), waitOpts(1))).toBe('queued');
       });
       expect(ok.sent).toEqual(['evalsha']);
-      // the queue forms: one message to the one instance holding a slot; the grant check sweeps the full set
+      // the queue forms: the registrations that ran out go (one ZREMRANGEBYSCORE), one message to the one instance
+      // holding a slot; the grant check sweeps the full set
       expect(ok.server).toEqual({
         evalsha: 1,
         zcount: 1,
-        zrangebyscore: 1,
         zcard: 1,
         time: 1,
-        zadd: 2,
+        zadd: 1,
         pttl: 1,
-        pexpire: 2,
+        pexpire: 1,
         zrange: 2,
-        zremrangebyscore: 1,
+        zremrangebyscore: 2,
         publish: 1,
       });
       expect(ok.counted).toEqual({ wait: 1 });
@@ -468,14 +467,14 @@ describe('RedisStore command cost (client and server side)', () => {
       expect(leave.sent).toEqual(['evalsha']);
       // not holding a grant in a full channel: one sweep of expired leases (none here), no grant loop
       // (still queued, so granted nothing here: no slot to give back)
-      expect(leave.server).toEqual({ evalsha: 1, zrem: 2, zcard: 1, time: 1, zremrangebyscore: 1 });
+      expect(leave.server).toEqual({ evalsha: 1, zrem: 1, zcard: 1, time: 1, zremrangebyscore: 1 });
       expect(leave.counted).toEqual({ wait: 1 });
       // a waiter granted on another channel leaves with no sweep
       expect(await store.enqueue(waiter('wq', 'w:3', 1), waitOpts(1))).toBe('queued');
       const plain = await measure(async () => {
         expect(await store.leaveQueue(waiter('wq', 'w:3', 1), 60_000, false)).toBe(false);
       });
-      expect(plain.server).toEqual({ evalsha: 1, zrem: 2 });
+      expect(plain.server).toEqual({ evalsha: 1, zrem: 1 });
     });
 
     it('registrations sent together go out in one call, with one TIME, in the order sent', async () => {
@@ -495,7 +494,7 @@ describe('RedisStore command cost (client and server side)', () => {
       expect(m.counted).toEqual({ wait: 1 });
       expect(m.server.evalsha).toBe(1);
       expect(m.server.time).toBe(1);
-      expect(m.server.zadd).toBe(6);
+      expect(m.server.zadd).toBe(3);
       expect(await cc.client.zrange(store.keys.queue('wt2'), 0, -1)).toEqual(['1|w:1', '1|w:2']);
       // each as a call of its own: a full queue turns away only the registration that finds it full
       const full = await Promise.all([
@@ -510,7 +509,7 @@ describe('RedisStore command cost (client and server side)', () => {
 
     it('a registration whose commands fail in a shared call fails alone: the others sent with it stand', async () => {
       await store.acquireFirst([{ channelId: 'wf1', max: 1 }], opts('h:1'));
-      await cc.client.set(store.keys.waiters('wf2'), 'not a sorted set');
+      await cc.client.set(store.keys.queue('wf2'), 'not a sorted set');
       const [good, bad] = await Promise.allSettled([
         store.enqueue(waiter('wf1', 'w:1', 1), waitOpts()),
         store.enqueue(waiter('wf2', 'w:1', 1), waitOpts()),
@@ -525,7 +524,7 @@ describe('RedisStore command cost (client and server side)', () => {
       expect(err).toMatchObject({ code: 'admission_store_unavailable', operation: 'wait_register' });
       expect(err.message).toMatch(/WRONGTYPE/);
       expect(await cc.client.zrange(store.keys.queue('wf1'), 0, -1)).toEqual(['1|w:1']);
-      await cc.client.del(store.keys.waiters('wf2'));
+      await cc.client.del(store.keys.queue('wf2'));
     });
 
     it('enqueue behind a live waiter: no grant loop, and no expiry check while this store knows the keys outlive it', async () => {
@@ -535,8 +534,8 @@ describe('RedisStore command cost (client and server side)', () => {
         expect(await store.enqueue(waiter('wb', 'w:2', 1), waitOpts())).toBe('queued');
       });
       expect(m.sent).toEqual(['evalsha']);
-      // the first enqueue (the queue formed) checked the keys' expiry: they last 1.5 registration TTLs at least
-      expect(m.server).toEqual({ evalsha: 1, time: 1, zcount: 1, zadd: 2 });
+      // the first enqueue (the queue formed) checked the key's expiry: it lasts 1.5 registration lifetimes at least
+      expect(m.server).toEqual({ evalsha: 1, time: 1, zcount: 1, zadd: 1 });
       // another store (another instance) has not checked them: it does, once
       const other = new RedisStore({ url: server.url, prefix });
       try {
@@ -545,7 +544,7 @@ describe('RedisStore command cost (client and server side)', () => {
         const o = await measure(async () => {
           expect(await other.enqueue(waiter('wb', 'w:3', 1), waitOpts())).toBe('queued');
         });
-        expect(o.server).toEqual({ evalsha: 1, time: 1, zcount: 1, zadd: 2, pttl: 1 });
+        expect(o.server).toEqual({ evalsha: 1, time: 1, zcount: 1, zadd: 1, pttl: 1 });
       } finally {
         await other.close();
       }
@@ -559,15 +558,14 @@ describe('RedisStore command cost (client and server side)', () => {
       expect(m.server).toEqual({
         evalsha: 1,
         zcount: 1,
-        zrangebyscore: 1,
+        zremrangebyscore: 1,
         zcard: 1,
         time: 1,
-        zadd: 3,
+        zadd: 2,
         pttl: 2,
-        pexpire: 3,
+        pexpire: 2,
         zrange: 2,
-        zscore: 1,
-        zrem: 2,
+        zrem: 1,
       });
       expect(store.queued('wg')).toBe(false);
     });
@@ -592,11 +590,10 @@ describe('RedisStore command cost (client and server side)', () => {
       // releaseSlot: ZREM, the heads, one grant (its PUBLISH included); the acquire: EXISTS finds no queue left, full
       expect(m.server).toEqual({
         evalsha: 2,
-        zrem: 3,
+        zrem: 2,
         exists: 1,
         time: 2,
         zrange: 2,
-        zscore: 1,
         zcard: 2,
         zadd: 1,
         pttl: 1,
@@ -619,14 +616,13 @@ describe('RedisStore command cost (client and server side)', () => {
       const second = await measure(async () => {
         expect(await store.release({ channelId: 'rp', token: 'p:2', ttlMs: 120_000 })).toBe(true);
       });
-      // ZREM, the head, one grant (ZSCORE, ZADD, 2 ZREM, PUBLISH), a ZRANGE that finds the queue empty, and no PTTL:
-      // the first release checked the key
+      // ZREM, the head, one grant (ZADD, ZREM, PUBLISH), a ZRANGE that finds the queue empty, and no PTTL: the first
+      // release checked the key
       expect(second.server).toEqual({
         evalsha: 1,
-        zrem: 3,
+        zrem: 2,
         time: 1,
         zrange: 2,
-        zscore: 1,
         zcard: 1,
         zadd: 1,
         publish: 1,
@@ -634,32 +630,22 @@ describe('RedisStore command cost (client and server side)', () => {
       expect(await cc.client.zrange(store.keys.slots('rp'), 0, -1)).toEqual(['w:1', 'w:2']);
     });
 
-    it('a store whose waiters register with a TTL basis grants a waiter that arrived within it with no ZSCORE', async () => {
-      // its own store: the basis it learns from its enqueues stays with it
-      const own = await countingClient(server.url);
-      const s = new RedisStore({ client: own.client, prefix });
-      try {
-        const based = { ...waitOpts(), keyTtlMs: 62_000 };
-        // (warm: the first call of each script on a connection is an EVAL with the body)
-        await s.acquireFirst([{ channelId: 'rl-warm', max: 1 }], opts('l:0'));
-        expect(await s.enqueue(waiter('rl-warm', 'w:0', 1), based)).toBe('queued');
-        expect(await s.release({ channelId: 'rl-warm', token: 'l:0', ttlMs: 120_000 })).toBe(true);
-        await s.acquireFirst([{ channelId: 'rl', max: 1 }], opts('l:1'));
-        expect(await s.enqueue(waiter('rl', 'w:1', 1), based)).toBe('queued');
-        const m = await measure(
-          async () => {
-            expect(await s.release({ channelId: 'rl', token: 'l:1', ttlMs: 120_000 })).toBe(true);
-          },
-          { cc: own, store: s },
-        );
-        expect(m.server.zscore).toBeUndefined();
-        expect(m.server.zrange).toBe(2); // the window read with its arrivals, then the empty rest
-        expect(m.server.zadd).toBe(1);
-        expect(await cc.client.zrange(s.keys.slots('rl'), 0, -1)).toEqual(['w:1']);
-      } finally {
-        await s.close();
-        await own.close();
-      }
+    it('a granting release drops the registrations that ran out (the oldest) in one ZREMRANGEBYSCORE, then grants the first live waiter', async () => {
+      await store.acquireFirst([{ channelId: 'rl', max: 1 }], opts('l:1'));
+      expect(await store.enqueue(waiter('rl', 'w:1', 1), waitOpts())).toBe('queued');
+      expect(await store.enqueue(waiter('rl', 'w:2', 1), waitOpts())).toBe('queued');
+      // w:1 arrived longer ago than a registration of this store lives (60 s): its instance died without leaving
+      const [sec] = await cc.client.time();
+      await cc.client.zadd(store.keys.queue('rl'), 'XX', (Number(sec) * 1000 - 61_000) * 1000, '1|w:1');
+      const m = await measure(async () => {
+        expect(await store.release({ channelId: 'rl', token: 'l:1', ttlMs: 120_000 })).toBe(true);
+      });
+      expect(m.server.zscore).toBeUndefined(); // no registration is looked up
+      expect(m.server.zremrangebyscore).toBe(1);
+      expect(m.server.zrange).toBe(3); // the window (w:1 first), again after the drop, then the empty rest
+      expect(m.server.publish).toBe(1);
+      expect(await cc.client.zrange(store.keys.slots('rl'), 0, -1)).toEqual(['w:2']);
+      expect(await cc.client.zcard(store.keys.queue('rl'))).toBe(0);
     });
 
     it('a release on a channel the store knows no queue of is a plain ZREM; the next acquire grants the slot', async () => {

@@ -60,13 +60,16 @@ export interface WaiterRef {
 export interface EnqueueOptions {
   /** The queue's bound: a full queue turns the waiter away. */
   maxWaiting: number;
-  /** How long the registration lives without being removed (the wait deadline plus a margin). */
+  /**
+   * How long the registration lives without being removed (the wait deadline plus a margin). A Redis store keeps it
+   * max(`ttlMs`, `keyTtlMs`) past its arrival in the queue, at most 62 s (MAX_REGISTRATION_LIVE_MS: `wait_timeout_ms`
+   * at its 60 s bound plus the margin).
+   */
   ttlMs: number;
   /**
-   * The registration TTL of a waiter with its whole wait ahead (`wait_timeout_ms` plus the margin): the queue's keys
-   * are kept at least 1.5 times this whatever the TTL of the waiter that extends them, so an instance that checked
-   * them lately knows they outlive its next registrations. Defaults to `ttlMs`. No registration may outlive its
-   * arrival by more than this (a Redis store's granting releases take a waiter that arrived within it as live).
+   * The registration TTL of a waiter with its whole wait ahead (`wait_timeout_ms` plus the margin). Defaults to
+   * `ttlMs`. A Redis store keeps every registration this long past its arrival in the queue (its queue holds arrivals
+   * only, so the registrations that ran out are the oldest), and its queue key at least 1.5 times this.
    */
   keyTtlMs?: number;
   /** The lease TTL in force (a slot granted keeps its key alive at least this long). */

@@ -35,6 +35,8 @@ export class AcquireCalls {
     private readonly clock: Clock,
     /** The claim deadline of a grant the call makes to a waiter. */
     private readonly claimMs: number,
+    /** How long a waiter's registration lives past its arrival (RedisQueues.liveMs). */
+    private readonly liveMs: () => number,
   ) {}
 
   /** The call for requests that share a lease TTL and a cooldown setting. */
@@ -53,7 +55,7 @@ export class AcquireCalls {
         if (c === undefined) {
           index.set(t.channelId, (c = index.size + 1));
           const id = t.channelId;
-          keys.push(this.keys.slots(id), this.keys.cooldown(id), this.keys.waiters(id), this.keys.queue(id));
+          keys.push(this.keys.slots(id), this.keys.cooldown(id), this.keys.queue(id));
           const extendedAt = this.extendedAt.get(id);
           const extend = extendedAt === undefined || sentAt - extendedAt >= leaseTtlMs / 4;
           channelArgs.push(t.max, extend ? 1 : 0, id);
@@ -67,6 +69,7 @@ export class AcquireCalls {
       index.size,
       this.claimMs,
       this.keys.grants(),
+      this.liveMs(),
       ...channelArgs,
       ...requestArgs,
     ];

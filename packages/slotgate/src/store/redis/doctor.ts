@@ -1,6 +1,6 @@
 /**
  * The leftover-key check: lists slotgate keys in Redis that no live owner will clean up — expired leases
- * and waiter registrations still stored, slots/waiters keys without an expiry, cooldown keys without a TTL, keys of
+ * and waiter registrations still stored, slots and queue keys without an expiry, cooldown keys without a TTL, keys of
  * the wrong type and unknown key shapes under the prefix. Read-only unless asked to fix; a fix removes exactly what
  * was reported (expired members, not the live ones next to them), and only while it is still in the state reported:
  * each removal is one small script that re-checks first, so a lease renewed meanwhile is never taken away.
@@ -11,8 +11,13 @@
  * first one may not have landed yet). A fix releases such a slot only while its lease still has the expiry reported
  * (a renewal means the owner lives), and passes it to the channel's oldest waiter as a release does.
  *
- * Keys of another schema version (`<prefix>:v2:...`) and keys that look like another deployment's (prefix
- * `<prefix>:<more>`, e.g. `slotgate:staging:v1:...`) are listed as notes and never touched.
+ * Keys of another schema version (`<prefix>:v2:...`), keys that look like another deployment's (prefix
+ * `<prefix>:<more>`, e.g. `slotgate:staging:v1:...`) and an older release's queue keys (`:queue`, `:waiters`) are listed
+ * as notes and never touched.
+ *
+ * A queue's scores are arrivals: a registration there has run out once it is older than the longest a registration
+ * can live (MAX_REGISTRATION_LIVE_MS; the doctor does not know the gateways' wait timeout, so it never calls a live
+ * one expired).
  */
 import { describeResource } from '../../core/client.js';
 import type { Cluster, Redis } from 'ioredis';
@@ -22,7 +27,7 @@ import { KeyBuilder, SCHEMA_VERSION } from './keys.js';
 import { redisMs } from './redis-time.js';
 import { isCluster } from './connection.js';
 import { SCRIPTS } from './scripts.js';
-import { DEFAULT_CLAIM_MS, DEFAULT_LEASE_TTL_MS } from './queues.js';
+import { DEFAULT_CLAIM_MS, DEFAULT_LEASE_TTL_MS, MAX_REGISTRATION_LIVE_MS } from './queues.js';
 
 export type FindingKind =
   'expired_members' | 'no_expiry' | 'cooldown_without_ttl' | 'wrong_type' | 'unknown_key' | 'dead_owner';
@@ -59,6 +64,11 @@ export interface DoctorReport {
   findings: Finding[];
   /** Keys under the prefix of another schema version: reported, never counted or touched. */
   otherVersions: string[];
+  /**
+   * An older release's queue keys (`{<channel>}:queue` and `:waiters`, before the queue moved to `:fifo`): gateways of
+   * that release sharing this Redis still use them, and they expire by themselves. Reported, never touched.
+   */
+  olderQueues: string[];
   /** Keys of another prefix that starts with this one (`<prefix>:<more>:v1:...`): reported, never touched. */
   otherPrefixes: string[];
   /**
@@ -71,8 +81,8 @@ export interface DoctorReport {
 
 const EXPECTED_TYPE = {
   slots: 'zset',
-  waiters: 'zset',
   queue: 'zset',
+  legacy_queue: 'zset',
   cooldown: 'string',
   settings: 'hash',
   instances: 'hash',
@@ -215,6 +225,7 @@ export async function checkLeftovers(
   const anyDead = [...ages.values()].some((age) => age > OWNER_DEAD_AFTER_MS);
   const findings: Finding[] = [];
   const otherVersions: string[] = [];
+  const olderQueues: string[] = [];
   const otherPrefixes: string[] = [];
   let fixed = 0;
 
@@ -229,6 +240,10 @@ export async function checkLeftovers(
     const shape = keys.parse(key);
     if (!shape) {
       await pushUnknown(client, findings, key);
+      continue;
+    }
+    if (shape.kind === 'legacy_queue') {
+      olderQueues.push(key);
       continue;
     }
     const type = await client.type(key);
@@ -254,9 +269,16 @@ export async function checkLeftovers(
     )
       continue;
     const pttl = await client.pttl(key);
-    // A queue's scores are arrival times, not expiries: its members expire with their waiters' registrations (the
-    // waiters key, checked on its own), and the key itself with its expiry.
     if (shape.kind === 'queue') {
+      // scores are arrivals (µs): a registration runs out a lifetime after its arrival
+      const expired = await client.zrangebyscore(key, '-inf', (now - MAX_REGISTRATION_LIVE_MS) * 1000);
+      if (expired.length > 0)
+        findings.push({
+          key,
+          kind: 'expired_members',
+          detail: `${expired.length} expired waiter registration${expired.length > 1 ? 's' : ''} still stored (owners gone)`,
+          members: expired,
+        });
       if (pttl === -1) findings.push({ key, kind: 'no_expiry', detail: 'a queue key without an expiry' });
       continue;
     }
@@ -269,16 +291,14 @@ export async function checkLeftovers(
       findings.push(...(await deadOwners(client, key, shape.channelId, now, ages)));
     const expired = await client.zrangebyscore(key, '-inf', now);
     if (expired.length > 0) {
-      const what = shape.kind === 'slots' ? 'lease' : 'waiter registration';
       findings.push({
         key,
         kind: 'expired_members',
-        detail: `${expired.length} expired ${what}${expired.length > 1 ? 's' : ''} still stored (owners gone)`,
+        detail: `${expired.length} expired lease${expired.length > 1 ? 's' : ''} still stored (owners gone)`,
         members: expired,
       });
     }
-    if (pttl === -1)
-      findings.push({ key, kind: 'no_expiry', detail: 'a slots/waiters key without an expiry' });
+    if (pttl === -1) findings.push({ key, kind: 'no_expiry', detail: 'a slots key without an expiry' });
   }
 
   if (fix) fixed = await fixFindings(client, findings, prefix);
@@ -288,6 +308,7 @@ export async function checkLeftovers(
     scanned: all.length,
     findings,
     otherVersions,
+    olderQueues,
     otherPrefixes,
     ...(all.length === 0 && { prefixesSeen: await prefixesSeen(nodes) }),
     fixed,
@@ -295,7 +316,7 @@ export async function checkLeftovers(
 }
 
 /**
- * Undoes the findings that still stand, each in one script call that checks first (lua/fixLeftover-2.lua); returns
+ * Undoes the findings that still stand, each in one script call that checks first (lua/fixLeftover-1.lua); returns
  * the number of removals and expiries set.
  */
 export async function fixFindings(
@@ -311,7 +332,7 @@ export async function fixFindings(
 }
 
 /**
- * Releases a dead owner's slots (lua/releaseDeadOwner-3.lua) after reading its heartbeat once more: an owner heard from
+ * Releases a dead owner's slots (lua/releaseDeadOwner-2.lua) after reading its heartbeat once more: an owner heard from
  * since the report keeps them. Each slot goes only while its lease still has the expiry reported.
  */
 async function releaseDead(client: Redis | Cluster, keys: KeyBuilder, f: Finding): Promise<number> {
@@ -321,8 +342,8 @@ async function releaseDead(client: Redis | Cluster, keys: KeyBuilder, f: Finding
   const pairs = f.members!.flatMap((m, i) => [m, f.scores![i]!]);
   return SCRIPTS.releaseDeadOwner.call(
     client,
-    [keys.slots(id), keys.waiters(id), keys.queue(id)],
-    [DEFAULT_CLAIM_MS, DEFAULT_LEASE_TTL_MS, keys.grants(), id, ...pairs],
+    [keys.slots(id), keys.queue(id)],
+    [DEFAULT_CLAIM_MS, DEFAULT_LEASE_TTL_MS, keys.grants(), id, MAX_REGISTRATION_LIVE_MS, ...pairs],
   );
 }
 
@@ -330,12 +351,12 @@ async function releaseDead(client: Redis | Cluster, keys: KeyBuilder, f: Finding
 const FIX_BATCH = 500;
 
 async function fixOne(client: Redis | Cluster, f: Finding): Promise<number> {
-  // a waiters key's queue goes with it: an expired registration leaves both (same hash tag)
-  const companion = f.key.endsWith('}:waiters') ? `${f.key.slice(0, -':waiters'.length)}:queue` : f.key;
-  const fix = (args: string[]) => SCRIPTS.fixLeftover.call(client, [f.key, companion], [f.kind, ...args]);
+  const fix = (args: (string | number)[]) => SCRIPTS.fixLeftover.call(client, [f.key], [f.kind, ...args]);
   if (f.kind !== 'expired_members') return fix([f.type ?? '']);
+  // a queue's members live a registration's lifetime past their scores; a lease's score is its expiry
+  const lives = f.key.endsWith('}:fifo') ? MAX_REGISTRATION_LIVE_MS : 0;
   let n = 0;
-  for (const batch of chunk(f.members ?? [], FIX_BATCH)) n += await fix(batch);
+  for (const batch of chunk(f.members ?? [], FIX_BATCH)) n += await fix([lives, ...batch]);
   return n;
 }
 
@@ -357,6 +378,8 @@ export function formatReport(report: DoctorReport, fix: boolean): string {
     );
   for (const key of report.otherVersions)
     lines.push(`  note: ${key} belongs to another schema version; left alone`);
+  for (const key of report.olderQueues)
+    lines.push(`  note: ${key} is an older release's wait queue (it expires by itself); left alone`);
   for (const key of report.otherPrefixes)
     lines.push(
       `  note: ${key} looks like a key of another prefix; left alone (check it with its own --prefix)`,

@@ -2,8 +2,8 @@
  * The only place Redis key names are built. Layout (docs/redis.md):
  *
  *   <prefix>:v1:{<channel>}:slots     sorted set  member = lease token,  score = lease expiry (ms, Redis clock)
- *   <prefix>:v1:{<channel>}:waiters   sorted set  member = "<max>|<token>", score = registration expiry
- *   <prefix>:v1:{<channel>}:queue     sorted set  member = "<max>|<token>", score = arrival (µs, Redis clock): FIFO
+ *   <prefix>:v1:{<channel>}:fifo      sorted set  member = "<max>|<token>", score = arrival (µs, Redis clock): the
+ *                                                 wait queue, FIFO; a registration lives a set time past its arrival
  *   <prefix>:v1:{<channel>}:cooldown  string      value = reason, PX = cooldown length
  *   <prefix>:v1:settings              hash        settings overrides shared by every instance
  *   <prefix>:v1:settings:record:{<prefix>:v1:settings}
@@ -27,7 +27,8 @@
  * The `{<channel>}` hash tag puts all keys of one channel in the same Redis Cluster slot, so every per-channel script
  * is cluster-legal. Channel ids are percent-encoded where they hold `{`, `}` or `%`, so no id can break out of its tag.
  * A limited client's slots and queue use the same layout under `{%00client:<client id>}` (no channel id encodes to a
- * bare `%00`).
+ * bare `%00`). Releases before the queue moved to `:fifo` kept it in `:queue` with the registrations in `:waiters`
+ * (parse() names them `legacy_queue`: an older gateway sharing the Redis still writes them).
  */
 
 export const SCHEMA_VERSION = 'v1';
@@ -44,10 +45,16 @@ export function decodeChannelId(encoded: string): string {
 
 interface ChannelKeys {
   slots: string;
-  waiters: string;
   queue: string;
   cooldown: string;
 }
+
+/** A channel key's kind by its suffix (`:queue` and `:waiters`, an older release's queue, are the rest). */
+const CHANNEL_KINDS: Record<string, 'slots' | 'queue' | 'cooldown'> = {
+  slots: 'slots',
+  fifo: 'queue',
+  cooldown: 'cooldown',
+};
 
 /** Channel key strings are built once per channel id (the acquire path asks for them on every call). */
 const CACHE_LIMIT = 10_000;
@@ -71,8 +78,7 @@ export class KeyBuilder {
       const tag = `${this.base}:{${encodeChannelId(id)}}`;
       keys = {
         slots: `${tag}:slots`,
-        waiters: `${tag}:waiters`,
-        queue: `${tag}:queue`,
+        queue: `${tag}:fifo`,
         cooldown: `${tag}:cooldown`,
       };
       if (this.cache.size >= CACHE_LIMIT) this.cache.clear();
@@ -85,10 +91,7 @@ export class KeyBuilder {
     return this.channel(id).slots;
   }
 
-  waiters(id: string): string {
-    return this.channel(id).waiters;
-  }
-
+  /** The channel's wait queue (lua/includes/queue.lua). */
   queue(id: string): string {
     return this.channel(id).queue;
   }
@@ -164,7 +167,7 @@ export class KeyBuilder {
 
   /** Splits a key made by this builder into its channel and kind; null for a key of another shape. */
   parse(key: string):
-    | { channelId: string; kind: 'slots' | 'waiters' | 'queue' | 'cooldown' }
+    | { channelId: string; kind: 'slots' | 'queue' | 'cooldown' | 'legacy_queue' }
     | {
         kind:
           | 'settings'
@@ -188,8 +191,8 @@ export class KeyBuilder {
     if (key === this.instances()) return { kind: 'instances' };
     if (key === this.epoch() || key.startsWith(`${this.epoch()}:{`)) return { kind: 'epoch' };
     if (!key.startsWith(`${this.base}:{`)) return null;
-    const m = /^\{([^{}]*)\}:(slots|waiters|queue|cooldown)$/.exec(key.slice(this.base.length + 1));
+    const m = /^\{([^{}]*)\}:(slots|fifo|cooldown|queue|waiters)$/.exec(key.slice(this.base.length + 1));
     if (!m) return null;
-    return { channelId: decodeChannelId(m[1]!), kind: m[2] as 'slots' | 'waiters' | 'queue' | 'cooldown' };
+    return { channelId: decodeChannelId(m[1]!), kind: CHANNEL_KINDS[m[2]!] ?? 'legacy_queue' };
   }
 }

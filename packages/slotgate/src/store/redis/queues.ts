@@ -49,8 +49,19 @@ const COVERED_LIMIT = 10_000;
 /** Time allowed beyond the claim deadline for a claim's round trip, in the grant's expiry hint. */
 const CLAIM_MARGIN_MS = 1000;
 
-/** The TTL basis of the queue keys (at least the registration's own TTL): see `EnqueueOptions.keyTtlMs`. */
-const keyTtlOf = (options: EnqueueOptions) => Math.max(options.ttlMs, options.keyTtlMs ?? 0);
+/**
+ * How long a registration lives past its arrival in the queue (lua/includes/queue.lua): the registration TTL of a
+ * waiter with its whole wait ahead (`EnqueueOptions.keyTtlMs`, at least its own TTL).
+ */
+const liveMsOf = (options: EnqueueOptions) =>
+  Math.min(MAX_REGISTRATION_LIVE_MS, Math.max(options.ttlMs, options.keyTtlMs ?? 0));
+
+/**
+ * The registration lifetime a store uses before its first enqueue: the longest a registration can live
+ * (`wait_timeout_ms` at its bound, 60 s, plus the 2 s margin). Longer than another instance's only keeps a dead
+ * waiter (its instance died) a little longer; shorter would drop a live one.
+ */
+export const MAX_REGISTRATION_LIVE_MS = 62_000;
 
 /** The member of a waiter in a queue: its max and its token. */
 const memberOf = (w: WaiterRef) => `${w.max}|${w.token}`;
@@ -58,7 +69,7 @@ const memberOf = (w: WaiterRef) => `${w.max}|${w.token}`;
 /** Registrations one enqueueWaiter call carries at most (a single node coalesces those sent together). */
 const MAX_ENQUEUES_PER_CALL = 100;
 /** The arguments of one registration: the script reads the i-th's at ENQUEUE_ARGS × i. */
-const ENQUEUE_ARGS = 9;
+const ENQUEUE_ARGS = 8;
 
 type Arg = string | number;
 
@@ -79,9 +90,9 @@ export class RedisQueues {
    */
   private readonly listeners = new Map<string, QueueListener>();
   /**
-   * Per channel, until when (this store's clock) its queue keys are known to last: an enqueue that checked their
-   * expiry left them at least 1.5 registration TTLs (lua/enqueueWaiter-n.lua). An enqueue whose registration, with a
-   * quarter of it to spare, ends before then skips the check (a PTTL per enqueue otherwise).
+   * Per channel, until when (this store's clock) its queue key is known to last: an enqueue that checked its expiry
+   * left it at least 1.5 registration lifetimes (lua/enqueueWaiter-n.lua). An enqueue whose registration, with a
+   * quarter of its lifetime to spare, ends before then skips the check (a PTTL per enqueue otherwise).
    */
   private readonly coveredUntil = new Map<string, number>();
   /**
@@ -93,14 +104,19 @@ export class RedisQueues {
   /** When each release in flight went out (the time a check it reports is counted from). */
   private readonly releaseSentAt = new WeakMap<LeaseRef, number>();
   /**
-   * The registration TTL basis of this store's latest enqueue (wait timeout + margin): a granting release takes a
-   * waiter that arrived within it as live without looking its registration up (lua/includes/queue.lua, `liveFor`).
+   * How long a registration lives past its arrival, as this store's latest enqueue said (wait timeout + margin): every
+   * script that reaches a queue drops the registrations older than that (lua/includes/queue.lua).
    */
-  private liveFor: number | undefined;
+  private live: number | undefined;
   /** Registrations sent in the current job, on a single node: they go out in one call when it ends. */
   private pendingEnqueues: PendingEnqueue[] = [];
 
   constructor(private readonly deps: RedisQueuesDeps) {}
+
+  /** How long a registration lives past its arrival: this store's latest enqueue's, or the longest possible. */
+  liveMs(): number {
+    return this.live ?? MAX_REGISTRATION_LIVE_MS;
+  }
 
   hasQueue(channelId: string): boolean {
     return this.queued.has(channelId);
@@ -142,7 +158,7 @@ export class RedisQueues {
       lease.channelId,
       this.listeners.has(instance) ? instance : '',
       trusted ? 1 : 0,
-      this.liveFor ?? '',
+      this.liveMs(),
     ];
   };
 
@@ -165,32 +181,38 @@ export class RedisQueues {
 
   private keysOf(channelId: string): string[] {
     const { keys } = this.deps;
-    return [keys.slots(channelId), keys.waiters(channelId), keys.queue(channelId)];
+    return [keys.slots(channelId), keys.queue(channelId)];
   }
 
   private argsOf(w: WaiterRef, leaseTtlMs: number): (string | number)[] {
     return [memberOf(w), this.deps.claimMs, leaseTtlMs, this.deps.keys.grants(), w.channelId];
   }
 
+  /** The arguments of a poll or a leave: argsOf's, then the registration lifetime. */
+  private checkArgsOf(w: WaiterRef, leaseTtlMs: number): (string | number)[] {
+    return [...this.argsOf(w, leaseTtlMs), this.liveMs()];
+  }
+
   async enqueue(w: WaiterRef, options: EnqueueOptions): Promise<EnqueueReply> {
     const sentAt = this.deps.clock.now();
-    const covered = sentAt + 1.25 * options.ttlMs <= (this.coveredUntil.get(w.channelId) ?? -Infinity);
-    const keyTtl = keyTtlOf(options);
-    if (options.keyTtlMs !== undefined) this.liveFor = options.keyTtlMs;
-    const reply = await this.register(w, options, undefined, [covered ? 0 : 1, keyTtl], (keys, args) =>
+    const live = liveMsOf(options);
+    this.live = live;
+    const covered = sentAt + 1.25 * live <= (this.coveredUntil.get(w.channelId) ?? -Infinity);
+    const reply = await this.register(w, options, undefined, [covered ? 0 : 1], (keys, args) =>
       this.coalesced(keys, args),
     );
     // a full queue returns before the check
     if (!covered && reply !== 'queue_full') {
       if (this.coveredUntil.size >= COVERED_LIMIT) this.coveredUntil.clear();
-      this.coveredUntil.set(w.channelId, sentAt + 1.5 * keyTtl);
+      this.coveredUntil.set(w.channelId, sentAt + 1.5 * live);
     }
     return reply;
   }
 
-  /** `from`'s registration becomes `to`'s, in its place (lua/requeueWaiter-3.lua). */
+  /** `from`'s registration becomes `to`'s, in its place (lua/requeueWaiter-2.lua). */
   requeue(from: WaiterRef, to: WaiterRef, options: EnqueueOptions): Promise<EnqueueReply> {
-    return this.register(to, options, from, [keyTtlOf(options)], (keys, args) => {
+    this.live = liveMsOf(options);
+    return this.register(to, options, from, [], (keys, args) => {
       this.deps.count('wait', 1);
       return SCRIPTS.requeueWaiter.call(this.deps.client, keys, args);
     });
@@ -213,7 +235,7 @@ export class RedisQueues {
           ...(from ? [memberOf(from)] : []),
           ...this.argsOf(w, options.leaseTtlMs),
           options.maxWaiting,
-          options.ttlMs,
+          liveMsOf(options),
           ...extra,
         ]),
       );
@@ -287,7 +309,7 @@ export class RedisQueues {
   poll(w: WaiterRef, leaseTtlMs: number): Promise<WaiterState> {
     this.deps.count('wait', 1);
     return this.deps.deadlines.run('wait_poll', () =>
-      SCRIPTS.pollWaiter.call(this.deps.client, this.keysOf(w.channelId), this.argsOf(w, leaseTtlMs)),
+      SCRIPTS.pollWaiter.call(this.deps.client, this.keysOf(w.channelId), this.checkArgsOf(w, leaseTtlMs)),
     );
   }
 
@@ -295,7 +317,7 @@ export class RedisQueues {
     this.deps.count('wait', 1);
     return this.deps.deadlines.run('wait_unregister', () =>
       SCRIPTS.leaveQueue.call(this.deps.client, this.keysOf(w.channelId), [
-        ...this.argsOf(w, leaseTtlMs),
+        ...this.checkArgsOf(w, leaseTtlMs),
         sweep ? 1 : 0,
       ]),
     );

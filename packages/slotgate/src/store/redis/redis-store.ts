@@ -129,7 +129,7 @@ export class RedisStore implements SlotStore {
     this.topology = topologyOf({
       client: this.client,
       keys: this.keys,
-      calls: new AcquireCalls(this.keys, this.clock, claimMs),
+      calls: new AcquireCalls(this.keys, this.clock, claimMs, () => this.queues.liveMs()),
       deadlines: this.deadlines,
       count: this.count,
       releaseArgs: this.queues.releaseArgs,
@@ -297,7 +297,9 @@ export class RedisStore implements SlotStore {
     if (flushed) await flushed;
     const ids = [...new Set(channelIds)];
     const seeded = await this.seedClock();
-    const min = `(${this.redisClock.now()}`;
+    const now = this.redisClock.now();
+    // live leases expire after now; live registrations arrived (µs) less than their lifetime ago
+    const min = { slots: `(${now}`, queue: `(${(now - this.queues.liveMs()) * 1000}` };
     const withTime = !seeded && this.redisClock.claimRefresh();
     const batches = chunk(ids, BATCH_SIZE);
     opts?.onSent?.();

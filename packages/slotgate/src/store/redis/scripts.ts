@@ -132,16 +132,16 @@ function numbers(reply: unknown): number[] {
 
 export const SCRIPTS = {
   /** See lua/acquireSlots-n.lua: one flat list of reply codes for every request of the call. */
-  acquireSlots: new Script('acquireSlots-n', parseAcquireReply, [4]),
+  acquireSlots: new Script('acquireSlots-n', parseAcquireReply, [3]),
   /** See lua/renewLeases-n.lua: the 1-based positions of the leases found missing. */
   renewLeases: new Script('renewLeases-n', numbers, [1]),
   /** See lua/reclaimLeases-n.lua: the 1-based positions of the leases not held. */
   reclaimLeases: new Script('reclaimLeases-n', numbers, [1]),
-  /** See lua/enqueueWaiter-n.lua: one registration (3 keys). */
+  /** See lua/enqueueWaiter-n.lua: one registration (2 keys). */
   enqueueWaiter: new Script(
     'enqueueWaiter-n',
     (reply): EnqueueReply => ENQUEUE_CODES[code(reply, ENQUEUE_CODES)]!,
-    [3],
+    [2],
   ),
   /**
    * The same script with several registrations (a single node only): their replies in the order given, an Error for
@@ -158,10 +158,10 @@ export const SCRIPTS = {
           : ENQUEUE_CODES[code(r, ENQUEUE_CODES)]!,
       );
     },
-    [3],
+    [2],
   ),
-  /** See lua/releaseSlot-3.lua: whether the token held a slot, and the releasing instance's waiters granted. */
-  releaseSlot: new Script('releaseSlot-3', (reply): ReleaseSlotReply => {
+  /** See lua/releaseSlot-2.lua: whether the token held a slot, and the releasing instance's waiters granted. */
+  releaseSlot: new Script('releaseSlot-2', (reply): ReleaseSlotReply => {
     if (!Array.isArray(reply)) throw new TypeError(`unexpected script reply ${JSON.stringify(reply)}`);
     return {
       removed: Number(reply[0]) === 1,
@@ -169,15 +169,15 @@ export const SCRIPTS = {
       local: reply.slice(2).map(String),
     };
   }),
-  /** See lua/pollWaiter-3.lua. */
-  pollWaiter: new Script('pollWaiter-3', (reply): WaiterState => WAITER_CODES[code(reply, WAITER_CODES)]!),
-  /** See lua/requeueWaiter-3.lua. */
+  /** See lua/pollWaiter-2.lua. */
+  pollWaiter: new Script('pollWaiter-2', (reply): WaiterState => WAITER_CODES[code(reply, WAITER_CODES)]!),
+  /** See lua/requeueWaiter-2.lua. */
   requeueWaiter: new Script(
-    'requeueWaiter-3',
+    'requeueWaiter-2',
     (reply): EnqueueReply => ENQUEUE_CODES[code(reply, ENQUEUE_CODES)]!,
   ),
-  /** See lua/leaveQueue-3.lua: true when a grant was given back. */
-  leaveQueue: new Script('leaveQueue-3', (reply) => Number(reply) === 1),
+  /** See lua/leaveQueue-2.lua: true when a grant was given back. */
+  leaveQueue: new Script('leaveQueue-2', (reply) => Number(reply) === 1),
   /** See lua/checkEpoch-1.lua: the epoch value and the Redis time in ms. */
   checkEpoch: new Script('checkEpoch-1', (reply): { value: string; now: number } => {
     if (!Array.isArray(reply) || reply.length !== 2) {
@@ -194,10 +194,10 @@ export const SCRIPTS = {
   }),
   /** See lua/exchangeLoads-5.lua. */
   exchangeLoads: new Script('exchangeLoads-5', parseExchangeReply),
-  /** See lua/fixLeftover-2.lua: removals made (an expiry set counts as one). */
-  fixLeftover: new Script('fixLeftover-2', Number),
-  /** See lua/releaseDeadOwner-3.lua: the slots released. */
-  releaseDeadOwner: new Script('releaseDeadOwner-3', Number),
+  /** See lua/fixLeftover-1.lua: removals made (an expiry set counts as one). */
+  fixLeftover: new Script('fixLeftover-1', Number),
+  /** See lua/releaseDeadOwner-2.lua: the slots released. */
+  releaseDeadOwner: new Script('releaseDeadOwner-2', Number),
 } as const;
 
 /**

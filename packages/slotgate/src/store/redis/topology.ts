@@ -42,6 +42,12 @@ export interface TopologyDeps {
   released: (lease: LeaseRef, reply: ReleaseSlotReply) => boolean;
 }
 
+/** The exclusive lower bounds, as ZCOUNT takes them, of a live lease's expiry (ms) and a live registration's arrival (µs). */
+export interface LoadBounds {
+  slots: string;
+  queue: string;
+}
+
 /** One batch of a load read: the loads in order, and the Redis TIME when it was asked to carry one. */
 export interface LoadBatch {
   loads: ChannelLoad[];
@@ -59,7 +65,8 @@ export interface Topology {
   /** Renewal batches of at most BATCH_SIZE leases, each one script call. */
   renewBatches<L extends LeaseRef>(leases: readonly L[]): L[][];
   /** Active, waiting and cooldown of up to BATCH_SIZE channels, live members counted from `min` (exclusive). */
-  readLoadBatch(ids: readonly string[], min: string, withTime: boolean): Promise<LoadBatch>;
+  /** `min`: the exclusive lower bounds of a live lease's expiry and of a live registration's arrival. */
+  readLoadBatch(ids: readonly string[], min: LoadBounds, withTime: boolean): Promise<LoadBatch>;
 }
 
 export function topologyOf(deps: TopologyDeps): Topology {
@@ -95,13 +102,13 @@ class SingleNode implements Topology {
     return chunk(leases, BATCH_SIZE);
   }
 
-  async readLoadBatch(ids: readonly string[], min: string, withTime: boolean): Promise<LoadBatch> {
+  async readLoadBatch(ids: readonly string[], min: LoadBounds, withTime: boolean): Promise<LoadBatch> {
     const { client, keys } = this.deps;
     const pipeline = client.pipeline();
     if (withTime) pipeline.time();
     for (const id of ids) {
-      pipeline.zcount(keys.slots(id), min, '+inf');
-      pipeline.zcount(keys.waiters(id), min, '+inf');
+      pipeline.zcount(keys.slots(id), min.slots, '+inf');
+      pipeline.zcount(keys.queue(id), min.queue, '+inf');
       pipeline.pttl(keys.cooldown(id));
     }
     const results = (await pipeline.exec()) ?? [];
@@ -158,11 +165,7 @@ class ClusterTopology extends TurnQueue implements Topology {
       .run('release', () =>
         q.viaQueue
           ? SCRIPTS.releaseSlot
-              .call(
-                client,
-                [keys.slots(id), keys.waiters(id), keys.queue(id)],
-                [lease.token, ...releaseArgs(lease)],
-              )
+              .call(client, [keys.slots(id), keys.queue(id)], [lease.token, ...releaseArgs(lease)])
               .then((reply) => released(lease, reply))
           : client.zrem(keys.slots(id), lease.token).then((removed) => removed === 1),
       )
@@ -175,7 +178,7 @@ class ClusterTopology extends TurnQueue implements Topology {
     return [...byChannel.values()].flatMap((group) => chunk(group, BATCH_SIZE));
   }
 
-  async readLoadBatch(ids: readonly string[], min: string, withTime: boolean): Promise<LoadBatch> {
+  async readLoadBatch(ids: readonly string[], min: LoadBounds, withTime: boolean): Promise<LoadBatch> {
     const { client, keys } = this.deps;
     // one Promise.all for TIME too: a TIME left pending when a load read fails would reject unhandled (and end the
     // process), as when ioredis refuses a whole auto-pipeline while the slot map changes
@@ -183,8 +186,8 @@ class ClusterTopology extends TurnQueue implements Topology {
       Promise.all(
         ids.map(async (id) => {
           const [active, waiting, pttl] = await Promise.all([
-            client.zcount(keys.slots(id), min, '+inf'),
-            client.zcount(keys.waiters(id), min, '+inf'),
+            client.zcount(keys.slots(id), min.slots, '+inf'),
+            client.zcount(keys.queue(id), min.queue, '+inf'),
             client.pttl(keys.cooldown(id)),
           ]);
           return toLoad(active, waiting, pttl);

@@ -41,7 +41,7 @@ export class TurnBatcher extends TurnQueue {
       const id = lease.channelId;
       if (!viaQueue) pipeline.zrem(keys.slots(id), lease.token);
       else {
-        const queueKeys = [keys.slots(id), keys.waiters(id), keys.queue(id)];
+        const queueKeys = [keys.slots(id), keys.queue(id)];
         SCRIPTS.releaseSlot.queue(pipeline, queueKeys, [lease.token, ...this.deps.releaseArgs(lease)]);
       }
     }

@@ -5,16 +5,16 @@
   first grants its free slots to its oldest waiters (see includes/queue.lua), and a newcomer never takes a slot
   ahead of them (reply 3).
 
-  KEYS[4c-3]  slots key of channel c      (sorted set: member = lease token, score = expiry ms)
-  KEYS[4c-2]  cooldown key of channel c   (string; exists while the channel cools down)
-  KEYS[4c-1]  waiters key of channel c    (see enqueueWaiter-n.lua)
-  KEYS[4c]    queue key of channel c      (see enqueueWaiter-n.lua)
+  KEYS[3c-2]  slots key of channel c      (sorted set: member = lease token, score = expiry ms)
+  KEYS[3c-1]  cooldown key of channel c   (string; exists while the channel cools down)
+  KEYS[3c]    queue key of channel c      (see enqueueWaiter-n.lua)
   ARGV[1]     lease TTL in ms (every request of a call has the same TTL and cooldown setting)
   ARGV[2]     "1" to check cooldowns, "0" to skip the check (cooldown_enabled = false)
-  ARGV[3]     number of channels C (= #KEYS / 4)
+  ARGV[3]     number of channels C (= #KEYS / 3)
   ARGV[4]     claim deadline in ms of a grant to a waiter
   ARGV[5]     grants channel prefix (an instance's channel is this plus its id)
-  ARGV[6..]   per channel c: max concurrency (> 0), "1" to ask for an extension of its key's expiry, its id
+  ARGV[6]     how long a waiter's registration lives past its arrival, in ms (includes/queue.lua)
+  ARGV[7..]   per channel c: max concurrency (> 0), "1" to ask for an extension of its key's expiry, its id
   then        per request: its token, then the indexes of the channels to try in order, the last one negated
 
   Returns one flat array of codes: for each request in order, one code per channel tried, stopping at the first
@@ -41,15 +41,16 @@ local checkCooldown = ARGV[2] == '1'
 local channels = tonumber(ARGV[3])
 local claimMs = tonumber(ARGV[4])
 local notify = ARGV[5]
+local liveMs = tonumber(ARGV[6])
 local probe = {}
 for c = 1, channels do
   if checkCooldown then
-    probe[#probe + 1] = KEYS[4 * c - 2]
+    probe[#probe + 1] = KEYS[3 * c - 1]
     if channels == 1 then
-      probe[#probe + 1] = KEYS[4 * c - 2]
+      probe[#probe + 1] = KEYS[3 * c - 1]
     end
   end
-  probe[#probe + 1] = KEYS[4 * c]
+  probe[#probe + 1] = KEYS[3 * c]
 end
 local found = redis.call('EXISTS', unpack(probe))
 local anyFlag = found > 0
@@ -62,7 +63,7 @@ if channels == 1 then
 end
 local score = nil
 local codes = {}
-local a = 6 + 3 * channels
+local a = 7 + 3 * channels
 while a <= #ARGV do
   local token = ARGV[a]
   local admitted = false
@@ -74,14 +75,14 @@ while a <= #ARGV do
       c = -c
       last = true
     end
-    local slots = KEYS[4 * c - 3]
-    local max = tonumber(ARGV[3 + 3 * c])
+    local slots = KEYS[3 * c - 2]
+    local max = tonumber(ARGV[4 + 3 * c])
     local cool, waiting = false, false
     if anyFlag and not admitted then
       if checkCooldown then
         cool = cooling[c]
         if cool == nil then
-          cool = redis.call('EXISTS', KEYS[4 * c - 2]) == 1
+          cool = redis.call('EXISTS', KEYS[3 * c - 1]) == 1
           cooling[c] = cool
         end
       end
@@ -90,11 +91,11 @@ while a <= #ARGV do
         if waiting == nil then
           waiting = queueFound[c]
           if waiting == nil then
-            waiting = redis.call('EXISTS', KEYS[4 * c]) == 1
+            waiting = redis.call('EXISTS', KEYS[3 * c]) == 1
           end
           if waiting then
             -- free slots go to the oldest waiters first; whoever is left waiting still comes before this request
-            local _, head = grantFree(slots, KEYS[4 * c - 1], KEYS[4 * c], claimMs, tonumber(ttl), notify, ARGV[5 + 3 * c], nil, true)
+            local _, head = grantFree(slots, KEYS[3 * c], claimMs, tonumber(ttl), notify, ARGV[6 + 3 * c], nil, liveMs)
             count[c] = nil
             waiting = head ~= nil
           end
@@ -125,7 +126,7 @@ while a <= #ARGV do
         if live == 0 then
           redis.call('PEXPIRE', slots, ttl)
           extended[c] = true
-        elseif ARGV[4 + 3 * c] == '1' and not extended[c] then
+        elseif ARGV[5 + 3 * c] == '1' and not extended[c] then
           extended[c] = true
           if redis.call('PTTL', slots) < tonumber(ttl) then
             redis.call('PEXPIRE', slots, ttl)

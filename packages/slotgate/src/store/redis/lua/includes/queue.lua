@@ -1,16 +1,15 @@
--- The wait queue of one channel: `queue` (member = "<max>|<token>", score = arrival on the Redis clock in µs: FIFO,
--- within the fair share between clients)
--- and `waiters` (the same members, score = registration expiry in ms: a dead waiter drops out). Needs redisNow.
+-- The wait queue of one channel: one sorted set, member = "<max>|<token>", score = arrival on the Redis clock in µs
+-- (FIFO, within the fair share between clients). A registration lives `liveMs` past its arrival (the caller's
+-- registration TTL basis: wait timeout + margin), so the dead registrations are always the oldest. Needs redisNow.
 
--- Drops every waiter whose registration expired, from both sets. Returns how many went.
-local function dropExpiredWaiters(waitersKey, queueKey)
-  local expired = redis.call('ZRANGEBYSCORE', waitersKey, '-inf', redisNow())
-  if #expired == 0 then
-    return 0
-  end
-  redis.call('ZREM', waitersKey, unpack(expired))
-  redis.call('ZREM', queueKey, unpack(expired))
-  return #expired
+-- The arrival score (µs) at or before which a registration has run out: its arrival in ms plus `liveMs` is past.
+local function deadCutoff(liveMs)
+  return string.format('%d', (redisNow() - liveMs) * 1000)
+end
+
+-- Drops every registration that ran out (they lead the queue): one ZREMRANGEBYSCORE. Returns how many went.
+local function dropExpiredWaiters(queueKey, liveMs)
+  return redis.call('ZREMRANGEBYSCORE', queueKey, '-inf', deadCutoff(liveMs))
 end
 
 -- The token of a queue member "<max>|<token>", and the max its waiter asked under.
@@ -49,48 +48,47 @@ end
 -- the slots in use waits (a pick that cannot be served leaves the choice to the oldest).
 -- The slots key keeps at least a lease TTL of expiry, as after an acquire (extended to 1.25 TTL when below it).
 -- `quiet` is a member granted without a message (the caller answers it directly). The oldest waiters are read
--- FAIR_WINDOW at a time, and a waiter that cannot be served is looked up only when `liveHead` asks for the oldest.
--- Returns the members granted, and the oldest member left in the queue: nil when the queue is empty; with
--- `liveHead`, a live registration (dead ones ahead of it are dropped); without, possibly one that expired (dropped
--- once it is reached with a slot free). An empty queue costs its ZRANGE alone. A waiter of `localInstance` (the
--- instance running this script, which reads the reply) is granted a full lease at once, with no message and no
--- claim: the caller hands it over. `trusted`: the caller knows the slots key has at least 3/4 of a lease TTL left
--- (its store had it extended within TTL/4), so a grant checks its expiry only when the key was empty (just created).
--- The third value returned is true when a grant checked the key's expiry (it then has at least a lease TTL).
--- `liveFor` (ms, optional): the caller's registration TTL basis (wait timeout + margin). A registration ends at most
--- that long after its arrival when its waiter's wait timeout is no longer than the caller's, so a waiter that arrived
--- less than `liveFor` ago is taken as live without looking its registration up (one ZSCORE per grant saved); the
--- window is then read with its arrival scores. One that arrived earlier is looked up as without it. What it costs:
--- a waiter whose registration ran out within that window (its instance died with a wait carried over from an earlier
--- pass, which registers with less than the whole timeout) may still be granted, and its grant comes back at its claim
--- deadline, as for any waiter of a dead instance.
-local function grantFree(slotsKey, waitersKey, queueKey, claimMs, leaseTtl, notify, channelId, quiet, liveHead,
-                         localInstance, trusted, liveFor)
+-- FAIR_WINDOW at a time with their arrivals; when the oldest has run out (`liveMs` past its arrival: see above), every
+-- registration that ran out goes in one ZREMRANGEBYSCORE first (they are the oldest), so each waiter granted or
+-- returned is live. Returns the members granted, and the oldest (live) member left in the queue, nil when it is empty.
+-- An empty queue costs its ZRANGE alone. A waiter of `localInstance` (the instance running this script, which reads
+-- the reply) is granted a full lease at once, with no message and no claim: the caller hands it over. `trusted`: the
+-- caller knows the slots key has at least 3/4 of a lease TTL left (its store had it extended within TTL/4), so a
+-- grant checks its expiry only when the key was empty (just created). The third value returned is true when a grant
+-- checked the key's expiry (it then has at least a lease TTL).
+local function grantFree(slotsKey, queueKey, claimMs, leaseTtl, notify, channelId, quiet, liveMs, localInstance,
+                         trusted)
   local granted = {}
   local live, swept = nil, false
   local grantedMax = nil -- the lowest max a waiter was granted under in this call
   local checked = false
   local held = nil
+  local pruned = false -- the registrations that ran out were dropped (once per call: the clock does not move)
   local window, gone, left = {}, {}, 0
-  local arrivals = {} -- with `liveFor`: each window member's arrival in µs
   while true do
     if left == 0 then
-      -- the members granted or dropped so far are gone: these are the next oldest
+      -- the members granted so far are gone: these are the next oldest
       gone = {}
-      if liveFor then
-        local raw = redis.call('ZRANGE', queueKey, 0, FAIR_WINDOW - 1, 'WITHSCORES')
-        window, arrivals = {}, {}
-        for i = 1, #raw, 2 do
-          window[#window + 1] = raw[i]
-          arrivals[#window] = tonumber(raw[i + 1])
-        end
-      else
-        window = redis.call('ZRANGE', queueKey, 0, FAIR_WINDOW - 1)
-      end
-      left = #window
-      if left == 0 then
+      window = redis.call('ZRANGE', queueKey, 0, FAIR_WINDOW - 1, 'WITHSCORES')
+      if #window == 0 then
         return granted, nil, checked
       end
+      if not pruned then
+        pruned = true
+        if tonumber(window[2]) <= tonumber(deadCutoff(liveMs)) and dropExpiredWaiters(queueKey, liveMs) > 0 then
+          window = redis.call('ZRANGE', queueKey, 0, FAIR_WINDOW - 1, 'WITHSCORES')
+          if #window == 0 then
+            return granted, nil, checked
+          end
+        end
+      end
+      -- members only (the arrivals were needed for the check above)
+      local members = {}
+      for i = 1, #window, 2 do
+        members[#members + 1] = window[i]
+      end
+      window = members
+      left = #window
     end
     local first = nil
     for i = 1, #window do
@@ -147,52 +145,33 @@ local function grantFree(slotsKey, waitersKey, queueKey, claimMs, leaseTtl, noti
       head = window[pick]
       token, max = splitMember(head)
     end
-    local expiry = nil
-    if live < max or liveHead then
-      if liveFor and math.floor(arrivals[pick] / 1000) + liveFor > redisNow() then
-        expiry = true -- arrived within `liveFor`: live (see above)
-      else
-        expiry = redis.call('ZSCORE', waitersKey, head)
-        if (not expiry) or tonumber(expiry) <= redisNow() then
-          -- a dead waiter: it goes, and the choice is made again
-          redis.call('ZREM', queueKey, head)
-          redis.call('ZREM', waitersKey, head)
-          gone[pick], left = true, left - 1
-          expiry = false
-        end
+    if live >= max then
+      return granted, head, checked
+    end
+    local instance = instanceOf(token)
+    local mine = localInstance ~= nil and localInstance ~= '' and instance == localInstance
+    redis.call('ZADD', slotsKey, redisNow() + (mine and leaseTtl or claimMs), token)
+    -- below a lease TTL: extended with a quarter TTL to spare, so a busy channel's grants extend it once per TTL/4
+    -- (a key that was empty has just been created by this ZADD, with no expiry: always checked)
+    if not (trusted and live > 0) and not checked then
+      checked = true
+      if redis.call('PTTL', slotsKey) < leaseTtl then
+        redis.call('PEXPIRE', slotsKey, leaseTtl + math.floor(leaseTtl / 4))
       end
     end
-    if expiry == false then
-      -- dropped above
-    elseif live >= max then
-      return granted, head, checked
-    else
-      local instance = instanceOf(token)
-      local mine = localInstance ~= nil and localInstance ~= '' and instance == localInstance
-      redis.call('ZADD', slotsKey, redisNow() + (mine and leaseTtl or claimMs), token)
-      -- below a lease TTL: extended with a quarter TTL to spare, so a busy channel's grants extend it once per TTL/4
-      -- (a key that was empty has just been created by this ZADD, with no expiry: always checked)
-      if not (trusted and live > 0) and not checked then
-        checked = true
-        if redis.call('PTTL', slotsKey) < leaseTtl then
-          redis.call('PEXPIRE', slotsKey, leaseTtl + math.floor(leaseTtl / 4))
-        end
-      end
-      redis.call('ZREM', queueKey, head)
-      redis.call('ZREM', waitersKey, head)
-      gone[pick], left = true, left - 1
-      live = live + 1
-      if held then
-        local c = shareOf(token)
-        held[c] = (held[c] or 0) + 1
-      end
-      granted[#granted + 1] = head
-      if not grantedMax or max < grantedMax then
-        grantedMax = max
-      end
-      if head ~= quiet and not mine then
-        redis.call('PUBLISH', notify .. instance, 'g\n' .. token .. '\n' .. channelId)
-      end
+    redis.call('ZREM', queueKey, head)
+    gone[pick], left = true, left - 1
+    live = live + 1
+    if held then
+      local c = shareOf(token)
+      held[c] = (held[c] or 0) + 1
+    end
+    granted[#granted + 1] = head
+    if not grantedMax or max < grantedMax then
+      grantedMax = max
+    end
+    if head ~= quiet and not mine then
+      redis.call('PUBLISH', notify .. instance, 'g\n' .. token .. '\n' .. channelId)
     end
   end
 end

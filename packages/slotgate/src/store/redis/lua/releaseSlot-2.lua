@@ -2,7 +2,7 @@
   releaseSlot: give a slot back on a channel that may have waiters: the slot goes to the oldest live waiter (a grant,
   told to its instance), never to whoever asks next. A release on a channel without a queue is a plain ZREM instead.
 
-  KEYS[1..3]  slots, waiters and queue keys (see enqueueWaiter-n.lua)
+  KEYS[1..2]  slots and queue keys (see enqueueWaiter-n.lua)
   ARGV[1]     the lease token
   ARGV[2]     claim deadline in ms (how long a grant waits for its instance to claim it)
   ARGV[3]     lease TTL in ms (a slots key keeps at least this much expiry)
@@ -12,21 +12,22 @@
               reply instead of told by a message, and needs no claim
   ARGV[7]     "1" when the caller's store had the slots key's expiry checked within TTL/4 (queues.ts): a grant then
               skips the PTTL unless the key was empty; otherwise (or absent) it checks
-  ARGV[8]     the caller's registration TTL basis in ms (wait timeout + margin; '' or absent for none): a waiter that
-              arrived less than that long ago is granted without looking its registration up (grantFree's `liveFor`)
+  ARGV[8]     how long a waiter's registration lives past its arrival, in ms (includes/queue.lua)
 
   Returns { 1 when the token held a slot, 0 when it did not (released before, or expired), 1 when a grant checked
   the slots key's expiry (it then has at least a lease TTL) else 0, then the tokens of the releasing instance's
   waiters granted here }.
-  Cost: ZREM, ZRANGE of the 64 oldest waiters (all when the queue is empty); with a queue, ZCARD and TIME, per grant
-  ZSCORE (none for a waiter that arrived within ARGV[8]), ZADD, 2 ZREM, PUBLISH, and once per call PTTL (+ PEXPIRE) unless ARGV[7] says the key's expiry is known, a ZRANGE per 64 waiters, a ZREMRANGEBYSCORE when the slots look
-  full before any grant (none after one: the freed slot filled the channel), and a ZRANGEBYSCORE of the live slots when the waiters are of several clients (the fair share).
+  Cost: ZREM, ZRANGE of the 64 oldest waiters (all when the queue is empty); with a queue, TIME and ZCARD, per grant
+  ZADD, ZREM and PUBLISH, and once per call PTTL (+ PEXPIRE) unless ARGV[7] says the key's expiry is known, a
+  ZREMRANGEBYSCORE (+ a ZRANGE) when the oldest registration ran out, a ZRANGE per 64 waiters, a ZREMRANGEBYSCORE
+  when the slots look full before any grant (none after one: the freed slot filled the channel), and a ZRANGEBYSCORE
+  of the live slots when the waiters are of several clients (the fair share).
 ]]
 --- @include "redisNow"
 --- @include "queue"
 local removed = redis.call('ZREM', KEYS[1], ARGV[1])
-local granted, _, checked = grantFree(KEYS[1], KEYS[2], KEYS[3], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4],
-  ARGV[5], nil, false, ARGV[6], ARGV[7] == '1', tonumber(ARGV[8] or ''))
+local granted, _, checked = grantFree(KEYS[1], KEYS[2], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4], ARGV[5], nil,
+  tonumber(ARGV[8]), ARGV[6], ARGV[7] == '1')
 local reply = { removed, checked and 1 or 0 }
 if ARGV[6] ~= '' then
   for _, member in ipairs(granted) do

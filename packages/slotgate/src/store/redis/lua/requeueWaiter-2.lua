@@ -1,0 +1,77 @@
+--[[
+  requeueWaiter: move a waiter's registration to a new member (a new token and the channel's new max, after its
+  configuration changed) without losing its place in the channel's FIFO queue.
+  - `from` is queued: `to` takes its arrival time (or, when that is older than this caller's registration lifetime,
+    an arrival just ahead of the oldest live waiter);
+  - `from` holds a grant it has not claimed (it was the head when granted): the grant is given back, and `to` stands
+    at the head again;
+  - neither (the queue lost it): `to` joins at the tail, as an enqueue does, unless the queue is full.
+  Then the free slots are granted to the oldest waiters, each under its own max, `to` included (no message for it).
+  A grant made to `from` is gone for good: its token is in neither the queue nor the slots any more.
+
+  KEYS[1..2]  slots and queue keys (see enqueueWaiter-n.lua)
+  ARGV[1]     the member "<max>|<token>" of `from`
+  ARGV[2]     the member "<max>|<token>" of `to`
+  ARGV[3]     claim deadline in ms (how long a grant waits for its instance to claim it)
+  ARGV[4]     lease TTL in ms (a slots key keeps at least this much expiry)
+  ARGV[5]     grants channel prefix (an instance's channel is this plus its id)
+  ARGV[6]     the channel id, as messages name it
+  ARGV[7]     max waiting (>= 1), for a waiter the queue lost
+  ARGV[8]     how long a waiter's registration lives past its arrival, in ms (includes/queue.lua): `to` keeps
+              `from`'s arrival, so it lives as long as `from` would have
+
+  Returns 2 = `to` holds a slot at once (claim it), 1 = queued, 0 = queue full (the queue had lost `from`).
+  When `to` is left at the head, every instance holding a slot of the channel is told ("q\n<channel>"), as when a
+  queue forms.
+  Cost: ZSCORE, ZREM of the member or of the token's slot (+ ZREMRANGEBYSCORE and ZRANGE of the head), or when the
+  queue lost it ZCARD (+ ZREMRANGEBYSCORE when full), ZADD, PTTL (+ PEXPIRE when the
+  key has less than 1.5 registration lifetimes left), the grant loop; at the head, ZRANGE of the slots and one PUBLISH
+  per holding instance.
+]]
+
+--- @include "redisNow"
+--- @include "queue"
+local from, to = ARGV[1], ARGV[2]
+local notify, channelId = ARGV[5], ARGV[6]
+local liveMs = tonumber(ARGV[8])
+-- An arrival just ahead of the oldest live waiter (those that ran out go first, or `to` would take a dead arrival and
+-- be dropped with them by the grant loop below).
+local function atHead()
+  dropExpiredWaiters(KEYS[2], liveMs)
+  local head = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+  return head[2] and (tonumber(head[2]) - 1) or redisNowUs()
+end
+local arrival = redis.call('ZSCORE', KEYS[2], from)
+if arrival then
+  redis.call('ZREM', KEYS[2], from)
+  if tonumber(arrival) <= tonumber(deadCutoff(liveMs)) then
+    -- older than this caller's lifetime (wait_timeout_ms was lowered meanwhile): still the oldest live waiter
+    arrival = atHead()
+  end
+elseif redis.call('ZREM', KEYS[1], (splitMember(from))) == 1 then
+  arrival = atHead() -- at the head again
+else
+  local n = redis.call('ZCARD', KEYS[2])
+  if n >= tonumber(ARGV[7]) then
+    n = n - dropExpiredWaiters(KEYS[2], liveMs)
+    if n >= tonumber(ARGV[7]) then
+      return 0
+    end
+  end
+  arrival = redisNowUs()
+end
+redis.call('ZADD', KEYS[2], string.format('%d', arrival), to)
+-- extended as an enqueue extends it (enqueueWaiter-n.lua): to twice the registration lifetime when below 1.5 times it
+if redis.call('PTTL', KEYS[2]) < liveMs + math.floor(liveMs / 2) then
+  redis.call('PEXPIRE', KEYS[2], 2 * liveMs)
+end
+local granted, head = grantFree(KEYS[1], KEYS[2], tonumber(ARGV[3]), tonumber(ARGV[4]), notify, channelId, to, liveMs)
+for _, g in ipairs(granted) do
+  if g == to then
+    return 2
+  end
+end
+if head == to then
+  tellHolders(KEYS[1], notify, channelId)
+end
+return 1
