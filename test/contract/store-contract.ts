@@ -233,9 +233,21 @@ export function runStoreContract(
       expect(await store.acquireFirst([], opts('walk:3'))).toEqual([]);
     });
 
+    it('a registration runs out after its own TTL, whatever the TTLs of those around it', async () => {
+      await fill('x', 1);
+      expect(await store.enqueue(w('x', 'x:1'), queueOpts(5, 800))).toBe('queued');
+      expect(await store.enqueue(w('x', 'x:2'), queueOpts(5))).toBe('queued');
+      expect(await store.enqueue(w('x', 'x:3'), queueOpts(5, 800))).toBe('queued');
+      await f.sleep(900); // x:1's and x:3's registrations ran out, x:2's did not
+      expect(await store.pollWaiter(w('x', 'x:3'), 60_000)).toBe('gone'); // behind a live one
+      expect(await store.pollWaiter(w('x', 'x:2'), 60_000)).toBe('queued');
+      expect(await store.pollWaiter(w('x', 'x:1'), 60_000)).toBe('gone');
+    });
+
     it('the queue admits up to max waiting; leaving frees a place; registrations expire', async () => {
-      // the engine gives every registration of a store the same lifetime (keyTtlMs: wait timeout + margin), and a
-      // Redis store keeps each that long past its arrival (the latest enqueue's): one lifetime here
+      // the engine gives every registration of a store the same lifetime (keyTtlMs: wait timeout + margin); a Redis
+      // store counts the live registrations of a queue by the lifetime of the one that asks (and the loads by its
+      // latest), exact when they share one, as here
       const short = queueOpts(2, 800);
       await fill('w', 1);
       expect(await store.enqueue(w('w', 'w:1'), short)).toBe('queued');

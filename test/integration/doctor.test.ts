@@ -15,7 +15,6 @@ import { checkLeftovers, fixFindings, type Finding } from '../../packages/slotga
 import { KeyBuilder } from '../../packages/slotgate/src/store/redis/keys.js';
 import { LeaseManager, type LeaseEvent } from '../../packages/slotgate/src/store/leases.js';
 import { RedisStore } from '../../packages/slotgate/src/store/redis/redis-store.js';
-import { MAX_REGISTRATION_LIVE_MS } from '../../packages/slotgate/src/store/redis/queues.js';
 import { redisUrl, uniquePrefix } from '../helpers/redis.js';
 import { useCleanups } from '../helpers/cleanups.js';
 import { runCli } from '../helpers/gw-gateway.js';
@@ -103,17 +102,11 @@ async function plant(redis: Redis, prefix: string) {
     .zadd(key.leases, now + 60_000, 'live:1', now - 5_000, 'dead:1', now - 1_000, 'dead:2')
     .pexpire(key.leases, 60_000)
     .zadd(key.noExpiry, now + 60_000, 'live:2')
-    // arrived 3 s ago, and longer ago than any registration lives
-    .zadd(
-      key.queue,
-      (now - 3_000) * 1000,
-      '2|w-live',
-      (now - MAX_REGISTRATION_LIVE_MS - 2_000) * 1000,
-      '2|w-dead',
-    )
+    // members name their lifetime (10 s): one arrived 3 s ago, one 11 s ago (it ran out)
+    .zadd(key.queue, (now - 3_000) * 1000, '2|10000|w-live', (now - 11_000) * 1000, '2|10000|w-dead')
     .pexpire(key.queue, 60_000)
     .zadd(key.olderQueue, now - 2_000, '2|w-old')
-    .zadd(key.queueNoExpiry, now * 1000 - 1_000_000, '1|w-stuck')
+    .zadd(key.queueNoExpiry, now * 1000 - 1_000_000, '1|10000|w-stuck')
     .set(key.coolingForever, 'upstream 429')
     .set(key.cooling, 'upstream 429', 'PX', 60_000)
     .set(key.wrongType, 'oops')
@@ -125,7 +118,7 @@ async function plant(redis: Redis, prefix: string) {
   const expected = sortFindings([
     { key: key.leases, kind: 'expired_members', detail: '', members: ['dead:1', 'dead:2'] },
     { key: key.noExpiry, kind: 'no_expiry', detail: '' },
-    { key: key.queue, kind: 'expired_members', detail: '', members: ['2|w-dead'] },
+    { key: key.queue, kind: 'expired_members', detail: '', members: ['2|10000|w-dead'] },
     { key: key.queueNoExpiry, kind: 'no_expiry', detail: '' },
     { key: key.coolingForever, kind: 'cooldown_without_ttl', detail: '' },
     { key: key.wrongType, kind: 'wrong_type', detail: '' },
@@ -167,11 +160,11 @@ describe('slotgate doctor', () => {
     expect(removedKeys.sort()).toEqual([key.coolingForever, key.wrongType, key.unknown].sort());
     expect(after[key.leases]).toEqual({ type: 'zset', expires: true, content: ['live:1'] });
     // the run-out registration goes (it would count against max waiting); the live one stays
-    expect(after[key.queue]).toEqual({ type: 'zset', expires: true, content: ['2|w-live'] });
+    expect(after[key.queue]).toEqual({ type: 'zset', expires: true, content: ['2|10000|w-live'] });
     // The key without expiry keeps its live member and now expires with it.
     expect(after[key.noExpiry]).toEqual({ type: 'zset', expires: true, content: ['live:2'] });
     // The queue key without expiry keeps its waiter and now expires past any wait deadline.
-    expect(after[key.queueNoExpiry]).toEqual({ type: 'zset', expires: true, content: ['1|w-stuck'] });
+    expect(after[key.queueNoExpiry]).toEqual({ type: 'zset', expires: true, content: ['1|10000|w-stuck'] });
     expect(await redis.pttl(key.queueNoExpiry)).toBeGreaterThan(60_000);
     // Untouched: the healthy cooldown, the settings, the other schema version, the older release's queue and the
     // other prefix.

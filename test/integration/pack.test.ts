@@ -249,7 +249,7 @@ describe('npm install of both tarballs into an empty project', { timeout: TEST_M
     const redis = new Redis(redisUrl());
     cleanups.push(() => redis.disconnect());
     // The quick start uses the default prefix; its keys are cleared first so the check below sees only this run.
-    const keys = ['slots', 'waiters', 'cooldown'].map((k) => `slotgate:v1:{openai-a}:${k}`);
+    const keys = ['slots', 'fifo', 'cooldown'].map((k) => `slotgate:v1:{openai-a}:${k}`);
     await redis.del(...keys);
     try {
       const result = await run(process.execPath, ['out/quick-start.js'], {

@@ -187,7 +187,7 @@ describe('Redis outages', () => {
     // and in that order: the slow log (threshold 0) records every command with an increasing id
     const log = (await admin.slowlog('GET', 1000)) as [number, number, number, string[]][];
     const idOf = (file: string) =>
-      log.find(([, , , args]) => args[1] === sha(file) && args.includes('1|frozen:w'))?.[0];
+      log.find(([, , , args]) => args[1] === sha(file) && args.includes('1|60000|frozen:w'))?.[0];
     const enqueueId = idOf(SCRIPTS.enqueueWaiter.file);
     const leaveId = idOf(SCRIPTS.leaveQueue.file);
     expect(enqueueId).toBeDefined();
@@ -213,9 +213,9 @@ describe('Redis outages', () => {
     await Promise.resolve(); // the store sends a registration when the job that asked for it ends
     const queueKeys = [keys.slots('g'), keys.queue('g')];
     const args = (first: string) => [first, 5_000, 60_000, keys.grants(), 'g'];
-    const next = SCRIPTS.enqueueWaiter.call(cc.client, queueKeys, [...args('1|next:w'), 5, 60_000, 1]);
+    const next = SCRIPTS.enqueueWaiter.call(cc.client, queueKeys, [...args('1|60000|next:w'), 5, 1]);
     const released = SCRIPTS.releaseSlot
-      .call(cc.client, queueKeys, [...args('h:1'), '', 0, 60_000])
+      .call(cc.client, queueKeys, [...args('h:1'), '', 0])
       .then((r) => r.removed);
     const error = await failed;
     expect(error).toBeInstanceOf(StoreUnavailableError);

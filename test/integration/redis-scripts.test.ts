@@ -9,6 +9,7 @@ import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from
 import { Redis } from 'ioredis';
 import { fixFindings } from '../../packages/slotgate/src/store/redis/doctor.js';
 import { KeyBuilder, encodeChannelId } from '../../packages/slotgate/src/store/redis/keys.js';
+import { MAX_REGISTRATION_LIVE_MS } from '../../packages/slotgate/src/store/redis/queues.js';
 import { RedisStore } from '../../packages/slotgate/src/store/redis/redis-store.js';
 import { SCRIPTS, loadLua } from '../../packages/slotgate/src/store/redis/scripts.js';
 import { redisMs } from '../../packages/slotgate/src/store/redis/redis-time.js';
@@ -55,13 +56,16 @@ async function untilRedisPasses(ms: number): Promise<void> {
 }
 
 const CODE = { full: 0, acquired: 1, cooling: 2, queued: 3 } as const;
-/**
- * The claim deadline, lease TTL and registration lifetime (how long a waiter's registration lives past its arrival in
- * the queue) the scripts get unless a test passes its own.
- */
+/** The claim deadline and lease TTL the scripts get unless a test passes its own. */
 const CLAIM_MS = 5_000;
 const LEASE_TTL_MS = 60_000;
+/**
+ * How long a test waiter's registration lives past its arrival in the queue unless the test names its own: its member
+ * says it ("<max>|<live>|<token>"), and every script reads it from there.
+ */
 const LIVE_MS = 60_000;
+/** The longest a registration lives (includes/queue.lua MAX_LIVE_MS): every member older goes in one ZREMRANGEBYSCORE. */
+const MAX_LIVE_MS = MAX_REGISTRATION_LIVE_MS;
 
 interface Target {
   id: string;
@@ -80,8 +84,7 @@ async function acquireMany(
     check = true,
     extend = true,
     claimMs = CLAIM_MS,
-    liveMs = LIVE_MS,
-  }: { check?: boolean; extend?: boolean; claimMs?: number; liveMs?: number } = {},
+  }: { check?: boolean; extend?: boolean; claimMs?: number } = {},
 ): Promise<number[]> {
   const index = new Map<string, number>();
   const k: string[] = [];
@@ -104,7 +107,6 @@ async function acquireMany(
     index.size,
     claimMs,
     keys.grants(),
-    liveMs,
     ...channelArgs,
     ...requestArgs,
   ]);
@@ -137,14 +139,16 @@ async function renew(leases: [string, string][], ttlMs: number): Promise<number[
 interface QueueOptions {
   claimMs?: number;
   leaseTtlMs?: number;
-  /** How long a registration lives past its arrival (every script that touches a queue is told). */
+  /** The lifetime the waiter's member names: how long its registration lives past its arrival (LIVE_MS unless told). */
   liveMs?: number;
 }
 
-/** A waiter's member in a queue: the max it waits under, and its token. */
-const member = (token: string, max: number) => `${max}|${token}`;
+/** A waiter's member in a queue: the max it waits under, how long its registration lives, and its token. */
+const member = (token: string, max: number, live = LIVE_MS) => `${max}|${live}|${token}`;
+/** The lifetime a member names. */
+const liveOfMember = (m: string) => Number(m.split('|')[1]);
 const queueKeys = (id: string) => [keys.slots(id), keys.queue(id)];
-const queueArgs = (id: string, first: string, o: QueueOptions) => [
+const queueArgs = (id: string, first: string, o: Omit<QueueOptions, 'liveMs'>) => [
   first,
   o.claimMs ?? CLAIM_MS,
   o.leaseTtlMs ?? LEASE_TTL_MS,
@@ -152,55 +156,66 @@ const queueArgs = (id: string, first: string, o: QueueOptions) => [
   id,
 ];
 
-/** The registration lifetime of a call: the test's own, else LIVE_MS. */
-const liveOf = (o: QueueOptions) => o.liveMs ?? LIVE_MS;
-
+/**
+ * Registers a waiter under the member `max|liveMs|token`. `check` false is the caller's word that the queue key
+ * outlives the registration (ARGV[7] "0"): its expiry is then checked only where the queue forms anew.
+ */
 function enqueue(
   id: string,
   token: string,
   max: number,
-  { maxWaiting = 10, ...o }: QueueOptions & { maxWaiting?: number } = {},
+  { maxWaiting = 10, check = true, ...o }: QueueOptions & { maxWaiting?: number; check?: boolean } = {},
 ) {
   return SCRIPTS.enqueueWaiter.call(client, queueKeys(id), [
-    ...queueArgs(id, member(token, max), o),
+    ...queueArgs(id, member(token, max, o.liveMs), o),
     maxWaiting,
-    liveOf(o),
+    check ? 1 : 0,
   ]);
 }
 
-/** releaseSlot as another instance's release (none of the waiters is the releaser's): whether the slot was held. */
-async function releaseSlot(id: string, token: string, o: QueueOptions = {}) {
-  const reply = await SCRIPTS.releaseSlot.call(client, queueKeys(id), [
-    ...queueArgs(id, token, o),
-    '',
-    0,
-    liveOf(o),
-  ]);
+/**
+ * releaseSlot as another instance's release (none of the waiters is the releaser's), its store not knowing the slots
+ * key's expiry: whether the slot was held.
+ */
+async function releaseSlot(id: string, token: string, o: Omit<QueueOptions, 'liveMs'> = {}) {
+  const reply = await SCRIPTS.releaseSlot.call(client, queueKeys(id), [...queueArgs(id, token, o), '', 0]);
   expect(reply.local).toEqual([]);
   return reply.removed;
 }
 
 function pollWaiter(id: string, token: string, max: number, o: QueueOptions = {}) {
-  return SCRIPTS.pollWaiter.call(client, queueKeys(id), [...queueArgs(id, member(token, max), o), liveOf(o)]);
+  return SCRIPTS.pollWaiter.call(client, queueKeys(id), queueArgs(id, member(token, max, o.liveMs), o));
 }
 
-/** Moves `from`'s registration to `to` (both as [token, max]). */
+/**
+ * Moves `from`'s registration to `to` (both as [token, max], or [token, max, lifetime]): `from`'s member names
+ * `liveMs` (LIVE_MS unless told), and `to`'s names `from`'s lifetime unless given its own, as the engine does.
+ */
 function requeue(
   id: string,
-  from: [string, number],
-  to: [string, number],
+  from: [string, number, number?],
+  to: [string, number, number?],
   { maxWaiting = 10, ...o }: QueueOptions & { maxWaiting?: number } = {},
 ) {
+  const fromLive = from[2] ?? o.liveMs ?? LIVE_MS;
   return SCRIPTS.requeueWaiter.call(client, queueKeys(id), [
-    member(...from),
-    ...queueArgs(id, member(...to), o),
+    member(from[0], from[1], fromLive),
+    ...queueArgs(id, member(to[0], to[1], to[2] ?? fromLive), o),
     maxWaiting,
-    liveOf(o),
   ]);
 }
 
-function leaveQueue(id: string, token: string, max: number, o: QueueOptions = {}) {
-  return SCRIPTS.leaveQueue.call(client, queueKeys(id), [...queueArgs(id, member(token, max), o), liveOf(o)]);
+/** A waiter leaves; `sweep` (default) as one giving up, which also sweeps expired leases; false for a plain leave. */
+function leaveQueue(
+  id: string,
+  token: string,
+  max: number,
+  { sweep = true, ...o }: QueueOptions & { sweep?: boolean } = {},
+) {
+  return SCRIPTS.leaveQueue.call(client, queueKeys(id), [
+    ...queueArgs(id, member(token, max, o.liveMs), o),
+    sweep ? 1 : 0,
+  ]);
 }
 
 /** The arrival score (µs) of a registration that arrived `ms` ago on the Redis clock. */
@@ -209,11 +224,61 @@ async function arrivedAgo(ms: number): Promise<number> {
 }
 
 /**
- * Puts a waiter whose registration has run out at the head of the channel's queue: it arrived just over a lifetime
- * (LIVE_MS) ago, so it is dead (arrival <= (now - lifetime) in µs) and older than any waiter that registered since.
+ * Puts a waiter whose registration has run out at the head of the channel's queue: it arrived just over the lifetime
+ * its member names ago, so it is dead (arrival <= (now - lifetime) in µs) and older than any waiter that registered
+ * since; younger than the longest lifetime (62 s) when it names LIVE_MS, so only a grant loop reaching it drops it.
  */
 async function plantExpiredWaiter(id: string, queued: string): Promise<void> {
-  await client.zadd(keys.queue(id), ((await redisNow()) - LIVE_MS - 1) * 1000, queued);
+  await client.zadd(keys.queue(id), ((await redisNow()) - liveOfMember(queued) - 1) * 1000, queued);
+}
+
+/** Sets the arrival of a registration already queued under `queued` to `ms` ago on the Redis clock. */
+async function arrive(id: string, queued: string, ms: number): Promise<void> {
+  expect(await client.zadd(keys.queue(id), 'XX', 'CH', await arrivedAgo(ms), queued)).toBe(1);
+}
+
+/**
+ * A dead registration that is not the oldest: long:1 (arrived 30 s ago, lives 60 s: live), then short:1 (arrived 6 s
+ * ago, lives 5 s: run out), then next:1 (arrived just now, lives 60 s), all under `max`. Returns their members in
+ * queue order.
+ */
+async function deadBehindLive(id: string, max: number): Promise<[string, string, string]> {
+  const queued = [member('long:1', max), member('short:1', max, 5_000), member('next:1', max)] as const;
+  expect(await enqueue(id, 'long:1', max)).toBe('queued');
+  expect(await enqueue(id, 'short:1', max, { liveMs: 5_000 })).toBe('queued');
+  expect(await enqueue(id, 'next:1', max)).toBe('queued');
+  await arrive(id, queued[0], 30_000);
+  await arrive(id, queued[1], 6_000);
+  expect(await client.zrange(keys.queue(id), 0, -1)).toEqual(queued);
+  return [...queued];
+}
+
+/**
+ * The commands the scripts run on the channel's queue key while `run` runs, as "<command> <arguments after the key>"
+ * with the command in lower case, from MONITOR (a script's commands are shown too). A marker command after `run` says
+ * everything before it was seen.
+ */
+async function queueCommands(id: string, run: () => Promise<unknown>): Promise<string[]> {
+  const monitor = await client.monitor();
+  cleanups.push(() => monitor.disconnect());
+  const key = keys.queue(id);
+  const marker = `${prefix}:monitor-marker`;
+  const seen: string[][] = [];
+  let done = false;
+  monitor.on('monitor', (_time: string, args: string[]) => {
+    if (args[1] === marker) done = true;
+    else if (args[1] === key) seen.push(args);
+  });
+  // MONITOR shows what runs after it was set up: a first marker says it is
+  await client.exists(marker);
+  await expect.poll(() => done, { timeout: 10_000, interval: 10 }).toBe(true);
+  seen.length = 0;
+  done = false;
+  await run();
+  await client.exists(marker);
+  await expect.poll(() => done, { timeout: 10_000, interval: 10 }).toBe(true);
+  monitor.disconnect();
+  return seen.map(([name, ...rest]) => [name!.toLowerCase(), ...rest.slice(1)].join(' '));
 }
 
 /** Every key of the channel's hash tag, whatever its suffix (a script writes its slots and queue keys only). */
@@ -509,7 +574,7 @@ describe('enqueueWaiter script', () => {
     expect(await enqueue('w', 'w:1', 1, { maxWaiting: 2 })).toBe('queued');
     expect(await enqueue('w', 'w:2', 1, { maxWaiting: 2 })).toBe('queued');
     expect(await enqueue('w', 'w:3', 1, { maxWaiting: 2 })).toBe('queue_full');
-    expect(await members(keys.queue('w'))).toEqual(['1|w:1', '1|w:2']);
+    expect(await members(keys.queue('w'))).toEqual([member('w:1', 1), member('w:2', 1)]);
     expect(await members(keys.slots('w'))).toEqual(['h:1']);
     // the queue is one key: no other is written for the registrations
     expect(await channelKeys('w')).toEqual([keys.queue('w'), keys.slots('w')].sort());
@@ -526,20 +591,21 @@ describe('enqueueWaiter script', () => {
     expect(await channelKeys('burst')).toEqual([keys.queue('burst'), keys.slots('burst')].sort());
   });
 
-  it('scores a waiter by arrival (µs) in the queue; its registration lives the lifetime it is given past that arrival', async () => {
+  it('scores a waiter by arrival (µs) in the queue; its registration lives the lifetime its member names past that arrival', async () => {
     await hold('s', 'h:1');
     const beforeUs = await redisNowUs();
     expect(await enqueue('s', 'w:1', 1, { liveMs: 45_000 })).toBe('queued');
     const afterUs = await redisNowUs();
-    const arrival = Number(await client.zscore(keys.queue('s'), '1|w:1'));
+    expect(await members(keys.queue('s'))).toEqual(['1|45000|w:1']);
+    const arrival = Number(await client.zscore(keys.queue('s'), member('w:1', 1, 45_000)));
     expect(arrival).toBeGreaterThanOrEqual(beforeUs);
     expect(arrival).toBeLessThanOrEqual(afterUs);
     // arrived 44 s ago: live under a 45 s lifetime
-    await client.zadd(keys.queue('s'), await arrivedAgo(44_000), '1|w:1');
+    await client.zadd(keys.queue('s'), await arrivedAgo(44_000), member('w:1', 1, 45_000));
     expect(await pollWaiter('s', 'w:1', 1, { liveMs: 45_000 })).toBe('queued');
-    expect(await members(keys.queue('s'))).toEqual(['1|w:1']);
+    expect(await members(keys.queue('s'))).toEqual([member('w:1', 1, 45_000)]);
     // arrived just over 45 s ago: run out, dropped from the queue
-    await client.zadd(keys.queue('s'), ((await redisNow()) - 45_000 - 1) * 1000, '1|w:1');
+    await client.zadd(keys.queue('s'), ((await redisNow()) - 45_000 - 1) * 1000, member('w:1', 1, 45_000));
     expect(await pollWaiter('s', 'w:1', 1, { liveMs: 45_000 })).toBe('gone');
     expect(await client.exists(keys.queue('s'))).toBe(0);
   });
@@ -547,16 +613,17 @@ describe('enqueueWaiter script', () => {
   it('drops expired registrations when the queue looks full and registers into the freed place', async () => {
     await hold('w', 'h:1');
     const now = await redisNow();
-    // both arrived more than a lifetime ago
+    // both arrived more than their lifetime ago: dead:1 also more than the longest lifetime (dropped before the new
+    // one is added), dead:2 within it (dropped when the grant loop reaches it)
     await client.zadd(
       keys.queue('w'),
-      (now - LIVE_MS - 2_000) * 1000,
-      '1|dead:1',
+      (now - MAX_LIVE_MS - 1) * 1000,
+      member('dead:1', 1),
       (now - LIVE_MS - 1) * 1000,
-      '1|dead:2',
+      member('dead:2', 1),
     );
     expect(await enqueue('w', 'w:1', 1, { maxWaiting: 2 })).toBe('queued');
-    expect(await members(keys.queue('w'))).toEqual(['1|w:1']);
+    expect(await members(keys.queue('w'))).toEqual([member('w:1', 1)]);
   });
 
   it('replies queue full when the expired ones do not free enough places', async () => {
@@ -565,16 +632,20 @@ describe('enqueueWaiter script', () => {
     await client.zadd(
       keys.queue('w'),
       (now - LIVE_MS - 1) * 1000,
-      '1|dead:1',
+      member('dead:1', 1),
       nowUs - 2,
-      '1|live:1',
+      member('live:1', 1),
       nowUs - 1,
-      '1|live:2',
+      member('live:2', 1),
     );
     expect(await enqueue('w', 'w:1', 1, { maxWaiting: 2 })).toBe('queue_full');
     // the bound counts live registrations only; the new waiter was not added (the dead one goes when a grant reaches
     // it, or when the queue forms anew)
-    expect(await members(keys.queue('w'))).toEqual(['1|dead:1', '1|live:1', '1|live:2']);
+    expect(await members(keys.queue('w'))).toEqual([
+      member('dead:1', 1),
+      member('live:1', 1),
+      member('live:2', 1),
+    ]);
     // a third live place: the dead registration does not take it
     expect(await enqueue('w', 'w:1', 1, { maxWaiting: 3 })).toBe('queued');
   });
@@ -583,7 +654,7 @@ describe('enqueueWaiter script', () => {
     await hold('x', 'h:1');
     expect(await enqueue('x', 'w:1', 1, { liveMs: 100 })).toBe('queued');
     // its end: a lifetime past its arrival
-    const arrival = Number(await client.zscore(keys.queue('x'), '1|w:1'));
+    const arrival = Number(await client.zscore(keys.queue('x'), member('w:1', 1, 100)));
     await untilRedisPasses(Math.ceil(arrival / 1000) + 100);
     expect(await pollWaiter('x', 'w:1', 1, { liveMs: 100 })).toBe('gone');
     expect(await client.exists(keys.queue('x'))).toBe(0);
@@ -613,11 +684,11 @@ describe('enqueueWaiter script', () => {
     // behind a live waiter the enqueue checks nothing (a slot freed is granted when it frees): cheap under overload
     expect(await enqueue('n', 'w:2', 2)).toBe('queued');
     expect(await members(keys.slots('n'))).toEqual(['h:2']);
-    expect(await members(keys.queue('n'))).toEqual(['2|w:1', '2|w:2']);
+    expect(await members(keys.queue('n'))).toEqual([member('w:1', 2), member('w:2', 2)]);
     // the waiter ahead's safety poll finds the free slot and takes it; the newcomer still waits
     expect(await pollWaiter('n', 'w:1', 2)).toBe('granted');
     expect(await members(keys.slots('n'))).toEqual(['h:2', 'w:1']);
-    expect(await members(keys.queue('n'))).toEqual(['2|w:2']);
+    expect(await members(keys.queue('n'))).toEqual([member('w:2', 2)]);
   });
 });
 
@@ -663,7 +734,6 @@ describe('grants: a freed slot goes to the oldest live waiter', () => {
       ...queueArgs('own', 'gw:1', {}),
       'gw',
       0,
-      LIVE_MS,
     ]);
     const after = await redisNow();
     expect(reply).toEqual({ removed: true, checked: true, local: ['gw:2'] });
@@ -675,7 +745,6 @@ describe('grants: a freed slot goes to the oldest live waiter', () => {
       ...queueArgs('own', 'gw:2', {}),
       'gw',
       0,
-      LIVE_MS,
     ]);
     expect(next).toEqual({ removed: true, checked: true, local: [] });
     expect(Number(await client.zscore(keys.slots('own'), 'other:1'))).toBeLessThanOrEqual(
@@ -691,7 +760,7 @@ describe('grants: a freed slot goes to the oldest live waiter', () => {
     await client.zrem(keys.slots('m'), 'h:1', 'h:2'); // two slots freed without a grant
     expect(await releaseSlot('m', 'ghost:1')).toBe(false); // a release that finds nothing still grants what is free
     expect(await members(keys.slots('m'))).toEqual(['a:1', 'b:1', 'h:3']);
-    expect(await members(keys.queue('m'))).toEqual(['3|c:1']);
+    expect(await members(keys.queue('m'))).toEqual([member('c:1', 3)]);
     expect(await feed.settle()).toEqual(['h q m', 'a g a:1 m', 'b g b:1 m']);
   });
 
@@ -703,7 +772,7 @@ describe('grants: a freed slot goes to the oldest live waiter', () => {
     // 2 in use: too many for the head's max 2, and high:1 (max 3) may not pass it
     expect(await releaseSlot('o', 'h:3')).toBe(true);
     expect(await members(keys.slots('o'))).toEqual(['h:1', 'h:2']);
-    expect(await members(keys.queue('o'))).toEqual(['2|low:1', '3|high:1']);
+    expect(await members(keys.queue('o'))).toEqual([member('low:1', 2), member('high:1', 3)]);
     // 1 in use: low:1 gets the second slot, high:1 the third (its max allows it)
     expect(await releaseSlot('o', 'h:2')).toBe(true);
     expect(await members(keys.slots('o'))).toEqual(['h:1', 'high:1', 'low:1']);
@@ -714,7 +783,7 @@ describe('grants: a freed slot goes to the oldest live waiter', () => {
     const now = await redisNow();
     await client.zadd(keys.slots('sw'), now - 1_000, 'dead:1');
     const nowUs = await redisNowUs();
-    await client.zadd(keys.queue('sw'), nowUs - 2, '3|a:1', nowUs - 1, '2|b:1');
+    await client.zadd(keys.queue('sw'), nowUs - 2, member('a:1', 3), nowUs - 1, member('b:1', 2));
     // a:1 (max 3) fits beside the expired lease; b:1 (max 2) only once it is swept
     expect(await releaseSlot('sw', 'ghost:1')).toBe(false);
     expect(await members(keys.slots('sw'))).toEqual(['a:1', 'b:1']);
@@ -725,11 +794,11 @@ describe('grants: a freed slot goes to the oldest live waiter', () => {
     const now = await redisNow();
     await client.zadd(keys.slots('sn'), now - 1_000, 'dead:1', now + 60_000, 'h:1');
     const nowUs = await redisNowUs();
-    await client.zadd(keys.queue('sn'), nowUs - 2, '2|a:1', nowUs - 1, '2|b:1');
+    await client.zadd(keys.queue('sn'), nowUs - 2, member('a:1', 2), nowUs - 1, member('b:1', 2));
     // h:1's slot goes to a:1; the channel looks full again (the expired lease counts until swept): b:1 waits
     expect(await releaseSlot('sn', 'h:1')).toBe(true);
     expect(await members(keys.slots('sn'))).toEqual(['a:1', 'dead:1']);
-    expect(await members(keys.queue('sn'))).toEqual(['2|b:1']);
+    expect(await members(keys.queue('sn'))).toEqual([member('b:1', 2)]);
     // its safety poll sweeps the expired lease and grants it
     expect(await pollWaiter('sn', 'b:1', 2)).toBe('granted');
     expect(await members(keys.slots('sn'))).toEqual(['a:1', 'b:1']);
@@ -737,11 +806,11 @@ describe('grants: a freed slot goes to the oldest live waiter', () => {
 
   it('an acquire on a full channel whose only queued waiter expired is full, not queued behind the dead one', async () => {
     await hold('ef', 'h:1');
-    await plantExpiredWaiter('ef', '1|dead:1');
+    await plantExpiredWaiter('ef', member('dead:1', 1));
     expect(await acquire([{ id: 'ef', max: 1 }], 'n:1', LEASE_TTL_MS)).toEqual([0]);
     expect(await client.exists(keys.queue('ef'))).toBe(0);
     // a raised max is served at once past it
-    await plantExpiredWaiter('ef', '1|dead:2');
+    await plantExpiredWaiter('ef', member('dead:2', 1));
     expect(await acquire([{ id: 'ef', max: 2 }], 'n:2', LEASE_TTL_MS)).toEqual([1]);
   });
 
@@ -749,13 +818,118 @@ describe('grants: a freed slot goes to the oldest live waiter', () => {
     const feed = await grantsFeed();
     await hold('e', 'h:1');
     expect(await enqueue('e', 'live:1', 1)).toBe('queued');
-    await plantExpiredWaiter('e', '1|dead:1');
-    expect(await members(keys.queue('e'))).toEqual(['1|dead:1', '1|live:1']);
+    await plantExpiredWaiter('e', member('dead:1', 1));
+    expect(await members(keys.queue('e'))).toEqual([member('dead:1', 1), member('live:1', 1)]);
     expect(await releaseSlot('e', 'h:1')).toBe(true);
     expect(await members(keys.slots('e'))).toEqual(['live:1']);
     expect(await client.exists(keys.queue('e'))).toBe(0);
     expect(await feed.settle()).toEqual(['h q e', 'live g live:1 e']);
   });
+
+  it('a short-lived registration that ran out behind a live long-lived one is not granted when the grant loop reaches it: it is dropped (one ZREM), the next live one granted', async () => {
+    const feed = await grantsFeed();
+    await hold('ds', 'h:1', 'h:2');
+    const [long, short, next] = await deadBehindLive('ds', 2);
+    // two slots come free in one call: the loop grants long:1, reaches short:1 with a slot still free, and grants next:1
+    await client.zrem(keys.slots('ds'), 'h:2');
+    const commands = await queueCommands('ds', async () => expect(await releaseSlot('ds', 'h:1')).toBe(true));
+    expect(await members(keys.slots('ds'))).toEqual(['long:1', 'next:1']);
+    expect(await client.exists(keys.queue('ds'))).toBe(0);
+    // each grant takes its member out, and the dead one goes with a ZREM of its own: the oldest (long:1) is younger
+    // than the longest lifetime, so no ZREMRANGEBYSCORE
+    expect(commands.filter((c) => c.startsWith('zrem '))).toEqual([
+      `zrem ${long}`,
+      `zrem ${short}`,
+      `zrem ${next}`,
+    ]);
+    expect(commands.filter((c) => c.startsWith('zremrangebyscore '))).toEqual([]);
+    // short:1 was never told of a grant, nor holds one; its poll answers gone
+    expect(await feed.settle()).toEqual(['h q ds', 'long g long:1 ds', 'next g next:1 ds']);
+    expect(await pollWaiter('ds', 'short:1', 2, { liveMs: 5_000 })).toBe('gone');
+    expect(await members(keys.slots('ds'))).toEqual(['long:1', 'next:1']);
+  });
+
+  it('a dead registration behind a live head is dropped when the grant loop stops at it as the next head: the live one behind it is left at the head', async () => {
+    const feed = await grantsFeed();
+    await hold('dh', 'h:1');
+    const [, , next] = await deadBehindLive('dh', 1);
+    // the freed slot goes to long:1; the channel is full again, and the head the loop would return is short:1: dead
+    expect(await releaseSlot('dh', 'h:1')).toBe(true);
+    expect(await members(keys.slots('dh'))).toEqual(['long:1']);
+    expect(await client.zrange(keys.queue('dh'), 0, -1)).toEqual([next]);
+    expect(await releaseSlot('dh', 'long:1')).toBe(true);
+    expect(await members(keys.slots('dh'))).toEqual(['next:1']);
+    expect(await client.exists(keys.queue('dh'))).toBe(0);
+    expect(await feed.settle()).toEqual(['h q dh', 'long g long:1 dh', 'next g next:1 dh']);
+  });
+
+  it('a dead registration behind a live head stays in the queue until a grant loop reaches it; its own poll answers gone and takes it out', async () => {
+    await hold('dp', 'h:1');
+    const [long, short, next] = await deadBehindLive('dp', 1);
+    // a poll of the live one behind it: the loop stops at the live head, so short:1 is not reached
+    expect(await pollWaiter('dp', 'next:1', 1)).toBe('queued');
+    expect(await pollWaiter('dp', 'long:1', 1)).toBe('queued');
+    expect(await client.zrange(keys.queue('dp'), 0, -1)).toEqual([long, short, next]);
+    // its own poll: gone (enqueue again), and its member goes
+    expect(await pollWaiter('dp', 'short:1', 1, { liveMs: 5_000 })).toBe('gone');
+    expect(await client.zrange(keys.queue('dp'), 0, -1)).toEqual([long, next]);
+    expect(await members(keys.slots('dp'))).toEqual(['h:1']);
+    // the same arrival under its member's own lifetime only: the 60 s member of the same token would be live
+    await client.zadd(keys.queue('dp'), await arrivedAgo(6_000), member('short:1', 1));
+    expect(await pollWaiter('dp', 'short:1', 1)).toBe('queued');
+  });
+
+  it.each(['releaseSlot', 'pollWaiter', 'acquireSlots'] as const)(
+    'registrations older than the longest lifetime (62 s) go in one ZREMRANGEBYSCORE at the start of the grant loop (%s); a younger dead one goes with a ZREM when reached',
+    async (touch) => {
+      const feed = await grantsFeed();
+      await hold('ob', 'h:1');
+      expect(await enqueue('ob', 'live:1', 1)).toBe('queued');
+      // dead, older than 62 s, whatever lifetime their member names (the longest included)
+      const old = [member('old:1', 1), member('old:2', 1, 5_000), member('old:3', 1, MAX_LIVE_MS)];
+      const short = member('short:1', 1, 5_000); // dead, 10 s old
+      await client.zadd(
+        keys.queue('ob'),
+        await arrivedAgo(MAX_LIVE_MS + 8_000),
+        old[0]!,
+        await arrivedAgo(MAX_LIVE_MS + 1_000),
+        old[1]!,
+        await arrivedAgo(MAX_LIVE_MS + 500),
+        old[2]!,
+        await arrivedAgo(10_000),
+        short,
+      );
+      expect(await client.zrange(keys.queue('ob'), 0, -1)).toEqual([...old, short, member('live:1', 1)]);
+      if (touch !== 'releaseSlot') await client.zrem(keys.slots('ob'), 'h:1'); // freed unseen: the next look grants it
+      const before = await redisNow();
+      const commands = await queueCommands('ob', async () => {
+        if (touch === 'releaseSlot') expect(await releaseSlot('ob', 'h:1')).toBe(true);
+        if (touch === 'pollWaiter') expect(await pollWaiter('ob', 'live:1', 1)).toBe('granted');
+        if (touch === 'acquireSlots')
+          expect(await acquire([{ id: 'ob', max: 1 }], 'n:1', LEASE_TTL_MS)).toEqual([0]);
+      });
+      const after = await redisNow();
+      expect(await members(keys.slots('ob'))).toEqual(['live:1']);
+      expect(await client.exists(keys.queue('ob'))).toBe(0);
+      // one ZREMRANGEBYSCORE of the arrivals up to 62 s ago, before any ZREM
+      const ranges = commands.filter((c) => c.startsWith('zremrangebyscore '));
+      expect(ranges).toHaveLength(1);
+      const [, min, max] = ranges[0]!.split(' ');
+      expect(min).toBe('-inf');
+      expect(Number(max)).toBeGreaterThanOrEqual((before - MAX_LIVE_MS) * 1000);
+      expect(Number(max)).toBeLessThanOrEqual((after - MAX_LIVE_MS) * 1000);
+      expect(commands.findIndex((c) => c.startsWith('zrem '))).toBeGreaterThan(commands.indexOf(ranges[0]!));
+      // then only the younger dead one and the grant, one ZREM each
+      expect(commands.filter((c) => c.startsWith('zrem '))).toEqual([
+        `zrem ${short}`,
+        `zrem ${member('live:1', 1)}`,
+      ]);
+      expect(await feed.settle()).toEqual([
+        'h q ob',
+        ...(touch === 'pollWaiter' ? [] : ['live g live:1 ob']),
+      ]);
+    },
+  );
 
   // (not an enqueue behind live waiters: it checks nothing, see above)
   it.each(['acquireSlots', 'pollWaiter', 'releaseSlot'] as const)(
@@ -800,7 +974,7 @@ describe('acquireSlots with a queue: no barging', () => {
     await client.zrem(keys.slots('nb'), 'h:1'); // freed without a grant
     expect(await acquire([{ id: 'nb', max: 2 }], 'n:1', 60_000)).toEqual([3]);
     expect(await members(keys.slots('nb'))).toEqual(['h:2', 'w:1']);
-    expect(await members(keys.queue('nb'))).toEqual(['2|w:2']);
+    expect(await members(keys.queue('nb'))).toEqual([member('w:2', 2)]);
     // the next request finds the channel full; it waits in the queue, it does not take the next slot
     expect(await acquire([{ id: 'nb', max: 9 }], 'n:2', 60_000)).toEqual([3]);
     expect(await members(keys.slots('nb'))).toEqual(['h:2', 'w:1']);
@@ -859,10 +1033,11 @@ describe('acquireSlots with a queue: no barging', () => {
   it('a queue of expired waiters only is dropped and the request admitted', async () => {
     await hold('old', 'h:1');
     expect(await enqueue('old', 'w:1', 1, { liveMs: 100 })).toBe('queued');
-    // its end: a lifetime past its arrival
-    await untilRedisPasses(Math.ceil(Number(await client.zscore(keys.queue('old'), '1|w:1')) / 1000) + 100);
+    // its end: the lifetime its member names past its arrival
+    const arrival = Number(await client.zscore(keys.queue('old'), member('w:1', 1, 100)));
+    await untilRedisPasses(Math.ceil(arrival / 1000) + 100);
     const old = { token: 'n:1', targets: [{ id: 'old', max: 2 }] };
-    expect(await acquireMany([old], 60_000, { liveMs: 100 })).toEqual([1]);
+    expect(await acquireMany([old], 60_000)).toEqual([1]);
     expect(await members(keys.slots('old'))).toEqual(['h:1', 'n:1']);
     expect(await client.exists(keys.queue('old'))).toBe(0);
   });
@@ -898,7 +1073,7 @@ describe('pollWaiter and leaveQueue scripts', () => {
     expect(await enqueue('l', 'w:2', 1)).toBe('queued');
     expect(await leaveQueue('l', 'w:1', 1)).toBe(false);
     expect(await leaveQueue('l', 'w:1', 1)).toBe(false); // twice: a no-op
-    expect(await members(keys.queue('l'))).toEqual(['1|w:2']);
+    expect(await members(keys.queue('l'))).toEqual([member('w:2', 1)]);
     expect(await members(keys.slots('l'))).toEqual(['h:1']);
     expect(await leaveQueue('l', 'w:2', 1)).toBe(false);
     expect(await client.exists(keys.queue('l'))).toBe(0);
@@ -934,10 +1109,9 @@ describe('pollWaiter and leaveQueue scripts', () => {
     expect(await enqueue('ly', 'a:1', 1)).toBe('queued');
     expect(await enqueue('ly', 'b:1', 1)).toBe('queued');
     await client.zadd(keys.slots('ly'), 1, 'h:1');
-    const plain = [...queueArgs('ly', member('a:1', 1), {}), LIVE_MS, 0];
-    expect(await SCRIPTS.leaveQueue.call(client, queueKeys('ly'), plain)).toBe(false);
+    expect(await leaveQueue('ly', 'a:1', 1, { sweep: false })).toBe(false);
     expect(await members(keys.slots('ly'))).toEqual(['h:1']);
-    expect(await members(keys.queue('ly'))).toEqual(['1|b:1']);
+    expect(await members(keys.queue('ly'))).toEqual([member('b:1', 1)]);
     // b's safety poll sweeps it and finds itself granted
     expect(await pollWaiter('ly', 'b:1', 1)).toBe('granted');
     expect(await members(keys.slots('ly'))).toEqual(['b:1']);
@@ -947,18 +1121,23 @@ describe('pollWaiter and leaveQueue scripts', () => {
 describe('requeueWaiter script', () => {
   it('the moved member takes the arrival of the old one (same µs score), so it lives as long as the old one would have', async () => {
     await hold('rq', 'h:1', 'h:2', 'h:3');
-    for (const t of ['a:1', 'b:1', 'c:1']) expect(await enqueue('rq', t, 3)).toBe('queued');
-    const arrival = await client.zscore(keys.queue('rq'), '3|b:1');
+    for (const t of ['a:1', 'b:1', 'c:1'])
+      expect(await enqueue('rq', t, 3, { liveMs: 45_000 })).toBe('queued');
+    const arrival = await client.zscore(keys.queue('rq'), member('b:1', 3, 45_000));
     expect(await requeue('rq', ['b:1', 3], ['b:2', 1], { liveMs: 45_000 })).toBe('queued');
-    expect(await client.zscore(keys.queue('rq'), '1|b:2')).toBe(arrival);
-    expect(await client.zrange(keys.queue('rq'), 0, -1)).toEqual(['3|a:1', '1|b:2', '3|c:1']);
+    expect(await client.zscore(keys.queue('rq'), member('b:2', 1, 45_000))).toBe(arrival);
+    expect(await client.zrange(keys.queue('rq'), 0, -1)).toEqual([
+      member('a:1', 3, 45_000),
+      '1|45000|b:2',
+      member('c:1', 3, 45_000),
+    ]);
     // no fresh lifetime: a registration with 1 s left still has 1 s left once moved, and then it runs out
     await hold('ro', 'h:1');
     const old = await arrivedAgo(44_000);
-    await client.zadd(keys.queue('ro'), old, '1|a:1');
+    await client.zadd(keys.queue('ro'), old, member('a:1', 1, 45_000));
     expect(await requeue('ro', ['a:1', 1], ['a:2', 1], { liveMs: 45_000 })).toBe('queued');
-    expect(Number(await client.zscore(keys.queue('ro'), '1|a:2'))).toBe(old);
-    expect(await members(keys.queue('ro'))).toEqual(['1|a:2']);
+    expect(Number(await client.zscore(keys.queue('ro'), member('a:2', 1, 45_000)))).toBe(old);
+    expect(await members(keys.queue('ro'))).toEqual([member('a:2', 1, 45_000)]);
     await untilRedisPasses(Math.ceil(old / 1000) + 45_000);
     expect(await pollWaiter('ro', 'a:2', 1, { liveMs: 45_000 })).toBe('gone');
     expect(await client.exists(keys.queue('ro'))).toBe(0);
@@ -972,7 +1151,7 @@ describe('requeueWaiter script', () => {
     expect(await releaseSlot('rg', 'h:1')).toBe(true); // a:1 granted under max 2
     expect(await requeue('rg', ['a:1', 2], ['a:2', 1])).toBe('queued'); // one slot in use: max 1 is reached
     expect(await members(keys.slots('rg'))).toEqual(['h:2']);
-    expect(await client.zrange(keys.queue('rg'), 0, -1)).toEqual(['1|a:2', '2|b:1']);
+    expect(await client.zrange(keys.queue('rg'), 0, -1)).toEqual([member('a:2', 1), member('b:1', 2)]);
     expect(await releaseSlot('rg', 'h:2')).toBe(true);
     expect(await members(keys.slots('rg'))).toEqual(['a:2', 'b:1']);
     expect(await feed.settle()).toEqual(['h q rg', 'a g a:1 rg', 'h q rg', 'a g a:2 rg', 'b g b:1 rg']);
@@ -983,19 +1162,35 @@ describe('requeueWaiter script', () => {
     for (const t of ['a:1', 'b:1', 'c:1']) expect(await enqueue('rd', t, 1)).toBe('queued');
     expect(await releaseSlot('rd', 'h:1')).toBe(true); // a:1 granted
     // b:1, now at the head, runs out (its instance died): a:2 must not take an arrival just ahead of it
-    await client.zadd(keys.queue('rd'), 'XX', ((await redisNow()) - LIVE_MS - 1) * 1000, '1|b:1');
+    await client.zadd(keys.queue('rd'), 'XX', ((await redisNow()) - LIVE_MS - 1) * 1000, member('b:1', 1));
     expect(await requeue('rd', ['a:1', 1], ['a:2', 1])).toBe('granted');
     expect(await members(keys.slots('rd'))).toEqual(['a:2']);
-    expect(await client.zrange(keys.queue('rd'), 0, -1)).toEqual(['1|c:1']);
+    expect(await client.zrange(keys.queue('rd'), 0, -1)).toEqual([member('c:1', 1)]);
   });
 
-  it("a member older than the caller's lifetime (wait_timeout_ms lowered meanwhile) stays the oldest live waiter", async () => {
+  it('a moved member whose own lifetime has run out since the old arrival stays the oldest live waiter, ahead of the next', async () => {
+    // `to` names a shorter lifetime than the 30 s since `from` arrived (registered under a longer one)
     await hold('rw', 'h:1');
-    await client.zadd(keys.queue('rw'), await arrivedAgo(30_000), '1|a:1'); // registered under a longer lifetime
+    await client.zadd(keys.queue('rw'), await arrivedAgo(30_000), member('a:1', 1, 60_000));
     expect(await enqueue('rw', 'b:1', 1)).toBe('queued');
-    expect(await requeue('rw', ['a:1', 1], ['a:2', 1], { liveMs: 20_000 })).toBe('queued');
-    expect(await client.zrange(keys.queue('rw'), 0, -1)).toEqual(['1|a:2', '1|b:1']);
+    const b = Number(await client.zscore(keys.queue('rw'), member('b:1', 1)));
+    expect(await requeue('rw', ['a:1', 1, 60_000], ['a:2', 1, 20_000])).toBe('queued');
+    expect(await client.zrange(keys.queue('rw'), 0, -1)).toEqual([
+      member('a:2', 1, 20_000),
+      member('b:1', 1),
+    ]);
+    expect(Number(await client.zscore(keys.queue('rw'), member('a:2', 1, 20_000)))).toBe(b - 1);
     expect(await pollWaiter('rw', 'a:2', 1, { liveMs: 20_000 })).toBe('queued');
+    // the engine's case: `to` names `from`'s lifetime, which has run out since its arrival (no grant loop reached it)
+    await hold('rx', 'h:1');
+    await client.zadd(keys.queue('rx'), await arrivedAgo(6_000), member('a:1', 1, 5_000));
+    expect(await enqueue('rx', 'b:1', 1)).toBe('queued');
+    expect(await requeue('rx', ['a:1', 1], ['a:2', 1], { liveMs: 5_000 })).toBe('queued');
+    expect(await client.zrange(keys.queue('rx'), 0, -1)).toEqual([member('a:2', 1, 5_000), member('b:1', 1)]);
+    expect(await pollWaiter('rx', 'a:2', 1, { liveMs: 5_000 })).toBe('queued');
+    // and it is the one granted first
+    expect(await releaseSlot('rx', 'h:1')).toBe(true);
+    expect(await members(keys.slots('rx'))).toEqual(['a:2']);
   });
 
   it('a member the queue lost joins at the tail, or is turned away from a full queue', async () => {
@@ -1003,7 +1198,7 @@ describe('requeueWaiter script', () => {
     expect(await enqueue('rl', 'a:1', 1)).toBe('queued');
     expect(await requeue('rl', ['lost:1', 1], ['b:1', 1], { maxWaiting: 2 })).toBe('queued');
     expect(await requeue('rl', ['lost:2', 1], ['c:1', 1], { maxWaiting: 2 })).toBe('queue_full');
-    expect(await client.zrange(keys.queue('rl'), 0, -1)).toEqual(['1|a:1', '1|b:1']);
+    expect(await client.zrange(keys.queue('rl'), 0, -1)).toEqual([member('a:1', 1), member('b:1', 1)]);
     expect(await requeue('rl', ['a:1', 1], ['a:2', 2], { maxWaiting: 2 })).toBe('granted'); // a raised max
     expect(await members(keys.slots('rl'))).toEqual(['a:2', 'h:1']);
   });
@@ -1028,12 +1223,12 @@ describe('queue news: the "q" message', () => {
     await hold('qe', 'a:1');
     // a waiter came and went, and one whose registration expired is left: the keys outlive it
     expect(await enqueue('qe', 'gone:1', 1)).toBe('queued');
-    await plantExpiredWaiter('qe', '1|dead:1');
+    await plantExpiredWaiter('qe', member('dead:1', 1));
     expect(await leaveQueue('qe', 'gone:1', 1)).toBe(false);
-    expect(await members(keys.queue('qe'))).toEqual(['1|dead:1']);
+    expect(await members(keys.queue('qe'))).toEqual([member('dead:1', 1)]);
     expect(await enqueue('qe', 'w:1', 1)).toBe('queued');
     expect(await feed.settle()).toEqual(['a q qe', 'a q qe']);
-    expect(await members(keys.queue('qe'))).toEqual(['1|w:1']);
+    expect(await members(keys.queue('qe'))).toEqual([member('w:1', 1)]);
   });
 
   it('a waiter granted at once forms no queue: the holders are not told', async () => {
@@ -1105,20 +1300,17 @@ describe('key expiry: set, and only ever extended', () => {
     await client.pexpire(keys.queue('k'), 11_500);
     expect(await enqueue('k', 'w:2b', 1, { liveMs: 8_000 })).toBe('queued');
     expect(await client.pttl(keys.queue('k'))).toBeGreaterThan(15_000);
-    expect(await enqueue('k', 'w:3', 1, { liveMs: 600_000 })).toBe('queued');
+    // a member naming the longest lifetime extends it to twice that; a short-lived one after it does not shorten it
+    expect(await enqueue('k', 'w:3', 1, { liveMs: MAX_LIVE_MS })).toBe('queued');
     expect(await enqueue('k', 'w:4', 1, { liveMs: 1_000 })).toBe('queued');
-    expect(await client.pttl(keys.queue('k'))).toBeGreaterThan(1_190_000);
+    const long = await client.pttl(keys.queue('k'));
+    expect(long).toBeGreaterThan(2 * MAX_LIVE_MS - 4_000);
+    expect(long).toBeLessThanOrEqual(2 * MAX_LIVE_MS);
   });
 
   it('an enqueue told its queue key outlives it checks no expiry behind a live waiter, but does where the queue forms', async () => {
     await hold('kc', 'h:1');
-    const unchecked = (token: string, liveMs: number) =>
-      SCRIPTS.enqueueWaiter.call(client, queueKeys('kc'), [
-        ...queueArgs('kc', member(token, 1), {}),
-        10,
-        liveMs,
-        0,
-      ]);
+    const unchecked = (token: string, liveMs: number) => enqueue('kc', token, 1, { liveMs, check: false });
     // the queue forms with this waiter: its key is new, so its expiry is set whatever the caller said
     expect(await unchecked('w:1', 8_000)).toBe('queued');
     expect(await client.pttl(keys.queue('kc'))).toBeGreaterThan(15_000);
@@ -1131,31 +1323,32 @@ describe('key expiry: set, and only ever extended', () => {
     expect(await client.pttl(keys.queue('kc'))).toBeGreaterThan(15_000);
   });
 
-  it('a release takes a registration as live for the lifetime it is told past its arrival: one that ran out is dropped, the next live one granted', async () => {
-    const release = (id: string, liveMs: number) =>
-      SCRIPTS.releaseSlot.call(client, queueKeys(id), [...queueArgs(id, 'h:1', {}), '', 0, liveMs]);
-    // each channel: one slot held, w:1 at the head (arrived `ago` ms ago), w:2 behind it (arrived just now)
-    const setUp = async (id: string, ago: number) => {
+  it('a registration is live for the lifetime its member names past its arrival: a release drops one that ran out and grants the next live one', async () => {
+    // each channel: one slot held, w:1 at the head (its member naming `live`, arrived `ago` ms ago), w:2 behind it
+    // (arrived just now)
+    const setUp = async (id: string, ago: number, live: number) => {
       await hold(id, 'h:1');
-      expect(await enqueue(id, 'w:1', 1)).toBe('queued');
+      expect(await enqueue(id, 'w:1', 1, { liveMs: live })).toBe('queued');
       expect(await enqueue(id, 'w:2', 1)).toBe('queued');
-      await client.zadd(keys.queue(id), await arrivedAgo(ago), member('w:1', 1));
+      await arrive(id, member('w:1', 1, live), ago);
+      expect(await releaseSlot(id, 'h:1')).toBe(true);
     };
-    // arrived within the lifetime: live, granted
-    await setUp('lw', 59_000);
-    expect(await release('lw', 60_000)).toMatchObject({ removed: true });
+    // arrived within its lifetime: live, granted
+    await setUp('lw', 59_000, 60_000);
     expect(await members(keys.slots('lw'))).toEqual(['w:1']);
-    expect(await members(keys.queue('lw'))).toEqual(['1|w:2']);
-    // arrived longer ago than the lifetime: run out, dropped; the slot goes to w:2
-    await setUp('lo', 61_000);
-    expect(await release('lo', 60_000)).toMatchObject({ removed: true });
+    expect(await members(keys.queue('lw'))).toEqual([member('w:2', 1)]);
+    // arrived longer ago than its lifetime: run out, dropped; the slot goes to w:2
+    await setUp('lo', 61_000, 60_000);
     expect(await members(keys.slots('lo'))).toEqual(['w:2']);
     expect(await client.exists(keys.queue('lo'))).toBe(0);
-    // the same arrival under a longer lifetime: still live, granted
-    await setUp('ll', 61_000);
-    expect(await release('ll', 80_000)).toMatchObject({ removed: true });
+    // the same arrival, its member naming a longer lifetime: still live, granted
+    await setUp('ll', 61_000, 62_000);
     expect(await members(keys.slots('ll'))).toEqual(['w:1']);
-    expect(await members(keys.queue('ll'))).toEqual(['1|w:2']);
+    expect(await members(keys.queue('ll'))).toEqual([member('w:2', 1)]);
+    // a short lifetime run out long before the longest: dropped all the same
+    await setUp('ls', 6_000, 5_000);
+    expect(await members(keys.slots('ls'))).toEqual(['w:2']);
+    expect(await client.exists(keys.queue('ls'))).toBe(0);
   });
 
   it("a release told the slots key's expiry is known skips its PTTL, unless the key was empty", async () => {
@@ -1164,7 +1357,6 @@ describe('key expiry: set, and only ever extended', () => {
         ...queueArgs(id, token, { leaseTtlMs: 60_000 }),
         '',
         1,
-        LIVE_MS,
       ]);
     // a full channel of 2 with a waiter: the grant lands in a key that holds the other lease, whose expiry is known
     await hold('kt', 'h:1', 'h:2');
@@ -1190,11 +1382,10 @@ describe('key expiry: set, and only ever extended', () => {
   it('a queue that forms anew over run-out registrations gets its key checked even when the caller said it was covered', async () => {
     await hold('kn', 'h:1');
     // a dead registration left in a key about to expire (its waiter's instance died without leaving)
-    await plantExpiredWaiter('kn', '1|dead:1');
+    await plantExpiredWaiter('kn', member('dead:1', 1));
     await client.pexpire(keys.queue('kn'), 1_000);
-    const args = [...queueArgs('kn', member('w:1', 1), {}), 10, 8_000, 0];
-    expect(await SCRIPTS.enqueueWaiter.call(client, queueKeys('kn'), args)).toBe('queued');
-    expect(await members(keys.queue('kn'))).toEqual(['1|w:1']);
+    expect(await enqueue('kn', 'w:1', 1, { liveMs: 8_000, check: false })).toBe('queued');
+    expect(await members(keys.queue('kn'))).toEqual([member('w:1', 1, 8_000)]);
     // twice the lifetime: the key outlives the new registration (its arrival + 8 s) by a lifetime, and another
     // store's hint that it has 1.5 lifetimes holds
     const pttl = await client.pttl(keys.queue('kn'));
@@ -1205,8 +1396,9 @@ describe('key expiry: set, and only ever extended', () => {
   it('a queue-full enqueue leaves the expiries as they were', async () => {
     await hold('kf', 'h:1');
     expect(await enqueue('kf', 'w:1', 1, { liveMs: 5_000, maxWaiting: 1 })).toBe('queued');
-    expect(await enqueue('kf', 'w:2', 1, { liveMs: 600_000, maxWaiting: 1 })).toBe('queue_full');
+    expect(await enqueue('kf', 'w:2', 1, { liveMs: MAX_LIVE_MS, maxWaiting: 1 })).toBe('queue_full');
     expect(await client.pttl(keys.queue('kf'))).toBeLessThanOrEqual(10_000);
+    expect(await members(keys.queue('kf'))).toEqual([member('w:1', 1, 5_000)]);
   });
 
   it('a grant keeps the slots key at least a lease TTL (1.25 TTL when it extends), never shortening it', async () => {
@@ -1262,6 +1454,16 @@ describe('script sources', () => {
     const granting = [SCRIPTS.acquireSlots, SCRIPTS.enqueueWaiter, SCRIPTS.releaseSlot, SCRIPTS.pollWaiter];
     for (const script of [...granting, SCRIPTS.leaveQueue]) {
       expect(loadLua(script.file).match(/local function grantFree\(/g), script.file).toHaveLength(1);
+    }
+  });
+
+  it("bound a registration's lifetime where the store does: every member older than MAX_REGISTRATION_LIVE_MS has run out", () => {
+    for (const script of Object.values(SCRIPTS)) {
+      const source = loadLua(script.file);
+      if (!source.includes('local function grantFree(')) continue;
+      expect(source.match(/^local MAX_LIVE_MS = (\d+)$/m)?.[1], script.file).toBe(
+        String(MAX_REGISTRATION_LIVE_MS),
+      );
     }
   });
 });

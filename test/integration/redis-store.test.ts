@@ -495,7 +495,7 @@ describe('RedisStore command cost (client and server side)', () => {
       expect(m.server.evalsha).toBe(1);
       expect(m.server.time).toBe(1);
       expect(m.server.zadd).toBe(3);
-      expect(await cc.client.zrange(store.keys.queue('wt2'), 0, -1)).toEqual(['1|w:1', '1|w:2']);
+      expect(await cc.client.zrange(store.keys.queue('wt2'), 0, -1)).toEqual(['1|60000|w:1', '1|60000|w:2']);
       // each as a call of its own: a full queue turns away only the registration that finds it full
       const full = await Promise.all([
         store.enqueue(waiter('wt1', 'w:3', 1), waitOpts(1)),
@@ -523,7 +523,7 @@ describe('RedisStore command cost (client and server side)', () => {
       };
       expect(err).toMatchObject({ code: 'admission_store_unavailable', operation: 'wait_register' });
       expect(err.message).toMatch(/WRONGTYPE/);
-      expect(await cc.client.zrange(store.keys.queue('wf1'), 0, -1)).toEqual(['1|w:1']);
+      expect(await cc.client.zrange(store.keys.queue('wf1'), 0, -1)).toEqual(['1|60000|w:1']);
       await cc.client.del(store.keys.queue('wf2'));
     });
 
@@ -630,22 +630,42 @@ describe('RedisStore command cost (client and server side)', () => {
       expect(await cc.client.zrange(store.keys.slots('rp'), 0, -1)).toEqual(['w:1', 'w:2']);
     });
 
-    it('a granting release drops the registrations that ran out (the oldest) in one ZREMRANGEBYSCORE, then grants the first live waiter', async () => {
+    it('a granting release drops a registration that ran out with no lookup (its arrival and lifetime say so), then grants the next live waiter', async () => {
       await store.acquireFirst([{ channelId: 'rl', max: 1 }], opts('l:1'));
       expect(await store.enqueue(waiter('rl', 'w:1', 1), waitOpts())).toBe('queued');
       expect(await store.enqueue(waiter('rl', 'w:2', 1), waitOpts())).toBe('queued');
-      // w:1 arrived longer ago than a registration of this store lives (60 s): its instance died without leaving
+      // w:1 arrived longer ago than its lifetime (60 s): its instance died without leaving
       const [sec] = await cc.client.time();
-      await cc.client.zadd(store.keys.queue('rl'), 'XX', (Number(sec) * 1000 - 61_000) * 1000, '1|w:1');
+      await cc.client.zadd(store.keys.queue('rl'), 'XX', (Number(sec) * 1000 - 61_000) * 1000, '1|60000|w:1');
       const m = await measure(async () => {
         expect(await store.release({ channelId: 'rl', token: 'l:1', ttlMs: 120_000 })).toBe(true);
       });
       expect(m.server.zscore).toBeUndefined(); // no registration is looked up
-      expect(m.server.zremrangebyscore).toBe(1);
-      expect(m.server.zrange).toBe(3); // the window (w:1 first), again after the drop, then the empty rest
+      expect(m.server.zrem).toBe(3); // the slot, the dead w:1, the granted w:2
+      expect(m.server.zrange).toBe(2); // the window, then the empty rest
       expect(m.server.publish).toBe(1);
       expect(await cc.client.zrange(store.keys.slots('rl'), 0, -1)).toEqual(['w:2']);
       expect(await cc.client.zcard(store.keys.queue('rl'))).toBe(0);
+    });
+
+    it('registrations older than the longest lifetime (62 s) go in one ZREMRANGEBYSCORE before the grant loop looks', async () => {
+      await store.acquireFirst([{ channelId: 'ro', max: 1 }], opts('o:1'));
+      for (const t of ['w:1', 'w:2', 'w:3'])
+        expect(await store.enqueue(waiter('ro', t, 1), waitOpts())).toBe('queued');
+      const [sec] = await cc.client.time();
+      for (const t of ['w:1', 'w:2'])
+        await cc.client.zadd(
+          store.keys.queue('ro'),
+          'XX',
+          (Number(sec) * 1000 - 63_000) * 1000,
+          `1|60000|${t}`,
+        );
+      const m = await measure(async () => {
+        expect(await store.release({ channelId: 'ro', token: 'o:1', ttlMs: 120_000 })).toBe(true);
+      });
+      expect(m.server.zremrangebyscore).toBe(1);
+      expect(m.server.zrem).toBe(2); // the slot, the granted w:3
+      expect(await cc.client.zrange(store.keys.slots('ro'), 0, -1)).toEqual(['w:3']);
     });
 
     it('a release on a channel the store knows no queue of is a plain ZREM; the next acquire grants the slot', async () => {

@@ -68,8 +68,8 @@ export interface EnqueueOptions {
   ttlMs: number;
   /**
    * The registration TTL of a waiter with its whole wait ahead (`wait_timeout_ms` plus the margin). Defaults to
-   * `ttlMs`. A Redis store keeps every registration this long past its arrival in the queue (its queue holds arrivals
-   * only, so the registrations that ran out are the oldest), and its queue key at least 1.5 times this.
+   * `ttlMs`. A Redis store keeps the registration this long past its arrival in the queue (its queue holds arrivals,
+   * and each member names its own lifetime), and its queue key at least 1.5 times this.
    */
   keyTtlMs?: number;
   /** The lease TTL in force (a slot granted keeps its key alive at least this long). */

@@ -35,8 +35,6 @@ export class AcquireCalls {
     private readonly clock: Clock,
     /** The claim deadline of a grant the call makes to a waiter. */
     private readonly claimMs: number,
-    /** How long a waiter's registration lives past its arrival (RedisQueues.liveMs). */
-    private readonly liveMs: () => number,
   ) {}
 
   /** The call for requests that share a lease TTL and a cooldown setting. */
@@ -69,7 +67,6 @@ export class AcquireCalls {
       index.size,
       this.claimMs,
       this.keys.grants(),
-      this.liveMs(),
       ...channelArgs,
       ...requestArgs,
     ];

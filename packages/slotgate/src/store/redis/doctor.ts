@@ -15,9 +15,8 @@
  * `<prefix>:<more>`, e.g. `slotgate:staging:v1:...`) and an older release's queue keys (`:queue`, `:waiters`) are listed
  * as notes and never touched.
  *
- * A queue's scores are arrivals: a registration there has run out once it is older than the longest a registration
- * can live (MAX_REGISTRATION_LIVE_MS; the doctor does not know the gateways' wait timeout, so it never calls a live
- * one expired).
+ * A queue's scores are arrivals: a registration there has run out once it is older than the lifetime its member
+ * names (`<max>|<lifetime ms>|<token>`, lua/includes/queue.lua).
  */
 import { describeResource } from '../../core/client.js';
 import type { Cluster, Redis } from 'ioredis';
@@ -27,7 +26,7 @@ import { KeyBuilder, SCHEMA_VERSION } from './keys.js';
 import { redisMs } from './redis-time.js';
 import { isCluster } from './connection.js';
 import { SCRIPTS } from './scripts.js';
-import { DEFAULT_CLAIM_MS, DEFAULT_LEASE_TTL_MS, MAX_REGISTRATION_LIVE_MS } from './queues.js';
+import { DEFAULT_CLAIM_MS, DEFAULT_LEASE_TTL_MS } from './queues.js';
 
 export type FindingKind =
   'expired_members' | 'no_expiry' | 'cooldown_without_ttl' | 'wrong_type' | 'unknown_key' | 'dead_owner';
@@ -270,8 +269,8 @@ export async function checkLeftovers(
       continue;
     const pttl = await client.pttl(key);
     if (shape.kind === 'queue') {
-      // scores are arrivals (µs): a registration runs out a lifetime after its arrival
-      const expired = await client.zrangebyscore(key, '-inf', (now - MAX_REGISTRATION_LIVE_MS) * 1000);
+      // scores are arrivals (µs): a registration runs out the lifetime its member names after its arrival
+      const expired = ranOut(await client.zrange(key, 0, -1, 'WITHSCORES'), now);
       if (expired.length > 0)
         findings.push({
           key,
@@ -343,8 +342,23 @@ async function releaseDead(client: Redis | Cluster, keys: KeyBuilder, f: Finding
   return SCRIPTS.releaseDeadOwner.call(
     client,
     [keys.slots(id), keys.queue(id)],
-    [DEFAULT_CLAIM_MS, DEFAULT_LEASE_TTL_MS, keys.grants(), id, MAX_REGISTRATION_LIVE_MS, ...pairs],
+    [DEFAULT_CLAIM_MS, DEFAULT_LEASE_TTL_MS, keys.grants(), id, ...pairs],
   );
+}
+
+/**
+ * The members of a queue (`ZRANGE … WITHSCORES`: member, arrival µs, …) whose registration has run out at `now` (ms):
+ * arrived longer ago than the lifetime the member names ("<max>|<lifetime ms>|<token>"). A member of another shape
+ * has no lifetime: run out.
+ */
+function ranOut(withScores: readonly string[], now: number): string[] {
+  const out: string[] = [];
+  for (let i = 0; i < withScores.length; i += 2) {
+    const member = withScores[i]!;
+    const live = Number(member.split('|')[1]);
+    if (!(Number(withScores[i + 1]) > (now - (Number.isFinite(live) ? live : 0)) * 1000)) out.push(member);
+  }
+  return out;
 }
 
 /** Expired members removed per script call, so one huge set never blocks Redis for long. */
@@ -353,10 +367,8 @@ const FIX_BATCH = 500;
 async function fixOne(client: Redis | Cluster, f: Finding): Promise<number> {
   const fix = (args: (string | number)[]) => SCRIPTS.fixLeftover.call(client, [f.key], [f.kind, ...args]);
   if (f.kind !== 'expired_members') return fix([f.type ?? '']);
-  // a queue's members live a registration's lifetime past their scores; a lease's score is its expiry
-  const lives = f.key.endsWith('}:fifo') ? MAX_REGISTRATION_LIVE_MS : 0;
   let n = 0;
-  for (const batch of chunk(f.members ?? [], FIX_BATCH)) n += await fix([lives, ...batch]);
+  for (const batch of chunk(f.members ?? [], FIX_BATCH)) n += await fix(batch);
   return n;
 }
 

@@ -63,13 +63,16 @@ const liveMsOf = (options: EnqueueOptions) =>
  */
 export const MAX_REGISTRATION_LIVE_MS = 62_000;
 
-/** The member of a waiter in a queue: its max and its token. */
-const memberOf = (w: WaiterRef) => `${w.max}|${w.token}`;
+/** Members remembered per waiter (cleared past this: a member not remembered is rebuilt with the latest lifetime). */
+const MEMBERS_LIMIT = 100_000;
+
+/** Where a waiter's member is remembered: its channel and token. */
+const placeOf = (channelId: string, token: string) => `${channelId}\n${token}`;
 
 /** Registrations one enqueueWaiter call carries at most (a single node coalesces those sent together). */
 const MAX_ENQUEUES_PER_CALL = 100;
 /** The arguments of one registration: the script reads the i-th's at ENQUEUE_ARGS × i. */
-const ENQUEUE_ARGS = 8;
+const ENQUEUE_ARGS = 7;
 
 type Arg = string | number;
 
@@ -103,19 +106,36 @@ export class RedisQueues {
   private readonly slotsCheckedAt = new Map<string, { at: number; ttlMs: number }>();
   /** When each release in flight went out (the time a check it reports is counted from). */
   private readonly releaseSentAt = new WeakMap<LeaseRef, number>();
-  /**
-   * How long a registration lives past its arrival, as this store's latest enqueue said (wait timeout + margin): every
-   * script that reaches a queue drops the registrations older than that (lua/includes/queue.lua).
-   */
+  /** The registration lifetime of this store's latest enqueue (wait timeout + margin). */
   private live: number | undefined;
+  /**
+   * The member each of this store's waiters stands in a queue under, "<max>|<lifetime>|<token>" (lua/includes/
+   * queue.lua): its lifetime is the one it registered with, so a leave or a poll names it whatever the settings are
+   * now. Forgotten when the registration ends here: a leave, a grant delivered, a poll that finds it granted or gone.
+   */
+  private readonly members = new Map<string, string>();
   /** Registrations sent in the current job, on a single node: they go out in one call when it ends. */
   private pendingEnqueues: PendingEnqueue[] = [];
 
   constructor(private readonly deps: RedisQueuesDeps) {}
 
-  /** How long a registration lives past its arrival: this store's latest enqueue's, or the longest possible. */
+  /**
+   * How long a registration lives past its arrival, as this store last registered one (the longest possible before
+   * the first): what a load read counts waiters by (a registration of another lifetime may be counted a little
+   * longer or shorter than it lives; the count only orders candidates).
+   */
   liveMs(): number {
     return this.live ?? MAX_REGISTRATION_LIVE_MS;
+  }
+
+  /** The member `w` stands under: the one it registered with, else one with this store's latest lifetime. */
+  private memberOf(w: WaiterRef): string {
+    return this.members.get(placeOf(w.channelId, w.token)) ?? `${w.max}|${this.liveMs()}|${w.token}`;
+  }
+
+  /** The registration of `token` on the channel ended here: its member is forgotten. */
+  private forget(channelId: string, token: string): void {
+    this.members.delete(placeOf(channelId, token));
   }
 
   hasQueue(channelId: string): boolean {
@@ -158,7 +178,6 @@ export class RedisQueues {
       lease.channelId,
       this.listeners.has(instance) ? instance : '',
       trusted ? 1 : 0,
-      this.liveMs(),
     ];
   };
 
@@ -172,6 +191,7 @@ export class RedisQueues {
     }
     const listener = this.listeners.get(instanceOfToken(lease.token));
     for (const token of reply.local) {
+      this.forget(lease.channelId, token);
       if (listener) listener.grant(lease.channelId, token, ttl);
       // stopped listening meanwhile: nobody takes it over, so it is given back and passes on
       else this.leave({ channelId: lease.channelId, token, max: 0 }, ttl).catch(() => {});
@@ -185,18 +205,20 @@ export class RedisQueues {
   }
 
   private argsOf(w: WaiterRef, leaseTtlMs: number): (string | number)[] {
-    return [memberOf(w), this.deps.claimMs, leaseTtlMs, this.deps.keys.grants(), w.channelId];
+    return [this.memberOf(w), this.deps.claimMs, leaseTtlMs, this.deps.keys.grants(), w.channelId];
   }
 
-  /** The arguments of a poll or a leave: argsOf's, then the registration lifetime. */
-  private checkArgsOf(w: WaiterRef, leaseTtlMs: number): (string | number)[] {
-    return [...this.argsOf(w, leaseTtlMs), this.liveMs()];
+  /** Remembers the member `w` registers under, living `live` ms past its arrival. */
+  private remember(w: WaiterRef, live: number): void {
+    if (this.members.size >= MEMBERS_LIMIT) this.members.clear();
+    this.members.set(placeOf(w.channelId, w.token), `${w.max}|${live}|${w.token}`);
   }
 
   async enqueue(w: WaiterRef, options: EnqueueOptions): Promise<EnqueueReply> {
     const sentAt = this.deps.clock.now();
     const live = liveMsOf(options);
     this.live = live;
+    this.remember(w, live);
     const covered = sentAt + 1.25 * live <= (this.coveredUntil.get(w.channelId) ?? -Infinity);
     const reply = await this.register(w, options, undefined, [covered ? 0 : 1], (keys, args) =>
       this.coalesced(keys, args),
@@ -209,36 +231,45 @@ export class RedisQueues {
     return reply;
   }
 
-  /** `from`'s registration becomes `to`'s, in its place (lua/requeueWaiter-2.lua). */
-  requeue(from: WaiterRef, to: WaiterRef, options: EnqueueOptions): Promise<EnqueueReply> {
-    this.live = liveMsOf(options);
-    return this.register(to, options, from, [], (keys, args) => {
-      this.deps.count('wait', 1);
-      return SCRIPTS.requeueWaiter.call(this.deps.client, keys, args);
-    });
+  /**
+   * `from`'s registration becomes `to`'s, in its place (lua/requeueWaiter-2.lua), with `from`'s lifetime: the same
+   * wait, from the same arrival.
+   */
+  async requeue(from: WaiterRef, to: WaiterRef, options: EnqueueOptions): Promise<EnqueueReply> {
+    const fromMember = this.memberOf(from);
+    this.remember(to, Number(fromMember.split('|')[1]));
+    try {
+      return await this.register(to, options, fromMember, [], (keys, args) => {
+        this.deps.count('wait', 1);
+        return SCRIPTS.requeueWaiter.call(this.deps.client, keys, args);
+      });
+    } finally {
+      this.forget(from.channelId, from.token);
+    }
   }
 
   /**
-   * Registers `w` through `send` (the script's arguments start with `from`'s member when it moves `from`'s
-   * registration).
+   * Registers `w` (its member remembered) through `send` (the script's arguments start with `from`'s member when it
+   * moves `from`'s registration).
    */
   private async register(
     w: WaiterRef,
     options: EnqueueOptions,
-    from: WaiterRef | undefined,
+    fromMember: string | undefined,
     extra: readonly Arg[],
     send: (keys: string[], args: Arg[]) => Promise<EnqueueReply>,
   ): Promise<EnqueueReply> {
     try {
       const reply = await this.deps.deadlines.run('wait_register', () =>
         send(this.keysOf(w.channelId), [
-          ...(from ? [memberOf(from)] : []),
+          ...(fromMember ? [fromMember] : []),
           ...this.argsOf(w, options.leaseTtlMs),
           options.maxWaiting,
-          liveMsOf(options),
           ...extra,
         ]),
       );
+      // granted at once or turned away: not in the queue
+      if (reply !== 'queued') this.forget(w.channelId, w.token);
       this.mark(w.channelId, reply !== 'granted');
       return reply;
     } catch (err) {
@@ -247,7 +278,7 @@ export class RedisQueues {
       // back a grant it may have made); the registration's expiry is the backstop. For a requeue, whichever of the
       // two registrations stands.
       this.leave(w, options.leaseTtlMs).catch(() => {});
-      if (from) this.leave(from, options.leaseTtlMs).catch(() => {});
+      if (fromMember) this.leaveMember(w.channelId, fromMember, options.leaseTtlMs).catch(() => {});
       throw err;
     }
   }
@@ -306,18 +337,30 @@ export class RedisQueues {
     }
   }
 
-  poll(w: WaiterRef, leaseTtlMs: number): Promise<WaiterState> {
+  async poll(w: WaiterRef, leaseTtlMs: number): Promise<WaiterState> {
     this.deps.count('wait', 1);
-    return this.deps.deadlines.run('wait_poll', () =>
-      SCRIPTS.pollWaiter.call(this.deps.client, this.keysOf(w.channelId), this.checkArgsOf(w, leaseTtlMs)),
+    const state = await this.deps.deadlines.run('wait_poll', () =>
+      SCRIPTS.pollWaiter.call(this.deps.client, this.keysOf(w.channelId), this.argsOf(w, leaseTtlMs)),
     );
+    if (state !== 'queued') this.forget(w.channelId, w.token);
+    return state;
   }
 
   leave(w: WaiterRef, leaseTtlMs: number, sweep = true): Promise<boolean> {
+    const member = this.memberOf(w);
+    this.forget(w.channelId, w.token);
+    return this.leaveMember(w.channelId, member, leaseTtlMs, sweep);
+  }
+
+  private leaveMember(channelId: string, member: string, leaseTtlMs: number, sweep = true): Promise<boolean> {
     this.deps.count('wait', 1);
     return this.deps.deadlines.run('wait_unregister', () =>
-      SCRIPTS.leaveQueue.call(this.deps.client, this.keysOf(w.channelId), [
-        ...this.checkArgsOf(w, leaseTtlMs),
+      SCRIPTS.leaveQueue.call(this.deps.client, this.keysOf(channelId), [
+        member,
+        this.deps.claimMs,
+        leaseTtlMs,
+        this.deps.keys.grants(),
+        channelId,
         sweep ? 1 : 0,
       ]),
     );
@@ -353,7 +396,10 @@ export class RedisQueues {
       const rest = message.slice(2);
       if (kind === 'g\n') {
         const cut = rest.indexOf('\n');
-        if (cut > 0) listener.grant(rest.slice(cut + 1), rest.slice(0, cut));
+        if (cut > 0) {
+          this.forget(rest.slice(cut + 1), rest.slice(0, cut));
+          listener.grant(rest.slice(cut + 1), rest.slice(0, cut));
+        }
       } else if (kind === 'q\n') {
         this.mark(rest, true);
         listener.queued(rest);

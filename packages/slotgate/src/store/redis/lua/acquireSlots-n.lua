@@ -13,8 +13,7 @@
   ARGV[3]     number of channels C (= #KEYS / 3)
   ARGV[4]     claim deadline in ms of a grant to a waiter
   ARGV[5]     grants channel prefix (an instance's channel is this plus its id)
-  ARGV[6]     how long a waiter's registration lives past its arrival, in ms (includes/queue.lua)
-  ARGV[7..]   per channel c: max concurrency (> 0), "1" to ask for an extension of its key's expiry, its id
+  ARGV[6..]   per channel c: max concurrency (> 0), "1" to ask for an extension of its key's expiry, its id
   then        per request: its token, then the indexes of the channels to try in order, the last one negated
 
   Returns one flat array of codes: for each request in order, one code per channel tried, stopping at the first
@@ -41,7 +40,6 @@ local checkCooldown = ARGV[2] == '1'
 local channels = tonumber(ARGV[3])
 local claimMs = tonumber(ARGV[4])
 local notify = ARGV[5]
-local liveMs = tonumber(ARGV[6])
 local probe = {}
 for c = 1, channels do
   if checkCooldown then
@@ -63,7 +61,7 @@ if channels == 1 then
 end
 local score = nil
 local codes = {}
-local a = 7 + 3 * channels
+local a = 6 + 3 * channels
 while a <= #ARGV do
   local token = ARGV[a]
   local admitted = false
@@ -76,7 +74,7 @@ while a <= #ARGV do
       last = true
     end
     local slots = KEYS[3 * c - 2]
-    local max = tonumber(ARGV[4 + 3 * c])
+    local max = tonumber(ARGV[3 + 3 * c])
     local cool, waiting = false, false
     if anyFlag and not admitted then
       if checkCooldown then
@@ -95,7 +93,7 @@ while a <= #ARGV do
           end
           if waiting then
             -- free slots go to the oldest waiters first; whoever is left waiting still comes before this request
-            local _, head = grantFree(slots, KEYS[3 * c], claimMs, tonumber(ttl), notify, ARGV[6 + 3 * c], nil, liveMs)
+            local _, head = grantFree(slots, KEYS[3 * c], claimMs, tonumber(ttl), notify, ARGV[5 + 3 * c], nil)
             count[c] = nil
             waiting = head ~= nil
           end
@@ -126,7 +124,7 @@ while a <= #ARGV do
         if live == 0 then
           redis.call('PEXPIRE', slots, ttl)
           extended[c] = true
-        elseif ARGV[5 + 3 * c] == '1' and not extended[c] then
+        elseif ARGV[4 + 3 * c] == '1' and not extended[c] then
           extended[c] = true
           if redis.call('PTTL', slots) < tonumber(ttl) then
             redis.call('PEXPIRE', slots, ttl)

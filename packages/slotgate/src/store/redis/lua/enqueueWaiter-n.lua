@@ -6,20 +6,20 @@
   read once for all of them (an EVALSHA and a TIME per registration saved). On Cluster every call is one registration, so
   its keys share a hash tag.
 
-  Per registration i (from 1), its keys at 2(i-1), its arguments at 8(i-1):
+  Per registration i (from 1), its keys at 2(i-1), its arguments at 7(i-1):
   KEYS[1]  slots key   (sorted set: member = lease token, score = expiry ms)
-  KEYS[2]  queue key   (sorted set: member = "<max>|<token>", score = arrival µs on the Redis clock; a registration
-           lives ARGV[7] past its arrival: includes/queue.lua)
-  ARGV[1]     the member "<max>|<token>": the waiter's token and the channel's max it waits under
+  KEYS[2]  queue key   (sorted set: member = "<max>|<live>|<token>", score = arrival µs on the Redis clock: a
+           registration lives <live> ms past its arrival, includes/queue.lua)
+  ARGV[1]     the member "<max>|<live>|<token>": the channel's max the waiter waits under, how long its registration
+              lives past its arrival (the wait timeout plus a margin: a waiter with its whole wait ahead; one carried
+              over from an earlier pass lives as long, past its deadline, only when its instance died without
+              leaving; at most 62 s), and its token
   ARGV[2]     claim deadline in ms (how long a grant waits for its instance to claim it)
   ARGV[3]     lease TTL in ms (a slots key keeps at least this much expiry)
   ARGV[4]     grants channel prefix (an instance's channel is this plus its id)
   ARGV[5]     the channel id, as messages name it
   ARGV[6]     max waiting (>= 1)
-  ARGV[7]     how long the registration lives past its arrival, in ms (the wait timeout plus a margin: a waiter with
-              its whole wait ahead; one carried over from an earlier pass lives as long, past its deadline, only when
-              its instance died without leaving)
-  ARGV[8]     "0" when the caller knows the queue key outlives this registration (an enqueue of its own checked it
+  ARGV[7]     "0" when the caller knows the queue key outlives this registration (an enqueue of its own checked it
               lately: queues.ts), so its expiry is not checked unless the queue forms anew; otherwise "1"
 
   Returns, per registration (one number for a single one, else a list in the order given): 2 = granted at once (the
@@ -29,17 +29,18 @@
   waiting with no live waiter ahead of it), every instance holding a slot of the channel is told ("q\n<channel>"),
   so none of them passes a slot on locally ahead of the queue; a waiter granted at once forms no queue and tells
   nobody.
-  Cost per registration: ZCOUNT of the live registrations (the bound, and whether any waits ahead), ZADD, and when
+  Cost per registration: ZCOUNT of the registrations within this one's lifetime (the bound, and whether any live one
+  waits ahead), ZADD, and when
   the caller asks or the queue forms anew, PTTL (+ PEXPIRE when the key has less than 1.5 registration lifetimes
-  left); and TIME once per call. Only into a queue with no live waiter: ZREMRANGEBYSCORE of the registrations that ran
-  out, the grant loop (ZRANGE, ZCARD, + ZREMRANGEBYSCORE when the slots look full; a grant at once adds ZADD, PTTL
+  left); and TIME once per call. Only into a queue with no live waiter: ZREMRANGEBYSCORE of the registrations older
+  than the longest lifetime, the grant loop (a ZREM per dead one it reaches) (ZRANGE, ZCARD, + ZREMRANGEBYSCORE when the slots look full; a grant at once adds ZADD, PTTL
   (+ PEXPIRE), ZREM and the ZRANGE that finds the queue empty), and when it stays queued ZRANGE of the slots and one
   PUBLISH per holding instance.
 ]]
 --- @include "redisNow"
 --- @include "queue"
 
--- One registration: its keys at KEYS[k + 1..2], its arguments at ARGV[a + 1..8], `order` its place in the call
+-- One registration: its keys at KEYS[k + 1..2], its arguments at ARGV[a + 1..7], `order` its place in the call
 -- (from 0). Returns 2, 1 or 0 as above.
 local function enqueue(k, a, order)
   local slotsKey, queueKey = KEYS[k + 1], KEYS[k + 2]
@@ -47,10 +48,11 @@ local function enqueue(k, a, order)
   local notify = ARGV[a + 4]
   local channelId = ARGV[a + 5]
   local maxWaiting = tonumber(ARGV[a + 6])
-  local liveMs = tonumber(ARGV[a + 7])
-  -- The live registrations are what the bound counts (a dead waiter's member stays until the next grant loop on the
-  -- channel, which drops every one that ran out) and what this one would wait behind: one ZCOUNT of the arrivals
-  -- within a lifetime tells both.
+  local _, _, liveMs = splitMember(member)
+  -- The live registrations are what the bound counts (a dead waiter's member stays until a grant loop reaches it, or
+  -- it is older than the longest lifetime) and what this one would wait behind: one ZCOUNT of the arrivals within
+  -- this one's lifetime tells both (the registrations of a waiter with a longer wait timeout than this one's, older
+  -- than that, count as none: the grant loop below then finds them).
   local live = redis.call('ZCOUNT', queueKey, '(' .. deadCutoff(liveMs), '+inf')
   if live >= maxWaiting then
     return 0
@@ -60,13 +62,13 @@ local function enqueue(k, a, order)
   -- Only dead waiters ahead (or none): they go, and the queue forms anew with this one.
   local behind = live > 0
   if not behind then
-    dropExpiredWaiters(queueKey, liveMs)
+    dropExpiredWaiters(queueKey)
   end
   redis.call('ZADD', queueKey, string.format('%d', redisNowUs() + order), member)
   -- the key's expiry is checked when the caller asks, and always when the queue forms anew (the key may have just
   -- been created); extended to twice the registration lifetime when below 1.5 of it, so a check leaves it at least
   -- 1.5 lifetimes and each instance checks about once per quarter lifetime
-  if ARGV[a + 8] ~= '0' or not behind then
+  if ARGV[a + 7] ~= '0' or not behind then
     if redis.call('PTTL', queueKey) < liveMs + math.floor(liveMs / 2) then
       redis.call('PEXPIRE', queueKey, 2 * liveMs)
     end
@@ -75,7 +77,7 @@ local function enqueue(k, a, order)
     return 1
   end
   local granted, head = grantFree(slotsKey, queueKey, tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), notify, channelId,
-    member, liveMs)
+    member)
   if head ~= member then
     for _, g in ipairs(granted) do
       if g == member then
@@ -97,7 +99,7 @@ end
 -- they would have in calls of their own (what it wrote before the error stays, as in a call of its own).
 local replies = {}
 for i = 1, n do
-  local ok, reply = pcall(enqueue, 2 * (i - 1), 8 * (i - 1), i - 1)
+  local ok, reply = pcall(enqueue, 2 * (i - 1), 7 * (i - 1), i - 1)
   if ok then
     replies[i] = reply
   else

@@ -3,9 +3,8 @@
 
   KEYS[1]  the key reported
   ARGV[1]  the finding's kind: expired_members | no_expiry | cooldown_without_ttl | wrong_type | unknown_key
-  ARGV[2]  expired_members: how long a member lives past its score in ms (0 for a slots key, whose scores are
-           expiries; a queue's are arrivals in µs, its registrations live that long past them)
-  ARGV[3..] expired_members: the members reported as expired
+  ARGV[2..] expired_members: the members reported as expired (a slots key's scores are expiries in ms; a queue's are
+           arrivals in µs, and its member "<max>|<live>|<token>" lives <live> ms past its arrival)
   ARGV[2]  wrong_type / unknown_key: the Redis type found when it was reported
 
   - expired_members: removes each member only while it has still run out on the Redis clock (a late renewal may have
@@ -26,12 +25,12 @@ local ktype = redis.call('TYPE', KEYS[1]).ok
 local queue = string.sub(KEYS[1], -5) == ':fifo'
 if kind == 'expired_members' then
   if ktype ~= 'zset' then return 0 end
-  local cutoff = redisNow()
-  if queue then
-    cutoff = (cutoff - tonumber(ARGV[2])) * 1000
-  end
   local n = 0
-  for i = 3, #ARGV do
+  for i = 2, #ARGV do
+    local cutoff = redisNow()
+    if queue then
+      cutoff = (cutoff - (tonumber(string.match(ARGV[i], '^[^|]*|([^|]*)|')) or 0)) * 1000
+    end
     local score = redis.call('ZSCORE', KEYS[1], ARGV[i])
     if score and tonumber(score) <= cutoff then
       n = n + redis.call('ZREM', KEYS[1], ARGV[i])

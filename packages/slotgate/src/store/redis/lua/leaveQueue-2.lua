@@ -3,13 +3,12 @@
   given here and will not claim is given back in the same call and passes to the next waiter.
 
   KEYS[1..2]  slots and queue keys (see enqueueWaiter-n.lua)
-  ARGV[1]     the member "<max>|<token>"
+  ARGV[1]     the member "<max>|<live>|<token>"
   ARGV[2]     claim deadline in ms (how long a grant waits for its instance to claim it)
   ARGV[3]     lease TTL in ms (a slots key keeps at least this much expiry)
   ARGV[4]     grants channel prefix (an instance's channel is this plus its id)
   ARGV[5]     the channel id, as messages name it
-  ARGV[6]     how long a waiter's registration lives past its arrival, in ms (includes/queue.lua)
-  ARGV[7]     "1" when the waiter gives up (time-out, abort): it also sweeps leases that ran out; "0" when it leaves
+  ARGV[6]     "1" when the waiter gives up (time-out, abort): it also sweeps leases that ran out; "0" when it leaves
               because it was granted on another channel (a plain leave, the common one under overload)
 
   Returns 1 when a grant was given back, 0 otherwise.
@@ -32,10 +31,10 @@ if queued == 0 then
   returned = redis.call('ZREM', KEYS[1], token)
 end
 local freed = returned == 1
-if not freed and ARGV[7] ~= '0' and max > 0 and redis.call('ZCARD', KEYS[1]) >= max then
+if not freed and ARGV[6] ~= '0' and max > 0 and redis.call('ZCARD', KEYS[1]) >= max then
   freed = redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', redisNow()) > 0
 end
 if freed then
-  grantFree(KEYS[1], KEYS[2], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4], ARGV[5], nil, tonumber(ARGV[6]))
+  grantFree(KEYS[1], KEYS[2], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4], ARGV[5], nil)
 end
 return returned

@@ -8,8 +8,7 @@
   ARGV[2]     lease TTL in ms (a slots key keeps at least this much expiry)
   ARGV[3]     grants channel prefix (an instance's channel is this plus its id)
   ARGV[4]     the channel id, as messages name it
-  ARGV[5]     how long a waiter's registration lives past its arrival, in ms (includes/queue.lua)
-  ARGV[6..]   pairs: a lease token, then the expiry score reported for it
+  ARGV[5..]   pairs: a lease token, then the expiry score reported for it
 
   Returns the number of slots released.
   Cost: per pair ZSCORE (+ ZREM); when one was released, the grant loop of releaseSlot-2.lua.
@@ -17,13 +16,13 @@
 --- @include "redisNow"
 --- @include "queue"
 local released = 0
-for i = 6, #ARGV, 2 do
+for i = 5, #ARGV, 2 do
   local score = redis.call('ZSCORE', KEYS[1], ARGV[i])
   if score and tonumber(score) == tonumber(ARGV[i + 1]) then
     released = released + redis.call('ZREM', KEYS[1], ARGV[i])
   end
 end
 if released > 0 then
-  grantFree(KEYS[1], KEYS[2], tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], ARGV[4], nil, tonumber(ARGV[5]))
+  grantFree(KEYS[1], KEYS[2], tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], ARGV[4], nil, '')
 end
 return released

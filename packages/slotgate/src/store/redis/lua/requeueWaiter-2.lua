@@ -1,8 +1,8 @@
 --[[
   requeueWaiter: move a waiter's registration to a new member (a new token and the channel's new max, after its
   configuration changed) without losing its place in the channel's FIFO queue.
-  - `from` is queued: `to` takes its arrival time (or, when that is older than this caller's registration lifetime,
-    an arrival just ahead of the oldest live waiter);
+  - `from` is queued: `to` takes its arrival time (or, when `to`'s lifetime has run out since that arrival, one just
+    ahead of the oldest live waiter: the waiter is live, and still the oldest);
   - `from` holds a grant it has not claimed (it was the head when granted): the grant is given back, and `to` stands
     at the head again;
   - neither (the queue lost it): `to` joins at the tail, as an enqueue does, unless the queue is full.
@@ -10,21 +10,19 @@
   A grant made to `from` is gone for good: its token is in neither the queue nor the slots any more.
 
   KEYS[1..2]  slots and queue keys (see enqueueWaiter-n.lua)
-  ARGV[1]     the member "<max>|<token>" of `from`
-  ARGV[2]     the member "<max>|<token>" of `to`
+  ARGV[1]     the member "<max>|<live>|<token>" of `from`
+  ARGV[2]     the member "<max>|<live>|<token>" of `to` (its lifetime is `from`'s: the same wait)
   ARGV[3]     claim deadline in ms (how long a grant waits for its instance to claim it)
   ARGV[4]     lease TTL in ms (a slots key keeps at least this much expiry)
   ARGV[5]     grants channel prefix (an instance's channel is this plus its id)
   ARGV[6]     the channel id, as messages name it
   ARGV[7]     max waiting (>= 1), for a waiter the queue lost
-  ARGV[8]     how long a waiter's registration lives past its arrival, in ms (includes/queue.lua): `to` keeps
-              `from`'s arrival, so it lives as long as `from` would have
 
   Returns 2 = `to` holds a slot at once (claim it), 1 = queued, 0 = queue full (the queue had lost `from`).
   When `to` is left at the head, every instance holding a slot of the channel is told ("q\n<channel>"), as when a
   queue forms.
-  Cost: ZSCORE, ZREM of the member or of the token's slot (+ ZREMRANGEBYSCORE and ZRANGE of the head), or when the
-  queue lost it ZCARD (+ ZREMRANGEBYSCORE when full), ZADD, PTTL (+ PEXPIRE when the
+  Cost: ZSCORE, ZREM of the member or of the token's slot (+ ZREMRANGEBYSCORE and ZRANGE of the head, and per dead
+  head a ZREM and a ZRANGE), or when the queue lost it ZCARD (+ ZREMRANGEBYSCORE when full), ZADD, PTTL (+ PEXPIRE when the
   key has less than 1.5 registration lifetimes left), the grant loop; at the head, ZRANGE of the slots and one PUBLISH
   per holding instance.
 ]]
@@ -33,19 +31,27 @@
 --- @include "queue"
 local from, to = ARGV[1], ARGV[2]
 local notify, channelId = ARGV[5], ARGV[6]
-local liveMs = tonumber(ARGV[8])
--- An arrival just ahead of the oldest live waiter (those that ran out go first, or `to` would take a dead arrival and
--- be dropped with them by the grant loop below).
+local _, _, liveMs = splitMember(to)
+-- An arrival just ahead of the oldest live waiter (the dead ones before it go: `to` must not stand behind them, or
+-- take a dead arrival and be dropped with them by the grant loop below).
 local function atHead()
-  dropExpiredWaiters(KEYS[2], liveMs)
-  local head = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
-  return head[2] and (tonumber(head[2]) - 1) or redisNowUs()
+  dropExpiredWaiters(KEYS[2])
+  while true do
+    local head = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+    if not head[2] then
+      return redisNowUs()
+    end
+    if not ranOut(head[1], head[2]) then
+      -- 1 µs ahead, but never on `to`'s cutoff (a head 1 µs past it: the two tie, ordered by member)
+      return math.max(tonumber(head[2]) - 1, tonumber(deadCutoff(liveMs)) + 1)
+    end
+    redis.call('ZREM', KEYS[2], head[1])
+  end
 end
 local arrival = redis.call('ZSCORE', KEYS[2], from)
 if arrival then
   redis.call('ZREM', KEYS[2], from)
-  if tonumber(arrival) <= tonumber(deadCutoff(liveMs)) then
-    -- older than this caller's lifetime (wait_timeout_ms was lowered meanwhile): still the oldest live waiter
+  if ranOut(to, arrival) then
     arrival = atHead()
   end
 elseif redis.call('ZREM', KEYS[1], (splitMember(from))) == 1 then
@@ -53,7 +59,7 @@ elseif redis.call('ZREM', KEYS[1], (splitMember(from))) == 1 then
 else
   local n = redis.call('ZCARD', KEYS[2])
   if n >= tonumber(ARGV[7]) then
-    n = n - dropExpiredWaiters(KEYS[2], liveMs)
+    n = n - dropExpiredWaiters(KEYS[2])
     if n >= tonumber(ARGV[7]) then
       return 0
     end
@@ -65,7 +71,7 @@ redis.call('ZADD', KEYS[2], string.format('%d', arrival), to)
 if redis.call('PTTL', KEYS[2]) < liveMs + math.floor(liveMs / 2) then
   redis.call('PEXPIRE', KEYS[2], 2 * liveMs)
 end
-local granted, head = grantFree(KEYS[1], KEYS[2], tonumber(ARGV[3]), tonumber(ARGV[4]), notify, channelId, to, liveMs)
+local granted, head = grantFree(KEYS[1], KEYS[2], tonumber(ARGV[3]), tonumber(ARGV[4]), notify, channelId, to)
 for _, g in ipairs(granted) do
   if g == to then
     return 2

@@ -1,21 +1,32 @@
--- The wait queue of one channel: one sorted set, member = "<max>|<token>", score = arrival on the Redis clock in µs
--- (FIFO, within the fair share between clients). A registration lives `liveMs` past its arrival (the caller's
--- registration TTL basis: wait timeout + margin), so the dead registrations are always the oldest. Needs redisNow.
+-- The wait queue of one channel: one sorted set, member = "<max>|<live>|<token>", score = arrival on the Redis clock in
+-- µs (FIFO, within the fair share between clients). A registration lives <live> ms past its arrival: its waiter's
+-- wait timeout plus a margin, at most MAX_LIVE_MS, so every member older than that has run out. Needs redisNow.
 
--- The arrival score (µs) at or before which a registration has run out: its arrival in ms plus `liveMs` is past.
+-- The longest a registration lives (queues.ts, MAX_REGISTRATION_LIVE_MS: wait_timeout_ms at its bound, plus 2 s).
+local MAX_LIVE_MS = 62000
+
+-- The arrival score (µs) at or before which a registration living `liveMs` has run out.
 local function deadCutoff(liveMs)
   return string.format('%d', (redisNow() - liveMs) * 1000)
 end
 
--- Drops every registration that ran out (they lead the queue): one ZREMRANGEBYSCORE. Returns how many went.
-local function dropExpiredWaiters(queueKey, liveMs)
-  return redis.call('ZREMRANGEBYSCORE', queueKey, '-inf', deadCutoff(liveMs))
+-- Drops the registrations older than the longest lifetime, which have all run out (the oldest: one
+-- ZREMRANGEBYSCORE). A shorter-lived one that ran out goes when a grant loop reaches it. Returns how many went.
+local function dropExpiredWaiters(queueKey)
+  return redis.call('ZREMRANGEBYSCORE', queueKey, '-inf', deadCutoff(MAX_LIVE_MS))
 end
 
--- The token of a queue member "<max>|<token>", and the max its waiter asked under.
+-- The token of a queue member "<max>|<live>|<token>", the max its waiter asked under, and its lifetime in ms.
 local function splitMember(member)
-  local sep = string.find(member, '|', 1, true)
-  return string.sub(member, sep + 1), tonumber(string.sub(member, 1, sep - 1))
+  local a = string.find(member, '|', 1, true)
+  local b = string.find(member, '|', a + 1, true)
+  return string.sub(member, b + 1), tonumber(string.sub(member, 1, a - 1)), tonumber(string.sub(member, a + 1, b - 1))
+end
+
+-- Whether the registration `member`, which arrived at `arrival` (µs), has run out.
+local function ranOut(member, arrival)
+  local _, _, live = splitMember(member)
+  return tonumber(arrival) <= tonumber(deadCutoff(live))
 end
 
 -- The instance id of a token "<instanceId>:<seq>".
@@ -48,47 +59,43 @@ end
 -- the slots in use waits (a pick that cannot be served leaves the choice to the oldest).
 -- The slots key keeps at least a lease TTL of expiry, as after an acquire (extended to 1.25 TTL when below it).
 -- `quiet` is a member granted without a message (the caller answers it directly). The oldest waiters are read
--- FAIR_WINDOW at a time with their arrivals; when the oldest has run out (`liveMs` past its arrival: see above), every
--- registration that ran out goes in one ZREMRANGEBYSCORE first (they are the oldest), so each waiter granted or
--- returned is live. Returns the members granted, and the oldest (live) member left in the queue, nil when it is empty.
--- An empty queue costs its ZRANGE alone. A waiter of `localInstance` (the instance running this script, which reads
--- the reply) is granted a full lease at once, with no message and no claim: the caller hands it over. `trusted`: the
--- caller knows the slots key has at least 3/4 of a lease TTL left (its store had it extended within TTL/4), so a
--- grant checks its expiry only when the key was empty (just created). The third value returned is true when a grant
--- checked the key's expiry (it then has at least a lease TTL).
-local function grantFree(slotsKey, queueKey, claimMs, leaseTtl, notify, channelId, quiet, liveMs, localInstance,
-                         trusted)
+-- FAIR_WINDOW at a time with their arrivals; when the oldest is older than the longest lifetime, every such one goes
+-- first (dropExpiredWaiters), and a waiter chosen whose registration ran out (its arrival and its lifetime say so: no
+-- lookup) goes with a ZREM, and the choice is made again, so each waiter granted or returned is live. Returns the
+-- members granted, and the oldest (live) member left in the queue, nil when it is empty. An empty queue costs its
+-- ZRANGE alone. A waiter of `localInstance` (the instance running this script, which reads the reply) is granted a
+-- full lease at once, with no message and no claim: the caller hands it over. `trusted`: the caller knows the slots
+-- key has at least 3/4 of a lease TTL left (its store had it extended within TTL/4), so a grant checks its expiry
+-- only when the key was empty (just created). The third value returned is true when a grant checked the key's expiry
+-- (it then has at least a lease TTL).
+local function grantFree(slotsKey, queueKey, claimMs, leaseTtl, notify, channelId, quiet, localInstance, trusted)
   local granted = {}
   local live, swept = nil, false
   local grantedMax = nil -- the lowest max a waiter was granted under in this call
   local checked = false
   local held = nil
-  local pruned = false -- the registrations that ran out were dropped (once per call: the clock does not move)
-  local window, gone, left = {}, {}, 0
+  local pruned = false -- the registrations older than the longest lifetime were dropped
+  local window, arrivals, gone, left = {}, {}, {}, 0
   while true do
     if left == 0 then
-      -- the members granted so far are gone: these are the next oldest
+      -- the members granted or dropped so far are gone: these are the next oldest
       gone = {}
-      window = redis.call('ZRANGE', queueKey, 0, FAIR_WINDOW - 1, 'WITHSCORES')
-      if #window == 0 then
-        return granted, nil, checked
-      end
-      if not pruned then
+      local raw = redis.call('ZRANGE', queueKey, 0, FAIR_WINDOW - 1, 'WITHSCORES')
+      if not pruned and raw[2] then
         pruned = true
-        if tonumber(window[2]) <= tonumber(deadCutoff(liveMs)) and dropExpiredWaiters(queueKey, liveMs) > 0 then
-          window = redis.call('ZRANGE', queueKey, 0, FAIR_WINDOW - 1, 'WITHSCORES')
-          if #window == 0 then
-            return granted, nil, checked
-          end
+        if tonumber(raw[2]) <= tonumber(deadCutoff(MAX_LIVE_MS)) and dropExpiredWaiters(queueKey) > 0 then
+          raw = redis.call('ZRANGE', queueKey, 0, FAIR_WINDOW - 1, 'WITHSCORES')
         end
       end
-      -- members only (the arrivals were needed for the check above)
-      local members = {}
-      for i = 1, #window, 2 do
-        members[#members + 1] = window[i]
+      window, arrivals = {}, {}
+      for i = 1, #raw, 2 do
+        window[#window + 1] = raw[i]
+        arrivals[#window] = raw[i + 1]
       end
-      window = members
       left = #window
+      if left == 0 then
+        return granted, nil, checked
+      end
     end
     local first = nil
     for i = 1, #window do
@@ -145,33 +152,38 @@ local function grantFree(slotsKey, queueKey, claimMs, leaseTtl, notify, channelI
       head = window[pick]
       token, max = splitMember(head)
     end
-    if live >= max then
+    if ranOut(head, arrivals[pick]) then
+      -- a dead waiter (its instance died without leaving): it goes, and the choice is made again
+      redis.call('ZREM', queueKey, head)
+      gone[pick], left = true, left - 1
+    elseif live >= max then
       return granted, head, checked
-    end
-    local instance = instanceOf(token)
-    local mine = localInstance ~= nil and localInstance ~= '' and instance == localInstance
-    redis.call('ZADD', slotsKey, redisNow() + (mine and leaseTtl or claimMs), token)
-    -- below a lease TTL: extended with a quarter TTL to spare, so a busy channel's grants extend it once per TTL/4
-    -- (a key that was empty has just been created by this ZADD, with no expiry: always checked)
-    if not (trusted and live > 0) and not checked then
-      checked = true
-      if redis.call('PTTL', slotsKey) < leaseTtl then
-        redis.call('PEXPIRE', slotsKey, leaseTtl + math.floor(leaseTtl / 4))
+    else
+      local instance = instanceOf(token)
+      local mine = localInstance ~= nil and localInstance ~= '' and instance == localInstance
+      redis.call('ZADD', slotsKey, redisNow() + (mine and leaseTtl or claimMs), token)
+      -- below a lease TTL: extended with a quarter TTL to spare, so a busy channel's grants extend it once per TTL/4
+      -- (a key that was empty has just been created by this ZADD, with no expiry: always checked)
+      if not (trusted and live > 0) and not checked then
+        checked = true
+        if redis.call('PTTL', slotsKey) < leaseTtl then
+          redis.call('PEXPIRE', slotsKey, leaseTtl + math.floor(leaseTtl / 4))
+        end
       end
-    end
-    redis.call('ZREM', queueKey, head)
-    gone[pick], left = true, left - 1
-    live = live + 1
-    if held then
-      local c = shareOf(token)
-      held[c] = (held[c] or 0) + 1
-    end
-    granted[#granted + 1] = head
-    if not grantedMax or max < grantedMax then
-      grantedMax = max
-    end
-    if head ~= quiet and not mine then
-      redis.call('PUBLISH', notify .. instance, 'g\n' .. token .. '\n' .. channelId)
+      redis.call('ZREM', queueKey, head)
+      gone[pick], left = true, left - 1
+      live = live + 1
+      if held then
+        local c = shareOf(token)
+        held[c] = (held[c] or 0) + 1
+      end
+      granted[#granted + 1] = head
+      if not grantedMax or max < grantedMax then
+        grantedMax = max
+      end
+      if head ~= quiet and not mine then
+        redis.call('PUBLISH', notify .. instance, 'g\n' .. token .. '\n' .. channelId)
+      end
     end
   end
 end
