@@ -1231,6 +1231,15 @@ describe('queue news: the "q" message', () => {
     expect(await members(keys.queue('qe'))).toEqual([member('w:1', 1)]);
   });
 
+  it('a member of another shape (no lifetime) counts as run out: dropped when reached, never granted', async () => {
+    await hold('qs', 'h:1');
+    await client.zadd(keys.queue('qs'), await arrivedAgo(1_000), '1|odd:1'); // "<max>|<token>": no lifetime
+    expect(await enqueue('qs', 'w:1', 1)).toBe('queued');
+    expect(await releaseSlot('qs', 'h:1')).toBe(true);
+    expect(await members(keys.slots('qs'))).toEqual(['w:1']);
+    expect(await client.exists(keys.queue('qs'))).toBe(0);
+  });
+
   it('a waiter granted at once forms no queue: the holders are not told', async () => {
     const feed = await grantsFeed();
     await hold('qg', 'a:1');

@@ -428,7 +428,7 @@ describe('RedisStore command cost (client and server side)', () => {
         expect(await store.enqueue(waiter('wq', 'w:1', 1), waitOpts(1))).toBe('queued');
       });
       expect(ok.sent).toEqual(['evalsha']);
-      // the queue forms: the registrations that ran out go (one ZREMRANGEBYSCORE), one message to the one instance
+      // the queue forms: those older than the longest lifetime go (one ZREMRANGEBYSCORE), one message to the one instance
       // holding a slot; the grant check sweeps the full set
       expect(ok.server).toEqual({
         evalsha: 1,

@@ -57,9 +57,9 @@ const liveMsOf = (options: EnqueueOptions) =>
   Math.min(MAX_REGISTRATION_LIVE_MS, Math.max(options.ttlMs, options.keyTtlMs ?? 0));
 
 /**
- * The registration lifetime a store uses before its first enqueue: the longest a registration can live
- * (`wait_timeout_ms` at its bound, 60 s, plus the 2 s margin). Longer than another instance's only keeps a dead
- * waiter (its instance died) a little longer; shorter would drop a live one.
+ * The longest a registration lives (`wait_timeout_ms` at its bound, 60 s, plus the 2 s margin; lua/includes/queue.lua
+ * has it as MAX_LIVE_MS): a longer one is cut to it, and members older than it go in one command. A store that has not
+ * enqueued yet counts waiters in its load reads by it.
  */
 export const MAX_REGISTRATION_LIVE_MS = 62_000;
 

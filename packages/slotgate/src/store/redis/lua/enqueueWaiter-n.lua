@@ -30,12 +30,12 @@
   so none of them passes a slot on locally ahead of the queue; a waiter granted at once forms no queue and tells
   nobody.
   Cost per registration: ZCOUNT of the registrations within this one's lifetime (the bound, and whether any live one
-  waits ahead), ZADD, and when
-  the caller asks or the queue forms anew, PTTL (+ PEXPIRE when the key has less than 1.5 registration lifetimes
-  left); and TIME once per call. Only into a queue with no live waiter: ZREMRANGEBYSCORE of the registrations older
-  than the longest lifetime, the grant loop (a ZREM per dead one it reaches) (ZRANGE, ZCARD, + ZREMRANGEBYSCORE when the slots look full; a grant at once adds ZADD, PTTL
-  (+ PEXPIRE), ZREM and the ZRANGE that finds the queue empty), and when it stays queued ZRANGE of the slots and one
-  PUBLISH per holding instance.
+  waits ahead), ZADD, and when the caller asks or the queue forms anew, PTTL (+ PEXPIRE when the key has less than
+  1.5 registration lifetimes left); and TIME once per call. Only into a queue with no live waiter: ZREMRANGEBYSCORE of
+  the registrations older than the longest lifetime, the grant loop (ZRANGE, ZCARD, a ZREM per dead waiter it
+  reaches, + ZREMRANGEBYSCORE when the slots look full; a grant at once adds ZADD, PTTL (+ PEXPIRE), ZREM and the
+  ZRANGE that finds the queue empty), and when it stays queued ZRANGE of the slots and one PUBLISH per holding
+  instance.
 ]]
 --- @include "redisNow"
 --- @include "queue"
@@ -51,8 +51,9 @@ local function enqueue(k, a, order)
   local _, _, liveMs = splitMember(member)
   -- The live registrations are what the bound counts (a dead waiter's member stays until a grant loop reaches it, or
   -- it is older than the longest lifetime) and what this one would wait behind: one ZCOUNT of the arrivals within
-  -- this one's lifetime tells both (the registrations of a waiter with a longer wait timeout than this one's, older
-  -- than that, count as none: the grant loop below then finds them).
+  -- this one's lifetime tells both, exactly when the registrations share one lifetime (one wait_timeout_ms). With
+  -- mixed lifetimes: a longer-lived registration older than this one's lifetime counts as none (the queue then forms
+  -- anew, and the grant loop below finds it ahead), and a shorter-lived one that ran out within it still counts.
   local live = redis.call('ZCOUNT', queueKey, '(' .. deadCutoff(liveMs), '+inf')
   if live >= maxWaiting then
     return 0
@@ -66,12 +67,11 @@ local function enqueue(k, a, order)
   end
   redis.call('ZADD', queueKey, string.format('%d', redisNowUs() + order), member)
   -- the key's expiry is checked when the caller asks, and always when the queue forms anew (the key may have just
-  -- been created); extended to twice the registration lifetime when below 1.5 of it, so a check leaves it at least
-  -- 1.5 lifetimes and each instance checks about once per quarter lifetime
+  -- been created); extended to twice this registration's lifetime when below 1.5 of it, so a check leaves it at least
+  -- 1.5 lifetimes and each instance checks about once per quarter lifetime (a queue that emptied and was formed anew
+  -- by an instance with a shorter lifetime can go before a registration that skipped its check: docs/redis.md)
   if ARGV[a + 7] ~= '0' or not behind then
-    if redis.call('PTTL', queueKey) < liveMs + math.floor(liveMs / 2) then
-      redis.call('PEXPIRE', queueKey, 2 * liveMs)
-    end
+    extendQueue(queueKey, liveMs)
   end
   if behind then
     return 1

@@ -22,9 +22,8 @@
   When `to` is left at the head, every instance holding a slot of the channel is told ("q\n<channel>"), as when a
   queue forms.
   Cost: ZSCORE, ZREM of the member or of the token's slot (+ ZREMRANGEBYSCORE and ZRANGE of the head, and per dead
-  head a ZREM and a ZRANGE), or when the queue lost it ZCARD (+ ZREMRANGEBYSCORE when full), ZADD, PTTL (+ PEXPIRE when the
-  key has less than 1.5 registration lifetimes left), the grant loop; at the head, ZRANGE of the slots and one PUBLISH
-  per holding instance.
+  head a ZREM and a ZRANGE), or when the queue lost it ZCOUNT of the registrations within `to`'s lifetime, ZADD, PTTL
+  (+ PEXPIRE, as an enqueue's), the grant loop; at the head, ZRANGE of the slots and one PUBLISH per holding instance.
 ]]
 
 --- @include "redisNow"
@@ -57,20 +56,15 @@ if arrival then
 elseif redis.call('ZREM', KEYS[1], (splitMember(from))) == 1 then
   arrival = atHead() -- at the head again
 else
-  local n = redis.call('ZCARD', KEYS[2])
-  if n >= tonumber(ARGV[7]) then
-    n = n - dropExpiredWaiters(KEYS[2])
-    if n >= tonumber(ARGV[7]) then
-      return 0
-    end
+  -- bounded as an enqueue is (enqueueWaiter-n.lua)
+  if redis.call('ZCOUNT', KEYS[2], '(' .. deadCutoff(liveMs), '+inf') >= tonumber(ARGV[7]) then
+    return 0
   end
   arrival = redisNowUs()
 end
 redis.call('ZADD', KEYS[2], string.format('%d', arrival), to)
--- extended as an enqueue extends it (enqueueWaiter-n.lua): to twice the registration lifetime when below 1.5 times it
-if redis.call('PTTL', KEYS[2]) < liveMs + math.floor(liveMs / 2) then
-  redis.call('PEXPIRE', KEYS[2], 2 * liveMs)
-end
+-- extended as an enqueue extends it (enqueueWaiter-n.lua)
+extendQueue(KEYS[2], liveMs)
 local granted, head = grantFree(KEYS[1], KEYS[2], tonumber(ARGV[3]), tonumber(ARGV[4]), notify, channelId, to)
 for _, g in ipairs(granted) do
   if g == to then

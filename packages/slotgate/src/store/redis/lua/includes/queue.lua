@@ -16,11 +16,25 @@ local function dropExpiredWaiters(queueKey)
   return redis.call('ZREMRANGEBYSCORE', queueKey, '-inf', deadCutoff(MAX_LIVE_MS))
 end
 
--- The token of a queue member "<max>|<live>|<token>", the max its waiter asked under, and its lifetime in ms.
+-- The token of a queue member "<max>|<live>|<token>", the max its waiter asked under, and its lifetime in ms (0 for
+-- a member of another shape, which has then run out: no script of this layout writes one).
 local function splitMember(member)
   local a = string.find(member, '|', 1, true)
   local b = string.find(member, '|', a + 1, true)
-  return string.sub(member, b + 1), tonumber(string.sub(member, 1, a - 1)), tonumber(string.sub(member, a + 1, b - 1))
+  local live = b and tonumber(string.sub(member, a + 1, b - 1))
+  if not live then
+    return string.sub(member, a + 1), tonumber(string.sub(member, 1, a - 1)), 0
+  end
+  return string.sub(member, b + 1), tonumber(string.sub(member, 1, a - 1)), live
+end
+
+-- The queue key's expiry, checked for a registration living `liveMs`: extended to twice that when it has less than 1.5
+-- times it left (never shortened), so the key outlives every registration of that lifetime made within a quarter of
+-- it after the check, and a key whose members all ran out goes within two lifetimes.
+local function extendQueue(queueKey, liveMs)
+  if redis.call('PTTL', queueKey) < liveMs + math.floor(liveMs / 2) then
+    redis.call('PEXPIRE', queueKey, 2 * liveMs)
+  end
 end
 
 -- Whether the registration `member`, which arrived at `arrival` (µs), has run out.
