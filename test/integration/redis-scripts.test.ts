@@ -83,8 +83,9 @@ async function acquireMany(
   {
     check = true,
     extend = true,
+    gt = false,
     claimMs = CLAIM_MS,
-  }: { check?: boolean; extend?: boolean; claimMs?: number } = {},
+  }: { check?: boolean; extend?: boolean; gt?: boolean; claimMs?: number } = {},
 ): Promise<number[]> {
   const index = new Map<string, number>();
   const k: string[] = [];
@@ -96,7 +97,7 @@ async function acquireMany(
       if (!index.has(t.id)) {
         index.set(t.id, index.size + 1);
         k.push(keys.slots(t.id), keys.cooldown(t.id), keys.queue(t.id));
-        channelArgs.push(t.max, extend ? 1 : 0, t.id);
+        channelArgs.push(t.max, extend ? (gt ? 2 : 1) : 0, t.id);
       }
       requestArgs.push(i === targets.length - 1 ? -index.get(t.id)! : index.get(t.id)!);
     });
@@ -113,9 +114,15 @@ async function acquireMany(
   return codes.map((c) => CODE[c]);
 }
 
-/** Raw acquire of one request: its codes. */
-async function acquire(targets: Target[], token: string, ttlMs: number, check = true): Promise<number[]> {
-  return acquireMany([{ token, targets }], ttlMs, { check });
+/** Raw acquire of one request: its codes (`gt`: the extension asked as `PEXPIRE … GT`, Redis 7). */
+async function acquire(
+  targets: Target[],
+  token: string,
+  ttlMs: number,
+  check = true,
+  gt = false,
+): Promise<number[]> {
+  return acquireMany([{ token, targets }], ttlMs, { check, gt });
 }
 
 /** Fills the channel (max = the number of tokens) with live leases. */
@@ -1267,6 +1274,22 @@ describe('key expiry: set, and only ever extended', () => {
     expect(await client.pttl(keys.slots('k'))).toBe(-1);
     await acquire([{ id: 'k', max: 5 }], 'x:1', 20_000);
     const pttl = await client.pttl(keys.slots('k'));
+    expect(pttl).toBeGreaterThan(15_000);
+    expect(pttl).toBeLessThanOrEqual(20_000);
+  });
+
+  it('with PEXPIRE … GT (Redis 7): extends, never shortens, and gives a key without expiry one', async () => {
+    const major = Number(/redis_version:(\d+)/.exec(await client.info('server'))![1]);
+    expect(major).toBeGreaterThanOrEqual(7); // the harness's redis-server (Debian's) has GT
+    await acquire([{ id: 'g', max: 5 }], 'short:1', 1_000, true, true);
+    await acquire([{ id: 'g', max: 5 }], 'long:1', 600_000, true, true);
+    expect(await client.pttl(keys.slots('g'))).toBeGreaterThan(590_000);
+    await acquire([{ id: 'g', max: 5 }], 'short:2', 1_000, true, true);
+    expect(await client.pttl(keys.slots('g'))).toBeGreaterThan(590_000);
+    await client.zadd(keys.slots('n'), '+inf', 'planted');
+    expect(await client.pttl(keys.slots('n'))).toBe(-1);
+    await acquire([{ id: 'n', max: 5 }], 'x:1', 20_000, true, true);
+    const pttl = await client.pttl(keys.slots('n'));
     expect(pttl).toBeGreaterThan(15_000);
     expect(pttl).toBeLessThanOrEqual(20_000);
   });

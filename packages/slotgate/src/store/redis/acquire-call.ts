@@ -35,6 +35,8 @@ export class AcquireCalls {
     private readonly clock: Clock,
     /** The claim deadline of a grant the call makes to a waiter. */
     private readonly claimMs: number,
+    /** Whether Redis extends a key's expiry with `PEXPIRE … GT` (Epoch.expiryGt). */
+    private readonly expiryGt: () => boolean = () => false,
   ) {}
 
   /** The call for requests that share a lease TTL and a cooldown setting. */
@@ -56,7 +58,7 @@ export class AcquireCalls {
           keys.push(this.keys.slots(id), this.keys.cooldown(id), this.keys.queue(id));
           const extendedAt = this.extendedAt.get(id);
           const extend = extendedAt === undefined || sentAt - extendedAt >= leaseTtlMs / 4;
-          channelArgs.push(t.max, extend ? 1 : 0, id);
+          channelArgs.push(t.max, extend ? (this.expiryGt() ? 2 : 1) : 0, id);
         }
         requestArgs.push(i === targets.length - 1 ? -c : c);
       }
@@ -76,7 +78,7 @@ export class AcquireCalls {
         const last = reply.length - 1;
         if (reply[last] !== 'acquired') return;
         const channelId = requests[q]!.targets[last]!.channelId;
-        if (channelArgs[3 * index.get(channelId)! - 2] !== 1) return;
+        if (channelArgs[3 * index.get(channelId)! - 2] === 0) return;
         if (this.extendedAt.size >= EXTENDED_LIMIT) this.extendedAt.clear();
         this.extendedAt.set(channelId, sentAt);
       });

@@ -52,6 +52,11 @@ export class Epoch {
   private readonly listeners = new Set<RestartListener>();
   /** Restarts detected since this store was created. */
   restarts = 0;
+  /**
+   * Whether every Redis node the last check reached is version 7 or later, so `PEXPIRE … GT` (extend only, never
+   * shorten) is one command where a `PTTL` and a `PEXPIRE` were two. False until the first check.
+   */
+  expiryGt = false;
 
   private readonly reconnectListeners = new Set<() => void>();
   /** A restart drops every connection: verify again before the next admitting command. */
@@ -203,6 +208,7 @@ export class Epoch {
         ),
       ),
     );
+    this.expiryGt = replies.every((r) => r.major >= 7);
     if (cluster) await this.startGraces(keys, replies);
     let changed = false;
     let first = true;
@@ -231,7 +237,7 @@ export class Epoch {
    */
   private async startGraces(
     keys: readonly string[],
-    replies: { value: string; now: number }[],
+    replies: { value: string; now: number; major: number }[],
   ): Promise<void> {
     const { client, deadlines, count } = this.deps;
     const pending = keys.flatMap((_, i) => (replies[i]!.value.split('|')[1] === '' ? [i] : []));
@@ -248,7 +254,7 @@ export class Epoch {
       // gone again, or made again without a start: check once more
       if (value === undefined || value.split('|')[1] === '')
         throw new Error('the epoch changed during the check');
-      replies[pending[n]!] = { value, now };
+      replies[pending[n]!] = { value, now, major: replies[pending[n]!]!.major };
     });
   }
 }

@@ -129,7 +129,7 @@ export class RedisStore implements SlotStore {
     this.topology = topologyOf({
       client: this.client,
       keys: this.keys,
-      calls: new AcquireCalls(this.keys, this.clock, claimMs),
+      calls: new AcquireCalls(this.keys, this.clock, claimMs, () => this.epoch.expiryGt),
       deadlines: this.deadlines,
       count: this.count,
       releaseArgs: this.queues.releaseArgs,

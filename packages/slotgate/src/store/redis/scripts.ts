@@ -178,12 +178,12 @@ export const SCRIPTS = {
   ),
   /** See lua/leaveQueue-2.lua: true when a grant was given back. */
   leaveQueue: new Script('leaveQueue-2', (reply) => Number(reply) === 1),
-  /** See lua/checkEpoch-1.lua: the epoch value and the Redis time in ms. */
-  checkEpoch: new Script('checkEpoch-1', (reply): { value: string; now: number } => {
-    if (!Array.isArray(reply) || reply.length !== 2) {
+  /** See lua/checkEpoch-1.lua: the epoch value, the Redis time in ms and the server's major version. */
+  checkEpoch: new Script('checkEpoch-1', (reply): { value: string; now: number; major: number } => {
+    if (!Array.isArray(reply) || reply.length !== 3) {
       throw new TypeError(`unexpected script reply ${JSON.stringify(reply)}`);
     }
-    return { value: String(reply[0]), now: Number(reply[1]) };
+    return { value: String(reply[0]), now: Number(reply[1]), major: Number(reply[2]) };
   }),
   /** See lua/startEpochGrace-1.lua: the epoch value (undefined when the key is gone) and the Redis time in ms. */
   startEpochGrace: new Script('startEpochGrace-1', (reply): { value: string | undefined; now: number } => {

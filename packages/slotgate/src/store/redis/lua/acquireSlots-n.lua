@@ -13,7 +13,8 @@
   ARGV[3]     number of channels C (= #KEYS / 3)
   ARGV[4]     claim deadline in ms of a grant to a waiter
   ARGV[5]     grants channel prefix (an instance's channel is this plus its id)
-  ARGV[6..]   per channel c: max concurrency (> 0), "1" to ask for an extension of its key's expiry, its id
+  ARGV[6..]   per channel c: max concurrency (> 0), "1" to ask for an extension of its key's expiry ("2": the same
+              with `PEXPIRE … GT`, Redis 7; "0": none), its id
   then        per request: its token, then the indexes of the channels to try in order, the last one negated
 
   Returns one flat array of codes: for each request in order, one code per channel tried, stopping at the first
@@ -28,10 +29,11 @@
   keeps the count it read, so requests for the same channel in one call share a ZCARD. Expired members are dropped
   when a set looks full (ZREMRANGEBYSCORE, once per channel per call). Lease scores are formatted once per call.
   Key expiry: a slots key that was empty gets PEXPIRE TTL with its first lease. Otherwise the caller asks for an
-  extension when it has not extended that key for TTL/4, and the script then extends the expiry to TTL (PTTL first:
-  it never shortens a key holding longer leases). So every admission leaves the key with at least 3/4 TTL at the
-  cost of one PTTL + PEXPIRE per key per TTL/4 per instance; renewals (every TTL/3) extend it to a full TTL, and a
-  crashed holder's channel leaves no key behind within one TTL.
+  extension when it has not extended that key for TTL/4, and the script then extends the expiry to TTL (PTTL first,
+  or one PEXPIRE GT on Redis 7, + PEXPIRE NX when that extended nothing: it never shortens a key holding longer
+  leases). So every admission leaves the key
+  with at least 3/4 TTL at the cost of one PTTL + PEXPIRE (Redis 7: one PEXPIRE) per key per TTL/4 per instance;
+  renewals (every TTL/3) extend it to a full TTL, and a crashed holder's channel leaves no key behind within one TTL.
 ]]
 --- @include "redisNow"
 --- @include "queue"
@@ -124,9 +126,14 @@ while a <= #ARGV do
         if live == 0 then
           redis.call('PEXPIRE', slots, ttl)
           extended[c] = true
-        elseif ARGV[4 + 3 * c] == '1' and not extended[c] then
+        elseif ARGV[4 + 3 * c] ~= '0' and not extended[c] then
           extended[c] = true
-          if redis.call('PTTL', slots) < tonumber(ttl) then
+          if ARGV[4 + 3 * c] == '2' then
+            -- GT takes a key without expiry as never expiring: NX gives one to such a key (none of ours lacks one)
+            if redis.call('PEXPIRE', slots, ttl, 'GT') == 0 then
+              redis.call('PEXPIRE', slots, ttl, 'NX')
+            end
+          elseif redis.call('PTTL', slots) < tonumber(ttl) then
             redis.call('PEXPIRE', slots, ttl)
           end
         end
