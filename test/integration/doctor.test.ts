@@ -102,11 +102,11 @@ async function plant(redis: Redis, prefix: string) {
     .zadd(key.leases, now + 60_000, 'live:1', now - 5_000, 'dead:1', now - 1_000, 'dead:2')
     .pexpire(key.leases, 60_000)
     .zadd(key.noExpiry, now + 60_000, 'live:2')
-    // members name their lifetime (10 s): one arrived 3 s ago, one 11 s ago (it ran out)
-    .zadd(key.queue, (now - 3_000) * 1000, '2|10000|w-live', (now - 11_000) * 1000, '2|10000|w-dead')
+    // members name their lifetime: 60 s, arrived 3 s ago (live the whole test); 10 s, arrived 11 s ago (ran out)
+    .zadd(key.queue, (now - 3_000) * 1000, '2|60000|w-live', (now - 11_000) * 1000, '2|10000|w-dead')
     .pexpire(key.queue, 60_000)
     .zadd(key.olderQueue, now - 2_000, '2|w-old')
-    .zadd(key.queueNoExpiry, now * 1000 - 1_000_000, '1|10000|w-stuck')
+    .zadd(key.queueNoExpiry, now * 1000 - 1_000_000, '1|60000|w-stuck')
     .set(key.coolingForever, 'upstream 429')
     .set(key.cooling, 'upstream 429', 'PX', 60_000)
     .set(key.wrongType, 'oops')
@@ -160,11 +160,11 @@ describe('slotgate doctor', () => {
     expect(removedKeys.sort()).toEqual([key.coolingForever, key.wrongType, key.unknown].sort());
     expect(after[key.leases]).toEqual({ type: 'zset', expires: true, content: ['live:1'] });
     // the run-out registration goes (it would count against max waiting); the live one stays
-    expect(after[key.queue]).toEqual({ type: 'zset', expires: true, content: ['2|10000|w-live'] });
+    expect(after[key.queue]).toEqual({ type: 'zset', expires: true, content: ['2|60000|w-live'] });
     // The key without expiry keeps its live member and now expires with it.
     expect(after[key.noExpiry]).toEqual({ type: 'zset', expires: true, content: ['live:2'] });
     // The queue key without expiry keeps its waiter and now expires past any wait deadline.
-    expect(after[key.queueNoExpiry]).toEqual({ type: 'zset', expires: true, content: ['1|10000|w-stuck'] });
+    expect(after[key.queueNoExpiry]).toEqual({ type: 'zset', expires: true, content: ['1|60000|w-stuck'] });
     expect(await redis.pttl(key.queueNoExpiry)).toBeGreaterThan(60_000);
     // Untouched: the healthy cooldown, the settings, the other schema version, the older release's queue and the
     // other prefix.

@@ -26,7 +26,7 @@ import { KeyBuilder, SCHEMA_VERSION } from './keys.js';
 import { redisMs } from './redis-time.js';
 import { isCluster } from './connection.js';
 import { SCRIPTS } from './scripts.js';
-import { DEFAULT_CLAIM_MS, DEFAULT_LEASE_TTL_MS } from './queues.js';
+import { DEFAULT_CLAIM_MS, DEFAULT_LEASE_TTL_MS, memberLifetime } from './queues.js';
 
 export type FindingKind =
   'expired_members' | 'no_expiry' | 'cooldown_without_ttl' | 'wrong_type' | 'unknown_key' | 'dead_owner';
@@ -355,7 +355,7 @@ function ranOut(withScores: readonly string[], now: number): string[] {
   const out: string[] = [];
   for (let i = 0; i < withScores.length; i += 2) {
     const member = withScores[i]!;
-    const live = Number(member.split('|')[1]);
+    const live = memberLifetime(member);
     if (!(Number(withScores[i + 1]) > (now - (Number.isFinite(live) ? live : 0)) * 1000)) out.push(member);
   }
   return out;

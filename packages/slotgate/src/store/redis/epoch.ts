@@ -254,7 +254,7 @@ export class Epoch {
       // gone again, or made again without a start: check once more
       if (value === undefined || value.split('|')[1] === '')
         throw new Error('the epoch changed during the check');
-      replies[pending[n]!] = { value, now, major: replies[pending[n]!]!.major };
+      replies[pending[n]!] = { ...replies[pending[n]!]!, value, now };
     });
   }
 }

@@ -63,6 +63,12 @@ const liveMsOf = (options: EnqueueOptions) =>
  */
 export const MAX_REGISTRATION_LIVE_MS = 62_000;
 
+/** A waiter's member in a queue (lua/includes/queue.lua): its max, its registration lifetime in ms, its token. */
+export const queueMember = (w: WaiterRef, liveMs: number) => `${w.max}|${liveMs}|${w.token}`;
+
+/** The registration lifetime a queue member names (NaN for a member of another shape). */
+export const memberLifetime = (member: string) => Number(member.split('|')[1]);
+
 /** Members remembered per waiter (cleared past this: a member not remembered is rebuilt with the latest lifetime). */
 const MEMBERS_LIMIT = 100_000;
 
@@ -130,7 +136,7 @@ export class RedisQueues {
 
   /** The member `w` stands under: the one it registered with, else one with this store's latest lifetime. */
   private memberOf(w: WaiterRef): string {
-    return this.members.get(placeOf(w.channelId, w.token)) ?? `${w.max}|${this.liveMs()}|${w.token}`;
+    return this.members.get(placeOf(w.channelId, w.token)) ?? queueMember(w, this.liveMs());
   }
 
   /** The registration of `token` on the channel ended here: its member is forgotten. */
@@ -211,7 +217,7 @@ export class RedisQueues {
   /** Remembers the member `w` registers under, living `live` ms past its arrival. */
   private remember(w: WaiterRef, live: number): void {
     if (this.members.size >= MEMBERS_LIMIT) this.members.clear();
-    this.members.set(placeOf(w.channelId, w.token), `${w.max}|${live}|${w.token}`);
+    this.members.set(placeOf(w.channelId, w.token), queueMember(w, live));
   }
 
   async enqueue(w: WaiterRef, options: EnqueueOptions): Promise<EnqueueReply> {
@@ -237,7 +243,7 @@ export class RedisQueues {
    */
   async requeue(from: WaiterRef, to: WaiterRef, options: EnqueueOptions): Promise<EnqueueReply> {
     const fromMember = this.memberOf(from);
-    this.remember(to, Number(fromMember.split('|')[1]));
+    this.remember(to, memberLifetime(fromMember));
     try {
       return await this.register(to, options, fromMember, [], (keys, args) => {
         this.deps.count('wait', 1);

@@ -64,8 +64,10 @@ export interface Topology {
   flushed(): Promise<void> | undefined;
   /** Renewal batches of at most BATCH_SIZE leases, each one script call. */
   renewBatches<L extends LeaseRef>(leases: readonly L[]): L[][];
-  /** Active, waiting and cooldown of up to BATCH_SIZE channels, live members counted from `min` (exclusive). */
-  /** `min`: the exclusive lower bounds of a live lease's expiry and of a live registration's arrival. */
+  /**
+   * Active, waiting and cooldown of up to BATCH_SIZE channels, live members counted from `min` (exclusive): a live
+   * lease's expiry and a live registration's arrival.
+   */
   readLoadBatch(ids: readonly string[], min: LoadBounds, withTime: boolean): Promise<LoadBatch>;
 }
 

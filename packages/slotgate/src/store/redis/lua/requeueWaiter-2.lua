@@ -42,7 +42,7 @@ local function atHead()
     end
     if not ranOut(head[1], head[2]) then
       -- 1 µs ahead, but never on `to`'s cutoff (a head 1 µs past it: the two tie, ordered by member)
-      return math.max(tonumber(head[2]) - 1, tonumber(deadCutoff(liveMs)) + 1)
+      return math.max(tonumber(head[2]) - 1, cutoffUs(liveMs) + 1)
     end
     redis.call('ZREM', KEYS[2], head[1])
   end

@@ -5,9 +5,13 @@
 -- The longest a registration lives (queues.ts, MAX_REGISTRATION_LIVE_MS: wait_timeout_ms at its bound, plus 2 s).
 local MAX_LIVE_MS = 62000
 
--- The arrival score (µs) at or before which a registration living `liveMs` has run out.
+-- The arrival (µs) at or before which a registration living `liveMs` has run out: a number, and as deadCutoff a
+-- score string for ZCOUNT and ZREMRANGEBYSCORE.
+local function cutoffUs(liveMs)
+  return (redisNow() - liveMs) * 1000
+end
 local function deadCutoff(liveMs)
-  return string.format('%d', (redisNow() - liveMs) * 1000)
+  return string.format('%d', cutoffUs(liveMs))
 end
 
 -- Drops the registrations older than the longest lifetime, which have all run out (the oldest: one
@@ -40,7 +44,7 @@ end
 -- Whether the registration `member`, which arrived at `arrival` (µs), has run out.
 local function ranOut(member, arrival)
   local _, _, live = splitMember(member)
-  return tonumber(arrival) <= tonumber(deadCutoff(live))
+  return tonumber(arrival) <= cutoffUs(live)
 end
 
 -- The instance id of a token "<instanceId>:<seq>".
@@ -97,7 +101,7 @@ local function grantFree(slotsKey, queueKey, claimMs, leaseTtl, notify, channelI
       local raw = redis.call('ZRANGE', queueKey, 0, FAIR_WINDOW - 1, 'WITHSCORES')
       if not pruned and raw[2] then
         pruned = true
-        if tonumber(raw[2]) <= tonumber(deadCutoff(MAX_LIVE_MS)) and dropExpiredWaiters(queueKey) > 0 then
+        if tonumber(raw[2]) <= cutoffUs(MAX_LIVE_MS) and dropExpiredWaiters(queueKey) > 0 then
           raw = redis.call('ZRANGE', queueKey, 0, FAIR_WINDOW - 1, 'WITHSCORES')
         end
       end
