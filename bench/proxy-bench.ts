@@ -1,6 +1,7 @@
 /**
  * `npm run bench:proxy`: what the gateway costs per request, beside the floor. slotgate (one instance, one OpenAI
- * channel) and a minimal Node pass-through proxy (minimal-proxy.ts) — plus Portkey's gateway when
+ * channel), a minimal Node pass-through proxy (minimal-proxy.ts), the same pass-through on the gateway's own stack
+ * (fastify-proxy.ts: Fastify and undici, none of slotgate's work) — plus Portkey's gateway when
  * `@portkey-ai/gateway` is installed — forward to the same local upstream, which answers after `upstreamDelayMs`.
  * Each of the upstream and the contenders runs in a process of its own (proxy-node.ts); the load comes from this one.
  *
@@ -28,6 +29,7 @@ import { freePort } from '../test/helpers/redis-server.js';
 export type NodeSpec =
   | { role: 'upstream'; delayMs: number; chunks: number }
   | { role: 'minimal'; target: string }
+  | { role: 'fastify'; target: string }
   | { role: 'slotgate'; target: string; maxConcurrency: number; redisUrl?: string };
 
 /** The client token slotgate's contender accepts; every contender is sent it. */
@@ -71,6 +73,11 @@ export interface ThroughputRow {
   p99Ms: number;
   /** Non-2xx answers and connection errors in the median round. */
   failed: number;
+  /**
+   * The contender's own CPU time (user + system, every thread of its process) per answered request in that round, in
+   * µs; undefined when its process cannot be asked (Portkey's).
+   */
+  cpuUsPerRequest?: number;
 }
 
 export interface LatencyRow {
@@ -102,6 +109,8 @@ interface Contender {
   label: string;
   url: string;
   headers: Record<string, string>;
+  /** The CPU time its process has used so far, in µs (process.cpuUsage()). */
+  cpuUs?(): Promise<number>;
   close(): Promise<void>;
 }
 
@@ -130,7 +139,11 @@ async function stopNode(child: Child): Promise<void> {
 
 async function forkedContender(label: string, spec: NodeSpec): Promise<Contender> {
   const { url, child } = await startNode(spec);
-  return { label, url, headers: BASE_HEADERS, close: () => stopNode(child) };
+  const cpuUs = async () => {
+    child.send({ type: 'cpu' });
+    return (await child.next<{ micros: number }>('cpu', 10_000)).micros;
+  };
+  return { label, url, headers: BASE_HEADERS, cpuUs, close: () => stopNode(child) };
 }
 
 /** Where `@portkey-ai/gateway`'s server script is, when the package is installed (it is never a dependency). */
@@ -259,6 +272,7 @@ export async function runProxyBench(options: ProxyBenchOptions = {}): Promise<Pr
     const store = options.redisUrl ? 'Redis' : 'embedded store';
     const specs: [string, NodeSpec][] = [
       ['minimal Node proxy', { role: 'minimal', target: upstream.url }],
+      [FASTIFY, { role: 'fastify', target: upstream.url }],
       [
         `slotgate, bounded channel (max ${BOUNDED_MAX}, ${store})`,
         {
@@ -299,7 +313,9 @@ export async function runProxyBench(options: ProxyBenchOptions = {}): Promise<Pr
         for (const c of contenders) {
           progress(`round ${round}/${rounds}, ${mode}: ${c.label}`);
           if (warmupS > 0) await cannon(c, mode, connections, warmupS);
+          const cpuBefore = await c.cpuUs?.();
           const r = await cannon(c, mode, connections, durationS);
+          const cpuAfter = await c.cpuUs?.();
           const key = `${c.label}\0${mode}`;
           samples.set(key, [
             ...(samples.get(key) ?? []),
@@ -310,6 +326,9 @@ export async function runProxyBench(options: ProxyBenchOptions = {}): Promise<Pr
               p50Ms: r.latency.p50,
               p99Ms: r.latency.p99,
               failed: r.non2xx + r.errors,
+              ...(cpuBefore !== undefined && cpuAfter !== undefined && r['2xx'] > 0
+                ? { cpuUsPerRequest: (cpuAfter - cpuBefore) / r['2xx'] }
+                : {}),
             },
           ]);
         }
@@ -362,9 +381,11 @@ export async function runProxyBench(options: ProxyBenchOptions = {}): Promise<Pr
       `Upstream on 127.0.0.1 answering after ${delayMs} ms (JSON; or ${chunks} SSE chunks, each in its own ` +
       `event-loop turn, then [DONE]); upstream, each contender and the load generator in separate processes. ` +
       `Throughput: autocannon ${connections} connections, ${warmupS} s warm-up then ${durationS} s per contender ` +
-      `and mode, ${rounds} round(s) (median round shown). Low load: 1 connection, ${lowRequests} sequential ` +
+      `and mode, ${rounds} round(s) (median round shown); CPU µs per request: each contender's own process ` +
+      `(user + system, all threads) over that run, per answered request. Low load: 1 connection, ${lowRequests} sequential ` +
       `requests per contender and mode after ${Math.min(50, lowRequests)} warm-up, interleaved in blocks of 50. slotgate: one openai ` +
-      `channel, ${store}, logger off; the minimal proxy logs nothing either. Machine: ${os.cpus().length} × ` +
+      `channel, ${store}, logger off; the minimal proxy and the Fastify + undici pass-through (the gateway's own ` +
+      `HTTP stack with none of its work) log nothing either. Machine: ${os.cpus().length} × ` +
       `${os.cpus()[0]?.model.trim()}, Node ${process.version}; 1-minute load average ${fmt(loadBefore, 1)} at the ` +
       `start, ${fmt(os.loadavg()[0]!, 1)} at the end` +
       (Math.max(loadBefore, os.loadavg()[0]!) > os.cpus().length
@@ -377,6 +398,7 @@ export async function runProxyBench(options: ProxyBenchOptions = {}): Promise<Pr
 }
 
 const MINIMAL = 'minimal Node proxy';
+const FASTIFY = 'Fastify + undici pass-through';
 const isSlotgateBounded = (label: string) => label.startsWith('slotgate, bounded');
 
 function targetsOf(throughput: readonly ThroughputRow[], latency: readonly LatencyRow[]): Target[] {
@@ -415,15 +437,19 @@ function targetsOf(throughput: readonly ThroughputRow[], latency: readonly Laten
 export function proxyBenchReport(r: ProxyBenchResult): string {
   const lines = [`# slotgate beside a minimal proxy`, '', r.parameters, ''];
   lines.push(
-    '| contender | mode | requests/s | p50 ms | p99 ms | failed | × minimal proxy | added p50 ms |',
-    '| --- | --- | --- | --- | --- | --- | --- | --- |',
+    '| contender | mode | requests/s | p50 ms | p99 ms | failed | × minimal proxy | × Fastify + undici | added p50 ms ' +
+      '| CPU µs per request |',
+    '| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |',
   );
   for (const row of r.throughput) {
     const floor = r.throughput.find((x) => x.contender === MINIMAL && x.mode === row.mode);
+    const stack = r.throughput.find((x) => x.contender === FASTIFY && x.mode === row.mode);
+    const ratio = (base: ThroughputRow | undefined) =>
+      base ? fmt(row.requestsPerS / base.requestsPerS, 2) : '–';
     lines.push(
       `| ${row.contender} | ${row.mode} | ${fmt(row.requestsPerS, 0)} | ${fmt(row.p50Ms, 0)} | ${fmt(row.p99Ms, 0)} | ` +
-        `${row.failed} | ${floor ? fmt(row.requestsPerS / floor.requestsPerS, 2) : '–'} | ` +
-        `${floor ? fmt(row.p50Ms - floor.p50Ms, 0) : '–'} |`,
+        `${row.failed} | ${ratio(floor)} | ${ratio(stack)} | ${floor ? fmt(row.p50Ms - floor.p50Ms, 0) : '–'} | ` +
+        `${row.cpuUsPerRequest === undefined ? '–' : fmt(row.cpuUsPerRequest, 0)} |`,
     );
   }
   lines.push(

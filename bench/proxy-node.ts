@@ -3,11 +3,13 @@
  * the proxy under test each have their own event loop:
  *   { type: 'start', role: 'upstream', upstreamDelayMs, chunks } → { type: 'listening', url } (the channel's base URL)
  *   { type: 'start', role: 'minimal' | 'slotgate', target, ... }  → { type: 'listening', url }
+ *   { type: 'cpu' }                                                → { type: 'cpu', micros } (process.cpuUsage(), µs)
  *   { type: 'stop' }                                               → { type: 'stopped' }, exits
  */
 import { createGateway, parseConfig } from 'slotgate-gateway';
 import { FakeUpstream, sseData, type Part } from '../test/helpers/fake-upstream.js';
 import { sendToParent, serveParent } from './children.js';
+import { startFastifyProxy } from './fastify-proxy.js';
 import { startMinimalProxy } from './minimal-proxy.js';
 import { CLIENT_TOKEN, MODEL, type NodeSpec } from './proxy-bench.js';
 
@@ -66,15 +68,20 @@ async function startSlotgate(spec: Extract<NodeSpec, { role: 'slotgate' }>) {
 
 let running: { url: string; close(): Promise<void> } | undefined;
 
-serveParent<{ type: 'start'; spec: NodeSpec } | { type: 'stop' }>(async (message) => {
-  if (message.type === 'start') {
+serveParent<{ type: 'start'; spec: NodeSpec } | { type: 'cpu' } | { type: 'stop' }>(async (message) => {
+  if (message.type === 'cpu') {
+    const { user, system } = process.cpuUsage();
+    await sendToParent({ type: 'cpu', micros: user + system });
+  } else if (message.type === 'start') {
     const { spec } = message;
     running =
       spec.role === 'upstream'
         ? await startUpstream(spec.delayMs, spec.chunks)
         : spec.role === 'minimal'
           ? await startMinimalProxy(spec.target)
-          : await startSlotgate(spec);
+          : spec.role === 'fastify'
+            ? await startFastifyProxy(spec.target)
+            : await startSlotgate(spec);
     await sendToParent({ type: 'listening', url: running.url });
   } else {
     await running?.close();

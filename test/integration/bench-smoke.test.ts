@@ -243,6 +243,7 @@ describe('bench:proxy', () => {
     const r = await runProxyBench({ connections: 2, durationS: 0.5, warmupS: 0, lowRequests: 10 });
     const contenders = [
       'minimal Node proxy',
+      'Fastify + undici pass-through',
       'slotgate, bounded channel (max 1000, embedded store)',
       'slotgate, unlimited channel',
       ...(findPortkey() ? [expect.stringMatching(/^Portkey gateway /)] : []),
@@ -253,6 +254,8 @@ describe('bench:proxy', () => {
       for (const row of rows.filter((x) => !x.contender.startsWith('Portkey'))) {
         expect(row.requestsPerS, `${row.contender}, ${mode}`).toBeGreaterThan(0);
         expect(row.failed, `${row.contender}, ${mode}: non-2xx answers or errors`).toBe(0);
+        // its own process's CPU time over the measured run, per answered request
+        expect(row.cpuUsPerRequest, `${row.contender}, ${mode}`).toBeGreaterThan(0);
       }
       const low = r.latency.filter((row) => row.mode === mode);
       expect(low.map((row) => row.contender)).toEqual(['direct to the upstream', ...contenders]);
@@ -273,6 +276,7 @@ describe('bench:proxy', () => {
     if (!findPortkey()) expect(r.notes.join('\n')).toMatch(/Portkey gateway: not measured/);
     const report = proxyBenchReport(r);
     expect(report).toMatch(/autocannon 2 connections/);
+    expect(report).toMatch(/\| × Fastify \+ undici \| added p50 ms \| CPU µs per request \|/);
     expect(report.split('\n').filter((l) => l.startsWith('| slotgate, bounded'))).toHaveLength(4);
   }, 120_000);
 });

@@ -127,12 +127,15 @@ export function buildApp(deps: AppDeps): FastifyInstance {
     });
   }
 
-  app.addHook('onSend', async (request, reply) => {
+  // (callback hooks: an async hook costs a promise and a microtask on every request)
+  app.addHook('onSend', (request, reply, payload, done) => {
     reply.header('x-request-id', request.id);
+    done(null, payload);
   });
 
-  app.addHook('onResponse', async () => {
+  app.addHook('onResponse', (_request, _reply, done) => {
     if (draining.has(app)) setImmediate(() => app.server.closeIdleConnections());
+    done();
   });
 
   app.setErrorHandler(answerError);
