@@ -1,7 +1,8 @@
 /**
  * The `slotgate` command line as a person meets it, run as child processes: `--version`; one-line errors with the
- * cause and what to do, exit 2 for usage errors (a bad --port, a bad Redis URL) and for doctor's unreachable Redis
- * (named without its password, with the socket error), exit 1 when the port is in use — with nothing left in the
+ * cause and what to do, exit 2 for usage errors (a bad --port, a bad Redis URL, an unknown option or command) and for
+ * doctor's unreachable Redis (named without its password, with the socket error); serve's unreachable Redis named with
+ * the socket error, its repeated sync errors logged once; exit 1 when the port is in use — with nothing left in the
  * private Redis by that failed start; the start-up line (listening URL, dashboard, store in use); a drain that ends
  * with "shutdown complete" and exit 0, and a second SIGINT that ends it at once with exit 130.
  */
@@ -58,6 +59,17 @@ describe('slotgate command line', { timeout: 60_000 }, () => {
     expect(secretUrl.stderr).not.toContain('s3cret-pw');
   });
 
+  it('an unknown option or command is a usage error: exit 2, what was wrong and where help is', async () => {
+    const [option, command] = await Promise.all([cli('serve', '--bogus'), cli('frobnicate')]);
+    for (const run of [option, command]) {
+      expect(run.code, run.stderr).toBe(2);
+      expect(run.stderr).not.toMatch(/\n\s+at /); // no stack
+      expect(run.stderr).toContain('(add --help for usage)');
+    }
+    expect(option.stderr).toContain("slotgate: unknown option '--bogus'");
+    expect(command.stderr).toContain("slotgate: unknown command 'frobnicate'");
+  });
+
   it('doctor with an unreachable Redis names it (without its password) and the socket error, exit 2', async () => {
     const port = await freePort(); // nothing listens there
     const run = await cli('doctor', '--redis', `redis://:s3cret-pw@127.0.0.1:${port}`);
@@ -66,6 +78,34 @@ describe('slotgate command line', { timeout: 60_000 }, () => {
     expect(run.stderr).toContain(`slotgate doctor: cannot reach Redis redis://127.0.0.1:${port}`);
     expect(run.stderr).toContain('ECONNREFUSED');
     expect(run.stderr).not.toContain('s3cret-pw');
+  });
+
+  it('serve with an unreachable Redis names it with the socket error and logs each sync error once', async () => {
+    const port = await freePort(); // nothing listens there
+    const gw = await spawnGateway({ args: ['--redis', `redis://:s3cret-pw@127.0.0.1:${port}`] });
+    await gw.ready;
+    const lines = () =>
+      gw
+        .output()
+        .split('\n')
+        .filter((l) => l.startsWith('{'))
+        .map((l) => JSON.parse(l) as { level: number; msg: string; err?: string });
+    // the health check follows the start-up line; the settings subscription retries meanwhile (each retry fails, and
+    // without the once-a-minute rule each failure was a line)
+    for (let i = 0; i < 100 && !lines().some((l) => l.msg.startsWith('cannot reach')); i++) {
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+    await new Promise((resolve) => setTimeout(resolve, 1500));
+    await gw.kill();
+    const unreachable = lines().find((l) => l.msg.startsWith('cannot reach'));
+    expect(unreachable?.msg, gw.output()).toContain(
+      `cannot reach Redis redis://127.0.0.1:${port}: connect ECONNREFUSED`,
+    );
+    expect(unreachable?.msg).toContain('store_failure_mode fail_closed applies until it answers');
+    const syncErrors = lines().filter((l) => l.msg === 'settings sync' && l.level >= 50);
+    expect(syncErrors.length).toBeGreaterThan(0);
+    expect(new Set(syncErrors.map((l) => l.err)).size, JSON.stringify(syncErrors)).toBe(syncErrors.length);
+    expect(gw.output()).not.toContain('s3cret-pw');
   });
 
   it('a port in use: one line with the address and what to do, exit 1, nothing left in Redis', async () => {

@@ -44,6 +44,8 @@ const PRESENCE_WAIT_MS = 1000;
 /** Readiness probes share one store health check per this long. */
 const READINESS_CACHE_MS = 1000;
 
+/** The same settings-sync error is logged at error level once per this long at most. */
+const SYNC_ERROR_REPEAT_MS = 60_000;
 export interface RuntimeOptions {
   config: GatewayConfig;
   /** Use this store instead of the one the config describes; the runtime then leaves it open on close. */
@@ -95,6 +97,24 @@ export class GatewayRuntime {
   private readonly fleetCounts: Array<{ at: number; n: number }> = [];
   /** Set by start(); nothing logs before, since no request and no store callback comes earlier. */
   private log: FastifyBaseLogger | undefined;
+  /**
+   * The settings subscription's errors: while Redis is unreachable its connection fails again on every retry, so each
+   * distinct error is logged at error level once a minute at most (the repeats at debug).
+   */
+  private readonly syncErrors = {
+    last: new Map<string, number>(),
+    note: (message: string): void => {
+      const now = Date.now();
+      const seen = this.syncErrors.last.get(message);
+      if (seen !== undefined && now - seen < SYNC_ERROR_REPEAT_MS) {
+        this.log?.debug({ err: message }, 'settings sync (repeated)');
+        return;
+      }
+      if (this.syncErrors.last.size > 100) this.syncErrors.last.clear();
+      this.syncErrors.last.set(message, now);
+      this.log?.error({ err: message }, 'settings sync');
+    },
+  };
 
   constructor(options: RuntimeOptions) {
     const config = options.config;
@@ -134,7 +154,7 @@ export class GatewayRuntime {
           { event: 'settings_restored', overrides: o, version: origin.version, changed_by: origin.changedBy },
           'settings overrides restored: the store had lost them',
         ),
-      onError: (err) => this.log?.error({ err: err.message }, 'settings sync'),
+      onError: (err) => this.syncErrors.note(err.message),
     });
     this.upstream = new UpstreamClient(config.timeouts);
     this.self = {

@@ -5,7 +5,7 @@
  * error, 130 a second SIGINT/SIGTERM cut the drain short.
  */
 import { readFileSync } from 'node:fs';
-import { Command } from 'commander';
+import { Command, CommanderError } from 'commander';
 import { doctor, type DoctorOptions } from './doctor.js';
 import { serve, type ServeOptions } from './serve.js';
 
@@ -16,6 +16,10 @@ const { version } = JSON.parse(readFileSync(new URL('../../package.json', import
 
 const program = new Command();
 program
+  // (before the subcommands, which inherit both) usage errors throw instead of exiting with commander's code 1
+  .exitOverride()
+  .showHelpAfterError('(add --help for usage)')
+  .configureOutput({ outputError: (text, write) => write(`slotgate: ${text.replace(/^error: /, '')}`) })
   .name('slotgate')
   .description('Bounded per-channel concurrency for LLM API gateways, shared through Redis')
   .version(version, '-V, --version', 'print the version')
@@ -67,6 +71,9 @@ program
 try {
   await program.parseAsync(process.argv);
 } catch (err) {
+  // commander printed its message already (an unknown option or command, a missing argument: a usage error, exit 2);
+  // --help and --version end here too, with code 0
+  if (err instanceof CommanderError) process.exit(err.exitCode === 0 ? 0 : 2);
   // one line, no stack: what went wrong is in the message
   console.error(`slotgate: ${(err as Error).message}`);
   process.exit(1);

@@ -87,7 +87,7 @@ export async function serve(opts: ServeOptions, env: NodeJS.ProcessEnv = process
       process.exit(2);
     }
     if (err instanceof ConfigError) {
-      console.error(err.message);
+      console.error(`slotgate serve: ${err.message}`);
       process.exit(2);
     }
     throw err;

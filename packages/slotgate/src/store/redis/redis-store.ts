@@ -107,11 +107,19 @@ export class RedisStore implements SlotStore {
   private readonly epoch: Epoch;
   private readonly summary: RedisLoadSummary;
   private seeding: Promise<void> | undefined;
+  /** The connection's latest error since it was last ready (e.g. `connect ECONNREFUSED 127.0.0.1:6379`). */
+  private socketError: string | undefined;
 
   constructor(options: RedisStoreOptions) {
     this.owned = !options.client;
     this.client = options.client ?? createClient(options);
-    if (this.owned) this.client.on('error', () => {}); // surfaced per operation as StoreUnavailableError
+    if (this.owned) {
+      // Surfaced per operation as StoreUnavailableError; the latest socket error is kept for health(), where a failed
+      // PING only says that ioredis gave up ("Reached the max retries per request limit", "Connection is closed").
+      // (Not on a caller's client: a listener would silence ioredis's own report of its unhandled errors.)
+      this.client.on('error', (err: Error) => (this.socketError = err.message));
+      this.client.on('ready', () => (this.socketError = undefined));
+    }
     this.keys = new KeyBuilder(options.prefix);
     this.clock = options.clock ?? systemClock;
     this.deadlines = deadlinesFor(this.client, this.clock, options.timeoutMs ?? 1000);
@@ -393,9 +401,11 @@ export class RedisStore implements SlotStore {
     );
   }
 
-  /** PING under a one-second cap (nodes.ts). */
-  health(): Promise<StoreHealth> {
-    return ping(this.client, this.clock, HEALTH_TIMEOUT_MS);
+  /** PING under a one-second cap (nodes.ts); when it fails, with the connection's socket error when there is one. */
+  async health(): Promise<StoreHealth> {
+    const health = await ping(this.client, this.clock, HEALTH_TIMEOUT_MS);
+    if (health.healthy || this.socketError === undefined || health.error === this.socketError) return health;
+    return { ...health, error: this.socketError };
   }
 
   /** How the store reaches Redis: one node, a Cluster, or a Sentinel-managed primary. */
