@@ -295,21 +295,26 @@ async function channelKeys(id: string): Promise<string[]> {
 }
 
 /**
- * Every message published on this test's grants channels, as "<instance> <kind> <token/channel…>", in order.
- * `settle` publishes a marker after everything the test ran and returns the messages once the marker is back: Redis
- * delivers a connection's messages in publish order, so none published before it is missing.
+ * Every message published on this test's grants channels, as "<instance> <kind> <token/channel…>", in order; a grant
+ * ("G\n<claim deadline>\n<token>\n<channel>") reads "g <token> <channel>", its deadline kept in `deadlines` (token →
+ * Redis ms). `settle` publishes a marker after everything the test ran and returns the messages once the marker is
+ * back: Redis delivers a connection's messages in publish order, so none published before it is missing.
  */
-async function grantsFeed(): Promise<{ settle(): Promise<string[]> }> {
+async function grantsFeed(): Promise<{ settle(): Promise<string[]>; deadlines: Map<string, number> }> {
   const sub = new Redis(redisUrl(), { maxRetriesPerRequest: 1 });
   cleanups.push(() => sub.disconnect());
   const channelPrefix = keys.grants();
   const seen: string[] = [];
-  sub.on('pmessage', (_pattern: string, channel: string, message: string) =>
-    seen.push(`${channel.slice(channelPrefix.length)} ${message.replace(/\n/g, ' ')}`),
-  );
+  const deadlines = new Map<string, number>();
+  sub.on('pmessage', (_pattern: string, channel: string, message: string) => {
+    const [kind, ...rest] = message.split('\n');
+    if (kind === 'G') deadlines.set(rest[1]!, Number(rest.shift()));
+    seen.push(`${channel.slice(channelPrefix.length)} ${[kind === 'G' ? 'g' : kind, ...rest].join(' ')}`);
+  });
   await sub.psubscribe(`${channelPrefix}*`);
   let markers = 0;
   return {
+    deadlines,
     async settle() {
       const marker = `~ marker ${++markers}`;
       await client.publish(`${channelPrefix}~`, `marker ${markers}`);
@@ -729,6 +734,8 @@ describe('grants: a freed slot goes to the oldest live waiter', () => {
     expect(score).toBeGreaterThanOrEqual(before + 2_500);
     expect(score).toBeLessThanOrEqual(after + 2_500);
     expect(await feed.settle()).toEqual(['h q d', 'gw-1:host g gw-1:host:7 d']);
+    // the message names the claim deadline: the grant's score, on the Redis clock
+    expect(feed.deadlines.get('gw-1:host:7')).toBe(score);
   });
 
   it("a release by a waiter's own instance grants it a full lease, named in the reply, with no message", async () => {

@@ -814,6 +814,48 @@ describe('grant messages', () => {
   });
 });
 
+describe('grant messages name the claim deadline', () => {
+  it('the listener learns how long a grant holds without a claim; one past its deadline, or of the older form, claims first', async () => {
+    const ch = 'deadline';
+    const b = new RedisStore({ url: server.url, prefix });
+    const heard: [string, number | undefined][] = [];
+    const listening = b.listen('db', {
+      grant: (_channelId, token, _leaseTtlMs, heldForMs) => heard.push([token, heldForMs]),
+      queued: () => {},
+      resync: () => {},
+    });
+    try {
+      await listening.ready;
+      await b.readLoads([ch]); // reads the Redis clock: before any read, no grant is taken as holding
+      expect(await b.acquireFirst([{ channelId: ch, max: 1 }], opts('db:h'))).toEqual(['acquired']);
+      expect(await store.enqueue(waiter(ch, 'da:1', 1), waitOpts())).toBe('queued'); // "q" to db, the holder
+      await expect.poll(() => b.queued(ch), { timeout: 10_000 }).toBe(true);
+      expect(await b.enqueue(waiter(ch, 'db:1', 1), waitOpts())).toBe('queued');
+      expect(await b.release({ channelId: ch, token: 'db:h', ttlMs: 60_000 })).toBe(true); // grants da:1
+      expect(await store.leaveQueue(waiter(ch, 'da:1', 1), 60_000)).toBe(true); // passes it to db:1, with a message
+      await expect.poll(() => heard.length, { timeout: 10_000 }).toBe(1);
+      // the claim deadline is 5 s after the grant; the store takes a 1 s margin off, and the message's way here
+      const [token, heldForMs] = heard[0]!;
+      expect(token).toBe('db:1');
+      expect(heldForMs).toBeGreaterThan(3_000);
+      expect(heldForMs).toBeLessThanOrEqual(4_000);
+      // a message that comes too late to hold (past the deadline, by this store's clock), and the older form
+      const now = Number((await cc.client.time())[0]) * 1000;
+      await cc.client.publish(b.keys.grants('db'), `G\n${now - 10}\ndb:2\n${ch}`);
+      await cc.client.publish(b.keys.grants('db'), `g\ndb:3\n${ch}`);
+      await expect.poll(() => heard.length, { timeout: 10_000 }).toBe(3);
+      expect(heard.slice(1)).toEqual([
+        ['db:2', undefined],
+        ['db:3', undefined],
+      ]);
+      expect(await b.release({ channelId: ch, token: 'db:1', ttlMs: 60_000 })).toBe(true);
+    } finally {
+      await listening.stop();
+      await b.close();
+    }
+  });
+});
+
 describe("the store's queued() hint", () => {
   it('follows the acquire replies, its own enqueues, the "q" messages and the load reads', async () => {
     const ch = 'hint';

@@ -124,6 +124,46 @@ describe('grants', () => {
     },
   );
 
+  it.each([true, false])(
+    'a grant known to hold its slot a while is held at its arrival, before its claim answers (claim finds it: %s)',
+    async (found) => {
+      // Grants as a Redis store delivers another instance's: a claim deadline ahead (here 3 s) and no lease yet; the
+      // claims wait until the test answers them.
+      const m = memory();
+      const { clock, store } = m;
+      const listen = store.listen.bind(store);
+      store.listen = (id, listener) =>
+        listen(id, {
+          grant: (c, t) => listener.grant(c, t, undefined, 3_000),
+          queued: (c) => listener.queued(c),
+          resync: () => listener.resync(),
+        });
+      const claim = store.claim.bind(store);
+      const answers: (() => void)[] = [];
+      store.claim = (lease, ttl) =>
+        new Promise((resolve) =>
+          answers.push(() => void claim(lease, ttl).then((held) => resolve(held && found))),
+        );
+      const admission = engine(m, {}, zero);
+      const channel = { id: 'ahead', maxConcurrency: 1 };
+      const [holder] = await hold(admission, channel);
+      const pending = track(clock, admission.acquire({ candidates: [channel] }));
+      await elapse(clock, 40);
+      await holder!.release();
+      await flush();
+      expect(pending.at).toBe(clock.now()); // admitted at the grant, its claim not answered
+      expect(answers).toHaveLength(1);
+      const ticket = pending.value!;
+      expect(ticket.lost.aborted).toBe(false);
+      answers[0]!();
+      await flush();
+      // a claim that found the grant gone ends the ticket (the gateway ends its upstream call on this signal)
+      expect(ticket.lost.aborted).toBe(!found);
+      expect(admission.stats().liveLeases).toBe(found ? 1 : 0);
+      await ticket.release();
+    },
+  );
+
   it('FIFO across instances: the waiter queued first is served first, even when the other instance releases', async () => {
     const { clock, store, admission, other } = setup({}, zero);
     const channel = { id: 'fifo', maxConcurrency: 1, maxWaiting: 4 };

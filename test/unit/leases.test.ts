@@ -50,7 +50,7 @@ function manager(options: Partial<LeaseManagerOptions> = {}): LeaseManager {
   return m;
 }
 
-type Overrides = Partial<Pick<SlotStore, 'acquireFirst' | 'release' | 'renew' | 'reclaim'>>;
+type Overrides = Partial<Pick<SlotStore, 'acquireFirst' | 'release' | 'renew' | 'reclaim' | 'claim'>>;
 
 /** A store that behaves like `inner` except for the overridden operations. */
 function stub(overrides: Overrides): SlotStore {
@@ -72,7 +72,7 @@ function stub(overrides: Overrides): SlotStore {
     leaveQueue: (w) => inner.leaveQueue(w),
     requeue: (f, t, o) => inner.requeue(f, t, o),
     listen: (id, l) => inner.listen(id, l),
-    claim: (l, ttl) => inner.claim(l, ttl),
+    claim: overrides.claim ?? ((l, ttl) => inner.claim(l, ttl)),
     queued: (id) => inner.queued(id),
     readLoads: (ids) => inner.readLoads(ids),
     readHolders: (ids) => inner.readHolders(ids),
@@ -615,6 +615,86 @@ describe('claim', () => {
     expect(await m.claim('h', token, 1)).toBeUndefined();
     expect([m.size, m.localCount('h')]).toEqual([0, 0]);
     expect(await activeIn('h')).toBe(0);
+  });
+
+  describe('ahead of its answer (a grant known to hold its slot a while: claimAhead)', () => {
+    /** A store whose claims wait until the test answers them. */
+    function slowClaims() {
+      const answers: ((held: boolean | Error) => void)[] = [];
+      const store = stub({
+        claim: (l, ttl) =>
+          new Promise<boolean>((resolve, reject) =>
+            answers.push((held) =>
+              held instanceof Error ? reject(held) : void inner.claim(l, ttl).then((h) => resolve(h && held)),
+            ),
+          ),
+      });
+      return { store, answers };
+    }
+
+    it('holds the slot at once, expiring with the grant, and a confirmed claim makes it a full lease', async () => {
+      const { store, answers } = slowClaims();
+      const m = manager({ store });
+      const token = await granted(m, 'g');
+      const lease = m.claimAhead('g', token, 1, 3_000)!;
+      const at = clock.now();
+      expect(lease).toMatchObject({ channelId: 'g', token, max: 1, expiresAt: at + 3_000 });
+      expect([m.size, m.localCount('g'), answers.length]).toEqual([1, 1, 1]);
+      await clock.advance(100);
+      answers[0]!(true);
+      await flush();
+      expect(lease.expiresAt).toBe(at + 60_000); // from when the claim was sent
+      await clock.advance(10_000); // past the grant's own deadline: not fenced
+      expect([lease.lost.aborted, m.size]).toEqual([false, 1]);
+      expect(events).toEqual([]);
+    });
+
+    it('a claim that finds the grant gone loses the lease: its signal fires', async () => {
+      const { store, answers } = slowClaims();
+      const m = manager({ store });
+      const token = await granted(m, 'g');
+      const lease = m.claimAhead('g', token, 1, 3_000)!;
+      answers[0]!(false);
+      await flush();
+      expect(lease.lost.aborted).toBe(true);
+      expect(lease.lost.reason).toBeInstanceOf(LeaseLostError);
+      expect([m.size, m.localCount('g')]).toEqual([0, 0]);
+      expect(events).toEqual([{ type: 'lease_lost', channelId: 'g', token, reason: 'missing' }]);
+    });
+
+    it('a claim that fails leaves the lease to its short expiry: fenced a margin before it, unconfirmed', async () => {
+      const { store, answers } = slowClaims();
+      const m = manager({ store });
+      const token = await granted(m, 'g');
+      const lease = m.claimAhead('g', token, 1, 3_000)!;
+      answers[0]!(new Error('connection lost'));
+      await flush();
+      expect(lease.lost.aborted).toBe(false);
+      await clock.advance(1_999); // the margin is a tenth of the lease TTL, at most 1 s
+      expect(lease.lost.aborted).toBe(false);
+      await clock.advance(1);
+      expect(lease.lost.aborted).toBe(true);
+      expect(m.size).toBe(0);
+    });
+
+    it('a lease released before its claim answers stays released', async () => {
+      const { store, answers } = slowClaims();
+      const m = manager({ store });
+      const token = await granted(m, 'g');
+      const lease = m.claimAhead('g', token, 1, 3_000)!;
+      await m.release(lease)!.done;
+      answers[0]!(true);
+      await flush();
+      expect([m.size, lease.lost.aborted, await activeIn('g')]).toEqual([0, false, 0]);
+    });
+
+    it('with fencing off it holds nothing (the caller claims first): nothing would end a request on a lost grant', async () => {
+      const { store, answers } = slowClaims();
+      const m = manager({ store, fencing: () => ({ enabled: false, reclaim: true }) });
+      const token = await granted(m, 'g');
+      expect(m.claimAhead('g', token, 1, 3_000)).toBeUndefined();
+      expect([m.size, answers.length]).toEqual([0, 0]);
+    });
   });
 
   it('a closed manager claims nothing', async () => {

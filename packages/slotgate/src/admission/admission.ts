@@ -84,11 +84,14 @@ export class AdmissionEngine implements Admission {
     });
     // A grant for a waiter that is gone (timed out, aborted) passes straight on to the next waiter. A message late
     // for a grant its waiter already claimed (found by a poll, say) is not a give-back: that slot is its lease now.
-    const inbox = new Inbox((channelId, token) => {
-      if (leases.holds(channelId, token)) return;
-      const ref = { channelId, token, max: 0 };
-      void store.leaveQueue(ref, this.current.lease_ttl_ms).catch(() => {});
-    });
+    const inbox = new Inbox(
+      (channelId, token) => {
+        if (leases.holds(channelId, token)) return;
+        const ref = { channelId, token, max: 0 };
+        void store.leaveQueue(ref, this.current.lease_ttl_ms).catch(() => {});
+      },
+      () => clock.now(),
+    );
     this.localShare = new LocalShare({
       mode: options.storeFailureMode ?? 'fail_closed',
       clock,

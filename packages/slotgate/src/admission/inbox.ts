@@ -12,6 +12,8 @@ export interface Mailbox {
   readonly granted: string[];
   /** Of those, the grants that are full leases already (made by this instance's own release): their TTL. */
   readonly leased: Map<string, number>;
+  /** Of the others, those known to hold their slot until a time (the clock's) without a claim. */
+  readonly heldUntil: Map<string, number>;
   /** Set when the store's subscription came back after a loss: the waiter should poll its queues now. */
   recheck: boolean;
   /** Called when a grant or a recheck arrives (the waiter's current sleep should end). */
@@ -23,10 +25,20 @@ export class Inbox implements QueueListener {
   /** The channels each waiting token is queued on, for the local counts. */
   private readonly byChannel = new Map<string, string[]>();
 
-  constructor(private readonly giveBack: (channelId: string, token: string) => void) {}
+  constructor(
+    private readonly giveBack: (channelId: string, token: string) => void,
+    /** The waiters' clock (a grant that holds for a while is noted until when). */
+    private readonly now: () => number = () => performance.now(),
+  ) {}
 
   open(token: string): Mailbox {
-    const box: Mailbox = { granted: [], leased: new Map(), recheck: false, onGrant: undefined };
+    const box: Mailbox = {
+      granted: [],
+      leased: new Map(),
+      heldUntil: new Map(),
+      recheck: false,
+      onGrant: undefined,
+    };
     this.boxes.set(token, box);
     return box;
   }
@@ -49,7 +61,7 @@ export class Inbox implements QueueListener {
     this.boxes.delete(token);
   }
 
-  grant(channelId: string, token: string, leaseTtlMs?: number): void {
+  grant(channelId: string, token: string, leaseTtlMs?: number, heldForMs?: number): void {
     const box = this.boxes.get(token);
     if (!box || !this.byChannel.get(channelId)?.includes(token)) {
       this.giveBack(channelId, token);
@@ -57,6 +69,7 @@ export class Inbox implements QueueListener {
     }
     box.granted.push(channelId);
     if (leaseTtlMs !== undefined) box.leased.set(channelId, leaseTtlMs);
+    else if (heldForMs !== undefined) box.heldUntil.set(channelId, this.now() + heldForMs);
     box.onGrant?.();
   }
 

@@ -26,6 +26,11 @@ import type { Ticket } from './types.js';
 
 /** How long a registration outlives the wait deadline, so a live waiter never loses its place to expiry. */
 const WAITER_TTL_MARGIN_MS = 2000;
+/**
+ * A grant known to hold its slot this long yet (the store took a margin off already) is held before its claim answers;
+ * a shorter one (the waiter was slow to take it) is claimed first.
+ */
+const MIN_CLAIM_AHEAD_MS = 500;
 /** Queues one waiter joins at most: more spreads its chances, and costs a grant that passes on per extra queue. */
 export const QUEUES_PER_WAITER = 2;
 /** The abort reason of a waiter's nap cut short by a grant (a constant: no DOMException per wake-up). */
@@ -145,16 +150,22 @@ export async function waitForSlot<C extends Candidate>(
   };
   /**
    * Makes a grant on the channel this waiter's lease; undefined when it was gone before the claim. A grant that is a
-   * full lease already (this instance's own release made it) is taken over with no store call.
+   * full lease already (this instance's own release made it) is taken over with no store call; one known to hold its
+   * slot for a while yet (its message named its claim deadline) is held at once and claimed after, so a grant made by
+   * another instance does not wait a round trip more than one made here.
    */
   const claim = async (p: Place<C>): Promise<Lease | undefined> => {
     const id = p.channel.id;
     const leased = box.leased.get(id);
+    const heldUntil = box.heldUntil.get(id);
     box.leased.delete(id);
+    box.heldUntil.delete(id);
+    const heldForMs = heldUntil === undefined ? 0 : heldUntil - clock.now();
     const lease =
       leased !== undefined
         ? leases.adopt(id, p.token, p.max, leased)
-        : await leases.claim(id, p.token, p.max);
+        : ((heldForMs >= MIN_CLAIM_AHEAD_MS ? leases.claimAhead(id, p.token, p.max, heldForMs) : undefined) ??
+          (await leases.claim(id, p.token, p.max)));
     if (lease) claimed = p;
     return lease;
   };

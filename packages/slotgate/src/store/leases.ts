@@ -278,6 +278,35 @@ export class LeaseManager {
   }
 
   /**
+   * Holds a slot granted to a waiter at once, before its claim: the grant is known to hold the slot for `heldForMs`
+   * without one (its claim deadline, a margin taken off), so the lease starts out expiring then and the claim goes
+   * out now. Confirmed, it is a full lease; a grant found gone is lost (its signal fires); a claim that fails is
+   * retried by the renewals, and the lease is fenced when its short TTL runs out unconfirmed, as any lease. Undefined
+   * with fencing off: then nothing would end a request whose claim found the grant gone, so the caller claims first.
+   */
+  claimAhead(channelId: string, token: string, max: number, heldForMs: number): Lease | undefined {
+    if (this.closed) throw new StoreUnavailableError('acquire', 'the lease manager is closed');
+    if (!this.fencing().enabled) return undefined;
+    const leaseTtlMs = this.ttl();
+    const sentAt = this.clock.now();
+    const lease = this.hold(channelId, token, max, leaseTtlMs);
+    // until the claim confirms it, it expires with the grant (and is fenced a margin before, as any lease)
+    lease.expiresAt = sentAt + heldForMs;
+    this.scheduleFence(lease.expiresAt - fenceMarginMs(leaseTtlMs));
+    const claimed = this.store.claim({ channelId, token }, leaseTtlMs);
+    void claimed.then(
+      (held) => {
+        this.onStore(true);
+        if (this.live.get(token) !== lease) return; // released (or lost) meanwhile
+        if (held) this.renewed(lease, sentAt, leaseTtlMs);
+        else this.lose(lease, 'missing');
+      },
+      () => this.onStore(false),
+    );
+    return lease;
+  }
+
+  /**
    * Takes over a grant that is a full lease already (the store granted it, with `leaseTtlMs`, in a release this
    * instance sent): no store call. It is renewed like any other lease from now on.
    */

@@ -93,9 +93,11 @@ export interface QueueListener {
   /**
    * A slot of the channel was granted to the waiter with this token: claim it (renew it) or release it. With
    * `leaseTtlMs`, the grant is already a full lease of that TTL (a waiter of the instance whose release granted it):
-   * take it over with no claim, or release it.
+   * take it over with no claim, or release it. With `heldForMs`, the grant is known to hold the slot at least that
+   * long from now without a claim (its claim deadline, by the store's clock, a margin taken off): the waiter may hold
+   * it at once and claim it after.
    */
-  grant(channelId: string, token: string, leaseTtlMs?: number): void;
+  grant(channelId: string, token: string, leaseTtlMs?: number, heldForMs?: number): void;
   /** A queue formed on a channel where this instance holds a slot: pass slots on through the queue from now on. */
   queued(channelId: string): void;
   /**

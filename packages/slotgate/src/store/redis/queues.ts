@@ -35,6 +35,8 @@ export interface RedisQueuesDeps {
   claimMs: number;
   /** Times the queue keys' extension hints. */
   clock: Clock;
+  /** Now on the Redis clock as last read; undefined before any read. */
+  redisNow?: () => number | undefined;
 }
 
 /** A lease TTL for keys a grant touches when the caller gave none (it only ever extends a key's expiry). */
@@ -48,6 +50,12 @@ const COVERED_LIMIT = 10_000;
 
 /** Time allowed beyond the claim deadline for a claim's round trip, in the grant's expiry hint. */
 const CLAIM_MARGIN_MS = 1000;
+
+/**
+ * A grant whose message says it holds for less than this (by the Redis clock as last read, the margin taken off) is
+ * claimed before its waiter is admitted: the message may have been held up, or the clock offset be off.
+ */
+const MIN_HELD_AHEAD_MS = 1000;
 
 /**
  * How long a registration lives past its arrival in the queue (lua/includes/queue.lua): the registration TTL of a
@@ -397,14 +405,23 @@ export class RedisQueues {
     });
     subscriber.on('message', (from: string, message: string) => {
       if (from !== channel) return;
-      // "g\n<token>\n<channel>" or "q\n<channel>": the channel is the rest, whatever it holds (a newline too)
+      // "G\n<claim deadline>\n<token>\n<channel>", "g\n<token>\n<channel>" (a release before the deadline was sent) or
+      // "q\n<channel>": the channel is the rest, whatever it holds (a newline too)
       const kind = message.slice(0, 2);
-      const rest = message.slice(2);
-      if (kind === 'g\n') {
+      let rest = message.slice(2);
+      let heldForMs: number | undefined;
+      if (kind === 'G\n') {
+        const cut = rest.indexOf('\n');
+        const now = this.deps.redisNow?.();
+        const held = Number(rest.slice(0, cut)) - (now ?? NaN) - CLAIM_MARGIN_MS;
+        if (held >= MIN_HELD_AHEAD_MS) heldForMs = held;
+        rest = rest.slice(cut + 1);
+      }
+      if (kind === 'g\n' || kind === 'G\n') {
         const cut = rest.indexOf('\n');
         if (cut > 0) {
           this.forget(rest.slice(cut + 1), rest.slice(0, cut));
-          listener.grant(rest.slice(cut + 1), rest.slice(0, cut));
+          listener.grant(rest.slice(cut + 1), rest.slice(0, cut), undefined, heldForMs);
         }
       } else if (kind === 'q\n') {
         this.mark(rest, true);

@@ -133,6 +133,7 @@ export class RedisStore implements SlotStore {
       count: this.count,
       claimMs,
       clock: this.clock,
+      redisNow: () => (this.redisClock.unknown ? undefined : this.redisClock.now()),
     });
     this.topology = topologyOf({
       client: this.client,

@@ -179,7 +179,8 @@ local function grantFree(slotsKey, queueKey, claimMs, leaseTtl, notify, channelI
     else
       local instance = instanceOf(token)
       local mine = localInstance ~= nil and localInstance ~= '' and instance == localInstance
-      redis.call('ZADD', slotsKey, redisNow() + (mine and leaseTtl or claimMs), token)
+      local deadline = redisNow() + (mine and leaseTtl or claimMs)
+      redis.call('ZADD', slotsKey, deadline, token)
       -- below a lease TTL: extended with a quarter TTL to spare, so a busy channel's grants extend it once per TTL/4
       -- (a key that was empty has just been created by this ZADD, with no expiry: always checked)
       if not (trusted and live > 0) and not checked then
@@ -200,7 +201,10 @@ local function grantFree(slotsKey, queueKey, claimMs, leaseTtl, notify, channelI
         grantedMax = max
       end
       if head ~= quiet and not mine then
-        redis.call('PUBLISH', notify .. instance, 'g\n' .. token .. '\n' .. channelId)
+        -- "G\n<claim deadline, Redis ms>\n<token>\n<channel>": with the deadline, the instance may admit its waiter at
+        -- once and claim after (queues.ts)
+        local message = 'G\n' .. string.format('%d', deadline) .. '\n' .. token .. '\n' .. channelId
+        redis.call('PUBLISH', notify .. instance, message)
       end
     end
   end
