@@ -838,16 +838,29 @@ describe('grant messages name the claim deadline', () => {
       const [token, heldForMs] = heard[0]!;
       expect(token).toBe('db:1');
       expect(heldForMs).toBeGreaterThan(3_000);
-      expect(heldForMs).toBeLessThanOrEqual(4_000);
-      // a message that comes too late to hold (past the deadline, by this store's clock), and the older form
-      const now = Number((await cc.client.time())[0]) * 1000;
-      await cc.client.publish(b.keys.grants('db'), `G\n${now - 10}\ndb:2\n${ch}`);
-      await cc.client.publish(b.keys.grants('db'), `g\ndb:3\n${ch}`);
-      await expect.poll(() => heard.length, { timeout: 10_000 }).toBe(3);
-      expect(heard.slice(1)).toEqual([
-        ['db:2', undefined],
-        ['db:3', undefined],
-      ]);
+      expect(heldForMs).toBeLessThanOrEqual(4_000); // never more than the claim deadline (5 s) minus the margin
+      // Messages made up here, by the Redis clock: a deadline too close to hold (1.5 s away: 0.5 s after the margin),
+      // one far enough (2.5 s: about 1.5 s; the store's clock may lag a little), one further than any grant can hold
+      // (60 s: capped at the claim deadline minus the margin), one past, and the older form with no deadline
+      const [seconds, micros] = await cc.client.time();
+      const now = Number(seconds) * 1000 + Math.floor(Number(micros) / 1000);
+      for (const [token, deadline] of [
+        ['db:2', now + 1_500],
+        ['db:3', now + 2_500],
+        ['db:4', now + 60_000],
+        ['db:5', now - 10],
+      ] as const) {
+        await cc.client.publish(b.keys.grants('db'), `G\n${deadline}\n${token}\n${ch}`);
+      }
+      await cc.client.publish(b.keys.grants('db'), `g\ndb:6\n${ch}`);
+      await expect.poll(() => heard.length, { timeout: 10_000 }).toBe(6);
+      const held = new Map(heard);
+      expect(held.get('db:2')).toBeUndefined();
+      expect(held.get('db:3')).toBeGreaterThan(1_000);
+      expect(held.get('db:3')).toBeLessThan(2_000);
+      expect(held.get('db:4')).toBe(4_000);
+      expect(held.get('db:5')).toBeUndefined();
+      expect(held.get('db:6')).toBeUndefined();
       expect(await b.release({ channelId: ch, token: 'db:1', ttlMs: 60_000 })).toBe(true);
     } finally {
       await listening.stop();

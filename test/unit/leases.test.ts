@@ -662,19 +662,66 @@ describe('claim', () => {
       expect(events).toEqual([{ type: 'lease_lost', channelId: 'g', token, reason: 'missing' }]);
     });
 
-    it('a claim that fails leaves the lease to its short expiry: fenced a margin before it, unconfirmed', async () => {
+    it('a claim that fails brings the next renewal forward, which confirms the lease', async () => {
       const { store, answers } = slowClaims();
       const m = manager({ store });
       const token = await granted(m, 'g');
       const lease = m.claimAhead('g', token, 1, 3_000)!;
+      const renewals = inner.commands.renew;
       answers[0]!(new Error('connection lost'));
       await flush();
-      expect(lease.lost.aborted).toBe(false);
+      await clock.advance(999);
+      expect(inner.commands.renew - renewals).toBe(0);
+      await clock.advance(1); // a second after the failure, not a third of the TTL (20 s)
+      expect(inner.commands.renew - renewals).toBe(1);
+      expect(lease.expiresAt).toBe(clock.now() + 60_000);
+      await clock.advance(5_000);
+      expect([lease.lost.aborted, m.size]).toEqual([false, 1]);
+    });
+
+    it('unconfirmed (the claim and the renewals fail), it is fenced a margin before its short expiry', async () => {
+      const { answers } = slowClaims();
+      const failing = stub({
+        claim: (l, ttl) =>
+          new Promise((resolve, reject) =>
+            answers.push((held) => (held instanceof Error ? reject(held) : resolve(held))),
+          ),
+        renew: async () => {
+          throw new Error('connection lost');
+        },
+      });
+      const m = manager({ store: failing });
+      const token = await granted(m, 'g');
+      const lease = m.claimAhead('g', token, 1, 3_000)!;
+      answers[0]!(new Error('connection lost'));
+      await flush();
       await clock.advance(1_999); // the margin is a tenth of the lease TTL, at most 1 s
       expect(lease.lost.aborted).toBe(false);
       await clock.advance(1);
       expect(lease.lost.aborted).toBe(true);
       expect(m.size).toBe(0);
+    });
+
+    it('fenced before its claim confirmed it, the token is removed: no full lease is left that nobody holds', async () => {
+      const { store, answers } = slowClaims();
+      const m = manager({ store });
+      const token = await granted(m, 'g');
+      const lease = m.claimAhead('g', token, 1, 3_000)!;
+      await clock.advance(2_000); // fenced (its claim still unanswered)
+      expect(lease.lost.aborted).toBe(true);
+      answers[0]!(true); // the claim made it a full lease after all
+      await flush();
+      expect(await activeIn('g')).toBe(0);
+      expect(m.size).toBe(0);
+    });
+
+    it('a hold too short to outlast its fence margin and a claim round trip is declined: the caller claims first', async () => {
+      const { store, answers } = slowClaims();
+      const m = manager({ store });
+      const token = await granted(m, 'g');
+      expect(m.claimAhead('g', token, 1, 1_999)).toBeUndefined(); // 1 s margin (TTL 60 s) + 1 s for the claim
+      expect([m.size, answers.length]).toEqual([0, 0]);
+      expect(m.claimAhead('g', token, 1, 2_000)).toBeDefined();
     });
 
     it('a lease released before its claim answers stays released', async () => {

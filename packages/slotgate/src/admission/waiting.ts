@@ -26,11 +26,6 @@ import type { Ticket } from './types.js';
 
 /** How long a registration outlives the wait deadline, so a live waiter never loses its place to expiry. */
 const WAITER_TTL_MARGIN_MS = 2000;
-/**
- * A grant known to hold its slot this long yet (the store took a margin off already) is held before its claim answers;
- * a shorter one (the waiter was slow to take it) is claimed first.
- */
-const MIN_CLAIM_AHEAD_MS = 500;
 /** Queues one waiter joins at most: more spreads its chances, and costs a grant that passes on per extra queue. */
 export const QUEUES_PER_WAITER = 2;
 /** The abort reason of a waiter's nap cut short by a grant (a constant: no DOMException per wake-up). */
@@ -160,12 +155,13 @@ export async function waitForSlot<C extends Candidate>(
     const heldUntil = box.heldUntil.get(id);
     box.leased.delete(id);
     box.heldUntil.delete(id);
-    const heldForMs = heldUntil === undefined ? 0 : heldUntil - clock.now();
+    // (claimAhead declines a hold too short to outlast its fence margin and a claim's round trip: claimed first)
     const lease =
       leased !== undefined
         ? leases.adopt(id, p.token, p.max, leased)
-        : ((heldForMs >= MIN_CLAIM_AHEAD_MS ? leases.claimAhead(id, p.token, p.max, heldForMs) : undefined) ??
-          (await leases.claim(id, p.token, p.max)));
+        : ((heldUntil !== undefined
+            ? leases.claimAhead(id, p.token, p.max, heldUntil - clock.now())
+            : undefined) ?? (await leases.claim(id, p.token, p.max)));
     if (lease) claimed = p;
     return lease;
   };

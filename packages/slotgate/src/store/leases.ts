@@ -59,6 +59,9 @@ export interface LeaseManagerOptions {
   onStore?: (answered: boolean) => void;
 }
 
+/** What a claim's round trip may take, at the least, before a lease held ahead of its claim is fenced. */
+const CLAIM_BUDGET_MS = 1000;
+
 /** The margin before a lease's local expiry at which it is fenced: a tenth of its TTL, at most a second. */
 export function fenceMarginMs(ttlMs: number): number {
   return Math.min(1000, Math.floor(ttlMs / 10));
@@ -280,28 +283,50 @@ export class LeaseManager {
   /**
    * Holds a slot granted to a waiter at once, before its claim: the grant is known to hold the slot for `heldForMs`
    * without one (its claim deadline, a margin taken off), so the lease starts out expiring then and the claim goes
-   * out now. Confirmed, it is a full lease; a grant found gone is lost (its signal fires); a claim that fails is
-   * retried by the renewals, and the lease is fenced when its short TTL runs out unconfirmed, as any lease. Undefined
-   * with fencing off: then nothing would end a request whose claim found the grant gone, so the caller claims first.
+   * out now. Confirmed, it is a full lease; a grant found gone is lost (its signal fires). A claim that fails brings
+   * the next renewal forward (it renews the token as any lease), and the lease is fenced a margin before its short
+   * expiry if nothing confirms it. A token whose lease ended before its claim said it holds (fenced, or lost to a
+   * restore race) is removed, so no confirmed slot is left with nobody to release it.
+   *
+   * Undefined, and the caller claims first: with fencing off (nothing would end a request whose grant was gone), or
+   * when the hold would not outlast the fence margin and a claim's round trip (CLAIM_BUDGET_MS).
    */
   claimAhead(channelId: string, token: string, max: number, heldForMs: number): Lease | undefined {
     if (this.closed) throw new StoreUnavailableError('acquire', 'the lease manager is closed');
-    if (!this.fencing().enabled) return undefined;
     const leaseTtlMs = this.ttl();
+    if (!this.fencing().enabled || heldForMs < fenceMarginMs(leaseTtlMs) + CLAIM_BUDGET_MS) return undefined;
     const sentAt = this.clock.now();
     const lease = this.hold(channelId, token, max, leaseTtlMs);
     // until the claim confirms it, it expires with the grant (and is fenced a margin before, as any lease)
     lease.expiresAt = sentAt + heldForMs;
     this.scheduleFence(lease.expiresAt - fenceMarginMs(leaseTtlMs));
-    const claimed = this.store.claim({ channelId, token }, leaseTtlMs);
-    void claimed.then(
+    const removeToken = () =>
+      void this.store.release({ channelId, token, ttlMs: leaseTtlMs }).catch(() => {
+        // the token expires with the grant, or with the lease TTL if the claim extended it
+      });
+    void this.store.claim({ channelId, token }, leaseTtlMs).then(
       (held) => {
         this.onStore(true);
-        if (this.live.get(token) !== lease) return; // released (or lost) meanwhile
+        if (this.live.get(token) !== lease) {
+          // released meanwhile: that release went out after this claim and removed the token; lost meanwhile: the
+          // claim may just have made it a full lease that nobody holds
+          if (held && lease.lost.aborted) removeToken();
+          return;
+        }
         if (held) this.renewed(lease, sentAt, leaseTtlMs);
-        else this.lose(lease, 'missing');
+        else {
+          this.lose(lease, 'missing');
+          removeToken(); // (a restore that re-registered it after this claim ran on an empty Redis)
+        }
       },
-      () => this.onStore(false),
+      () => {
+        this.onStore(false);
+        // the renewals retry it soon, as after a failed renewal
+        this.renewFailed = true;
+        this.timer?.cancel();
+        this.timer = undefined;
+        this.schedule();
+      },
     );
     return lease;
   }

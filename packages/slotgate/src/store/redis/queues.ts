@@ -413,7 +413,10 @@ export class RedisQueues {
       if (kind === 'G\n') {
         const cut = rest.indexOf('\n');
         const now = this.deps.redisNow?.();
-        const held = Number(rest.slice(0, cut)) - (now ?? NaN) - CLAIM_MARGIN_MS;
+        // A clock read late (its offset measured after the TIME reply waited) puts now too early, and a Cluster node
+        // ahead of the one read lets a deadline look far: never more than a claim deadline from now, since the grant
+        // was made before now. (A grant of another store's claimMs is taken as this one's.)
+        const held = Math.min(Number(rest.slice(0, cut)) - (now ?? NaN), this.deps.claimMs) - CLAIM_MARGIN_MS;
         if (held >= MIN_HELD_AHEAD_MS) heldForMs = held;
         rest = rest.slice(cut + 1);
       }
