@@ -682,7 +682,7 @@ describe('claim', () => {
     it('unconfirmed (the claim and the renewals fail), it is fenced a margin before its short expiry', async () => {
       const { answers } = slowClaims();
       const failing = stub({
-        claim: (l, ttl) =>
+        claim: () =>
           new Promise((resolve, reject) =>
             answers.push((held) => (held instanceof Error ? reject(held) : resolve(held))),
           ),
