@@ -27,8 +27,8 @@ export class Inbox implements QueueListener {
 
   constructor(
     private readonly giveBack: (channelId: string, token: string) => void,
-    /** The waiters' clock (a grant that holds for a while is noted until when). */
-    private readonly now: () => number = () => performance.now(),
+    /** The waiters' clock (a grant that holds for a while is noted until when, on it). */
+    private readonly now: () => number,
   ) {}
 
   open(token: string): Mailbox {
