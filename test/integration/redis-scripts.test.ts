@@ -85,7 +85,8 @@ async function acquireMany(
     extend = true,
     gt = false,
     claimMs = CLAIM_MS,
-  }: { check?: boolean; extend?: boolean; gt?: boolean; claimMs?: number } = {},
+    now,
+  }: { check?: boolean; extend?: boolean; gt?: boolean; claimMs?: number; now?: number } = {},
 ): Promise<number[]> {
   const index = new Map<string, number>();
   const k: string[] = [];
@@ -108,6 +109,7 @@ async function acquireMany(
     index.size,
     claimMs,
     keys.grants(),
+    now ?? '',
     ...channelArgs,
     ...requestArgs,
   ]);
@@ -342,6 +344,27 @@ describe('acquire script', () => {
     const score = Number(await client.zscore(keys.slots('a'), 'x:1'));
     expect(score).toBeGreaterThanOrEqual(before + 45_000);
     expect(score).toBeLessThanOrEqual(after + 45_000);
+  });
+
+  it("scores the lease at the caller's estimate of now + ttl when given one, and reads no TIME for it", async () => {
+    const calls = async () => {
+      const info = await client.info('commandstats');
+      return Number(/cmdstat_time:calls=(\d+)/.exec(info)?.[1] ?? 0);
+    };
+    const t = await redisNow();
+    const given = t + 5_000;
+    await client.zadd(keys.slots('b'), t + 60_000, 'y:1');
+    const before = await calls();
+    expect(
+      await acquireMany([{ token: 'x:1', targets: [{ id: 'a', max: 3 }] }], 45_000, { now: given }),
+    ).toEqual([1]);
+    expect(await calls()).toBe(before);
+    expect(Number(await client.zscore(keys.slots('a'), 'x:1'))).toBe(given + 45_000);
+    // a full set is still swept by Redis's own clock: an estimate never makes a live member look expired
+    expect(
+      await acquireMany([{ token: 'x:2', targets: [{ id: 'b', max: 1 }] }], 45_000, { now: given }),
+    ).toEqual([0]);
+    expect(await calls()).toBe(before + 1);
   });
 
   it('on missing keys creates the slots set with an expiry and never creates the cooldown key', async () => {

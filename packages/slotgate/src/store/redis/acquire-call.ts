@@ -37,6 +37,11 @@ export class AcquireCalls {
     private readonly claimMs: number,
     /** Whether Redis extends a key's expiry with `PEXPIRE … GT` (Epoch.expiryGt). */
     private readonly expiryGt: () => boolean = () => false,
+    /**
+     * Now on the Redis clock, never earlier than Redis's own (RedisClock.upperNow), to score leases without a TIME
+     * in the script; undefined: the script reads TIME.
+     */
+    private readonly scoreNow: () => number | undefined = () => undefined,
   ) {}
 
   /** The call for requests that share a lease TTL and a cooldown setting. */
@@ -69,6 +74,7 @@ export class AcquireCalls {
       index.size,
       this.claimMs,
       this.keys.grants(),
+      ceilOrEmpty(this.scoreNow()),
       ...channelArgs,
       ...requestArgs,
     ];
@@ -86,6 +92,10 @@ export class AcquireCalls {
     };
     return { keys, args, read };
   }
+}
+
+function ceilOrEmpty(ms: number | undefined): number | string {
+  return ms === undefined ? '' : Math.ceil(ms);
 }
 
 /**

@@ -6,7 +6,7 @@
  * closed); nothing hangs past `timeoutMs` (plus the watchdog's period, at most 100 ms).
  */
 import type { Cluster, Redis, RedisOptions } from 'ioredis';
-import { createClient, type ClusterConnection, type SentinelConnection } from './connection.js';
+import { createClient, isCluster, type ClusterConnection, type SentinelConnection } from './connection.js';
 import { systemClock, type Clock } from '../../core/clock.js';
 import { chunk } from '../../core/collections.js';
 import {
@@ -138,7 +138,14 @@ export class RedisStore implements SlotStore {
     this.topology = topologyOf({
       client: this.client,
       keys: this.keys,
-      calls: new AcquireCalls(this.keys, this.clock, claimMs, () => this.epoch.expiryGt),
+      calls: new AcquireCalls(
+        this.keys,
+        this.clock,
+        claimMs,
+        () => this.epoch.expiryGt,
+        // one clock estimate per store: on Cluster the masters' clocks are each read by the script
+        isCluster(this.client) ? () => undefined : () => this.redisClock.upperNow(),
+      ),
       deadlines: this.deadlines,
       count: this.count,
       releaseArgs: this.queues.releaseArgs,
@@ -312,10 +319,11 @@ export class RedisStore implements SlotStore {
     const withTime = !seeded && this.redisClock.claimRefresh();
     const batches = chunk(ids, BATCH_SIZE);
     opts?.onSent?.();
+    const sentAt = this.clock.now();
     const replies = await this.run('load_read', 'load_read', ids.length * 3 + (withTime ? 1 : 0), () =>
       Promise.all(batches.map((batch, i) => this.topology.readLoadBatch(batch, min, i === 0 && withTime))),
     );
-    for (const { time } of replies) if (time) this.redisClock.learn(time);
+    for (const { time } of replies) if (time) this.redisClock.learn(time, sentAt);
     replies.flatMap((r) => r.loads).forEach((load, i) => loads.set(ids[i]!, load));
     this.queues.noteLoads(loads);
     return loads;
@@ -338,9 +346,10 @@ export class RedisStore implements SlotStore {
    */
   private async seedClock(): Promise<boolean> {
     if (!this.redisClock.unknown) return false;
+    const sentAt = this.clock.now();
     this.seeding ??= this.run('load_read', 'load_read', 1, () => this.client.time())
       .then((time) => {
-        this.redisClock.learn(time);
+        this.redisClock.learn(time, sentAt);
         this.redisClock.claimRefresh();
       })
       .finally(() => (this.seeding = undefined));

@@ -13,7 +13,9 @@
   ARGV[3]     number of channels C (= #KEYS / 3)
   ARGV[4]     claim deadline in ms of a grant to a waiter
   ARGV[5]     grants channel prefix (an instance's channel is this plus its id)
-  ARGV[6..]   per channel c: max concurrency (> 0), "1" to ask for an extension of its key's expiry ("2": the same
+  ARGV[6]     now in ms on the Redis clock by the caller's estimate, never earlier than Redis's own (the leases are
+              scored from it), or '' to read TIME
+  ARGV[7..]   per channel c: max concurrency (> 0), "1" to ask for an extension of its key's expiry ("2": the same
               with `PEXPIRE … GT`, Redis 7; "0": none), its id
   then        per request: its token, then the indexes of the channels to try in order, the last one negated
 
@@ -25,7 +27,8 @@
   Cost per call: one EXISTS over every queue key and every cooldown key of the call (the cooldown keys only when
   checking); only when one of them exists, one EXISTS per channel tried and kind (none when the call has one
   channel: its cooldown key is passed twice, so the count alone says which exists), and for a channel with a queue
-  the grant loop. TIME once when needed; ZCARD once per channel; ZADD per admission. Per call and channel the script
+  the grant loop. TIME once when needed (not to score leases when the caller gave its estimate: then only to drop
+  expired members or to grant); ZCARD once per channel; ZADD per admission. Per call and channel the script
   keeps the count it read, so requests for the same channel in one call share a ZCARD. Expired members are dropped
   when a set looks full (ZREMRANGEBYSCORE, once per channel per call). Lease scores are formatted once per call.
   Key expiry: a slots key that was empty gets PEXPIRE TTL with its first lease. Otherwise the caller asks for an
@@ -42,6 +45,7 @@ local checkCooldown = ARGV[2] == '1'
 local channels = tonumber(ARGV[3])
 local claimMs = tonumber(ARGV[4])
 local notify = ARGV[5]
+local givenNow = tonumber(ARGV[6])
 local probe = {}
 for c = 1, channels do
   if checkCooldown then
@@ -63,7 +67,7 @@ if channels == 1 then
 end
 local score = nil
 local codes = {}
-local a = 6 + 3 * channels
+local a = 7 + 3 * channels
 while a <= #ARGV do
   local token = ARGV[a]
   local admitted = false
@@ -76,7 +80,7 @@ while a <= #ARGV do
       last = true
     end
     local slots = KEYS[3 * c - 2]
-    local max = tonumber(ARGV[3 + 3 * c])
+    local max = tonumber(ARGV[4 + 3 * c])
     local cool, waiting = false, false
     if anyFlag and not admitted then
       if checkCooldown then
@@ -95,7 +99,7 @@ while a <= #ARGV do
           end
           if waiting then
             -- free slots go to the oldest waiters first; whoever is left waiting still comes before this request
-            local _, head = grantFree(slots, KEYS[3 * c], claimMs, tonumber(ttl), notify, ARGV[5 + 3 * c], nil)
+            local _, head = grantFree(slots, KEYS[3 * c], claimMs, tonumber(ttl), notify, ARGV[6 + 3 * c], nil)
             count[c] = nil
             waiting = head ~= nil
           end
@@ -120,15 +124,15 @@ while a <= #ARGV do
       end
       if live < max then
         if not score then
-          score = string.format('%d', redisNow() + tonumber(ttl))
+          score = string.format('%d', (givenNow or redisNow()) + tonumber(ttl))
         end
         redis.call('ZADD', slots, score, token)
         if live == 0 then
           redis.call('PEXPIRE', slots, ttl)
           extended[c] = true
-        elseif ARGV[4 + 3 * c] ~= '0' and not extended[c] then
+        elseif ARGV[5 + 3 * c] ~= '0' and not extended[c] then
           extended[c] = true
-          if ARGV[4 + 3 * c] == '2' then
+          if ARGV[5 + 3 * c] == '2' then
             -- GT takes a key without expiry as never expiring: NX gives one to such a key (none of ours lacks one)
             if redis.call('PEXPIRE', slots, ttl, 'GT') == 0 then
               redis.call('PEXPIRE', slots, ttl, 'NX')
