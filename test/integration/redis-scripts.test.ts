@@ -416,6 +416,27 @@ describe('acquire script', () => {
     expect(await client.get(keys.cooldown('c'))).toBe('upstream 429');
   });
 
+  it('needs no ZCARD for a first channel whose slots key is missing (the EXISTS counts it), one when it is there', async () => {
+    const zcards = async () => {
+      const info = await client.info('commandstats');
+      return Number(/cmdstat_zcard:calls=(\d+)/.exec(info)?.[1] ?? 0);
+    };
+    await client.set(keys.cooldown('cool'), 'x', 'PX', 60_000);
+    const targets = [
+      { id: 'z', max: 1 },
+      { id: 'cool', max: 1 },
+      { id: 'f', max: 1 },
+    ];
+    let before = await zcards();
+    // a missing first channel, with a cooling one in the same call (the EXISTS count still tells them apart)
+    expect(await acquire(targets, 'x:1', 60_000)).toEqual([1]);
+    expect(await zcards()).toBe(before);
+    before = await zcards();
+    // there now, and full: counted; the cooling one is skipped; the third (not first: counted) admits
+    expect(await acquire(targets, 'x:2', 60_000)).toEqual([0, 2, 1]);
+    expect(await zcards()).toBe(before + 2);
+  });
+
   it('multi-channel acquire walks in order and stops at the first admission', async () => {
     await acquire([{ id: 'full', max: 1 }], 'pre:1', 60_000);
     await client.set(keys.cooldown('cool'), 'x', 'PX', 30_000);
@@ -1502,6 +1523,72 @@ describe('key expiry: set, and only ever extended', () => {
   });
 });
 
+describe('exchangeLoads script', () => {
+  const snapshot = (maxAge: number, write: string[] = ['', '', '']) =>
+    SCRIPTS.exchangeLoads.call(
+      client,
+      [keys.loadCounts(), keys.loadCooling(), keys.loadSnapshot(maxAge)],
+      [maxAge, ...write],
+    );
+  const field = (version: string, lapseAt: number, ...counts: (string | number)[]) =>
+    JSON.stringify([version, lapseAt, ...counts]);
+
+  it('sums the live instances, names the version of each, leaves out and deletes the lapsed and the unreadable', async () => {
+    const now = await redisNow();
+    await client.hset(keys.loadCounts(), {
+      A: field('a.1', now + 60_000, 'x', 2, 'y', 1 + 2 ** 26),
+      B: field('b.7', now + 60_000, 'x', 3),
+      dead: field('d.2', now - 1, 'x', 100),
+      junk: 'not json',
+    });
+    await client.hset(keys.loadCooling(), 'y', now + 5_000);
+    const built = await snapshot(0);
+    expect(built.built).toBe(true);
+    expect(built.nowMs).toBeGreaterThanOrEqual(now);
+    expect(JSON.parse(built.snapshot)).toEqual({
+      l: ['x', '5', 'y', String(1 + 2 ** 26)],
+      c: ['y', String(now + 5_000)],
+      v: ['A', 'a.1', 'B', 'b.7'],
+    });
+    expect((await client.hkeys(keys.loadCounts())).sort()).toEqual(['A', 'B']);
+    // age 0 keeps nothing
+    expect(await client.exists(keys.loadSnapshot(0))).toBe(0);
+  });
+
+  it('keeps what it built for the age asked, and returns it as it is until then', async () => {
+    const now = await redisNow();
+    await client.hset(keys.loadCounts(), 'A', field('a.1', now + 60_000, 'x', 2));
+    const first = await snapshot(60_000);
+    expect(first.built).toBe(true);
+    const pttl = await client.pttl(keys.loadSnapshot(60_000));
+    expect(pttl).toBeGreaterThan(0);
+    expect(pttl).toBeLessThanOrEqual(60_000);
+    await client.hset(keys.loadCounts(), 'A', field('a.2', now + 60_000, 'x', 4));
+    const kept = await snapshot(60_000);
+    expect(kept).toEqual({ snapshot: first.snapshot, built: false, nowMs: undefined });
+    // a reader that allows less builds its own
+    expect(JSON.parse((await snapshot(10)).snapshot).l).toEqual(['x', '4']);
+  });
+
+  it("puts an instance's field in (or deletes it) before it reads, and renews the hash's expiry when asked", async () => {
+    const now = await redisNow();
+    await client.hset(keys.loadCounts(), 'B', field('b.1', now + 60_000, 'x', 1));
+    const put = await snapshot(0, ['A', field('a.1', now + 60_000, 'x', 2), '5000']);
+    expect(JSON.parse(put.snapshot).l).toEqual(['x', '3']);
+    const pttl = await client.pttl(keys.loadCounts());
+    expect(pttl).toBeGreaterThan(0);
+    expect(pttl).toBeLessThanOrEqual(5000);
+    const gone = await snapshot(0, ['A', '', '']);
+    expect(JSON.parse(gone.snapshot)).toMatchObject({ l: ['x', '1'], v: ['B', 'b.1'] });
+    expect(await client.hkeys(keys.loadCounts())).toEqual(['B']);
+    expect(await client.pttl(keys.loadCounts())).toBeLessThanOrEqual(pttl);
+  });
+
+  it('with no instance and no cooldown, an empty snapshot (JSON arrays, not objects)', async () => {
+    expect(JSON.parse((await snapshot(0)).snapshot)).toEqual({ l: [], c: [], v: [] });
+  });
+});
+
 describe('script sources', () => {
   it('splice the shared Redis-clock helper in place of their include line, once', () => {
     for (const script of Object.values(SCRIPTS)) {
@@ -1620,7 +1707,7 @@ describe('Cluster: every script call stays within one hash slot', () => {
     expect(read.loads.get(id)).toMatchObject({ active: 1, waiting: 0 });
 
     const tags = new Set([encodeChannelId(id), encodeChannelId(other), hashTag(keys.loadSummary())]);
-    for (const k of [keys.loadReporters(), keys.loadReporter('c'), keys.loadCooling(), keys.loadSnapshot(50)])
+    for (const k of [keys.loadCounts(), keys.loadCooling(), keys.loadSnapshot(50)])
       expect(hashTag(k)).toBe(hashTag(keys.loadSummary()));
     expect(hashTag(keys.slots(id))).toBe(encodeChannelId(id));
     for (const k of [keys.queue(id), keys.cooldown(id)]) expect(hashTag(k)).toBe(hashTag(keys.slots(id)));

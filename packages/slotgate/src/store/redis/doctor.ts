@@ -87,6 +87,7 @@ const EXPECTED_TYPE = {
   instances: 'hash',
   epoch: 'string',
   load_summary: 'hash',
+  load_counts: 'hash',
   load_reporters: 'zset',
   load_reporter: 'hash',
   load_cooling: 'hash',
@@ -261,6 +262,7 @@ export async function checkLeftovers(
       shape.kind === 'instances' ||
       shape.kind === 'epoch' ||
       shape.kind === 'load_summary' ||
+      shape.kind === 'load_counts' ||
       shape.kind === 'load_reporters' ||
       shape.kind === 'load_reporter' ||
       shape.kind === 'load_cooling' ||

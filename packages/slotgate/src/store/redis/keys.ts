@@ -13,16 +13,16 @@
  *   <prefix>:v1:instances             hash        gateway instance id → JSON heartbeat (dashboard's instance list)
  *   <prefix>:v1:grants:<instanceId>   pub/sub     grants and queue news for one instance's waiters
  *   <prefix>:v1:epoch                 string      "<id>|<created at, Redis ms>|<kind>|<run_id>": changes when Redis lost data
- *   <prefix>:v1:loads                 hash        the load summary (lua/exchangeLoads-5.lua): channel → packed count
- *                                                 summed over the instances
- *   <prefix>:v1:loads:snapshot:<max age>:{<prefix>:v1:loads}
- *                                     string      the summary's non-zero counts (JSON), rebuilt when it expired
+ *   <prefix>:v1:loads:counts:{<prefix>:v1:loads}
+ *                                     hash        the load summary (load-summary.ts): instance id → its own counts per
+ *                                                 channel, one JSON value each, with when they lapse
+ *   <prefix>:v1:loads:snapshot:v2:<max age>:{<prefix>:v1:loads}
+ *                                     string      the counts summed over the live instances (JSON), rebuilt when it
+ *                                                 expired (lua/exchangeLoads-3.lua)
  *   <prefix>:v1:loads:cooling:{<prefix>:v1:loads}
  *                                     hash        channel → the end of its cooldown (Redis ms), for the summary's readers
- *   <prefix>:v1:loads:reporters:{<prefix>:v1:loads}
- *                                     sorted set  instance id → when its contributions lapse
- *   <prefix>:v1:loads:by:<instance>:{<prefix>:v1:loads}
- *                                     hash        one instance's contributions to the summary
+ *   (releases before the per-instance counts wrote `<prefix>:v1:loads` (channel → sum), `:loads:reporters:{…}`,
+ *   `:loads:by:<instance>:{…}` and `:loads:snapshot:<max age>:{…}`; they expire by themselves, and doctor knows them)
  *
  * The `{<channel>}` hash tag puts all keys of one channel in the same Redis Cluster slot, so every per-channel script
  * is cluster-legal. Channel ids are percent-encoded where they hold `{`, `}` or `%`, so no id can break out of its tag.
@@ -123,9 +123,17 @@ export class KeyBuilder {
     return `${this.base}:epoch`;
   }
 
-  /** The load summary: every instance's counts of the channels it holds or waits on, summed (load-summary.ts). */
+  /**
+   * The load summary's hash tag (and, before the per-instance counts, its key): every key of the summary carries
+   * `{<this>}`, so on Cluster the whole summary lives in one slot.
+   */
   loadSummary(): string {
     return `${this.base}:loads`;
+  }
+
+  /** The load summary: instance id → that instance's counts per channel and when they lapse (summary's slot). */
+  loadCounts(): string {
+    return `${this.base}:loads:counts:{${this.loadSummary()}}`;
   }
 
   /** The cooldown ends the load summary's readers see (summary's slot). */
@@ -138,15 +146,15 @@ export class KeyBuilder {
    * per greatest age, so a reader that allows less never gets an older snapshot.
    */
   loadSnapshot(maxAgeMs: number): string {
-    return `${this.base}:loads:snapshot:${maxAgeMs}:{${this.loadSummary()}}`;
+    return `${this.base}:loads:snapshot:v2:${maxAgeMs}:{${this.loadSummary()}}`;
   }
 
-  /** The instances contributing to the load summary, scored by when their contributions lapse (summary's slot). */
+  /** Before the per-instance counts: the instances contributing to the summary (doctor still knows the key). */
   loadReporters(): string {
     return `${this.base}:loads:reporters:{${this.loadSummary()}}`;
   }
 
-  /** One instance's contributions to the load summary: the key is `prefix + <encoded id> + suffix` (summary's slot). */
+  /** Before the per-instance counts: one instance's contributions, `prefix + <encoded id> + suffix`. */
   loadReporterParts(): { prefix: string; suffix: string } {
     return { prefix: `${this.base}:loads:by:`, suffix: `:{${this.loadSummary()}}` };
   }
@@ -174,6 +182,7 @@ export class KeyBuilder {
           | 'instances'
           | 'epoch'
           | 'load_summary'
+          | 'load_counts'
           | 'load_reporters'
           | 'load_reporter'
           | 'load_cooling'
@@ -182,6 +191,7 @@ export class KeyBuilder {
     | null {
     if (key === this.settings() || key === this.settingsRecord()) return { kind: 'settings' };
     if (key === this.loadSummary()) return { kind: 'load_summary' };
+    if (key === this.loadCounts()) return { kind: 'load_counts' };
     if (key === this.loadReporters()) return { kind: 'load_reporters' };
     if (key === this.loadCooling()) return { kind: 'load_cooling' };
     if (key.startsWith(`${this.base}:loads:snapshot:`) && key.endsWith(`:{${this.loadSummary()}}`))

@@ -1,26 +1,38 @@
 /**
- * The load summary in Redis: one hash holding, per channel, the counts every instance reported (its own leases and
- * waiters there), summed, and the end of each channel's cooldown. Each instance puts in what changed and reads the
- * fleet's counts with one script call (lua/exchangeLoads-5.lua), or one GET when it has nothing to put in; so a load
- * read costs one command per exchange however many channels it covers, where reading the channels' own keys costs
- * three commands per channel. Readers share a snapshot of the summary (one string, rebuilt when it is older than the
- * readers allow: a quarter of a load TTL), so a read costs Redis a copy of a string, not a lookup per channel; the
- * channels an instance changed since that snapshot may have been built are read exactly. All keys share one hash
- * tag: on Cluster the whole summary lives on one node and every call is legal. Each instance's contributions are kept
- * apart and lapse when it stops exchanging (a crash), so a sweep takes them out; the summary always equals the sum of
- * what the live instances last reported.
+ * The load summary in Redis: one hash with one field per instance holding that instance's own counts (its leases and
+ * waiters per channel, JSON) and when they lapse. An instance puts in what changed by rewriting its own field, one
+ * HSET whatever the number of channels that changed, and reads the fleet's counts with one GET of a snapshot its
+ * readers share: the sums over the live instances, rebuilt by a script (lua/exchangeLoads-3.lua) when it is older
+ * than the readers allow (a quarter of a load TTL), so about four times per TTL for the whole fleet. An exchange that
+ * both puts counts in and reads is one call of that script (HSET and GET inside). A load read therefore costs one
+ * command per exchange however many channels it covers, where reading the channels' own keys costs three commands per
+ * channel.
+ *
+ * Every field carries a version, and the snapshot names the version of each instance's counts its sums hold: a reader
+ * takes its own counts out of the sums by that version and puts them back as it just reported them, so its own
+ * changes are exact in its view at once, whenever the snapshot was built. Since each HSET writes an instance's whole
+ * counts, an exchange that failed, was sent twice, or reached a Redis that lost its data is made good by the next.
+ * All keys share one hash tag: on Cluster the whole summary lives on one node and every call is legal. An instance
+ * that stops putting its counts in (a crash) lapses: the next snapshot leaves it out and deletes its field.
  */
+import { randomBytes } from 'node:crypto';
 import type { Cluster, Redis } from 'ioredis';
 import type { ChannelLoad, LoadExchange, LoadExchangeReply, OwnCounts } from '../store.js';
 import type { KeyBuilder } from './keys.js';
 import type { RedisClock } from './redis-time.js';
-import { SCRIPTS, type ExchangeReply } from './scripts.js';
+import { SCRIPTS, type SnapshotReply } from './scripts.js';
 
-/** A channel's count in the summary is `active + waiting × WAITING_UNIT`: one HINCRBY per change, one field to read. */
+/** A channel's count in the summary is `active + waiting × WAITING_UNIT`: one number per channel to sum and read. */
 export const WAITING_UNIT = 2 ** 26;
 
-/** Exact channels per exchange (Lua's `unpack` stays well within its limits); more read the summary itself. */
-const MAX_EXACT = 2000;
+/** How long an instance's counts live without an exchange that gives a keep, when none ever gave one. */
+const DEFAULT_KEEP_MS = 60_000;
+
+/**
+ * A replaced version of an instance's counts is remembered this long past the greatest max age asked for (a snapshot
+ * holding it is read at most that age after the version was replaced, plus the time its reply takes to be handled).
+ */
+const REPLACED_KEEP_MS = 2000;
 
 /**
  * A cooldown this store set or cleared shows as it set it for this long (or the greatest max age asked for, when
@@ -36,8 +48,6 @@ const TIME_EVERY_MS = 5000;
 
 /** The cooling hash outlives the cooldown just noted by this much. */
 const COOLING_KEY_SPARE_MS = 3_600_000;
-
-const MODES = { changes: 'd', full: 'f', leave: 'l' } as const;
 
 export function packCounts(counts: OwnCounts): number {
   return Math.max(0, Math.floor(counts.active)) + Math.max(0, Math.floor(counts.waiting)) * WAITING_UNIT;
@@ -60,27 +70,40 @@ export interface LoadSummaryDeps {
   run: <T>(purpose: 'load_read' | 'cooldown', n: number, work: () => Promise<T>) => Promise<T>;
 }
 
-/** What one instance recently changed in the summary: a snapshot built before then does not hold it. */
-interface Recent {
-  /** Channel → when the last exchange that changed it settled (performance.now() ms). */
-  changed: Map<string, number>;
-  /** Channel → exchanges changing it still in flight. */
-  inflight: Map<string, number>;
-  /** When its last full report or leave settled (it may have zeroed any channel), and how many are in flight. */
-  fullAt: number;
-  fullInflight: number;
-  /**
-   * Plain reads whose script call (after a missing snapshot) is not sent yet. An exchange that puts counts in waits
-   * for them: sent in between, its counts would be in what that call reads but not in the base the read's view
-   * corrects from.
-   */
-  gates: Set<Promise<void>>;
+/** One version of an instance's counts (channel → packed count, non-zero only), as one HSET put it in. */
+interface Version {
+  n: number;
+  counts: ReadonlyMap<string, number>;
+  /** When a later version was put in (performance.now() ms). */
+  replacedAt?: number;
 }
 
-/** What a read shows: packed counts and cooldown ends (Redis ms) per channel; a channel not named counts 0. */
+/** What this store put in of one instance. */
+interface Mine {
+  /** Random: versions are `<tag>.<n>`, so another process under the same instance id never matches. */
+  tag: string;
+  n: number;
+  /** Its counts now (the last version's). */
+  counts: Map<string, number>;
+  /** Versions by n, oldest first: the last one, and those replaced lately. */
+  versions: Map<number, Version>;
+  /** When its counts lapse (Redis ms, by the clock estimate) and the keep that set it. */
+  lapseAt?: number;
+  keepMs?: number;
+  /** Whether the next write renews the hash's expiry (with a keep). */
+  renewDue: boolean;
+}
+
+const EMPTY: ReadonlyMap<string, number> = new Map();
+
+/**
+ * What a read shows: packed counts and cooldown ends (Redis ms) per channel (a channel not named counts 0), and the
+ * version of each instance's counts the sums hold.
+ */
 interface SummaryView {
   counts: Map<string, string>;
   cooling: Map<string, number>;
+  versions: Map<string, string>;
 }
 
 export class RedisLoadSummary {
@@ -88,13 +111,13 @@ export class RedisLoadSummary {
 
   /** Cooldowns this store set (end, Redis ms) or cleared (0), with when (performance.now() ms). */
   private readonly noted = new Map<string, { end: number; at: number }>();
-  private readonly recent = new Map<string, Recent>();
+  private readonly mine = new Map<string, Mine>();
   /**
    * The greatest ages whose snapshot a plain GET last found missing: their reads go to the script, which builds it,
    * until a script read finds one there (with few readers, most reads would otherwise cost a GET and a script call).
    */
   private readonly missing = new Set<number>();
-  /** The greatest max age asked for so far: changes are remembered that long (a max age may grow at run time). */
+  /** The greatest max age asked for so far: versions are remembered at least that long once replaced. */
   private longest = 0;
   /** The last snapshot parsed (readers of one store often get the same one again). */
   private parsed: { text: string; view: SummaryView } | undefined;
@@ -102,162 +125,181 @@ export class RedisLoadSummary {
   async exchange(ex: LoadExchange): Promise<LoadExchangeReply> {
     const { client, keys, clock, run } = this.deps;
     await this.deps.seedClock();
-    const recent = this.recentOf(ex.instanceId);
-    const carries = ex.mode !== 'changes' || ex.counts.size > 0;
-    while (carries && recent.gates.size > 0) await Promise.all(recent.gates);
+    const mine = this.mineOf(ex.instanceId);
     const ids = [...new Set(ex.read)];
     const asked = Math.max(0, Math.ceil(ex.maxAgeMs ?? 0));
     this.longest = Math.max(this.longest, asked);
-    this.forget(recent);
-    // a snapshot may be up to maxAge old: exact for the channels this instance changed since (else its own counts in
-    // it would be older than the base its view corrects from), the rest from the snapshot
-    let maxAge = ex.mode !== 'changes' || ex.fresh === true || recent.fullInflight > 0 ? 0 : asked;
-    if (recent.fullAt > performance.now() - this.longest) maxAge = 0;
-    let exact: string[] = [];
-    if (ids.length > 0 && maxAge > 0) {
-      exact = ids.filter((id) => ex.counts.has(id) || recent.changed.has(id) || recent.inflight.has(id));
-      if (exact.length > MAX_EXACT) [maxAge, exact] = [0, []];
-    }
-    const scripted =
-      carries ||
-      ex.keepMs !== undefined ||
-      (ex.sweep ?? 0) > 0 ||
-      exact.length > 0 ||
-      (ids.length > 0 && this.missing.has(maxAge));
-    if (!scripted && ids.length === 0) return { loads: new Map(), resync: false };
-    const withTime = clock.claimRefresh(TIME_EVERY_MS);
-    for (const id of ex.counts.keys()) recent.inflight.set(id, (recent.inflight.get(id) ?? 0) + 1);
-    if (ex.mode !== 'changes') recent.fullInflight++;
-    let open = () => {};
-    if (!scripted) {
-      const gate = new Promise<void>((resolve) => (open = resolve));
-      recent.gates.add(gate);
-      void gate.then(() => recent.gates.delete(gate));
-    }
+    const maxAge = ex.fresh === true ? 0 : asked;
+    // what goes in: this instance's whole counts after the exchange's changes, as one field (nothing for none)
+    const writes = ex.mode !== 'changes' || ex.counts.size > 0 || ex.keepMs !== undefined;
+    let version: Version | undefined;
+    if (writes) version = this.apply(mine, ex);
+    const own = version ?? mine.versions.get(mine.n);
+    const write = version ? this.writeOf(mine, version) : undefined;
+    const reads = ids.length > 0;
+    // a read and a write together go as one script call; a read alone as a GET of the snapshot unless it is known to
+    // be missing (or must be fresh), a write alone as an HSET
+    const byScript = reads && (write !== undefined || maxAge === 0 || this.missing.has(maxAge));
+    const byGet = reads && !byScript;
+    const withTime = reads && clock.claimRefresh(TIME_EVERY_MS);
+    const n = (reads ? 1 : write ? 1 + (write.expiry !== '' ? 1 : 0) : 0) + (withTime ? 1 : 0);
+    if (n === 0) return { loads: new Map(), resync: false };
     ex.onSent?.();
-    let head: ExchangeReply | undefined;
-    let plain: string | null | undefined;
-    let whole: [Record<string, string>, Record<string, string>] | undefined;
-    try {
-      const n = (!scripted && maxAge === 0 ? 2 : 1) + (withTime ? 1 : 0);
-      let time: unknown;
-      [head, plain, whole, time] = await run('load_read', n, () =>
-        Promise.all([
-          scripted ? this.call(ex, ids.length > 0 ? maxAge : undefined, exact) : undefined,
-          !scripted && maxAge > 0 ? client.get(keys.loadSnapshot(maxAge)) : undefined,
-          !scripted && maxAge === 0
-            ? Promise.all([client.hgetall(keys.loadSummary()), client.hgetall(keys.loadCooling())])
-            : undefined,
-          withTime ? client.time() : undefined,
-        ]),
-      );
-      if (time) clock.learn(time as unknown as string[]);
-      if (plain === null) {
-        // no snapshot: the script builds it (one more call, about once per max age across the fleet); an exchange
-        // of this instance that puts counts in goes out after this call, not between the GET and it
-        this.missing.add(maxAge);
-        head = await run('load_read', 1, () => {
-          const call = this.call(ex, maxAge, []);
-          open();
-          return call;
-        });
-      }
-      if (head?.snapshot && !head.built) this.missing.delete(maxAge);
-    } finally {
-      open();
-      const settled = performance.now();
-      for (const id of ex.counts.keys()) {
-        const left = (recent.inflight.get(id) ?? 1) - 1;
-        if (left > 0) recent.inflight.set(id, left);
-        else recent.inflight.delete(id);
-        recent.changed.set(id, settled);
-      }
-      if (ex.mode !== 'changes') {
-        recent.fullInflight--;
-        recent.fullAt = settled;
-      }
+    const sentAt = clock.localNow();
+    const [, plain, scripted, time] = await run('load_read', n, () =>
+      Promise.all([
+        write && !reads ? this.send(ex.instanceId, write) : undefined,
+        byGet ? client.get(keys.loadSnapshot(maxAge)) : undefined,
+        byScript ? this.script(maxAge, write && { instanceId: ex.instanceId, ...write }) : undefined,
+        withTime ? client.time() : undefined,
+      ]),
+    );
+    if (time) clock.learn(time as unknown as string[], sentAt);
+    if (version) this.confirmed(mine, version);
+    let reply = scripted;
+    if (plain === null) {
+      // no snapshot: the script builds it (about once per max age across the fleet); the read's own write, if any,
+      // went out with the GET
+      this.missing.add(maxAge);
+      reply = await run('load_read', 1, () => this.script(maxAge));
     }
-    const view = whole
-      ? {
-          counts: new Map(Object.entries(whole[0])),
-          cooling: new Map(Object.entries(whole[1]).map(([id, end]) => [id, Number(end)])),
-        }
-      : this.parse(head?.snapshot ?? plain ?? null);
-    const exactSums = new Map<string, string>();
-    if (head?.exact.length) exact.forEach((id, i) => exactSums.set(id, head!.exact[i]!));
-    const now = head?.nowMs ?? clock.now();
+    if (ids.length === 0) return { loads: new Map(), resync: false };
+    if (reply && !reply.built) this.missing.delete(maxAge);
+    let view = this.parse(reply?.snapshot ?? plain ?? null);
+    let nowMs = reply?.nowMs;
+    let base = this.ownIn(view, ex.instanceId, mine);
+    if (base === undefined) {
+      // built from a version of this instance's counts it no longer remembers (its reply was handled very late): read
+      // the counts as they are now instead, which hold what it last put in
+      const fresh = await run('load_read', 1, () => this.script(0));
+      view = this.parse(fresh.snapshot);
+      nowMs = fresh.nowMs;
+      base = this.ownIn(view, ex.instanceId, mine) ?? EMPTY;
+    }
+    const now = nowMs ?? clock.now();
     const noted = performance.now() - Math.max(NOTED_MS, this.longest);
     for (const [id, note] of this.noted) if (note.at < noted) this.noted.delete(id);
     const loads = new Map<string, ChannelLoad>();
     for (const id of ids) {
-      const { active, waiting } = unpackCounts(exactSums.get(id) ?? view.counts.get(id));
+      // the fleet's sum without this instance's counts as the snapshot holds them, with them as it just reported them
+      const packed = Number(view.counts.get(id) ?? 0) - (base.get(id) ?? 0) + (own?.counts.get(id) ?? 0);
+      const { active, waiting } = unpackCounts(packed);
       const end = this.noted.get(id)?.end ?? view.cooling.get(id) ?? 0;
       const remaining = end > now ? end - now : 0;
       loads.set(id, { active, waiting, coolingDown: remaining > 0, cooldownRemainingMs: remaining });
     }
-    return { loads, resync: head?.resync ?? false };
+    return { loads, resync: false };
   }
 
-  /** One call of the exchange script; `maxAge` undefined reads nothing. */
-  private call(
-    ex: LoadExchange,
-    maxAge: number | undefined,
-    exact: readonly string[],
-  ): Promise<ExchangeReply> {
-    const { client, keys } = this.deps;
-    const { prefix, suffix } = keys.loadReporterParts();
-    const reported = [...ex.counts].flatMap(([id, counts]) => [id, packCounts(counts)]);
-    return SCRIPTS.exchangeLoads.call(
-      client,
-      [
-        keys.loadSummary(),
-        keys.loadReporters(),
-        keys.loadReporter(ex.instanceId),
-        keys.loadCooling(),
-        keys.loadSnapshot(maxAge ?? 0),
-      ],
-      [
-        ex.instanceId,
-        MODES[ex.mode],
-        ex.keepMs ?? '',
-        ex.sweep ?? 0,
-        prefix,
-        suffix,
-        ex.counts.size,
-        ...reported,
-        ...(maxAge === undefined ? [] : [maxAge, ...exact]),
-      ],
-    );
-  }
-
-  private recentOf(instanceId: string): Recent {
-    let r = this.recent.get(instanceId);
-    if (!r) {
-      r = { changed: new Map(), inflight: new Map(), fullAt: -Infinity, fullInflight: 0, gates: new Set() };
-      this.recent.set(instanceId, r);
+  /** Applies the exchange to this instance's counts, as a new version of them. */
+  private apply(mine: Mine, ex: LoadExchange): Version {
+    const { clock } = this.deps;
+    if (ex.mode !== 'changes') mine.counts.clear();
+    if (ex.mode !== 'leave') {
+      for (const [id, counts] of ex.counts) {
+        const packed = packCounts(counts);
+        if (packed > 0) mine.counts.set(id, packed);
+        else mine.counts.delete(id);
+      }
     }
-    return r;
+    if (ex.keepMs !== undefined) {
+      mine.lapseAt = Math.round(clock.now() + ex.keepMs);
+      mine.keepMs = ex.keepMs;
+      mine.renewDue = true;
+    }
+    mine.lapseAt ??= Math.round(clock.now() + DEFAULT_KEEP_MS);
+    const version: Version = { n: ++mine.n, counts: new Map(mine.counts) };
+    mine.versions.set(version.n, version);
+    return version;
   }
 
   /**
-   * Forgets the changes settled longer ago than the greatest max age asked for: a snapshot that still exists was
-   * built after them.
+   * What puts this version in: the field (its JSON; '' when it holds nothing: the field is deleted), and the counts
+   * hash's new expiry with a keep ('' for none).
    */
-  private forget(recent: Recent): void {
-    const before = performance.now() - this.longest;
-    for (const [id, at] of recent.changed) if (at < before) recent.changed.delete(id);
+  private writeOf(mine: Mine, version: Version): { field: string; expiry: number | '' } {
+    const flat: (string | number)[] = [`${mine.tag}.${version.n}`, mine.lapseAt!];
+    for (const [id, packed] of version.counts) flat.push(id, packed);
+    const keepMs = mine.keepMs;
+    // what nobody renews goes by itself: once no live instance holds anything, the hash expires
+    const expiry = keepMs !== undefined && mine.renewDue ? keepMs + Math.floor(keepMs / 4) : '';
+    mine.renewDue = false;
+    return { field: version.counts.size > 0 ? JSON.stringify(flat) : '', expiry };
   }
 
-  /** A snapshot (`{"l": [channel, count, …], "c": [channel, cooldown end, …]}`) as a view. */
+  /** The write alone: HSET (HDEL for nothing) and PEXPIRE with a keep. */
+  private send(instanceId: string, write: { field: string; expiry: number | '' }): Promise<unknown> {
+    const { client, keys } = this.deps;
+    const key = keys.loadCounts();
+    return Promise.all([
+      write.field !== '' ? client.hset(key, instanceId, write.field) : client.hdel(key, instanceId),
+      write.expiry !== '' ? client.pexpire(key, write.expiry) : undefined,
+    ]);
+  }
+
+  /**
+   * A version was put in: the versions before it are replaced in Redis, and a snapshot built from them is served for
+   * at most the greatest max age: they are forgotten a while after that.
+   */
+  private confirmed(mine: Mine, version: Version): void {
+    const now = performance.now();
+    for (const [n, v] of mine.versions) {
+      if (n >= version.n) break;
+      v.replacedAt ??= now;
+      if (now - v.replacedAt > this.longest + REPLACED_KEEP_MS) mine.versions.delete(n);
+    }
+  }
+
+  /** This instance's counts as the snapshot's sums hold them (none: not in it); undefined for a version not known. */
+  private ownIn(view: SummaryView, instanceId: string, mine: Mine): ReadonlyMap<string, number> | undefined {
+    const version = view.versions.get(instanceId);
+    if (version === undefined) return EMPTY;
+    const dot = version.lastIndexOf('.');
+    // another process under the same id put these in (this one's predecessor, say): they are not this one's to take out
+    if (version.slice(0, dot) !== mine.tag) return EMPTY;
+    return mine.versions.get(Number(version.slice(dot + 1)))?.counts;
+  }
+
+  /** One call of the exchange script: puts `write` in first when given, then reads the snapshot (or builds it). */
+  private script(
+    maxAge: number,
+    write?: { instanceId: string; field: string; expiry: number | '' },
+  ): Promise<SnapshotReply> {
+    const { client, keys } = this.deps;
+    return SCRIPTS.exchangeLoads.call(
+      client,
+      [keys.loadCounts(), keys.loadCooling(), keys.loadSnapshot(maxAge)],
+      [maxAge, write?.instanceId ?? '', write?.field ?? '', write?.expiry ?? ''],
+    );
+  }
+
+  private mineOf(instanceId: string): Mine {
+    let m = this.mine.get(instanceId);
+    if (!m) {
+      m = {
+        tag: randomBytes(6).toString('base64url'),
+        n: 0,
+        counts: new Map(),
+        versions: new Map(),
+        renewDue: true,
+      };
+      this.mine.set(instanceId, m);
+    }
+    return m;
+  }
+
+  /** A snapshot (`{"l": [channel, count, …], "c": [channel, cooldown end, …], "v": [instance, version, …]}`). */
   private parse(text: string | null): SummaryView {
-    if (text === null) return { counts: new Map(), cooling: new Map() };
+    if (text === null) return { counts: new Map(), cooling: new Map(), versions: new Map() };
     if (this.parsed?.text === text) return this.parsed.view;
-    const { l, c } = JSON.parse(text) as { l?: unknown; c?: unknown };
-    const view: SummaryView = { counts: new Map(), cooling: new Map() };
+    const { l, c, v } = JSON.parse(text) as { l?: unknown; c?: unknown; v?: unknown };
+    const view: SummaryView = { counts: new Map(), cooling: new Map(), versions: new Map() };
     if (Array.isArray(l))
       for (let i = 0; i + 1 < l.length; i += 2) view.counts.set(String(l[i]), String(l[i + 1]));
     if (Array.isArray(c))
       for (let i = 0; i + 1 < c.length; i += 2) view.cooling.set(String(c[i]), Number(c[i + 1]));
+    if (Array.isArray(v))
+      for (let i = 0; i + 1 < v.length; i += 2) view.versions.set(String(v[i]), String(v[i + 1]));
     this.parsed = { text, view };
     return view;
   }

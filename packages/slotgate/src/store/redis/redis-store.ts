@@ -330,7 +330,8 @@ export class RedisStore implements SlotStore {
   }
 
   /**
-   * One script call (one HMGET when nothing is put in), whatever the channel count (load-summary.ts). Queue news
+   * One GET of the shared snapshot, plus one HSET when it puts counts in, whatever the channel count (load-summary.ts;
+   * a script call when the snapshot must be built). Queue news
    * from it only ever marks a queue: the summary's waiter counts lag, and a stale zero must not send a release past
    * a queue that formed since.
    */

@@ -192,8 +192,8 @@ export const SCRIPTS = {
     }
     return { value: reply[0] == null ? undefined : String(reply[0]), now: Number(reply[1]) };
   }),
-  /** See lua/exchangeLoads-5.lua. */
-  exchangeLoads: new Script('exchangeLoads-5', parseExchangeReply),
+  /** See lua/exchangeLoads-3.lua. */
+  exchangeLoads: new Script('exchangeLoads-3', parseSnapshotReply),
   /** See lua/fixLeftover-1.lua: removals made (an expiry set counts as one). */
   fixLeftover: new Script('fixLeftover-1', Number),
   /** See lua/releaseDeadOwner-2.lua: the slots released. */
@@ -230,31 +230,21 @@ function code(reply: unknown, codes: Record<number, unknown>): number {
   return n;
 }
 
-/**
- * What exchangeLoads answers: whether it must resync, the Redis time when it read it, the snapshot of the summary
- * (null when nothing was read; docs/redis.md, "Reads share a snapshot"), and the exact sums of the channels named
- * (none when the snapshot is as new as the call).
- */
-export interface ExchangeReply {
-  resync: boolean;
-  nowMs: number | undefined;
-  snapshot: string | null;
-  /** Whether this call built the snapshot (none was there). */
+/** What exchangeLoads answers: the snapshot, whether this call built it, and the Redis time when it did. */
+export interface SnapshotReply {
+  snapshot: string;
   built: boolean;
-  exact: string[];
+  nowMs: number | undefined;
 }
 
-function parseExchangeReply(reply: unknown): ExchangeReply {
-  if (!Array.isArray(reply) || reply.length < 5) {
+function parseSnapshotReply(reply: unknown): SnapshotReply {
+  if (!Array.isArray(reply) || reply.length !== 3 || typeof reply[0] !== 'string') {
     throw new TypeError(`unexpected script reply ${JSON.stringify(reply)}`);
   }
-  const m = Number(reply[4]);
   return {
-    resync: Number(reply[0]) === 0,
-    nowMs: reply[1] === '' ? undefined : Number(reply[1]),
-    snapshot: typeof reply[2] === 'string' ? reply[2] : null,
-    built: Number(reply[3]) === 1,
-    exact: reply.slice(5, 5 + m).map(String),
+    snapshot: reply[0],
+    built: Number(reply[1]) === 1,
+    nowMs: reply[2] === '' ? undefined : Number(reply[2]),
   };
 }
 

@@ -25,10 +25,12 @@
   cheapest to pass.)
 
   Cost per call: one EXISTS over every queue key and every cooldown key of the call (the cooldown keys only when
-  checking); only when one of them exists, one EXISTS per channel tried and kind (none when the call has one
+  checking) and, in a call of up to 8 channels, its first channel's slots key (passed as many times as the other keys
+  number + 1, so the count alone says whether it exists: a missing one needs no ZCARD); only when one of the others
+  exists, one EXISTS per channel tried and kind (none when the call has one
   channel: its cooldown key is passed twice, so the count alone says which exists), and for a channel with a queue
   the grant loop. TIME once when needed (not to score leases when the caller gave its estimate: then only to drop
-  expired members or to grant); ZCARD once per channel; ZADD per admission. Per call and channel the script
+  expired members or to grant); ZCARD once per channel (not for a first channel found missing); ZADD per admission. Per call and channel the script
   keeps the count it read, so requests for the same channel in one call share a ZCARD. Expired members are dropped
   when a set looks full (ZREMRANGEBYSCORE, once per channel per call). Lease scores are formatted once per call.
   Key expiry: a slots key that was empty gets PEXPIRE TTL with its first lease. Otherwise the caller asks for an
@@ -46,6 +48,8 @@ local channels = tonumber(ARGV[3])
 local claimMs = tonumber(ARGV[4])
 local notify = ARGV[5]
 local givenNow = tonumber(ARGV[6])
+-- calls of up to this many channels probe their first channel's slots key with the EXISTS
+local SLOTS_PROBE_MAX = 8
 local probe = {}
 for c = 1, channels do
   if checkCooldown then
@@ -56,7 +60,24 @@ for c = 1, channels do
   end
   probe[#probe + 1] = KEYS[3 * c]
 end
+-- the first channel's slots key, weighted past the sum of the others: when it is missing its count is 0 without a
+-- ZCARD (most calls admit into their first channel, often an empty one where channels are many)
+local slotsWeight = 0
+if channels <= SLOTS_PROBE_MAX then
+  slotsWeight = #probe + 1
+  for _ = 1, slotsWeight do
+    probe[#probe + 1] = KEYS[1]
+  end
+end
 local found = redis.call('EXISTS', unpack(probe))
+local firstMissing = false
+if slotsWeight > 0 then
+  if found >= slotsWeight then
+    found = found - slotsWeight
+  else
+    firstMissing = true
+  end
+end
 local anyFlag = found > 0
 -- queueFound: whether a channel's queue key exists (before any grant); queued: whether waiters are left after grants
 local cooling, queueFound, queued, count, swept, extended = {}, {}, {}, {}, {}, {}
@@ -64,6 +85,9 @@ if channels == 1 then
   -- one channel: its cooldown key counts 2 (when checked), its queue key 1
   cooling[1] = found >= 2
   queueFound[1] = found % 2 == 1
+end
+if firstMissing then
+  count[1] = 0
 end
 local score = nil
 local codes = {}
