@@ -94,9 +94,9 @@ async function measure(
   // the acquire script scores leases by the store's estimate of the Redis clock while a TIME sent and answered in the
   // last 10 s backs it (RedisClock.upperNow), else it reads TIME: measured with one fresh, as in steady traffic
   if (freshClock) {
-    const sentAt = Date.now(); // the store's clock (systemClock)
-    const time = await target.cc.client.time();
-    (target.store as unknown as { redisClock: RedisClock }).redisClock.learn(time, sentAt);
+    const { redisClock } = target.store as unknown as { redisClock: RedisClock };
+    const sentAt = redisClock.sending();
+    redisClock.learn(await target.cc.client.time(), sentAt);
   }
   const before = await server.commandstats();
   const countedBefore = { ...target.store.commands };
@@ -932,5 +932,38 @@ describe("the store's queued() hint", () => {
       await b.close();
       await c.close();
     }
+  });
+});
+
+describe('the load summary: versions of an instance counts', () => {
+  const mine = (active: number) => new Map([['lv', { active, waiting: 0 }]]);
+  const field = async (id: string) =>
+    JSON.parse((await cc.client.hget(store.keys.loadCounts(), id))!) as unknown[];
+
+  it('a snapshot holding an older write than the last (landed late) shows the sums as they are, and the field is put right', async () => {
+    await store.exchangeLoads!({ instanceId: 'V', mode: 'full', counts: mine(2), keepMs: 60_000, read: [] });
+    await store.exchangeLoads!({ instanceId: 'W', mode: 'full', counts: mine(1), keepMs: 60_000, read: [] });
+    // an older write of V lands after its last: the same tag, a version V no longer remembers, other counts
+    const last = await field('V');
+    const tag = String(last[0]).split('.')[0];
+    await cc.client.hset(store.keys.loadCounts(), 'V', JSON.stringify([`${tag}.0`, last[1], 'lv', 5]));
+    const read = await store.exchangeLoads!({
+      instanceId: 'V',
+      mode: 'changes',
+      counts: new Map(),
+      read: ['lv'],
+    });
+    // what Redis holds (W's 1 + the stale 5), not that plus its own 2 again (8)
+    expect(read.loads.get('lv')).toMatchObject({ active: 6, waiting: 0 });
+    // and V's latest counts go back in, as a new version
+    await expect.poll(async () => (await field('V')).slice(2)).toEqual(['lv', 2]);
+    expect((await field('V'))[0]).not.toBe(`${tag}.0`);
+    const after = await store.exchangeLoads!({
+      instanceId: 'W',
+      mode: 'changes',
+      counts: new Map(),
+      read: ['lv'],
+    });
+    expect(after.loads.get('lv')).toMatchObject({ active: 3 });
   });
 });

@@ -146,6 +146,25 @@ describe('tokens and local counts', () => {
   });
 });
 
+describe('lease deadline', () => {
+  it('runs from when the acquire call went out, not from its reply: never past the lease in the store', async () => {
+    // a store that answers 700 ms after the call (Redis busy, say): the store scored the lease when the call ran, at
+    // the earliest when it was sent
+    const slow = stub({
+      acquireFirst: async (t, o) => {
+        await clock.advance(700);
+        return inner.acquireFirst(t, o);
+      },
+    });
+    const m = manager({ store: slow });
+    const sentAt = clock.now();
+    const outcome = await m.acquireFirst([{ channelId: 'a', max: 1 }], true);
+    expect(clock.now()).toBe(sentAt + 700);
+    expect(outcome.lease!.expiresAt).toBe(sentAt + 60_000);
+    expect(outcome.lease!.acquiredAt).toBe(sentAt + 700);
+  });
+});
+
 describe('release', () => {
   it('releases exactly once: a second call is a no-op', async () => {
     const m = manager();

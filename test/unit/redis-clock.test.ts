@@ -12,7 +12,7 @@ const time = (ms: number): string[] => [String(Math.floor(ms / 1000)), String((m
 describe('RedisClock', () => {
   it('has no upper bound before a TIME whose send time is known', async () => {
     const clock = new ManualClock(1_000);
-    const redis = new RedisClock(clock);
+    const redis = new RedisClock(clock, () => clock.now());
     expect(redis.unknown).toBe(true);
     expect(redis.upperNow()).toBeUndefined();
     redis.learn(time(50_000));
@@ -22,8 +22,8 @@ describe('RedisClock', () => {
 
   it("bounds Redis's clock from above by the send time: never behind it, ahead by at most the round trip", async () => {
     const clock = new ManualClock(1_000);
-    const redis = new RedisClock(clock);
-    const sentAt = clock.now();
+    const redis = new RedisClock(clock, () => clock.now());
+    const sentAt = redis.sending();
     await clock.advance(30);
     // Redis read its clock 10 ms after the send, when it read 50 000: now (1 030 locally) it reads 50 020
     redis.learn(time(50_000), sentAt);
@@ -37,14 +37,32 @@ describe('RedisClock', () => {
 
   it('gives no upper bound from a TIME answered more than a second after it was sent, nor one older than 10 s', async () => {
     const clock = new ManualClock(1_000);
-    const redis = new RedisClock(clock);
-    const sentAt = clock.now();
+    const redis = new RedisClock(clock, () => clock.now());
+    const sentAt = redis.sending();
     await clock.advance(1_500);
     redis.learn(time(50_000), sentAt);
     expect(redis.upperNow()).toBeUndefined();
-    redis.learn(time(50_001), clock.now());
+    redis.learn(time(50_001), redis.sending());
     expect(redis.upperNow()).toBeDefined();
     await clock.advance(10_001);
     expect(redis.upperNow()).toBeUndefined();
+    // and none once forgotten (a new connection)
+    redis.learn(time(60_000), redis.sending());
+    redis.forgetUpper();
+    expect(redis.upperNow()).toBeUndefined();
+  });
+
+  it('carries the upper bound on the monotonic clock: a step of the wall clock does not move it', () => {
+    let wall = 1_000;
+    let mono = 500;
+    const redis = new RedisClock({ now: () => wall } as unknown as ManualClock, () => mono);
+    const sentAt = redis.sending();
+    mono += 4;
+    wall += 4;
+    redis.learn(time(50_000), sentAt);
+    const upper = redis.upperNow()!;
+    wall -= 60_000; // the wall clock is set back a minute
+    mono += 10;
+    expect(redis.upperNow()).toBe(upper + 10);
   });
 });

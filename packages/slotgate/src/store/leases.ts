@@ -235,6 +235,9 @@ export class LeaseManager {
     if (this.closed) throw new StoreUnavailableError('acquire', 'the lease manager is closed');
     const token = this.nextToken(share);
     const leaseTtlMs = this.ttl();
+    // the lease runs from before the call: the store scores it no earlier (by Redis TIME in the script, or its upper
+    // bound of the Redis clock when the call is built), so this deadline never passes after its expiry in Redis
+    const sentAt = this.clock.now();
     let replies: AcquireReply[];
     try {
       replies = await this.store.acquireFirst(targets, { token, leaseTtlMs, checkCooldown });
@@ -247,11 +250,14 @@ export class LeaseManager {
     }
     if (replies[replies.length - 1] !== 'acquired') return { replies };
     const target = targets[replies.length - 1]!;
-    return { replies, lease: this.hold(target.channelId, token, target.max, leaseTtlMs) };
+    return { replies, lease: this.hold(target.channelId, token, target.max, leaseTtlMs, sentAt) };
   }
 
-  /** A slot the store says this token holds, from now on a tracked lease expiring `leaseTtlMs` from now. */
-  private hold(channelId: string, token: string, max: number, leaseTtlMs: number): Lease {
+  /**
+   * A slot the store says this token holds, from now on a tracked lease expiring `leaseTtlMs` after `from` (when the
+   * call that took it was sent; now by default).
+   */
+  private hold(channelId: string, token: string, max: number, leaseTtlMs: number, from?: number): Lease {
     const now = this.clock.now();
     const fence = new AbortController();
     const lease: Lease = {
@@ -259,7 +265,7 @@ export class LeaseManager {
       token,
       acquiredAt: now,
       max,
-      expiresAt: now + leaseTtlMs,
+      expiresAt: Math.min(now, from ?? now) + leaseTtlMs,
       ttlMs: leaseTtlMs,
       lost: fence.signal,
     };

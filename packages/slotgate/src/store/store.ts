@@ -161,17 +161,20 @@ export interface LoadExchange {
   counts: ReadonlyMap<string, OwnCounts>;
   /**
    * The contributions stay for this long from now unless renewed. Undefined: the time they lapse is left as it
-   * is (and the reply cannot tell whether the summary still knows this instance).
+   * is (and, on a store that keeps them apart per write, the reply cannot tell whether it still knows this instance).
    */
   keepMs?: number;
-  /** Takes out at most this many instances whose contributions lapsed (they stopped exchanging). @default 0 */
+  /**
+   * Takes out at most this many instances whose contributions lapsed (they stopped exchanging), on a store that
+   * needs it; RedisStore leaves lapsed instances out of every snapshot it builds and ignores this. @default 0
+   */
   sweep?: number;
   /** Channels whose fleet-wide loads to return. */
   read: readonly string[];
   /**
-   * How old the fleet's counts may be: the readers of one summary share a snapshot of it, built again when it is
-   * older than this, and read exactly the channels this instance changed since. 0 reads the summary itself (its cost
-   * grows with the channel count). A full report, a leave and a fresh read always read it exactly. @default 0
+   * How old the other instances' counts may be: the readers of one summary share a snapshot of it, built again when
+   * it is older than this; this instance's own counts in the reply are always as it just reported them. 0 reads the
+   * summary as it is now. @default 0
    */
   maxAgeMs?: number;
   /** A fresh read: counts and cooldowns read now, not as of up to `maxAgeMs` or a second ago. */
@@ -185,7 +188,8 @@ export interface LoadExchangeReply {
   loads: Map<string, ChannelLoad>;
   /**
    * The summary did not know this instance when `keepMs` was given (it lost its data, or took this instance's counts
-   * out as lapsed): nothing was put in, and only a `full` report makes its counts whole again.
+   * out as lapsed): nothing was put in, and only a `full` report makes its counts whole again. Always false on
+   * RedisStore, whose every write carries the instance's whole counts.
    */
   resync: boolean;
 }

@@ -96,6 +96,9 @@ interface Mine {
 
 const EMPTY: ReadonlyMap<string, number> = new Map();
 
+/** Versions of one instance's counts remembered at most (the last always). */
+const MAX_VERSIONS = 256;
+
 /**
  * What a read shows: packed counts and cooldown ends (Redis ms) per channel (a channel not named counts 0), and the
  * version of each instance's counts the sums hold.
@@ -124,7 +127,8 @@ export class RedisLoadSummary {
 
   async exchange(ex: LoadExchange): Promise<LoadExchangeReply> {
     const { client, keys, clock, run } = this.deps;
-    await this.deps.seedClock();
+    // (no await once the clock is known: exchanges then put their versions in and send them in the order called)
+    if (clock.unknown) await this.deps.seedClock();
     const mine = this.mineOf(ex.instanceId);
     const ids = [...new Set(ex.read)];
     const asked = Math.max(0, Math.ceil(ex.maxAgeMs ?? 0));
@@ -145,7 +149,7 @@ export class RedisLoadSummary {
     const n = (reads ? 1 : write ? 1 + (write.expiry !== '' ? 1 : 0) : 0) + (withTime ? 1 : 0);
     if (n === 0) return { loads: new Map(), resync: false };
     ex.onSent?.();
-    const sentAt = clock.localNow();
+    const sentAt = clock.sending();
     const [, plain, scripted, time] = await run('load_read', n, () =>
       Promise.all([
         write && !reads ? this.send(ex.instanceId, write) : undefined,
@@ -174,7 +178,13 @@ export class RedisLoadSummary {
       const fresh = await run('load_read', 1, () => this.script(0));
       view = this.parse(fresh.snapshot);
       nowMs = fresh.nowMs;
-      base = this.ownIn(view, ex.instanceId, mine) ?? EMPTY;
+      base = this.ownIn(view, ex.instanceId, mine);
+      if (base === undefined) {
+        // Redis still holds a version it forgot: an older write that landed after a newer one (one resent after a
+        // script reload, say). Its latest counts go in again; meanwhile the view shows the sums as they are.
+        this.rewrite(ex.instanceId, mine);
+        base = own?.counts ?? EMPTY;
+      }
     }
     const now = nowMs ?? clock.now();
     const noted = performance.now() - Math.max(NOTED_MS, this.longest);
@@ -189,6 +199,16 @@ export class RedisLoadSummary {
       loads.set(id, { active, waiting, coolingDown: remaining > 0, cooldownRemainingMs: remaining });
     }
     return { loads, resync: false };
+  }
+
+  /** Puts this instance's counts in again as a new version (one HSET), not waiting for it; a failure is the next write's. */
+  private rewrite(instanceId: string, mine: Mine): void {
+    const version = this.apply(mine, { instanceId, mode: 'changes', counts: new Map(), read: [] });
+    const write = this.writeOf(mine, version);
+    void this.deps
+      .run('load_read', 1 + (write.expiry !== '' ? 1 : 0), () => this.send(instanceId, write))
+      .then(() => this.confirmed(mine, version))
+      .catch(() => undefined);
   }
 
   /** Applies the exchange to this instance's counts, as a new version of them. */
@@ -210,6 +230,12 @@ export class RedisLoadSummary {
     mine.lapseAt ??= Math.round(clock.now() + DEFAULT_KEEP_MS);
     const version: Version = { n: ++mine.n, counts: new Map(mine.counts) };
     mine.versions.set(version.n, version);
+    // (writes failing one after the other are never confirmed: the oldest go first; a snapshot naming one is read
+    // again without a max age)
+    for (const n of mine.versions.keys()) {
+      if (mine.versions.size <= MAX_VERSIONS) break;
+      mine.versions.delete(n);
+    }
     return version;
   }
 

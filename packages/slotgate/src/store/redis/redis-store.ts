@@ -124,6 +124,8 @@ export class RedisStore implements SlotStore {
     this.clock = options.clock ?? systemClock;
     this.deadlines = deadlinesFor(this.client, this.clock, options.timeoutMs ?? 1000);
     this.redisClock = new RedisClock(this.clock);
+    // a connection made again may reach another server (a failover) whose clock is not the one the bound was read on
+    this.client.on('ready', () => this.redisClock.forgetUpper());
     defineScripts(this.client);
     const claimMs = options.claimMs ?? DEFAULT_CLAIM_MS;
     this.queues = new RedisQueues({
@@ -319,7 +321,7 @@ export class RedisStore implements SlotStore {
     const withTime = !seeded && this.redisClock.claimRefresh();
     const batches = chunk(ids, BATCH_SIZE);
     opts?.onSent?.();
-    const sentAt = this.clock.now();
+    const sentAt = this.redisClock.sending();
     const replies = await this.run('load_read', 'load_read', ids.length * 3 + (withTime ? 1 : 0), () =>
       Promise.all(batches.map((batch, i) => this.topology.readLoadBatch(batch, min, i === 0 && withTime))),
     );
@@ -347,7 +349,7 @@ export class RedisStore implements SlotStore {
    */
   private async seedClock(): Promise<boolean> {
     if (!this.redisClock.unknown) return false;
-    const sentAt = this.clock.now();
+    const sentAt = this.redisClock.sending();
     this.seeding ??= this.run('load_read', 'load_read', 1, () => this.client.time())
       .then((time) => {
         this.redisClock.learn(time, sentAt);

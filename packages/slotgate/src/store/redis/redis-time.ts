@@ -22,10 +22,18 @@ const UPPER_MAX_RTT_MS = 1000;
 export class RedisClock {
   private offset: number | undefined;
   private readAt = 0;
-  /** The offset's upper bound (from a TIME whose send time is known), and when it was learned. */
-  private upper: { offset: number; at: number } | undefined;
+  /**
+   * The upper bound: Redis's clock (ms, + 1 for TIME's rounding) when a TIME command was sent, by the monotonic clock,
+   * and when it was learned. Kept on the monotonic clock: a step of the wall clock after it was learned would
+   * otherwise move the bound below Redis's own.
+   */
+  private upper: { redisMs: number; sentAt: number; at: number } | undefined;
 
-  constructor(private readonly clock: Clock) {}
+  constructor(
+    private readonly clock: Clock,
+    /** A clock that never steps (performance.now by default): the upper bound is carried on it. */
+    private readonly monotonic: () => number = () => performance.now(),
+  ) {}
 
   /** Whether no TIME was ever read: the first read needs a round trip of its own. */
   get unknown(): boolean {
@@ -38,21 +46,31 @@ export class RedisClock {
    * early (ahead): the latter, plus the millisecond TIME's rounding down drops, is an upper bound.
    */
   learn(time: readonly (string | number)[], sentAt?: number): void {
-    const now = this.clock.now();
     const redis = redisMs(time);
-    this.offset = redis - now;
-    if (sentAt !== undefined && sentAt <= now && now - sentAt <= UPPER_MAX_RTT_MS)
-      this.upper = { offset: redis + 1 - sentAt, at: now };
+    this.offset = redis - this.clock.now();
+    const now = this.monotonic();
+    if (sentAt !== undefined && sentAt <= now && now - sentAt <= UPPER_MAX_RTT_MS) {
+      this.upper = { redisMs: redis + 1, sentAt, at: now };
+    }
   }
 
+  /** A time to pass to `learn` as the send time of a TIME command: now on the monotonic clock. */
+  sending(): number {
+    return this.monotonic();
+  }
+
+  /** Forgets the upper bound (the connection was re-established: it may reach another server, with its own clock). */
+  forgetUpper(): void {
+    this.upper = undefined;
+  }
   /**
    * Now on the Redis clock, never earlier than Redis's own (by a TIME sent and answered less than 10 s ago); undefined
    * when there is none. A lease scored from it expires no earlier than one scored by TIME in the script.
    */
   upperNow(): number | undefined {
-    const now = this.clock.now();
+    const now = this.monotonic();
     if (!this.upper || now - this.upper.at > UPPER_MAX_AGE_MS) return undefined;
-    return now + this.upper.offset;
+    return this.upper.redisMs + (now - this.upper.sentAt);
   }
 
   /**
@@ -64,11 +82,6 @@ export class RedisClock {
     if (now - this.readAt < everyMs) return false;
     this.readAt = now;
     return true;
-  }
-
-  /** Now on the local clock this one is measured against. */
-  localNow(): number {
-    return this.clock.now();
   }
 
   /** Now on the Redis clock, by the last offset (0 offset before any TIME). */
