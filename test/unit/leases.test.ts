@@ -147,21 +147,46 @@ describe('tokens and local counts', () => {
 });
 
 describe('lease deadline', () => {
-  it('runs from when the acquire call went out, not from its reply: never past the lease in the store', async () => {
-    // a store that answers 700 ms after the call (Redis busy, say): the store scored the lease when the call ran, at
-    // the earliest when it was sent
+  it('runs from when the store built the acquire call (onSent), not from its reply: never past the lease in the store', async () => {
+    // a store that builds the call 300 ms after it was asked (a reconnect's check, say) and answers 700 ms later
+    // (Redis busy): the lease was scored when the call ran, no earlier than when it was built
     const slow = stub({
       acquireFirst: async (t, o) => {
+        await clock.advance(300);
+        const reply = inner.acquireFirst(t, o); // MemoryStore builds (and calls onSent) at once
         await clock.advance(700);
-        return inner.acquireFirst(t, o);
+        return reply;
       },
     });
     const m = manager({ store: slow });
-    const sentAt = clock.now();
+    const start = clock.now();
     const outcome = await m.acquireFirst([{ channelId: 'a', max: 1 }], true);
-    expect(clock.now()).toBe(sentAt + 700);
-    expect(outcome.lease!.expiresAt).toBe(sentAt + 60_000);
-    expect(outcome.lease!.acquiredAt).toBe(sentAt + 700);
+    expect(clock.now()).toBe(start + 1000);
+    expect(outcome.lease!.expiresAt).toBe(start + 300 + 60_000);
+    expect(outcome.lease!.acquiredAt).toBe(start + 1000);
+  });
+
+  it('runs from before the call with a store that does not say when it built it', async () => {
+    const silent = stub({
+      acquireFirst: async (t, o) => {
+        const reply = inner.acquireFirst(t, { ...o, onSent: undefined });
+        await clock.advance(700);
+        return reply;
+      },
+    });
+    const m = manager({ store: silent });
+    const start = clock.now();
+    const outcome = await m.acquireFirst([{ channelId: 'a', max: 1 }], true);
+    expect(outcome.lease!.expiresAt).toBe(start + 60_000);
+  });
+
+  it('a grant taken over from its own release runs from when that release was sent', async () => {
+    const m = manager();
+    const start = clock.now();
+    await clock.advance(400);
+    const lease = m.adopt('a', 'inst:w', 1, 60_000, start);
+    expect(lease.expiresAt).toBe(start + 60_000);
+    expect(m.adopt('b', 'inst:v', 1, 60_000).expiresAt).toBe(clock.now() + 60_000);
   });
 });
 

@@ -10,8 +10,11 @@ import type { QueueListener } from '../store/store.js';
 export interface Mailbox {
   /** The channels granted to this waiter and not taken yet, oldest first. */
   readonly granted: string[];
-  /** Of those, the grants that are full leases already (made by this instance's own release): their TTL. */
-  readonly leased: Map<string, number>;
+  /**
+   * Of those, the grants that are full leases already (made by this instance's own release): their TTL, and when (the
+   * waiters' clock) it began at the latest.
+   */
+  readonly leased: Map<string, { ttlMs: number; from: number }>;
   /** Of the others, those known to hold their slot until a time (the clock's) without a claim. */
   readonly heldUntil: Map<string, number>;
   /** Set when the store's subscription came back after a loss: the waiter should poll its queues now. */
@@ -61,14 +64,15 @@ export class Inbox implements QueueListener {
     this.boxes.delete(token);
   }
 
-  grant(channelId: string, token: string, leaseTtlMs?: number, heldForMs?: number): void {
+  grant(channelId: string, token: string, leaseTtlMs?: number, heldForMs?: number, leaseAgeMs = 0): void {
     const box = this.boxes.get(token);
     if (!box || !this.byChannel.get(channelId)?.includes(token)) {
       this.giveBack(channelId, token);
       return;
     }
     box.granted.push(channelId);
-    if (leaseTtlMs !== undefined) box.leased.set(channelId, leaseTtlMs);
+    if (leaseTtlMs !== undefined)
+      box.leased.set(channelId, { ttlMs: leaseTtlMs, from: this.now() - leaseAgeMs });
     else if (heldForMs !== undefined) box.heldUntil.set(channelId, this.now() + heldForMs);
     box.onGrant?.();
   }

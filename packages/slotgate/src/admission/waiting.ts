@@ -158,7 +158,7 @@ export async function waitForSlot<C extends Candidate>(
     // (claimAhead declines a hold too short to outlast its fence margin and a claim's round trip: claimed first)
     const lease =
       leased !== undefined
-        ? leases.adopt(id, p.token, p.max, leased)
+        ? leases.adopt(id, p.token, p.max, leased.ttlMs, leased.from)
         : ((heldUntil !== undefined
             ? leases.claimAhead(id, p.token, p.max, heldUntil - clock.now())
             : undefined) ?? (await leases.claim(id, p.token, p.max)));

@@ -19,7 +19,10 @@ export interface Lease extends LeaseRef {
   acquiredAt: number;
   /** The channel's max concurrency when the slot was acquired (a handoff never carries a slot past a lowered max). */
   max: number;
-  /** Local estimate of the lease expiry: last successful renewal (or acquire) + TTL. */
+  /**
+   * Local estimate of the lease expiry, never later than Redis's: when the last successful renewal (or the acquire,
+   * claim or granting release) was sent + TTL.
+   */
   expiresAt: number;
   /** Fires (with a LeaseLostError) when the lease is lost for good: the work it guards must end. */
   readonly lost: AbortSignal;
@@ -235,12 +238,14 @@ export class LeaseManager {
     if (this.closed) throw new StoreUnavailableError('acquire', 'the lease manager is closed');
     const token = this.nextToken(share);
     const leaseTtlMs = this.ttl();
-    // the lease runs from before the call: the store scores it no earlier (by Redis TIME in the script, or its upper
-    // bound of the Redis clock when the call is built), so this deadline never passes after its expiry in Redis
-    const sentAt = this.clock.now();
+    // the lease runs from when the call was built (or, for a store that does not say, from before the call): the store
+    // scores it no earlier (by Redis TIME in the script, or its upper bound of the Redis clock taken when it builds
+    // the call), so this deadline never passes after its expiry in Redis
+    let sentAt = this.clock.now();
     let replies: AcquireReply[];
     try {
-      replies = await this.store.acquireFirst(targets, { token, leaseTtlMs, checkCooldown });
+      const onSent = () => (sentAt = this.clock.now());
+      replies = await this.store.acquireFirst(targets, { token, leaseTtlMs, checkCooldown, onSent });
       this.onStore(true);
     } catch (err) {
       this.onStore(false);
@@ -282,8 +287,10 @@ export class LeaseManager {
   async claim(channelId: string, token: string, max: number): Promise<Lease | undefined> {
     if (this.closed) throw new StoreUnavailableError('acquire', 'the lease manager is closed');
     const leaseTtlMs = this.ttl();
+    // (from before the call: the claim scores the lease no earlier, by Redis TIME or the store's bound of its clock)
+    const sentAt = this.clock.now();
     if (!(await this.store.claim({ channelId, token }, leaseTtlMs))) return undefined;
-    return this.hold(channelId, token, max, leaseTtlMs);
+    return this.hold(channelId, token, max, leaseTtlMs, sentAt);
   }
 
   /**
@@ -339,11 +346,12 @@ export class LeaseManager {
 
   /**
    * Takes over a grant that is a full lease already (the store granted it, with `leaseTtlMs`, in a release this
-   * instance sent): no store call. It is renewed like any other lease from now on.
+   * instance sent): no store call. Its deadline runs from `from` (when that release was sent: the store scored the
+   * lease no earlier); it is renewed like any other lease from now on.
    */
-  adopt(channelId: string, token: string, max: number, leaseTtlMs: number): Lease {
+  adopt(channelId: string, token: string, max: number, leaseTtlMs: number, from?: number): Lease {
     if (this.closed) throw new StoreUnavailableError('acquire', 'the lease manager is closed');
-    return this.hold(channelId, token, max, leaseTtlMs);
+    return this.hold(channelId, token, max, leaseTtlMs, from);
   }
 
   /** One detached removal per channel the token may have landed in, capped, never retried. */

@@ -33,6 +33,11 @@ export interface AcquireOptions {
   leaseTtlMs: number;
   /** false when cooldowns are disabled: the script skips the cooldown check. */
   checkCooldown: boolean;
+  /**
+   * Called when the store builds the call that will run this acquire (after any wait of its own: a reconnect's
+   * check, a turn's batching): a lease it gives is scored no earlier than then.
+   */
+  onSent?: () => void;
 }
 
 export interface LeaseRef {
@@ -95,9 +100,10 @@ export interface QueueListener {
    * `leaseTtlMs`, the grant is already a full lease of that TTL (a waiter of the instance whose release granted it):
    * take it over with no claim, or release it. With `heldForMs`, the grant is known to hold the slot at least that
    * long from now without a claim (its claim deadline, by the store's clock, a margin taken off): the waiter may hold
-   * it at once and claim it after.
+   * it at once and claim it after. With `leaseTtlMs`, `leaseAgeMs` says how long ago at most that lease's TTL began
+   * (when the release that granted it was sent): its holder's deadline runs from then, never past its expiry.
    */
-  grant(channelId: string, token: string, leaseTtlMs?: number, heldForMs?: number): void;
+  grant(channelId: string, token: string, leaseTtlMs?: number, heldForMs?: number, leaseAgeMs?: number): void;
   /** A queue formed on a channel where this instance holds a slot: pass slots on through the queue from now on. */
   queued(channelId: string): void;
   /**

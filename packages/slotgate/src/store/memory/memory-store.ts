@@ -92,6 +92,7 @@ export class MemoryStore implements SlotStore {
   async acquireFirst(targets: readonly AcquireTarget[], opts: AcquireOptions): Promise<AcquireReply[]> {
     if (targets.length === 0) return [];
     this.counts.acquire++;
+    opts.onSent?.();
     const now = this.clock.now();
     const replies: AcquireReply[] = [];
     for (const target of targets) {

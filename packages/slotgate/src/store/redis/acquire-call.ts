@@ -53,6 +53,7 @@ export class AcquireCalls {
     const channelArgs: (number | string)[] = [];
     const requestArgs: (string | number)[] = [];
     for (const { targets, opts } of requests) {
+      opts.onSent?.();
       requestArgs.push(opts.token);
       for (let i = 0; i < targets.length; i++) {
         const t = targets[i]!;

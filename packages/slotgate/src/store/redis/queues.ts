@@ -198,15 +198,17 @@ export class RedisQueues {
   /** Reads a releaseSlot reply: hands this instance's waiters the leases it granted them; true when the slot was held. */
   released = (lease: LeaseRef, reply: ReleaseSlotReply): boolean => {
     const ttl = lease.ttlMs ?? DEFAULT_LEASE_TTL_MS;
+    const now = this.deps.clock.now();
+    const at = this.releaseSentAt.get(lease) ?? now;
     if (reply.checked) {
       if (this.slotsCheckedAt.size >= COVERED_LIMIT) this.slotsCheckedAt.clear();
-      const at = this.releaseSentAt.get(lease) ?? this.deps.clock.now();
       this.slotsCheckedAt.set(lease.channelId, { at, ttlMs: ttl });
     }
     const listener = this.listeners.get(instanceOfToken(lease.token));
     for (const token of reply.local) {
       this.forget(lease.channelId, token);
-      if (listener) listener.grant(lease.channelId, token, ttl);
+      // (the release's script scored the grant's lease after the release was sent: its holder's deadline runs from then)
+      if (listener) listener.grant(lease.channelId, token, ttl, undefined, Math.max(0, now - at));
       // stopped listening meanwhile: nobody takes it over, so it is given back and passes on
       else this.leave({ channelId: lease.channelId, token, max: 0 }, ttl).catch(() => {});
     }

@@ -107,6 +107,7 @@ export class RedisStore implements SlotStore {
   private readonly epoch: Epoch;
   private readonly summary: RedisLoadSummary;
   private seeding: Promise<void> | undefined;
+  private readonly forgetClockBound = (): void => this.redisClock.forgetUpper();
   /** The connection's latest error since it was last ready (e.g. `connect ECONNREFUSED 127.0.0.1:6379`). */
   private socketError: string | undefined;
 
@@ -125,7 +126,7 @@ export class RedisStore implements SlotStore {
     this.deadlines = deadlinesFor(this.client, this.clock, options.timeoutMs ?? 1000);
     this.redisClock = new RedisClock(this.clock);
     // a connection made again may reach another server (a failover) whose clock is not the one the bound was read on
-    this.client.on('ready', () => this.redisClock.forgetUpper());
+    this.client.on('ready', this.forgetClockBound);
     defineScripts(this.client);
     const claimMs = options.claimMs ?? DEFAULT_CLAIM_MS;
     this.queues = new RedisQueues({
@@ -236,12 +237,16 @@ export class RedisStore implements SlotStore {
   }
 
   /**
-   * One ZADD XX CH (the slot must still be there), scored on the Redis clock as last read; before any clock read, or
+   * One ZADD XX CH (the slot must still be there), scored on the Redis clock as last read (its upper bound when there
+   * is one); before any clock read, or
    * when the ZADD changed nothing, the renewal script (which reads TIME itself).
    */
   async claim(lease: LeaseRef, leaseTtlMs: number): Promise<boolean> {
     if (this.redisClock.unknown) return (await this.renew([lease], leaseTtlMs)).length === 0;
-    const score = Math.round(this.redisClock.now() + leaseTtlMs);
+    // the upper bound where there is one (single node): the claimed lease never ends before its holder's deadline,
+    // which runs from before the claim was sent; else the estimate, which may lag Redis by a reply's latency
+    const upper = isCluster(this.client) ? undefined : this.redisClock.upperNow();
+    const score = Math.ceil(upper ?? this.redisClock.now()) + leaseTtlMs;
     const changed = await this.run('renew', 'renew', 1, () =>
       this.client.zadd(this.keys.slots(lease.channelId), 'XX', 'CH', score, lease.token),
     );
@@ -433,6 +438,7 @@ export class RedisStore implements SlotStore {
 
   async close(): Promise<void> {
     this.epoch.detach();
+    this.client.off('ready', this.forgetClockBound);
     this.deadlines.close();
     if (!this.owned) return;
     try {

@@ -62,6 +62,7 @@ export class RedisClock {
   /** Forgets the upper bound (the connection was re-established: it may reach another server, with its own clock). */
   forgetUpper(): void {
     this.upper = undefined;
+    this.readAt = 0; // and the next read that may carry a TIME does
   }
   /**
    * Now on the Redis clock, never earlier than Redis's own (by a TIME sent and answered less than 10 s ago); undefined
