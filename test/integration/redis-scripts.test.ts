@@ -1524,11 +1524,11 @@ describe('key expiry: set, and only ever extended', () => {
 });
 
 describe('exchangeLoads script', () => {
-  const snapshot = (maxAge: number, write: string[] = ['', '', '']) =>
+  const snapshot = (maxAge: number, write: string[] = ['', '', ''], build = 1, drop: string[] = []) =>
     SCRIPTS.exchangeLoads.call(
       client,
       [keys.loadCounts(), keys.loadCooling(), keys.loadSnapshot(maxAge)],
-      [maxAge, ...write],
+      [maxAge, ...write, build, ...drop],
     );
   const field = (version: string, lapseAt: number, ...counts: (string | number)[]) =>
     JSON.stringify([version, lapseAt, ...counts]);
@@ -1545,10 +1545,11 @@ describe('exchangeLoads script', () => {
     const built = await snapshot(0);
     expect(built.built).toBe(true);
     expect(built.nowMs).toBeGreaterThanOrEqual(now);
-    expect(JSON.parse(built.snapshot)).toEqual({
+    expect(JSON.parse(built.snapshot!)).toEqual({
       l: ['x', '5', 'y', String(1 + 2 ** 26)],
       c: ['y', String(now + 5_000)],
       v: ['A', 'a.1', 'B', 'b.7'],
+      n: 3,
     });
     expect((await client.hkeys(keys.loadCounts())).sort()).toEqual(['A', 'B']);
     // age 0 keeps nothing
@@ -1567,25 +1568,46 @@ describe('exchangeLoads script', () => {
     const kept = await snapshot(60_000);
     expect(kept).toEqual({ snapshot: first.snapshot, built: false, nowMs: undefined });
     // a reader that allows less builds its own
-    expect(JSON.parse((await snapshot(10)).snapshot).l).toEqual(['x', '4']);
+    expect(JSON.parse((await snapshot(10)).snapshot!).l).toEqual(['x', '4']);
   });
 
   it("puts an instance's field in (or deletes it) before it reads, and renews the hash's expiry when asked", async () => {
     const now = await redisNow();
     await client.hset(keys.loadCounts(), 'B', field('b.1', now + 60_000, 'x', 1));
     const put = await snapshot(0, ['A', field('a.1', now + 60_000, 'x', 2), '5000']);
-    expect(JSON.parse(put.snapshot).l).toEqual(['x', '3']);
+    expect(JSON.parse(put.snapshot!).l).toEqual(['x', '3']);
     const pttl = await client.pttl(keys.loadCounts());
     expect(pttl).toBeGreaterThan(0);
     expect(pttl).toBeLessThanOrEqual(5000);
     const gone = await snapshot(0, ['A', '', '']);
-    expect(JSON.parse(gone.snapshot)).toMatchObject({ l: ['x', '1'], v: ['B', 'b.1'] });
+    expect(JSON.parse(gone.snapshot!)).toMatchObject({ l: ['x', '1'], v: ['B', 'b.1'] });
     expect(await client.hkeys(keys.loadCounts())).toEqual(['B']);
     expect(await client.pttl(keys.loadCounts())).toBeLessThanOrEqual(pttl);
   });
 
   it('with no instance and no cooldown, an empty snapshot (JSON arrays, not objects)', async () => {
-    expect(JSON.parse((await snapshot(0)).snapshot)).toEqual({ l: [], c: [], v: [] });
+    expect(JSON.parse((await snapshot(0)).snapshot!)).toEqual({ l: [], c: [], v: [], n: 0 });
+  });
+
+  it('builds nothing when told not to (the caller builds): a missing snapshot comes back null, a kept one as it is', async () => {
+    const now = await redisNow();
+    const none = await snapshot(60_000, ['A', field('a.1', now + 60_000, 'x', 2), ''], 0);
+    expect(none).toEqual({ snapshot: null, built: false, nowMs: undefined });
+    expect(await client.hkeys(keys.loadCounts())).toEqual(['A']); // the write went in all the same
+    await client.set(keys.loadSnapshot(60_000), 'kept', 'PX', 60_000);
+    expect((await snapshot(60_000, ['', '', ''], 0)).snapshot).toBe('kept');
+  });
+
+  it('deletes the instances named whose counts have lapsed, and only those, doing nothing else', async () => {
+    const now = await redisNow();
+    await client.hset(keys.loadCounts(), {
+      gone: field('g.1', now - 1, 'x', 1),
+      back: field('b.2', now + 60_000, 'x', 1),
+      junk: 'not json',
+    });
+    const reply = await snapshot(0, ['', '', ''], 1, ['gone', 'back', 'junk', 'never']);
+    expect(reply).toEqual({ snapshot: null, built: false, nowMs: undefined });
+    expect(await client.hkeys(keys.loadCounts())).toEqual(['back']);
   });
 });
 

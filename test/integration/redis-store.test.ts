@@ -967,3 +967,72 @@ describe('the load summary: versions of an instance counts', () => {
     expect(after.loads.get('lv')).toMatchObject({ active: 3 });
   });
 });
+
+describe('the load summary built by the reader (many instance × channel counts)', () => {
+  it('reads the fields with a plain HGETALL, adds them up itself, stores the snapshot, and drops the lapsed', async () => {
+    const own = await countingClient(server.url);
+    const p = uniquePrefix('built-here');
+    // every count makes builds costly here: after the first snapshot (built by the script, which says how many
+    // counts it summed), this store builds them itself
+    const s = new RedisStore({ client: own.client, prefix: p, loadSummaryScriptBuildPairs: 0 });
+    const counts = (e: Record<string, number>) =>
+      new Map(Object.entries(e).map(([id, active]) => [id, { active, waiting: 0 }]));
+    try {
+      await s.exchangeLoads!({
+        instanceId: 'A',
+        mode: 'full',
+        counts: counts({ x: 2 }),
+        keepMs: 60_000,
+        read: [],
+      });
+      await s.exchangeLoads!({
+        instanceId: 'B',
+        mode: 'full',
+        counts: counts({ x: 1, y: 1 }),
+        keepMs: 60_000,
+        read: [],
+      });
+      const first = await s.exchangeLoads!({
+        instanceId: 'C',
+        mode: 'changes',
+        counts: new Map(),
+        read: ['x', 'y'],
+      });
+      expect(first.loads.get('x')).toMatchObject({ active: 3 });
+      own.reset();
+      const again = await s.exchangeLoads!({
+        instanceId: 'C',
+        mode: 'changes',
+        counts: new Map(),
+        read: ['x', 'y'],
+      });
+      expect(again.loads.get('x')).toMatchObject({ active: 3 });
+      expect(again.loads.get('y')).toMatchObject({ active: 1 });
+      expect(own.count('hgetall')).toBe(2);
+      expect(own.count('evalsha') + own.count('eval')).toBe(0);
+      // a change and a read with a max age: the write as an HSET, then the snapshot built here and stored
+      const mine = await s.exchangeLoads!({
+        instanceId: 'A',
+        mode: 'changes',
+        counts: counts({ x: 5 }),
+        read: ['x'],
+        maxAgeMs: 60_000,
+      });
+      expect(mine.loads.get('x')).toMatchObject({ active: 6 });
+      await expect.poll(() => own.client.exists(s.keys.loadSnapshot(60_000))).toBe(1);
+      // a lapsed instance is left out, and deleted (by the script, which checks it again)
+      await own.client.hset(s.keys.loadCounts(), 'dead', JSON.stringify(['d.1', 1, 'y', 7]));
+      const left = await s.exchangeLoads!({
+        instanceId: 'C',
+        mode: 'changes',
+        counts: new Map(),
+        read: ['y'],
+      });
+      expect(left.loads.get('y')).toMatchObject({ active: 1 });
+      await expect.poll(() => own.client.hexists(s.keys.loadCounts(), 'dead')).toBe(0);
+    } finally {
+      await s.close();
+      await own.close();
+    }
+  });
+});

@@ -83,6 +83,11 @@ export interface RedisStoreOptions {
    * instances still reconnecting register their leases in flight first (epoch.ts). @default 3000
    */
   restartGraceMs?: number;
+  /**
+   * @internal For tests: above this many (instance, channel) counts in the load summary, this store builds a missing
+   * snapshot from a plain HGETALL instead of in the script (load-summary.ts). @default 4000
+   */
+  loadSummaryScriptBuildPairs?: number;
 }
 
 export { defaultRedisOptions } from './connection.js';
@@ -161,6 +166,9 @@ export class RedisStore implements SlotStore {
       clock: this.redisClock,
       seedClock: () => this.seedClock(),
       run: (purpose, n, work) => this.run(purpose, purpose, n, work),
+      ...(options.loadSummaryScriptBuildPairs === undefined
+        ? {}
+        : { scriptBuildPairs: options.loadSummaryScriptBuildPairs }),
     });
     this.epoch = new Epoch({
       client: this.client,

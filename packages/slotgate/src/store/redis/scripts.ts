@@ -230,15 +230,18 @@ function code(reply: unknown, codes: Record<number, unknown>): number {
   return n;
 }
 
-/** What exchangeLoads answers: the snapshot, whether this call built it, and the Redis time when it did. */
+/**
+ * What exchangeLoads answers: the snapshot (null when it was missing and the call was not to build it), whether this
+ * call built it, and the Redis time when it did.
+ */
 export interface SnapshotReply {
-  snapshot: string;
+  snapshot: string | null;
   built: boolean;
   nowMs: number | undefined;
 }
 
 function parseSnapshotReply(reply: unknown): SnapshotReply {
-  if (!Array.isArray(reply) || reply.length !== 3 || typeof reply[0] !== 'string') {
+  if (!Array.isArray(reply) || reply.length !== 3 || (typeof reply[0] !== 'string' && reply[0] !== null)) {
     throw new TypeError(`unexpected script reply ${JSON.stringify(reply)}`);
   }
   return {

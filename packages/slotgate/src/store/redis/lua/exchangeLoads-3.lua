@@ -17,15 +17,33 @@
            for that long. 0 builds one from the counts as they are now and keeps nothing.
   ARGV[2]  the instance whose counts to put in first ('' for none), ARGV[3] its field (JSON as above; '' deletes it:
            it holds nothing), ARGV[4] a new expiry of the counts hash in ms ('' leaves it)
+  ARGV[5]  '1': build a missing snapshot here; '0': return none (false) instead, the caller builds it (with many
+           instances × channels the sums cost Redis far less read with a plain HGETALL and added up by the caller)
+  ARGV[6..] instances to delete if their counts have lapsed (the caller's build found them so); nothing else is done
+           then but those deletions (HGET and HDEL of each that is still lapsed)
 
   An instance whose lapse time has passed (it stopped putting its counts in: it crashed) is left out and its field
   deleted; its next HSET, should it come back, puts all of its counts in again.
-  Returns { snapshot, 1 when this call built it (else 0), the Redis time in ms when it built it (else '') }.
+  Returns { snapshot (false: missing and not built), 1 when this call built it (else 0), the Redis time in ms when it
+  built it (else '') }. The snapshot also says how many (instance, channel) counts it summed ("n"), so readers know
+  what a build costs.
   Cost: HSET or HDEL, and PEXPIRE, when putting counts in; GET (when the age is not 0); to build, TIME, HGETALL of the
   counts, HDEL of lapsed instances (when any), HGETALL of the cooling hash and SET (when the age is not 0).
 ]]
 --- @include "redisNow"
 local maxAge = tonumber(ARGV[1])
+if #ARGV > 5 then
+  local now = redisNow()
+  for i = 6, #ARGV do
+    local field = redis.call('HGET', KEYS[1], ARGV[i])
+    -- (a field starts with its version, then its lapse time: ["<tag>.<n>",<lapse>,…)
+    local lapse = field and tonumber(string.match(field, '^%[%b"",(%-?%d+)'))
+    if field and (not lapse or lapse <= now) then
+      redis.call('HDEL', KEYS[1], ARGV[i])
+    end
+  end
+  return { false, 0, '' }
+end
 if ARGV[2] ~= '' then
   if ARGV[3] ~= '' then
     redis.call('HSET', KEYS[1], ARGV[2], ARGV[3])
@@ -42,10 +60,13 @@ if maxAge > 0 then
     return { kept, 0, '' }
   end
 end
+if ARGV[5] == '0' then
+  return { false, 0, '' }
+end
 
 local now = redisNow()
 local all = redis.call('HGETALL', KEYS[1])
-local sums, order, versions, lapsed = {}, {}, {}, {}
+local sums, order, versions, lapsed, pairs = {}, {}, {}, {}, 0
 for i = 1, #all, 2 do
   local ok, counts = pcall(cjson.decode, all[i + 1])
   if not ok or type(counts) ~= 'table' or type(counts[2]) ~= 'number' or counts[2] <= now then
@@ -56,6 +77,7 @@ for i = 1, #all, 2 do
     for j = 3, #counts - 1, 2 do
       local id, n = counts[j], tonumber(counts[j + 1])
       if n then
+        pairs = pairs + 1
         if not sums[id] then
           sums[id] = 0
           order[#order + 1] = id
@@ -81,7 +103,8 @@ local cooling = redis.call('HGETALL', KEYS[2])
 local function array(t)
   return #t > 0 and cjson.encode(t) or '[]'
 end
-local snapshot = '{"l":' .. array(live) .. ',"c":' .. array(cooling) .. ',"v":' .. array(versions) .. '}'
+local snapshot = '{"l":' .. array(live) .. ',"c":' .. array(cooling) .. ',"v":' .. array(versions) .. ',"n":' ..
+  pairs .. '}'
 if maxAge > 0 then
   redis.call('SET', KEYS[3], snapshot, 'PX', maxAge)
 end
