@@ -1020,6 +1020,17 @@ describe('the load summary built by the reader (many instance × channel counts)
       });
       expect(mine.loads.get('x')).toMatchObject({ active: 6 });
       await expect.poll(() => own.client.exists(s.keys.loadSnapshot(60_000))).toBe(1);
+      // and the next read shares it: one GET, no build
+      own.reset();
+      const shared = await s.exchangeLoads!({
+        instanceId: 'B',
+        mode: 'changes',
+        counts: new Map(),
+        read: ['x'],
+        maxAgeMs: 60_000,
+      });
+      expect(shared.loads.get('x')).toMatchObject({ active: 6 });
+      expect(own.sent).toEqual(['get']);
       // a lapsed instance is left out, and deleted (by the script, which checks it again)
       await own.client.hset(s.keys.loadCounts(), 'dead', JSON.stringify(['d.1', 1, 'y', 7]));
       const left = await s.exchangeLoads!({

@@ -160,11 +160,13 @@ export class RedisLoadSummary {
     const write = version ? this.writeOf(mine, version) : undefined;
     const reads = ids.length > 0;
     // A read and a write together go as one script call; a read alone as a GET of the snapshot unless it is known to
-    // be missing (or must be fresh), a write alone as an HSET. A snapshot known to be missing is built by the script,
-    // or here when many counts make it costly in Redis (a plain HGETALL then, and the write, if any, as an HSET).
-    const mustBuild = reads && (maxAge === 0 || this.missing.has(maxAge));
-    const buildHere = mustBuild && this.buildsHere;
-    const byScript = reads && !buildHere && (write !== undefined || mustBuild);
+    // be missing (or must be fresh), a write alone as an HSET. When many counts make builds costly in Redis, they are
+    // done here (a plain HGETALL): a fresh read builds at once (its write, if any, as an HSET); any other read looks
+    // for the snapshot first, whatever it found last time, since a build here is costly for this process too.
+    const fresh = reads && maxAge === 0;
+    const buildHere = fresh && this.buildsHere;
+    const byScript =
+      reads && !buildHere && (write !== undefined || fresh || (this.missing.has(maxAge) && !this.buildsHere));
     const byGet = reads && !byScript && !buildHere;
     const withTime = reads && clock.claimRefresh(TIME_EVERY_MS);
     const plainWrite = write !== undefined && !byScript;
@@ -202,9 +204,9 @@ export class RedisLoadSummary {
     if (base === undefined) {
       // built from a version of this instance's counts it no longer remembers (its reply was handled very late): read
       // the counts as they are now instead, which hold what it last put in
-      const fresh = await this.build(0);
-      view = this.parse(fresh.snapshot);
-      nowMs = fresh.nowMs;
+      const exact = await this.build(0);
+      view = this.parse(exact.snapshot);
+      nowMs = exact.nowMs;
       base = this.ownIn(view, ex.instanceId, mine);
       if (base === undefined) {
         // Redis still holds a version it forgot: an older write that landed after a newer one (one resent after a
