@@ -230,7 +230,7 @@ export class RedisLoadSummary {
     return { loads, resync: false };
   }
 
-  /** Puts this instance's counts in again as a new version (one HSET), not waiting for it; a failure is the next write's. */
+  /** Puts this instance's counts in again as a new version (one HSET), not waiting for it; a failure is the next's. */
   private rewrite(instanceId: string, mine: Mine): void {
     const version = this.apply(mine, { instanceId, mode: 'changes', counts: new Map(), read: [] });
     const write = this.writeOf(mine, version);
@@ -416,7 +416,7 @@ export class RedisLoadSummary {
     return m;
   }
 
-  /** A snapshot (`{"l": [channel, count, …], "c": [channel, cooldown end, …], "v": [instance, version, …]}`). */
+  /** A snapshot (`{"l": [channel, count, …], "c": [channel, end, …], "v": [instance, version, …], "n": count}`). */
   private parse(text: string | null): SummaryView {
     if (text === null) return { counts: new Map(), cooling: new Map(), versions: new Map(), pairs: 0 };
     if (this.parsed?.text === text) return this.parsed.view;

@@ -10,8 +10,9 @@
                              the instance's own non-zero counts (active + waiting × 2^26) as it last put them in
   KEYS[2]  cooling   hash    channel id → the end of its cooldown (ms, Redis clock)
   KEYS[3]  snapshot  string  {"l": [channel id, summed count, …], "c": [channel id, cooldown end, …],
-                             "v": [instance id, version, …]}: the sums over the live instances, the cooldown ends, and
-                             which version of each instance's counts the sums hold (a reader takes its own out by it)
+                             "v": [instance id, version, …], "n": count}: the sums over the live instances, the
+                             cooldown ends, which version of each instance's counts the sums hold (a reader takes its
+                             own out by it), and how many (instance, channel) counts were summed
   (one hash tag for the three, so the call is legal on Redis Cluster)
   ARGV[1]  the snapshot's greatest age in ms: a snapshot there is returned as it is; a missing one is built and kept
            for that long. 0 builds one from the counts as they are now and keeps nothing.
