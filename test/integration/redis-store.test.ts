@@ -935,6 +935,17 @@ describe("the store's queued() hint", () => {
   });
 });
 
+/** One plain read of the load summary: no counts put in, the channels read as `instanceId` sees them. */
+function readAs(s: RedisStore, instanceId: string, read: string[], maxAgeMs?: number) {
+  return s.exchangeLoads!({
+    instanceId,
+    mode: 'changes',
+    counts: new Map(),
+    read,
+    ...(maxAgeMs === undefined ? {} : { maxAgeMs }),
+  });
+}
+
 describe('the load summary: versions of an instance counts', () => {
   const mine = (active: number) => new Map([['lv', { active, waiting: 0 }]]);
   const field = async (id: string) =>
@@ -947,23 +958,13 @@ describe('the load summary: versions of an instance counts', () => {
     const last = await field('V');
     const tag = String(last[0]).split('.')[0];
     await cc.client.hset(store.keys.loadCounts(), 'V', JSON.stringify([`${tag}.0`, last[1], 'lv', 5]));
-    const read = await store.exchangeLoads!({
-      instanceId: 'V',
-      mode: 'changes',
-      counts: new Map(),
-      read: ['lv'],
-    });
+    const read = await readAs(store, 'V', ['lv']);
     // what Redis holds (W's 1 + the stale 5), not that plus its own 2 again (8)
     expect(read.loads.get('lv')).toMatchObject({ active: 6, waiting: 0 });
     // and V's latest counts go back in, as a new version
     await expect.poll(async () => (await field('V')).slice(2)).toEqual(['lv', 2]);
     expect((await field('V'))[0]).not.toBe(`${tag}.0`);
-    const after = await store.exchangeLoads!({
-      instanceId: 'W',
-      mode: 'changes',
-      counts: new Map(),
-      read: ['lv'],
-    });
+    const after = await readAs(store, 'W', ['lv']);
     expect(after.loads.get('lv')).toMatchObject({ active: 3 });
   });
 });
@@ -992,20 +993,10 @@ describe('the load summary built by the reader (many instance × channel counts)
         keepMs: 60_000,
         read: [],
       });
-      const first = await s.exchangeLoads!({
-        instanceId: 'C',
-        mode: 'changes',
-        counts: new Map(),
-        read: ['x', 'y'],
-      });
+      const first = await readAs(s, 'C', ['x', 'y']);
       expect(first.loads.get('x')).toMatchObject({ active: 3 });
       own.reset();
-      const again = await s.exchangeLoads!({
-        instanceId: 'C',
-        mode: 'changes',
-        counts: new Map(),
-        read: ['x', 'y'],
-      });
+      const again = await readAs(s, 'C', ['x', 'y']);
       expect(again.loads.get('x')).toMatchObject({ active: 3 });
       expect(again.loads.get('y')).toMatchObject({ active: 1 });
       expect(own.count('hgetall')).toBe(2);
@@ -1022,23 +1013,12 @@ describe('the load summary built by the reader (many instance × channel counts)
       await expect.poll(() => own.client.exists(s.keys.loadSnapshot(60_000))).toBe(1);
       // and the next read shares it: one GET, no build
       own.reset();
-      const shared = await s.exchangeLoads!({
-        instanceId: 'B',
-        mode: 'changes',
-        counts: new Map(),
-        read: ['x'],
-        maxAgeMs: 60_000,
-      });
+      const shared = await readAs(s, 'B', ['x'], 60_000);
       expect(shared.loads.get('x')).toMatchObject({ active: 6 });
       expect(own.sent).toEqual(['get']);
       // a lapsed instance is left out, and deleted (by the script, which checks it again)
       await own.client.hset(s.keys.loadCounts(), 'dead', JSON.stringify(['d.1', 1, 'y', 7]));
-      const left = await s.exchangeLoads!({
-        instanceId: 'C',
-        mode: 'changes',
-        counts: new Map(),
-        read: ['y'],
-      });
+      const left = await readAs(s, 'C', ['y']);
       expect(left.loads.get('y')).toMatchObject({ active: 1 });
       await expect.poll(() => own.client.hexists(s.keys.loadCounts(), 'dead')).toBe(0);
     } finally {

@@ -9,10 +9,15 @@ import { RedisClock } from '../../packages/slotgate/src/store/redis/redis-time.j
 /** A TIME reply for `ms` on the Redis clock (seconds, microseconds). */
 const time = (ms: number): string[] => [String(Math.floor(ms / 1000)), String((ms % 1000) * 1000 + 999)];
 
+/** A RedisClock whose wall and monotonic clocks are one ManualClock. */
+function manual(): { clock: ManualClock; redis: RedisClock } {
+  const clock = new ManualClock(1_000);
+  return { clock, redis: new RedisClock(clock, () => clock.now()) };
+}
+
 describe('RedisClock', () => {
   it('has no upper bound before a TIME whose send time is known', async () => {
-    const clock = new ManualClock(1_000);
-    const redis = new RedisClock(clock, () => clock.now());
+    const { redis } = manual();
     expect(redis.unknown).toBe(true);
     expect(redis.upperNow()).toBeUndefined();
     redis.learn(time(50_000));
@@ -21,8 +26,7 @@ describe('RedisClock', () => {
   });
 
   it("bounds Redis's clock from above by the send time: never behind it, ahead by at most the round trip", async () => {
-    const clock = new ManualClock(1_000);
-    const redis = new RedisClock(clock, () => clock.now());
+    const { clock, redis } = manual();
     const sentAt = redis.sending();
     await clock.advance(30);
     // Redis read its clock 10 ms after the send, when it read 50 000: now (1 030 locally) it reads 50 020
@@ -36,8 +40,7 @@ describe('RedisClock', () => {
   });
 
   it('gives no upper bound from a TIME answered more than a second after it was sent, nor one older than 10 s', async () => {
-    const clock = new ManualClock(1_000);
-    const redis = new RedisClock(clock, () => clock.now());
+    const { clock, redis } = manual();
     const sentAt = redis.sending();
     await clock.advance(1_500);
     redis.learn(time(50_000), sentAt);

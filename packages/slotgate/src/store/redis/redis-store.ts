@@ -113,6 +113,12 @@ export class RedisStore implements SlotStore {
   private readonly summary: RedisLoadSummary;
   private seeding: Promise<void> | undefined;
   private readonly forgetClockBound = (): void => this.redisClock.forgetUpper();
+  /**
+   * Now on the Redis clock by the store's upper bound (RedisClock.upperNow), to score leases with: undefined on
+   * Cluster (one estimate per store cannot vouch for every master's clock: the scripts read their own TIME there).
+   */
+  private readonly scoreNow = (): number | undefined =>
+    isCluster(this.client) ? undefined : this.redisClock.upperNow();
   /** The connection's latest error since it was last ready (e.g. `connect ECONNREFUSED 127.0.0.1:6379`). */
   private socketError: string | undefined;
 
@@ -146,14 +152,7 @@ export class RedisStore implements SlotStore {
     this.topology = topologyOf({
       client: this.client,
       keys: this.keys,
-      calls: new AcquireCalls(
-        this.keys,
-        this.clock,
-        claimMs,
-        () => this.epoch.expiryGt,
-        // one clock estimate per store: on Cluster the masters' clocks are each read by the script
-        isCluster(this.client) ? () => undefined : () => this.redisClock.upperNow(),
-      ),
+      calls: new AcquireCalls(this.keys, this.clock, claimMs, () => this.epoch.expiryGt, this.scoreNow),
       deadlines: this.deadlines,
       count: this.count,
       releaseArgs: this.queues.releaseArgs,
@@ -253,8 +252,7 @@ export class RedisStore implements SlotStore {
     if (this.redisClock.unknown) return (await this.renew([lease], leaseTtlMs)).length === 0;
     // the upper bound where there is one (single node): the claimed lease never ends before its holder's deadline,
     // which runs from before the claim was sent; else the estimate, which may lag Redis by a reply's latency
-    const upper = isCluster(this.client) ? undefined : this.redisClock.upperNow();
-    const score = Math.ceil(upper ?? this.redisClock.now()) + leaseTtlMs;
+    const score = Math.ceil(this.scoreNow() ?? this.redisClock.now()) + leaseTtlMs;
     const changed = await this.run('renew', 'renew', 1, () =>
       this.client.zadd(this.keys.slots(lease.channelId), 'XX', 'CH', score, lease.token),
     );
