@@ -782,6 +782,28 @@ describe('grants: a freed slot goes to the oldest live waiter', () => {
     expect(feed.deadlines.get('gw-1:host:7')).toBe(score);
   });
 
+  it("a release given the caller's estimate of now scores its grant from it and reads no TIME; a sweep still does", async () => {
+    const timeCalls = async () =>
+      Number(/cmdstat_time:calls=(\d+)/.exec(await client.info('commandstats'))?.[1] ?? 0);
+    await hold('rg', 'h:1');
+    expect(await enqueue('rg', 'w:1', 1)).toBe('queued');
+    expect(await enqueue('rg', 'w:2', 1)).toBe('queued');
+    const given = (await redisNow()) + 5_000;
+    const release = (token: string) =>
+      SCRIPTS.releaseSlot.call(client, queueKeys('rg'), [...queueArgs('rg', token, {}), '', 0, given]);
+    let before = await timeCalls();
+    expect((await release('h:1')).removed).toBe(true);
+    expect(await timeCalls()).toBe(before);
+    expect(Number(await client.zscore(keys.slots('rg'), 'w:1'))).toBe(given + CLAIM_MS);
+    // a release that finds the set full before any grant (a lease it did not hold) sweeps it by Redis's own clock:
+    // w:1's grant, scored 5 s past it, stays
+    before = await timeCalls();
+    expect((await release('none:1')).removed).toBe(false);
+    expect(await timeCalls()).toBe(before + 1);
+    expect(await members(keys.slots('rg'))).toEqual(['w:1']);
+    expect(await members(keys.queue('rg'))).toEqual([member('w:2', 1)]);
+  });
+
   it("a release by a waiter's own instance grants it a full lease, named in the reply, with no message", async () => {
     const feed = await grantsFeed();
     await hold('own', 'gw:1');
@@ -1037,6 +1059,26 @@ describe('acquireSlots with a queue: no barging', () => {
     expect(await acquire([{ id: 'nb', max: 9 }], 'n:2', 60_000)).toEqual([3]);
     expect(await members(keys.slots('nb'))).toEqual(['h:2', 'w:1']);
     expect(await feed.settle()).toEqual(['h q nb', 'w g w:1 nb']);
+  });
+
+  it("a channel full under the request's max is answered from its oldest waiter: nobody is granted, even a waiter under a higher max (the next release grants it)", async () => {
+    await hold('fm', 'h:1', 'h:2', 'h:3');
+    expect(await enqueue('fm', 'w:1', 3)).toBe('queued');
+    await client.zrem(keys.slots('fm'), 'h:3'); // freed without a grant
+    expect(await acquire([{ id: 'fm', max: 2 }], 'n:1', 60_000)).toEqual([3]);
+    expect(await members(keys.slots('fm'))).toEqual(['h:1', 'h:2']);
+    expect(await releaseSlot('fm', 'h:1')).toBe(true);
+    expect(await members(keys.slots('fm'))).toEqual(['h:2', 'w:1']);
+  });
+
+  it('a channel that looks full but holds an expired lease sweeps it and grants it to the oldest waiter first', async () => {
+    const now = await redisNow();
+    await client.zadd(keys.slots('fx'), now - 1_000, 'dead:1', now + 60_000, 'h:1');
+    const nowUs = await redisNowUs();
+    await client.zadd(keys.queue('fx'), nowUs, member('w:1', 2));
+    expect(await acquire([{ id: 'fx', max: 2 }], 'n:1', 60_000)).toEqual([0]);
+    expect(await members(keys.slots('fx'))).toEqual(['h:1', 'w:1']);
+    expect(await client.exists(keys.queue('fx'))).toBe(0);
   });
 
   it('when the grants empty the queue, the request is answered as the channel now stands', async () => {

@@ -5,6 +5,7 @@
  */
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { KeyBuilder } from '../../packages/slotgate/src/store/redis/keys.js';
 import { RedisStore } from '../../packages/slotgate/src/store/redis/redis-store.js';
 import type { RedisClock } from '../../packages/slotgate/src/store/redis/redis-time.js';
 import {
@@ -490,7 +491,21 @@ describe('RedisStore command cost (client and server side)', () => {
       const plain = await measure(async () => {
         expect(await store.leaveQueue(waiter('wq', 'w:3', 1), 60_000, false)).toBe(false);
       });
-      expect(plain.server).toEqual({ evalsha: 1, zrem: 1 });
+      // a plain ZREM of its member, no script
+      expect(plain.sent).toEqual(['zrem']);
+      expect(plain.server).toEqual({ zrem: 1 });
+      expect(plain.counted).toEqual({ wait: 1 });
+      // one granted here too: the ZREM finds it gone from the queue, and the script gives the grant back
+      expect(await store.enqueue(waiter('wq', 'w:4', 1), waitOpts(1))).toBe('queued');
+      expect(await store.release({ channelId: 'wq', token: 'h:1', ttlMs: 60_000 })).toBe(true); // grants w:4
+      const slotsKey = new KeyBuilder(prefix).slots('wq');
+      expect(await cc.client.zrange(slotsKey, 0, -1)).toEqual(['w:4']);
+      const granted = await measure(async () => {
+        expect(await store.leaveQueue(waiter('wq', 'w:4', 1), 60_000, false)).toBe(true);
+      });
+      expect(granted.sent).toEqual(['zrem', 'evalsha']);
+      expect(granted.counted).toEqual({ wait: 2 });
+      expect(await cc.client.zcard(slotsKey)).toBe(0);
     });
 
     it('registrations sent together go out in one call, with one TIME, in the order sent', async () => {
@@ -603,12 +618,13 @@ describe('RedisStore command cost (client and server side)', () => {
       expect(m.sent).toEqual(['evalsha', 'evalsha']);
       expect(m.pipelines).toEqual([2]);
       expect(m.counted).toEqual({ release: 1, acquire: 1 });
-      // releaseSlot: ZREM, the heads, one grant (its PUBLISH included); the acquire: EXISTS finds no queue left, full
+      // releaseSlot: ZREM, the heads, one grant (its PUBLISH included), no TIME (the store's bound of the Redis clock
+      // scores the grant); the acquire: EXISTS finds no queue left, full, and its sweep reads TIME
       expect(m.server).toEqual({
         evalsha: 2,
         zrem: 2,
         exists: 1,
-        time: 2,
+        time: 1,
         zrange: 2,
         zcard: 2,
         zadd: 1,
@@ -633,11 +649,10 @@ describe('RedisStore command cost (client and server side)', () => {
         expect(await store.release({ channelId: 'rp', token: 'p:2', ttlMs: 120_000 })).toBe(true);
       });
       // ZREM, the head, one grant (ZADD, ZREM, PUBLISH), a ZRANGE that finds the queue empty, and no PTTL: the first
-      // release checked the key
+      // release checked the key (and no TIME: the grant is scored by the store's bound of the Redis clock)
       expect(second.server).toEqual({
         evalsha: 1,
         zrem: 2,
-        time: 1,
         zrange: 2,
         zcard: 1,
         zadd: 1,

@@ -768,6 +768,36 @@ describe('claim', () => {
       expect(m.claimAhead('g', token, 1, 2_000)).toBeDefined();
     });
 
+    it('a longer hold claims only when the fence margin and two claim round trips are all that is left of it', async () => {
+      const { store, answers } = slowClaims();
+      const m = manager({ store });
+      const token = await granted(m, 'g');
+      const lease = m.claimAhead('g', token, 1, 4_000)!; // claimed 4 000 - 1 000 (margin) - 2 × 1 000 = 1 s from now
+      await clock.advance(999);
+      expect(answers.length).toBe(0);
+      await clock.advance(1);
+      expect(answers.length).toBe(1);
+      answers[0]!(true);
+      await flush();
+      expect(lease.expiresAt).toBe(clock.now() + 60_000); // from when the claim was sent
+      await clock.advance(10_000);
+      expect([lease.lost.aborted, m.size]).toEqual([false, 1]);
+    });
+
+    it('a lease given back before its claim is due never claims: its release takes the grant out', async () => {
+      const { store, answers } = slowClaims();
+      const m = manager({ store });
+      const token = await granted(m, 'g');
+      const lease = m.claimAhead('g', token, 1, 4_000)!;
+      await clock.advance(500);
+      expect(await activeIn('g')).toBe(1);
+      await m.release(lease)!.done;
+      expect(await activeIn('g')).toBe(0);
+      await clock.advance(5_000);
+      expect([answers.length, m.size, lease.lost.aborted]).toEqual([0, 0, false]);
+      expect(events).toEqual([]);
+    });
+
     it('a lease released before its claim answers stays released', async () => {
       const { store, answers } = slowClaims();
       const m = manager({ store });

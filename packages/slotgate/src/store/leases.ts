@@ -104,6 +104,11 @@ export class LeaseManager {
   private readonly fencing: () => { enabled: boolean; reclaim: boolean };
   private readonly fences = new WeakMap<Lease, AbortController>();
   private fenceTimer: Timer | undefined;
+  /**
+   * The claims of leases held ahead of them (claimAhead), not due yet. Left running when the lease is released (a
+   * release withdrawn for a handoff tracks it again, still to be claimed): a claim due finds out whether it is live.
+   */
+  private readonly claimTimers = new Map<Lease, Timer>();
   private fenceAt = Infinity;
   /** Whether the last renewal failed: the next one comes sooner. */
   private renewFailed = false;
@@ -295,11 +300,14 @@ export class LeaseManager {
 
   /**
    * Holds a slot granted to a waiter at once, before its claim: the grant is known to hold the slot for `heldForMs`
-   * without one (its claim deadline, a margin taken off), so the lease starts out expiring then and the claim goes
-   * out now. Confirmed, it is a full lease; a grant found gone is lost (its signal fires). A claim that fails brings
-   * the next renewal forward (it renews the token as any lease), and the lease is fenced a margin before its short
-   * expiry if nothing confirms it. A token whose lease ended before its claim said it holds (fenced, or lost to a
-   * restore race) is removed, so no confirmed slot is left with nobody to release it.
+   * without one (its claim deadline, a margin taken off), so the lease starts out expiring then. The claim goes out
+   * only once the hold has run long enough that the fence margin and two claims' round trips are all that is left
+   * of it (at once for a hold that short): a request that gives its slot back before then, as most short ones do,
+   * never claims it, and its release takes the grant out as it would a lease. Confirmed, it is a full lease; a grant
+   * found gone is lost (its signal fires). A claim that fails brings the next renewal forward (it renews the token as
+   * any lease), and the lease is fenced a margin before its short expiry if nothing confirms it. A token whose lease
+   * ended before its claim said it holds (fenced, or lost to a restore race) is removed, so no confirmed slot is left
+   * with nobody to release it.
    *
    * Undefined, and the caller claims first: with fencing off (nothing would end a request whose grant was gone), or
    * when the hold would not outlast the fence margin and a claim's round trip (CLAIM_BUDGET_MS).
@@ -307,12 +315,31 @@ export class LeaseManager {
   claimAhead(channelId: string, token: string, max: number, heldForMs: number): Lease | undefined {
     if (this.closed) throw new StoreUnavailableError('acquire', 'the lease manager is closed');
     const leaseTtlMs = this.ttl();
-    if (!this.fencing().enabled || heldForMs < fenceMarginMs(leaseTtlMs) + CLAIM_BUDGET_MS) return undefined;
-    const sentAt = this.clock.now();
+    const margin = fenceMarginMs(leaseTtlMs);
+    if (!this.fencing().enabled || heldForMs < margin + CLAIM_BUDGET_MS) return undefined;
     const lease = this.hold(channelId, token, max, leaseTtlMs);
-    // until the claim confirms it, it expires with the grant (and is fenced a margin before, as any lease)
-    lease.expiresAt = sentAt + heldForMs;
-    this.scheduleFence(lease.expiresAt - fenceMarginMs(leaseTtlMs));
+    // until a claim or a renewal confirms it, it expires with the grant (and is fenced a margin before, as any lease)
+    const heldUntil = this.clock.now() + heldForMs;
+    lease.expiresAt = heldUntil;
+    this.scheduleFence(lease.expiresAt - margin);
+    const claimIn = heldForMs - margin - 2 * CLAIM_BUDGET_MS;
+    if (claimIn <= 0) this.sendClaim(lease, leaseTtlMs);
+    else {
+      const timer = this.clock.setTimer(() => {
+        this.claimTimers.delete(lease);
+        // released or lost meanwhile, or confirmed by a renewal: nothing to claim
+        if (this.live.get(token) === lease && lease.expiresAt === heldUntil)
+          this.sendClaim(lease, leaseTtlMs);
+      }, claimIn);
+      this.claimTimers.set(lease, timer);
+    }
+    return lease;
+  }
+
+  /** Claims a lease held ahead of its claim (claimAhead): a full lease once confirmed, lost when the grant is gone. */
+  private sendClaim(lease: Lease, leaseTtlMs: number): void {
+    const { channelId, token } = lease;
+    const sentAt = this.clock.now();
     const removeToken = () =>
       void this.store.release({ channelId, token, ttlMs: leaseTtlMs }).catch(() => {
         // the token expires with the grant, or with the lease TTL if the claim extended it
@@ -341,7 +368,6 @@ export class LeaseManager {
         this.schedule();
       },
     );
-    return lease;
   }
 
   /**
@@ -590,6 +616,8 @@ export class LeaseManager {
     this.timer = undefined;
     this.fenceTimer?.cancel();
     this.fenceTimer = undefined;
+    for (const timer of this.claimTimers.values()) timer.cancel();
+    this.claimTimers.clear();
     for (const lease of [...this.live.values()]) this.release(lease);
     await within(this.clock, Promise.allSettled([...this.releasing]), timeoutMs);
   }

@@ -37,6 +37,11 @@ export interface RedisQueuesDeps {
   clock: Clock;
   /** Now on the Redis clock as last read; undefined before any read. */
   redisNow?: () => number | undefined;
+  /**
+   * Now on the Redis clock by the store's upper bound (RedisClock.upperNow), which a release's grants are scored from
+   * (lua/releaseSlot-2.lua); undefined where there is none (then, and on Cluster, the script reads TIME).
+   */
+  scoreNow?: () => number | undefined;
 }
 
 /** A lease TTL for keys a grant touches when the caller gave none (it only ever extends a key's expiry). */
@@ -185,6 +190,9 @@ export class RedisQueues {
     // (up to claimMs later; a claim does not extend the key) and the lease's first renewal (TTL/3 after it)
     const window = Math.min(ttl / 4, (2 * ttl) / 3 - this.deps.claimMs - CLAIM_MARGIN_MS);
     const trusted = checked !== undefined && ttl <= checked.ttlMs && now - checked.at < window;
+    // (a grant to a waiter of this instance is a lease whose holder counts it from now: the bound, taken now, never
+    // scores it earlier than Redis's clock did when the release was sent)
+    const scoreNow = this.deps.scoreNow?.();
     return [
       this.deps.claimMs,
       ttl,
@@ -192,6 +200,7 @@ export class RedisQueues {
       lease.channelId,
       this.listeners.has(instance) ? instance : '',
       trusted ? 1 : 0,
+      scoreNow === undefined ? '' : Math.ceil(scoreNow),
     ];
   };
 
@@ -368,18 +377,27 @@ export class RedisQueues {
     return this.leaveMember(w.channelId, member, leaseTtlMs, sweep);
   }
 
+  /**
+   * A waiter granted on another channel (`sweep` false) leaves this queue with a plain ZREM of its member: the common
+   * leave under overload, one command instead of a script call. Only when the member was no longer queued (granted
+   * here too, or dropped as run out) does the script follow, to give back a grant it holds here.
+   */
   private leaveMember(channelId: string, member: string, leaseTtlMs: number, sweep = true): Promise<boolean> {
     this.deps.count('wait', 1);
-    return this.deps.deadlines.run('wait_unregister', () =>
-      SCRIPTS.leaveQueue.call(this.deps.client, this.keysOf(channelId), [
+    return this.deps.deadlines.run('wait_unregister', async () => {
+      if (!sweep) {
+        if ((await this.deps.client.zrem(this.deps.keys.queue(channelId), member)) === 1) return false;
+        this.deps.count('wait', 1);
+      }
+      return SCRIPTS.leaveQueue.call(this.deps.client, this.keysOf(channelId), [
         member,
         this.deps.claimMs,
         leaseTtlMs,
         this.deps.keys.grants(),
         channelId,
         sweep ? 1 : 0,
-      ]),
-    );
+      ]);
+    });
   }
 
   /**

@@ -148,6 +148,7 @@ export class RedisStore implements SlotStore {
       claimMs,
       clock: this.clock,
       redisNow: () => (this.redisClock.unknown ? undefined : this.redisClock.now()),
+      scoreNow: () => this.scoreNow(),
     });
     this.topology = topologyOf({
       client: this.client,

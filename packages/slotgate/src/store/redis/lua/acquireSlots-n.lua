@@ -47,7 +47,7 @@ local checkCooldown = ARGV[2] == '1'
 local channels = tonumber(ARGV[3])
 local claimMs = tonumber(ARGV[4])
 local notify = ARGV[5]
-local givenNow = tonumber(ARGV[6])
+useGivenNow(tonumber(ARGV[6]))
 -- calls of up to this many channels probe their first channel's slots key with the EXISTS
 local SLOTS_PROBE_MAX = 8
 local probe = {}
@@ -122,10 +122,24 @@ while a <= #ARGV do
             waiting = redis.call('EXISTS', KEYS[3 * c]) == 1
           end
           if waiting then
-            -- free slots go to the oldest waiters first; whoever is left waiting still comes before this request
-            local _, head = grantFree(slots, KEYS[3 * c], claimMs, tonumber(ttl), notify, ARGV[6 + 3 * c], nil)
-            count[c] = nil
-            waiting = head ~= nil
+            -- free slots go to the oldest waiters first; whoever is left waiting still comes before this request. A
+            -- channel full under this request's max (after one sweep of expired leases) whose oldest waiter is live
+            -- has none to give: its queue stands, and only that oldest one is read (the common case under overload:
+            -- the grant loop would read its window; a waiter asking under a higher max than this request, after a
+            -- settings change, is granted by the next release or its own safety poll instead)
+            local live = count[c] or redis.call('ZCARD', slots)
+            if live >= max and not swept[c] then
+              swept[c] = true
+              live = live - redis.call('ZREMRANGEBYSCORE', slots, '-inf', leaseNow())
+            end
+            local oldest = live >= max and redis.call('ZRANGE', KEYS[3 * c], 0, 0, 'WITHSCORES') or {}
+            if oldest[1] and not ranOut(oldest[1], oldest[2]) then
+              count[c] = live
+            else
+              local _, head = grantFree(slots, KEYS[3 * c], claimMs, tonumber(ttl), notify, ARGV[6 + 3 * c], nil)
+              count[c] = nil
+              waiting = head ~= nil
+            end
           end
           queued[c] = waiting
         end
@@ -144,11 +158,11 @@ while a <= #ARGV do
       end
       if live >= max and not swept[c] then
         swept[c] = true
-        live = live - redis.call('ZREMRANGEBYSCORE', slots, '-inf', redisNow())
+        live = live - redis.call('ZREMRANGEBYSCORE', slots, '-inf', leaseNow())
       end
       if live < max then
         if not score then
-          score = string.format('%d', (givenNow or redisNow()) + tonumber(ttl))
+          score = string.format('%d', redisNow() + tonumber(ttl))
         end
         redis.call('ZADD', slots, score, token)
         if live == 0 then

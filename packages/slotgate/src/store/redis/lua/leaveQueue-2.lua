@@ -32,7 +32,7 @@ if queued == 0 then
 end
 local freed = returned == 1
 if not freed and ARGV[6] ~= '0' and max > 0 and redis.call('ZCARD', KEYS[1]) >= max then
-  freed = redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', redisNow()) > 0
+  freed = redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', leaseNow()) > 0
 end
 if freed then
   grantFree(KEYS[1], KEYS[2], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4], ARGV[5], nil)

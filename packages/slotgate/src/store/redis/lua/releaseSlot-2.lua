@@ -12,18 +12,22 @@
               reply instead of told by a message, and needs no claim
   ARGV[7]     "1" when the caller's store had the slots key's expiry checked within TTL/4 (queues.ts): a grant then
               skips the PTTL unless the key was empty; otherwise (or absent) it checks
+  ARGV[8]     now in ms on the Redis clock by the caller's estimate, never earlier than Redis's own (grants are scored
+              and registrations' lifetimes judged by it), or '' (or absent) to read TIME
 
   Returns { 1 when the token held a slot, 0 when it did not (released before, or expired), 1 when a grant checked
   the slots key's expiry (it then has at least a lease TTL) else 0, then the tokens of the releasing instance's
   waiters granted here }.
-  Cost: ZREM, ZRANGE of the 64 oldest waiters (all when the queue is empty); with a queue, TIME and ZCARD, per grant
-  ZADD, ZREM and PUBLISH, per dead waiter reached a ZREM, and once per call PTTL (+ PEXPIRE) unless ARGV[7] says the
-  key's expiry is known, a ZREMRANGEBYSCORE (+ a ZRANGE) when the oldest is older than the longest lifetime, a ZRANGE
-  per 64 waiters, a ZREMRANGEBYSCORE when the slots look full before any grant (none after one: the freed slot filled
-  the channel), and a ZRANGEBYSCORE of the live slots when the waiters are of several clients (the fair share).
+  Cost: ZREM, ZRANGE of the 64 oldest waiters (all when the queue is empty); with a queue, ZCARD and TIME (no TIME
+  when the caller gave its estimate of the clock, unless the call sweeps expired leases), per grant ZADD, ZREM and
+  PUBLISH, per dead waiter reached a ZREM, and once per call PTTL (+ PEXPIRE) unless ARGV[7] says the key's expiry is
+  known, a ZREMRANGEBYSCORE (+ a ZRANGE) when the oldest is older than the longest lifetime, a ZRANGE per 64 waiters,
+  a ZREMRANGEBYSCORE when the slots look full before any grant (none after one: the freed slot filled the channel),
+  and a ZRANGEBYSCORE of the live slots when the waiters are of several clients (the fair share).
 ]]
 --- @include "redisNow"
 --- @include "queue"
+useGivenNow(tonumber(ARGV[8]))
 local removed = redis.call('ZREM', KEYS[1], ARGV[1])
 local granted, _, checked = grantFree(KEYS[1], KEYS[2], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4], ARGV[5], nil,
   ARGV[6], ARGV[7] == '1')

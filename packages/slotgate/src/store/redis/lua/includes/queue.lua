@@ -93,7 +93,9 @@ local function grantFree(slotsKey, queueKey, claimMs, leaseTtl, notify, channelI
   local checked = false
   local held = nil
   local pruned = false -- the registrations older than the longest lifetime were dropped
-  local window, arrivals, gone, left = {}, {}, {}, 0
+  -- clients: each window member's client, read once per window, or nil when no member of the window names one (then
+  -- the pick is the oldest: plain FIFO, and no member is parsed for it)
+  local window, arrivals, gone, left, clients = {}, {}, {}, 0, nil
   while true do
     if left == 0 then
       -- the members granted or dropped so far are gone: these are the next oldest
@@ -114,6 +116,14 @@ local function grantFree(slotsKey, queueKey, claimMs, leaseTtl, notify, channelI
       if left == 0 then
         return granted, nil, checked
       end
+      -- a token naming a client holds '~' (shareOf): one search over the whole window says whether any does
+      clients = nil
+      if string.find(table.concat(window, '\n'), '~', 1, true) then
+        clients = {}
+        for i = 1, #window do
+          clients[i] = shareOf((splitMember(window[i])))
+        end
+      end
     end
     local first = nil
     for i = 1, #window do
@@ -127,18 +137,19 @@ local function grantFree(slotsKey, queueKey, claimMs, leaseTtl, notify, channelI
     end
     -- the pick: the oldest, unless the waiters looked at belong to several clients
     local pick = first
-    local firstClient = shareOf((splitMember(window[first])))
     local mixed = false
-    for i = first + 1, #window do
-      if not gone[i] and shareOf((splitMember(window[i]))) ~= firstClient then
-        mixed = true
-        break
+    if clients then
+      for i = first + 1, #window do
+        if not gone[i] and clients[i] ~= clients[first] then
+          mixed = true
+          break
+        end
       end
     end
     if mixed then
       if not held then
         held = {}
-        for _, t in ipairs(redis.call('ZRANGEBYSCORE', slotsKey, '(' .. redisNow(), '+inf')) do
+        for _, t in ipairs(redis.call('ZRANGEBYSCORE', slotsKey, '(' .. leaseNow(), '+inf')) do
           local c = shareOf(t)
           held[c] = (held[c] or 0) + 1
         end
@@ -162,7 +173,7 @@ local function grantFree(slotsKey, queueKey, claimMs, leaseTtl, notify, channelI
     -- with nothing to grant (a waiter's safety poll, a leave on time-out, an acquire) sweep instead
     if live >= max and not swept and not (grantedMax and grantedMax <= max) then
       swept = true
-      live = live - redis.call('ZREMRANGEBYSCORE', slotsKey, '-inf', redisNow())
+      live = live - redis.call('ZREMRANGEBYSCORE', slotsKey, '-inf', leaseNow())
     end
     if live >= max and pick ~= first then
       -- the pick cannot be served under its max: the choice goes back to the oldest
