@@ -5,6 +5,7 @@
  */
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ManualClock } from '../../packages/slotgate/src/core/clock.js';
 import { KeyBuilder } from '../../packages/slotgate/src/store/redis/keys.js';
 import { RedisStore } from '../../packages/slotgate/src/store/redis/redis-store.js';
 import type { RedisClock } from '../../packages/slotgate/src/store/redis/redis-time.js';
@@ -486,6 +487,13 @@ describe('RedisStore command cost (client and server side)', () => {
       // (still queued, so granted nothing here: no slot to give back)
       expect(leave.server).toEqual({ evalsha: 1, zrem: 1, zcard: 1, time: 1, zremrangebyscore: 1 });
       expect(leave.counted).toEqual({ wait: 1 });
+      // another waiter giving up on the channel within a second of that sweep leaves with a plain ZREM
+      expect(await store.enqueue(waiter('wq', 'w:5', 1), waitOpts(1))).toBe('queued');
+      const next = await measure(async () => {
+        expect(await store.leaveQueue(waiter('wq', 'w:5', 1), 60_000)).toBe(false);
+      });
+      expect(next.sent).toEqual(['zrem']);
+      expect(next.server).toEqual({ zrem: 1 });
       // a waiter granted on another channel leaves with no sweep
       expect(await store.enqueue(waiter('wq', 'w:3', 1), waitOpts(1))).toBe('queued');
       const plain = await measure(async () => {
@@ -506,6 +514,22 @@ describe('RedisStore command cost (client and server side)', () => {
       expect(granted.sent).toEqual(['zrem', 'evalsha']);
       expect(granted.counted).toEqual({ wait: 2 });
       expect(await cc.client.zcard(slotsKey)).toBe(0);
+    });
+
+    it('waiters giving up on one channel sweep its expired leases once a second from a store: the others leave with a plain ZREM', async () => {
+      const clock = new ManualClock();
+      const s = new RedisStore({ client: cc.client, prefix, clock });
+      await s.acquireFirst([{ channelId: 'sw', max: 1 }], opts('h:1'));
+      for (const t of ['w:1', 'w:2', 'w:3'])
+        expect(await s.enqueue(waiter('sw', t, 1), waitOpts())).toBe('queued');
+      const leave = async (token: string) =>
+        (await measure(() => s.leaveQueue(waiter('sw', token, 1), 60_000), { cc, store: s })).sent;
+      expect(await leave('w:1')).toEqual(['evalsha']);
+      await clock.advance(999);
+      expect(await leave('w:2')).toEqual(['zrem']);
+      await clock.advance(1);
+      expect(await leave('w:3')).toEqual(['evalsha']);
+      expect(await cc.client.zcard(s.keys.queue('sw'))).toBe(0);
     });
 
     it('registrations sent together go out in one call, with one TIME, in the order sent', async () => {

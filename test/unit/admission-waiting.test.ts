@@ -520,6 +520,28 @@ describe('a queue seen full', () => {
     expect(store.commands.wait - before).toBe(1); // not asked again: the view shows the queue full
     for (const t of held) await t.release();
   });
+
+  it('is asked again when another of the waiter’s queues shows room: a lagging view leaves it in no fewer queues', async () => {
+    const { clock, store, admission, other } = setup({ load_cache_ttl_ms: 5000, wait_timeout_ms: 40 }, zero);
+    const a = { id: 'sa', maxConcurrency: 1, maxWaiting: 1 };
+    const b = { id: 'sb', maxConcurrency: 1, maxWaiting: 1 };
+    const held = [...(await hold(other, a)), ...(await hold(other, b))];
+    await admission.viewLoads([a, b]); // a snapshot with nobody waiting
+    expect(await foreignWaiter(store, a, 1)).toBe('queued'); // a's queue fills behind this instance's back
+    const first = track(clock, admission.acquire({ candidates: [a, b] }));
+    await flush();
+    expect((await load(store, b.id)).waiting).toBe(1); // turned away from a (the view now shows it full), queued on b
+    await elapse(clock, 40);
+    expect(failedWith(first).reason).toBe('wait_timeout');
+    // the foreign waiter leaves: a has room again, which the view (its snapshot 5 s long) does not show
+    await store.leaveQueue({ channelId: a.id, token: 'foreign:1', max: 1 });
+    const second = track(clock, admission.acquire({ candidates: [a, b] }));
+    await flush();
+    expect([(await load(store, a.id)).waiting, (await load(store, b.id)).waiting]).toEqual([1, 1]);
+    await elapse(clock, 40);
+    expect(failedWith(second).reason).toBe('wait_timeout');
+    for (const t of held) await t.release();
+  });
 });
 
 describe('time-out and abort', () => {

@@ -50,7 +50,9 @@ function manager(options: Partial<LeaseManagerOptions> = {}): LeaseManager {
   return m;
 }
 
-type Overrides = Partial<Pick<SlotStore, 'acquireFirst' | 'release' | 'renew' | 'reclaim' | 'claim'>>;
+type Overrides = Partial<
+  Pick<SlotStore, 'acquireFirst' | 'release' | 'releaseDeferred' | 'renew' | 'reclaim' | 'claim'>
+>;
 
 /** A store that behaves like `inner` except for the overridden operations. */
 function stub(overrides: Overrides): SlotStore {
@@ -62,7 +64,9 @@ function stub(overrides: Overrides): SlotStore {
     },
     acquireFirst: overrides.acquireFirst ?? ((t, o) => inner.acquireFirst(t, o)),
     release: overrides.release ?? ((l) => inner.release(l)),
-    releaseDeferred: (l) => sentRelease(overrides.release ? overrides.release(l) : inner.release(l)),
+    releaseDeferred:
+      overrides.releaseDeferred ??
+      ((l) => sentRelease(overrides.release ? overrides.release(l) : inner.release(l))),
     renew: overrides.renew ?? ((l, ttl) => inner.renew(l, ttl)),
     reclaim: overrides.reclaim ?? ((l, ttl, restore) => inner.reclaim(l, ttl, restore)),
     onRestart: () => () => {},
@@ -706,19 +710,40 @@ describe('claim', () => {
       expect(events).toEqual([{ type: 'lease_lost', channelId: 'g', token, reason: 'missing' }]);
     });
 
-    it('a claim that fails brings the next renewal forward, which confirms the lease', async () => {
+    it('a claim that fails brings the next renewal forward to at once, which confirms the lease', async () => {
       const { store, answers } = slowClaims();
       const m = manager({ store });
       const token = await granted(m, 'g');
       const lease = m.claimAhead('g', token, 1, 3_000)!;
       const renewals = inner.commands.renew;
+      await clock.advance(500);
       answers[0]!(new Error('connection lost'));
       await flush();
-      await clock.advance(999);
       expect(inner.commands.renew - renewals).toBe(0);
-      await clock.advance(1); // a second after the failure, not a third of the TTL (20 s)
+      await clock.advance(0); // at once, not a third of the TTL (20 s) later
       expect(inner.commands.renew - renewals).toBe(1);
       expect(lease.expiresAt).toBe(clock.now() + 60_000);
+      await clock.advance(5_000);
+      expect([lease.lost.aborted, m.size]).toEqual([false, 1]);
+    });
+
+    it('a claim sent late in a long hold that times out still leaves a renewal the time to confirm it before the fence', async () => {
+      // the store's time bound rejects the claim 1 s after it was sent; the hold (4 s) is fenced 1 s before its end
+      const timedOut: (() => void)[] = [];
+      const store = stub({
+        claim: () => new Promise<boolean>((_, reject) => timedOut.push(() => reject(new Error('timed out')))),
+      });
+      const m = manager({ store });
+      const token = await granted(m, 'g');
+      const lease = m.claimAhead('g', token, 1, 4_000)!;
+      const renewals = inner.commands.renew;
+      await clock.advance(1_000); // the claim goes out
+      expect(timedOut.length).toBe(1);
+      await clock.advance(1_000);
+      timedOut[0]!();
+      await flush();
+      await clock.advance(0);
+      expect(inner.commands.renew - renewals).toBe(1); // renewed at once: confirmed 1 s before the fence
       await clock.advance(5_000);
       expect([lease.lost.aborted, m.size]).toEqual([false, 1]);
     });
@@ -796,6 +821,34 @@ describe('claim', () => {
       await clock.advance(5_000);
       expect([answers.length, m.size, lease.lost.aborted]).toEqual([0, 0, false]);
       expect(events).toEqual([]);
+    });
+
+    it('a claim that fell due while its lease was released is sent when a handoff takes the lease back', async () => {
+      const claims: string[] = [];
+      let heldBack: string | undefined;
+      const store = stub({
+        claim: (l, ttl) => {
+          claims.push(l.token);
+          return inner.claim(l, ttl);
+        },
+        // the granted lease's release is held to the end of the turn, where a handoff withdraws it
+        releaseDeferred: (l) =>
+          l.token === heldBack
+            ? { done: Promise.resolve(true), held: true, withdraw: () => true }
+            : sentRelease(inner.release(l)),
+      });
+      const m = manager({ store });
+      const token = (heldBack = await granted(m, 'g'));
+      const lease = m.claimAhead('g', token, 1, 4_000)!;
+      await clock.advance(999);
+      const release = m.release(lease)!;
+      await clock.advance(1); // the claim falls due while the lease is released
+      expect(claims).toEqual([]);
+      expect(release.withdraw()).toBe(true);
+      expect(claims).toEqual([token]);
+      await flush();
+      expect(lease.expiresAt).toBe(clock.now() + 60_000);
+      expect([lease.lost.aborted, m.size]).toEqual([false, 1]);
     });
 
     it('a lease released before its claim answers stays released', async () => {

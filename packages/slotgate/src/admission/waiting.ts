@@ -175,17 +175,19 @@ export async function waitForSlot<C extends Candidate>(
   try {
     // A wait carried over from an earlier pass may have no time left.
     if (attempt.span && clock.now() >= deadline) throw fail('wait_timeout', queues[0]);
-    // A queue this instance saw full since its last load read is not asked again (its view shows it full); under
-    // overload that keeps the turned-away requests off Redis.
+    // A waiter whose queues this instance's view shows full, every one (saw full since its last load read), is turned
+    // away without asking Redis: under overload that keeps the turned-away requests off Redis. One that shows room in
+    // any asks each queue it would join, full-looking or not: a view that lags must not leave a waiter in fewer
+    // queues than one arriving after it, which would then be served ahead of it there.
+    const shownFull = (c: C) => (shown?.get(c.id)?.waiting ?? 0) >= maxWaitingOf(c, settings);
+    const asks = queues.some((c) => !shownFull(c));
     let next = 0;
     while (places.length < QUEUES_PER_WAITER && next < queues.length) {
       if (signal?.aborted) throw fail('aborted', places[0]?.channel ?? queues[next]);
       const batch: Registration<C>[] = [];
       while (places.length + batch.length < QUEUES_PER_WAITER && next < queues.length) {
         const c = queues[next++]!;
-        if ((shown?.get(c.id)?.waiting ?? 0) < maxWaitingOf(c, settings)) {
-          batch.push(enqueueing({ channel: c, token, max: c.maxConcurrency! }));
-        }
+        if (asks) batch.push(enqueueing({ channel: c, token, max: c.maxConcurrency! }));
       }
       if (batch.length === 0) break;
       const ticket = await settle(batch);

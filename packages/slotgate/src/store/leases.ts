@@ -109,6 +109,8 @@ export class LeaseManager {
    * release withdrawn for a handoff tracks it again, still to be claimed): a claim due finds out whether it is live.
    */
   private readonly claimTimers = new Map<Lease, Timer>();
+  /** Leases held ahead of a claim not sent yet: the hold's end, and the TTL to claim with (claimDue). */
+  private readonly unclaimed = new WeakMap<Lease, { heldUntil: number; leaseTtlMs: number }>();
   private fenceAt = Infinity;
   /** Whether the last renewal failed: the next one comes sooner. */
   private renewFailed = false;
@@ -325,15 +327,23 @@ export class LeaseManager {
     const claimIn = heldForMs - margin - 2 * CLAIM_BUDGET_MS;
     if (claimIn <= 0) this.sendClaim(lease, leaseTtlMs);
     else {
+      this.unclaimed.set(lease, { heldUntil, leaseTtlMs });
       const timer = this.clock.setTimer(() => {
         this.claimTimers.delete(lease);
-        // released or lost meanwhile, or confirmed by a renewal: nothing to claim
-        if (this.live.get(token) === lease && lease.expiresAt === heldUntil)
-          this.sendClaim(lease, leaseTtlMs);
+        // released meanwhile: claimed if a handoff tracks it again (withdraw); lost, or confirmed by a renewal: never
+        if (this.live.get(token) === lease) this.claimDue(lease);
       }, claimIn);
       this.claimTimers.set(lease, timer);
     }
     return lease;
+  }
+
+  /** Claims a lease held ahead whose claim is due, unless a renewal (or a restore) confirmed it meanwhile. */
+  private claimDue(lease: Lease): void {
+    const ahead = this.unclaimed.get(lease);
+    if (!ahead || this.claimTimers.has(lease)) return;
+    this.unclaimed.delete(lease);
+    if (lease.expiresAt === ahead.heldUntil) this.sendClaim(lease, ahead.leaseTtlMs);
   }
 
   /** Claims a lease held ahead of its claim (claimAhead): a full lease once confirmed, lost when the grant is gone. */
@@ -361,11 +371,11 @@ export class LeaseManager {
       },
       () => {
         this.onStore(false);
-        // the renewals retry it soon, as after a failed renewal
+        // a renewal retries it at once, then soon, as after a failed renewal: the hold has room for one more try
         this.renewFailed = true;
         this.timer?.cancel();
         this.timer = undefined;
-        this.schedule();
+        this.schedule(0);
       },
     );
   }
@@ -422,6 +432,7 @@ export class LeaseManager {
         if (withdrawn || this.closed || !first.withdraw()) return false;
         withdrawn = true;
         this.track(tracked);
+        this.claimDue(tracked); // (a claim that fell due while it was released)
         return true;
       },
     };
@@ -590,8 +601,11 @@ export class LeaseManager {
     );
   }
 
-  /** Keeps one renewal timer running while leases are live; after a failed renewal the next one comes sooner. */
-  private schedule(): void {
+  /**
+   * Keeps one renewal timer running while leases are live; after a failed renewal the next one comes sooner, and
+   * `inMs` sooner still (a failed claim: at once).
+   */
+  private schedule(inMs?: number): void {
     if (this.timer || this.closed) return;
     const period = Math.max(1, Math.floor(this.ttl() / 3));
     this.timer = this.clock.setTimer(
@@ -601,7 +615,7 @@ export class LeaseManager {
           if (this.live.size > 0) this.schedule();
         });
       },
-      this.renewFailed ? Math.min(period, 1000) : period,
+      inMs ?? (this.renewFailed ? Math.min(period, 1000) : period),
     );
   }
 

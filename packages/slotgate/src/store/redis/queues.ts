@@ -53,6 +53,13 @@ export const DEFAULT_CLAIM_MS = 5000;
 /** Channels whose queue keys' expiry is remembered (cleared past this, like the acquire's extension hints). */
 const COVERED_LIMIT = 10_000;
 
+/**
+ * How often a store's waiters that give up on one channel sweep its expired leases (lua/leaveQueue-2.lua): the first
+ * give-up in this long runs the script, the others leave with a plain ZREM. Under overload many waiters time out each
+ * second, and one sweep a second frees a dead holder's slot as surely as one per waiter.
+ */
+const SWEEP_EVERY_MS = 1000;
+
 /** Time allowed beyond the claim deadline for a claim's round trip, in the grant's expiry hint. */
 const CLAIM_MARGIN_MS = 1000;
 
@@ -123,6 +130,8 @@ export class RedisQueues {
    * first renewal (TTL/3) extends it, so the next grants skip the PTTL (the acquire script's hint works alike).
    */
   private readonly slotsCheckedAt = new Map<string, { at: number; ttlMs: number }>();
+  /** Per channel, when a waiter of this store that gave up last swept its expired leases. */
+  private readonly sweptAt = new Map<string, number>();
   /** When each release in flight went out (the time a check it reports is counted from). */
   private readonly releaseSentAt = new WeakMap<LeaseRef, number>();
   /** The registration lifetime of this store's latest enqueue (wait timeout + margin). */
@@ -374,13 +383,26 @@ export class RedisQueues {
   leave(w: WaiterRef, leaseTtlMs: number, sweep = true): Promise<boolean> {
     const member = this.memberOf(w);
     this.forget(w.channelId, w.token);
+    // (a give-back of a grant, max 0, names no queued member: straight to the script)
+    if (sweep && w.max > 0 && !this.sweepDue(w.channelId)) sweep = false;
     return this.leaveMember(w.channelId, member, leaseTtlMs, sweep);
   }
 
+  /** Whether a waiter giving up on the channel sweeps its expired leases (SWEEP_EVERY_MS); when so, noted. */
+  private sweepDue(channelId: string): boolean {
+    const now = this.deps.clock.now();
+    const last = this.sweptAt.get(channelId);
+    if (last !== undefined && now - last < SWEEP_EVERY_MS) return false;
+    if (this.sweptAt.size >= COVERED_LIMIT) this.sweptAt.clear();
+    this.sweptAt.set(channelId, now);
+    return true;
+  }
+
   /**
-   * A waiter granted on another channel (`sweep` false) leaves this queue with a plain ZREM of its member: the common
-   * leave under overload, one command instead of a script call. Only when the member was no longer queued (granted
-   * here too, or dropped as run out) does the script follow, to give back a grant it holds here.
+   * A waiter granted on another channel, or one giving up when another swept lately (`sweep` false), leaves this queue
+   * with a plain ZREM of its member: the common leaves under overload, one command instead of a script call. Only when
+   * the member was no longer queued (granted here too, or dropped as run out) does the script follow, to give back a
+   * grant it holds here.
    */
   private leaveMember(channelId: string, member: string, leaseTtlMs: number, sweep = true): Promise<boolean> {
     this.deps.count('wait', 1);
