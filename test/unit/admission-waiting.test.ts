@@ -506,6 +506,36 @@ describe('queue bounds', () => {
   });
 });
 
+describe('two queues or none', () => {
+  it('a waiter one of whose two queues is full waits in neither: queue_full, the other queue left', async () => {
+    const { store, admission, other } = setup();
+    const a = { id: 'na', maxConcurrency: 1, maxWaiting: 1 };
+    const b = { id: 'nb', maxConcurrency: 1, maxWaiting: 1 };
+    const held = [...(await hold(other, a)), ...(await hold(other, b))];
+    expect(await foreignWaiter(store, a, 1)).toBe('queued');
+    const err = await capacityError(admission.acquire({ candidates: [a, b] }));
+    expect([err.reason, err.message.includes('na')]).toEqual(['queue_full', true]);
+    await flush();
+    expect([(await load(store, a.id)).waiting, (await load(store, b.id)).waiting]).toEqual([1, 0]);
+    for (const t of held) await t.release();
+  });
+
+  it('in a wider set one full queue does not turn a waiter away while two others take it', async () => {
+    const { clock, store, admission, other } = setup({ wait_timeout_ms: 40 }, zero);
+    const channels = ['wa', 'wb', 'wc'].map((id) => ({ id, maxConcurrency: 1, maxWaiting: 1 }));
+    const held: Awaited<ReturnType<typeof hold>> = [];
+    for (const c of channels) held.push(...(await hold(other, c)));
+    expect(await foreignWaiter(store, channels[0]!, 1)).toBe('queued');
+    const pending = track(clock, admission.acquire({ candidates: channels }));
+    await flush();
+    const waiting = async () => Promise.all(channels.map(async (c) => (await load(store, c.id)).waiting));
+    expect(await waiting()).toEqual([1, 1, 1]); // the foreign waiter in wa; this one in wb and wc
+    await elapse(clock, 40);
+    expect(failedWith(pending).reason).toBe('wait_timeout');
+    for (const t of held) await t.release();
+  });
+});
+
 describe('a queue seen full', () => {
   it('is not asked again until the view shows room: the turned-away requests stay off the store', async () => {
     const { store, admission, other } = setup({ load_cache_ttl_ms: 5000 });
@@ -528,11 +558,10 @@ describe('a queue seen full', () => {
     const held = [...(await hold(other, a)), ...(await hold(other, b))];
     await admission.viewLoads([a, b]); // a snapshot with nobody waiting
     expect(await foreignWaiter(store, a, 1)).toBe('queued'); // a's queue fills behind this instance's back
-    const first = track(clock, admission.acquire({ candidates: [a, b] }));
+    // turned away by a (the view now shows it full), it does not wait in b alone: queue_full, and b is left
+    expect((await capacityError(admission.acquire({ candidates: [a, b] }))).reason).toBe('queue_full');
     await flush();
-    expect((await load(store, b.id)).waiting).toBe(1); // turned away from a (the view now shows it full), queued on b
-    await elapse(clock, 40);
-    expect(failedWith(first).reason).toBe('wait_timeout');
+    expect((await load(store, b.id)).waiting).toBe(0);
     // the foreign waiter leaves: a has room again, which the view (its snapshot 5 s long) does not show
     await store.leaveQueue({ channelId: a.id, token: 'foreign:1', max: 1 });
     const second = track(clock, admission.acquire({ candidates: [a, b] }));

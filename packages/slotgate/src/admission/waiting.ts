@@ -194,6 +194,15 @@ export async function waitForSlot<C extends Candidate>(
       if (ticket) return ticket;
     }
     if (places.length === 0) throw fail('queue_full', queues[0]);
+    // A waiter stands in as many queues as it asks for (two, or each of a smaller set) or in none: one left in fewer
+    // than a later waiter would be served after it wherever the later one's other queue frees first, and the queues
+    // of a set would drift apart (docs/admission.md, "Why two queues").
+    if (places.length < Math.min(QUEUES_PER_WAITER, queues.length)) {
+      throw fail(
+        'queue_full',
+        queues.find((c) => !places.some((p) => p.channel.id === c.id)),
+      );
+    }
 
     let napping: AbortController | undefined;
     box.onGrant = () => napping?.abort(WOKEN);
