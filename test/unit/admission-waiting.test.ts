@@ -13,7 +13,7 @@ import type { Candidate } from '../../packages/slotgate/src/core/channel.js';
 import { StoreUnavailableError } from '../../packages/slotgate/src/core/errors.js';
 import { DEFAULT_SETTINGS, type SettingsUpdate } from '../../packages/slotgate/src/core/settings.js';
 import type { MemoryStore } from '../../packages/slotgate/src/store/memory/memory-store.js';
-import type { AcquireReply, QueueListener } from '../../packages/slotgate/src/store/store.js';
+import type { AcquireReply, EnqueueReply, QueueListener } from '../../packages/slotgate/src/store/store.js';
 import {
   capacityError,
   closeEngines,
@@ -518,6 +518,29 @@ describe('two queues or none', () => {
     await flush();
     expect([(await load(store, a.id)).waiting, (await load(store, b.id)).waiting]).toEqual([1, 0]);
     for (const t of held) await t.release();
+  });
+
+  it('one granted meanwhile on the queue it joined is admitted there, though its other queue turned it away', async () => {
+    const { clock, store, admission, other } = setup({}, zero);
+    const a = { id: 'ga', maxConcurrency: 1, maxWaiting: 1 };
+    const b = { id: 'gb', maxConcurrency: 1, maxWaiting: 1 };
+    const [ha] = await hold(other, a);
+    const [hb] = await hold(other, b);
+    // a's registration answers late (a node of its own on Cluster), and full
+    const enqueue = store.enqueue.bind(store);
+    let answerA!: (reply: EnqueueReply) => void;
+    store.enqueue = (w, o) =>
+      w.channelId === a.id ? new Promise<EnqueueReply>((r) => (answerA = r)) : enqueue(w, o);
+    const pending = track(clock, admission.acquire({ candidates: [a, b] }));
+    await flush();
+    expect((await load(store, b.id)).waiting).toBe(1);
+    await hb!.release(); // b's slot is granted to the waiter
+    await flush();
+    answerA('queue_full');
+    await flush();
+    expect(pending.value?.channel.id).toBe(b.id);
+    await pending.value!.release();
+    await ha!.release();
   });
 
   it('in a wider set one full queue does not turn a waiter away while two others take it', async () => {

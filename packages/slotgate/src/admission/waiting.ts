@@ -77,6 +77,8 @@ export async function waitForSlot<C extends Candidate>(
   /** Every token this waiter's grants arrive under (a moved registration has a new one). */
   const tokens = [token];
   const places: Place<C>[] = [];
+  /** The first of its queues that turned this waiter away (full), if any. */
+  let turnedAway: C | undefined;
   let claimed: Place<C> | undefined;
   const waitStart = attempt.span?.start ?? clock.now();
   const deadline = attempt.span?.deadline ?? waitStart + settings.wait_timeout_ms;
@@ -112,6 +114,7 @@ export async function waitForSlot<C extends Candidate>(
       throw err;
     }
     if (reply === 'queue_full') {
+      turnedAway ??= p.channel;
       exit(p);
       view.noteQueueFull(p.channel.id, maxWaitingOf(p.channel, settings));
     } else {
@@ -196,12 +199,12 @@ export async function waitForSlot<C extends Candidate>(
     if (places.length === 0) throw fail('queue_full', queues[0]);
     // A waiter stands in as many queues as it asks for (two, or each of a smaller set) or in none: one left in fewer
     // than a later waiter would be served after it wherever the later one's other queue frees first, and the queues
-    // of a set would drift apart (docs/admission.md, "Why two queues").
-    if (places.length < Math.min(QUEUES_PER_WAITER, queues.length)) {
-      throw fail(
-        'queue_full',
-        queues.find((c) => !places.some((p) => p.channel.id === c.id)),
-      );
+    // of a set would drift apart (docs/admission.md, "Two queues or none"). Only when a full queue turned it away, and
+    // not once a grant reached it meanwhile (the wait below claims that).
+    const granted = places.some((p) => box.granted.includes(p.channel.id));
+    if (turnedAway && !granted && places.length < Math.min(QUEUES_PER_WAITER, queues.length)) {
+      if (signal?.aborted) throw fail('aborted', turnedAway);
+      throw fail('queue_full', turnedAway);
     }
 
     let napping: AbortController | undefined;

@@ -347,14 +347,18 @@ export class LeaseManager {
   }
 
   /** Claims a lease held ahead of its claim (claimAhead): a full lease once confirmed, lost when the grant is gone. */
-  private sendClaim(lease: Lease, leaseTtlMs: number): void {
+  private sendClaim(lease: Lease, leaseTtlMs: number, again = false): void {
     const { channelId, token } = lease;
     const sentAt = this.clock.now();
     const removeToken = () =>
       void this.store.release({ channelId, token, ttlMs: leaseTtlMs }).catch(() => {
         // the token expires with the grant, or with the lease TTL if the claim extended it
       });
-    void this.store.claim({ channelId, token }, leaseTtlMs).then(
+    // a second try renews the token as any lease (the renewal script says whether it is still there)
+    const call = again
+      ? this.store.renew([lease], leaseTtlMs).then((lost) => lost.length === 0)
+      : this.store.claim({ channelId, token }, leaseTtlMs);
+    void call.then(
       (held) => {
         this.onStore(true);
         if (this.live.get(token) !== lease) {
@@ -371,11 +375,17 @@ export class LeaseManager {
       },
       () => {
         this.onStore(false);
-        // a renewal retries it at once, then soon, as after a failed renewal: the hold has room for one more try
+        if (!again && this.live.get(token) === lease) {
+          // one more try at once, of this lease alone (a renewal already on its way may predate it): the hold has
+          // room for it
+          this.sendClaim(lease, leaseTtlMs, true);
+          return;
+        }
+        // the renewals retry it soon, as after a failed renewal
         this.renewFailed = true;
         this.timer?.cancel();
         this.timer = undefined;
-        this.schedule(0);
+        this.schedule();
       },
     );
   }
@@ -601,11 +611,8 @@ export class LeaseManager {
     );
   }
 
-  /**
-   * Keeps one renewal timer running while leases are live; after a failed renewal the next one comes sooner, and
-   * `inMs` sooner still (a failed claim: at once).
-   */
-  private schedule(inMs?: number): void {
+  /** Keeps one renewal timer running while leases are live; after a failed renewal the next one comes sooner. */
+  private schedule(): void {
     if (this.timer || this.closed) return;
     const period = Math.max(1, Math.floor(this.ttl() / 3));
     this.timer = this.clock.setTimer(
@@ -615,7 +622,7 @@ export class LeaseManager {
           if (this.live.size > 0) this.schedule();
         });
       },
-      inMs ?? (this.renewFailed ? Math.min(period, 1000) : period),
+      this.renewFailed ? Math.min(period, 1000) : period,
     );
   }
 
