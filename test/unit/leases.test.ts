@@ -680,11 +680,16 @@ describe('claim', () => {
       return { store, answers };
     }
 
-    it('holds the slot at once, expiring with the grant, and a confirmed claim makes it a full lease', async () => {
+    /** A grant held `heldForMs` ahead of its claim, on a manager whose claims wait until the test answers them. */
+    async function heldAhead(heldForMs: number) {
       const { store, answers } = slowClaims();
       const m = manager({ store });
       const token = await granted(m, 'g');
-      const lease = m.claimAhead('g', token, 1, 3_000)!;
+      return { m, answers, token, lease: m.claimAhead('g', token, 1, heldForMs)! };
+    }
+
+    it('holds the slot at once, expiring with the grant, and a confirmed claim makes it a full lease', async () => {
+      const { m, answers, token, lease } = await heldAhead(3_000);
       const at = clock.now();
       expect(lease).toMatchObject({ channelId: 'g', token, max: 1, expiresAt: at + 3_000 });
       expect([m.size, m.localCount('g'), answers.length]).toEqual([1, 1, 1]);
@@ -698,10 +703,7 @@ describe('claim', () => {
     });
 
     it('a claim that finds the grant gone loses the lease: its signal fires', async () => {
-      const { store, answers } = slowClaims();
-      const m = manager({ store });
-      const token = await granted(m, 'g');
-      const lease = m.claimAhead('g', token, 1, 3_000)!;
+      const { m, answers, token, lease } = await heldAhead(3_000);
       answers[0]!(false);
       await flush();
       expect(lease.lost.aborted).toBe(true);
@@ -711,10 +713,7 @@ describe('claim', () => {
     });
 
     it('a claim that fails is tried again at once, as a renewal of that lease alone, which confirms it', async () => {
-      const { store, answers } = slowClaims();
-      const m = manager({ store });
-      const token = await granted(m, 'g');
-      const lease = m.claimAhead('g', token, 1, 3_000)!;
+      const { m, answers, lease } = await heldAhead(3_000);
       const renewals = inner.commands.renew;
       await clock.advance(500);
       answers[0]!(new Error('connection lost'));
@@ -793,10 +792,7 @@ describe('claim', () => {
     });
 
     it('fenced before its claim confirmed it, the token is removed: no full lease is left that nobody holds', async () => {
-      const { store, answers } = slowClaims();
-      const m = manager({ store });
-      const token = await granted(m, 'g');
-      const lease = m.claimAhead('g', token, 1, 3_000)!;
+      const { m, answers, lease } = await heldAhead(3_000);
       await clock.advance(2_000); // fenced (its claim still unanswered)
       expect(lease.lost.aborted).toBe(true);
       answers[0]!(true); // the claim made it a full lease after all
@@ -815,10 +811,7 @@ describe('claim', () => {
     });
 
     it('a longer hold claims only when the fence margin and two claim round trips are all that is left of it', async () => {
-      const { store, answers } = slowClaims();
-      const m = manager({ store });
-      const token = await granted(m, 'g');
-      const lease = m.claimAhead('g', token, 1, 4_000)!; // claimed 4 000 - 1 000 (margin) - 2 × 1 000 = 1 s from now
+      const { m, answers, lease } = await heldAhead(4_000); // claimed 4 000 - 1 000 (margin) - 2 × 1 000 = 1 s from now
       await clock.advance(999);
       expect(answers.length).toBe(0);
       await clock.advance(1);
@@ -831,10 +824,7 @@ describe('claim', () => {
     });
 
     it('a lease given back before its claim is due never claims: its release takes the grant out', async () => {
-      const { store, answers } = slowClaims();
-      const m = manager({ store });
-      const token = await granted(m, 'g');
-      const lease = m.claimAhead('g', token, 1, 4_000)!;
+      const { m, answers, lease } = await heldAhead(4_000);
       await clock.advance(500);
       expect(await activeIn('g')).toBe(1);
       await m.release(lease)!.done;
@@ -873,10 +863,7 @@ describe('claim', () => {
     });
 
     it('a lease released before its claim answers stays released', async () => {
-      const { store, answers } = slowClaims();
-      const m = manager({ store });
-      const token = await granted(m, 'g');
-      const lease = m.claimAhead('g', token, 1, 3_000)!;
+      const { m, answers, lease } = await heldAhead(3_000);
       await m.release(lease)!.done;
       answers[0]!(true);
       await flush();

@@ -303,13 +303,13 @@ export class LeaseManager {
   /**
    * Holds a slot granted to a waiter at once, before its claim: the grant is known to hold the slot for `heldForMs`
    * without one (its claim deadline, a margin taken off), so the lease starts out expiring then. The claim goes out
-   * only once the hold has run long enough that the fence margin and two claims' round trips are all that is left
-   * of it (at once for a hold that short): a request that gives its slot back before then, as most short ones do,
-   * never claims it, and its release takes the grant out as it would a lease. Confirmed, it is a full lease; a grant
-   * found gone is lost (its signal fires). A claim that fails brings the next renewal forward (it renews the token as
-   * any lease), and the lease is fenced a margin before its short expiry if nothing confirms it. A token whose lease
-   * ended before its claim said it holds (fenced, or lost to a restore race) is removed, so no confirmed slot is left
-   * with nobody to release it.
+   * only once the hold has run long enough that the fence margin and two claims' round trips are all that is left of
+   * it (at once for a hold that short): a request that gives its slot back before then, as most short ones do, never
+   * claims it, and its release takes the grant out as it would a lease. Confirmed, it is a full lease; a grant found
+   * gone is lost (its signal fires). A claim that fails is tried again at once as a renewal of that lease alone, then
+   * by the renewals a second apart, and the lease is fenced a margin before its short expiry if nothing confirms it.
+   * A token whose lease ended before its claim said it holds (fenced, or lost to a restore race) is removed, so no
+   * confirmed slot is left with nobody to release it.
    *
    * Undefined, and the caller claims first: with fencing off (nothing would end a request whose grant was gone), or
    * when the hold would not outlast the fence margin and a claim's round trip (CLAIM_BUDGET_MS).

@@ -246,8 +246,7 @@ export class RedisStore implements SlotStore {
 
   /**
    * One ZADD XX CH (the slot must still be there), scored on the Redis clock as last read (its upper bound when there
-   * is one); before any clock read, or
-   * when the ZADD changed nothing, the renewal script (which reads TIME itself).
+   * is one); before any clock read, or when the ZADD changed nothing, the renewal script (which reads TIME itself).
    */
   async claim(lease: LeaseRef, leaseTtlMs: number): Promise<boolean> {
     if (this.redisClock.unknown) return (await this.renew([lease], leaseTtlMs)).length === 0;

@@ -64,6 +64,7 @@ export class RedisClock {
     this.upper = undefined;
     this.readAt = 0; // and the next read that may carry a TIME does
   }
+
   /**
    * Now on the Redis clock, never earlier than Redis's own (by a TIME sent and answered less than 10 s ago); undefined
    * when there is none. A lease scored from it expires no earlier than one scored by TIME in the script.

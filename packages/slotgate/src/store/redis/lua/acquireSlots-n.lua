@@ -29,8 +29,8 @@
   number + 1, so the count alone says whether it exists: a missing one needs no ZCARD); only when one of the others
   exists, one EXISTS per channel tried and kind (none when the call has one
   channel: its cooldown key is passed twice, so the count alone says which exists), and for a channel with a queue
-  the grant loop. TIME once when needed (not to score leases when the caller gave its estimate: then only to drop
-  expired members or to grant); ZCARD once per channel (not for a first channel found missing); ZADD per admission. Per call and channel the script
+  the grant loop (for a full channel, only its oldest waiter is read). TIME once when needed (when the caller gave its
+  estimate, only to drop expired members: leases and grants are scored from the estimate); ZCARD once per channel (not for a first channel found missing); ZADD per admission. Per call and channel the script
   keeps the count it read, so requests for the same channel in one call share a ZCARD. Expired members are dropped
   when a set looks full (ZREMRANGEBYSCORE, once per channel per call). Lease scores are formatted once per call.
   Key expiry: a slots key that was empty gets PEXPIRE TTL with its first lease. Otherwise the caller asks for an
@@ -89,6 +89,16 @@ end
 if firstMissing then
   count[1] = 0
 end
+-- The slots of channel c in use: the count kept for the call (ZCARD the first time), and when that reaches `max`, less
+-- the expired leases, swept once per channel per call by Redis's own clock
+local function liveCount(c, slots, max)
+  local live = count[c] or redis.call('ZCARD', slots)
+  if live >= max and not swept[c] then
+    swept[c] = true
+    live = live - redis.call('ZREMRANGEBYSCORE', slots, '-inf', leaseNow())
+  end
+  return live
+end
 local score = nil
 local codes = {}
 local a = 7 + 3 * channels
@@ -127,11 +137,7 @@ while a <= #ARGV do
             -- has none to give: its queue stands, and only that oldest one is read (the common case under overload:
             -- the grant loop would read its window; a waiter asking under a higher max than this request, after a
             -- settings change, is granted by the next release or its own safety poll instead)
-            local live = count[c] or redis.call('ZCARD', slots)
-            if live >= max and not swept[c] then
-              swept[c] = true
-              live = live - redis.call('ZREMRANGEBYSCORE', slots, '-inf', leaseNow())
-            end
+            local live = liveCount(c, slots, max)
             local oldest = live >= max and redis.call('ZRANGE', KEYS[3 * c], 0, 0, 'WITHSCORES') or {}
             if oldest[1] and not ranOut(oldest[1], oldest[2]) then
               count[c] = live
@@ -152,14 +158,7 @@ while a <= #ARGV do
     elseif waiting then
       codes[#codes + 1] = 3
     else
-      local live = count[c]
-      if not live then
-        live = redis.call('ZCARD', slots)
-      end
-      if live >= max and not swept[c] then
-        swept[c] = true
-        live = live - redis.call('ZREMRANGEBYSCORE', slots, '-inf', leaseNow())
-      end
+      local live = liveCount(c, slots, max)
       if live < max then
         if not score then
           score = string.format('%d', redisNow() + tonumber(ttl))
