@@ -302,21 +302,30 @@ async function channelKeys(id: string): Promise<string[]> {
  * Redis ms). `settle` publishes a marker after everything the test ran and returns the messages once the marker is
  * back: Redis delivers a connection's messages in publish order, so none published before it is missing.
  */
-async function grantsFeed(): Promise<{ settle(): Promise<string[]>; deadlines: Map<string, number> }> {
+async function grantsFeed(): Promise<{
+  settle(): Promise<string[]>;
+  deadlines: Map<string, number>;
+  formed: number[];
+}> {
   const sub = new Redis(redisUrl(), { maxRetriesPerRequest: 1 });
   cleanups.push(() => sub.disconnect());
   const channelPrefix = keys.grants();
   const seen: string[] = [];
   const deadlines = new Map<string, number>();
+  const formed: number[] = [];
   sub.on('pmessage', (_pattern: string, channel: string, message: string) => {
     const [kind, ...rest] = message.split('\n');
     if (kind === 'G') deadlines.set(rest[1]!, Number(rest.shift()));
-    seen.push(`${channel.slice(channelPrefix.length)} ${[kind === 'G' ? 'g' : kind, ...rest].join(' ')}`);
+    if (kind === 'Q') formed.push(Number(rest.shift()));
+    seen.push(
+      `${channel.slice(channelPrefix.length)} ${[kind === 'G' || kind === 'Q' ? kind.toLowerCase() : kind, ...rest].join(' ')}`,
+    );
   });
   await sub.psubscribe(`${channelPrefix}*`);
   let markers = 0;
   return {
     deadlines,
+    formed,
     async settle() {
       const marker = `~ marker ${++markers}`;
       await client.publish(`${channelPrefix}~`, `marker ${markers}`);
@@ -1304,12 +1313,19 @@ describe('requeueWaiter script', () => {
   });
 });
 
-describe('queue news: the "q" message', () => {
+describe('queue news: the "Q" message', () => {
   it('reaches each instance holding a slot once, when the queue forms, and again when it forms anew', async () => {
     const feed = await grantsFeed();
     await hold('qn', 'a:1', 'a:2', 'b:1');
+    const before = await redisNow();
     expect(await enqueue('qn', 'w:1', 3)).toBe('queued');
+    const after = await redisNow();
     expect(await feed.settle()).toEqual(['a q qn', 'b q qn']);
+    // it says when the queue formed, on the Redis clock (ms), the same for every instance told
+    expect(feed.formed).toHaveLength(2);
+    expect(feed.formed[0]).toBe(feed.formed[1]);
+    expect(feed.formed[0]).toBeGreaterThanOrEqual(before);
+    expect(feed.formed[0]).toBeLessThanOrEqual(after);
     expect(await enqueue('qn', 'w:2', 3)).toBe('queued'); // the queue was there: nobody is told again
     expect(await feed.settle()).toEqual(['a q qn', 'b q qn']);
     expect(await leaveQueue('qn', 'w:1', 3)).toBe(false);

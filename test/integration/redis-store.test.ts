@@ -183,7 +183,7 @@ describe('RedisStore command cost (client and server side)', () => {
       store.readLoads(['mix', 'other', 'third']),
       store.setCooldown('mix-c', 1_000, 'r'),
       store.readCooldown('mix-c'),
-      store.release({ channelId: 'mix', token: 'nope' }),
+      store.release({ channelId: 'other', token: 'nope' }),
       store.renew(
         Array.from({ length: 60 }, (_, i) => ({ channelId: 'mix', token: `ghost:${i}` })),
         60_000,
@@ -207,7 +207,8 @@ describe('RedisStore command cost (client and server side)', () => {
       settings: 0,
     });
     expect(cc.sent).toHaveLength(Object.values(delta).reduce((a, b) => a + b, 0));
-    // acquire, renew ×2, enqueue and leave are script calls; the release (no queue known) a plain ZREM
+    // acquire, renew ×2, enqueue and leave are script calls; the release (no queue known, none registering on its
+    // channel) a plain ZREM
     expect(cc.count('evalsha')).toBe(1 + 2 + 2);
     expect(cc.count('zrem')).toBe(1);
   });
@@ -831,6 +832,139 @@ describe('the grants subscription', () => {
       await b.close();
       client.disconnect();
     }
+  });
+});
+
+/**
+ * Makes the grants subscription a store opens on `client` hold every message it receives until `open()` (a message
+ * slow to arrive: the store's own connection answers meanwhile). `held()` is how many wait.
+ */
+function holdMessages(client: Redis): { open(): void; held(): number } {
+  const held: unknown[][] = [];
+  let deliver: ((...args: unknown[]) => boolean) | undefined;
+  const duplicate = client.duplicate.bind(client);
+  client.duplicate = ((...args: Parameters<Redis['duplicate']>) => {
+    const sub = duplicate(...args);
+    const emit = sub.emit.bind(sub);
+    deliver = (...rest) => emit('message', ...rest);
+    sub.emit = ((event: string | symbol, ...rest: unknown[]) => {
+      if (event !== 'message' || !deliver) return emit(event, ...rest);
+      held.push(rest);
+      return true;
+    }) as typeof sub.emit;
+    return sub;
+  }) as Redis['duplicate'];
+  return {
+    open() {
+      const send = deliver!;
+      deliver = undefined;
+      for (const m of held.splice(0)) send(...m);
+    },
+    held: () => held.length,
+  };
+}
+
+describe('a release racing a queue that forms', () => {
+  /** A store of instance `id`, listening on a connection whose messages wait for `gate.open()`. */
+  async function heldStore(
+    id: string,
+    body: (a: RedisStore, gate: ReturnType<typeof holdMessages>) => Promise<void>,
+  ): Promise<void> {
+    const client = new Redis(server.url);
+    const gate = holdMessages(client);
+    const a = new RedisStore({ client, prefix });
+    const listening = a.listen(id, { grant: () => {}, queued: () => {}, resync: () => {} });
+    try {
+      await listening.ready;
+      await body(a, gate);
+    } finally {
+      await listening.stop();
+      await a.close();
+      client.disconnect();
+    }
+  }
+
+  it("a registration of the store's own on its way makes a release in the same turn go through the queue", async () => {
+    const ch = 'race-own';
+    await store.acquireFirst([{ channelId: ch, max: 1 }], opts('o:1'));
+    // Redis holds every command for 300 ms: the registration is written, and unanswered, when the release is asked for
+    const admin = new Redis(server.url);
+    try {
+      expect(await admin.call('CLIENT', 'PAUSE', '300', 'ALL')).toBe('OK');
+    } finally {
+      admin.disconnect();
+    }
+    const registered = store.enqueue(waiter(ch, 'o:w', 1), waitOpts());
+    await new Promise((r) => setTimeout(r, 100));
+    expect(store.queued(ch)).toBe(true); // (a registration on its way counts)
+    const released = store.release({ channelId: ch, token: 'o:1', ttlMs: 60_000 });
+    expect(await registered).toBe('queued');
+    expect(await released).toBe(true);
+    // a plain ZREM would have left the slot free behind the waiter
+    expect(await cc.client.zrange(store.keys.slots(ch), 0, -1)).toEqual(['o:w']);
+    expect(await store.release({ channelId: ch, token: 'o:w', ttlMs: 60_000 })).toBe(true);
+  });
+
+  it('a plain release Redis ran after a queue formed elsewhere is made good when the "Q" message comes: the slot goes to the waiter', async () => {
+    const ch = 'race-kick';
+    await heldStore('ka', async (a, gate) => {
+      expect(await a.acquireFirst([{ channelId: ch, max: 1 }], opts('ka:1'))).toEqual(['acquired']);
+      expect(await store.enqueue(waiter(ch, 'kb:1', 1), waitOpts())).toBe('queued'); // "Q" to ka: held
+      await expect.poll(gate.held, { timeout: 10_000 }).toBe(1);
+      expect(a.queued(ch)).toBe(false);
+      const before = a.commands.release;
+      expect(await a.release({ channelId: ch, token: 'ka:1', ttlMs: 60_000 })).toBe(true);
+      expect(await cc.client.zcard(a.keys.slots(ch))).toBe(0); // freed behind the waiter, granted to nobody
+      gate.open();
+      expect(a.queued(ch)).toBe(true);
+      await expect
+        .poll(() => cc.client.zrange(a.keys.slots(ch), 0, -1), { timeout: 10_000 })
+        .toEqual(['kb:1']);
+      expect(a.commands.release - before).toBe(2); // the ZREM, and one releaseSlot that granted the slot
+      expect(await store.release({ channelId: ch, token: 'kb:1', ttlMs: 60_000 })).toBe(true);
+    });
+  });
+
+  it('a plain release answered well before a queue formed costs nothing more when the "Q" message comes', async () => {
+    const ch = 'race-none';
+    await heldStore('na', async (a, gate) => {
+      await a.readLoads([ch]); // the store's clock reading: its bound says when the release was answered
+      expect(await a.acquireFirst([{ channelId: ch, max: 2 }], opts('na:1'))).toEqual(['acquired']);
+      expect(await a.acquireFirst([{ channelId: ch, max: 2 }], opts('na:2'))).toEqual(['acquired']);
+      expect(await a.release({ channelId: ch, token: 'na:1', ttlMs: 60_000 })).toBe(true); // a plain ZREM
+      // longer than any slack of the bound, and than the window used without one
+      await new Promise((r) => setTimeout(r, 1100));
+      expect(await store.acquireFirst([{ channelId: ch, max: 2 }], opts('nb:1'))).toEqual(['acquired']);
+      expect(await store.enqueue(waiter(ch, 'nb:w', 2), waitOpts())).toBe('queued'); // "Q" to na: held
+      await expect.poll(gate.held, { timeout: 10_000 }).toBe(1);
+      const before = a.commands.release;
+      gate.open();
+      expect(a.queued(ch)).toBe(true);
+      // a kick would have gone out at the end of this turn
+      await new Promise((r) => setTimeout(r, 50));
+      expect(a.commands.release).toBe(before);
+      expect(await cc.client.zrange(a.keys.slots(ch), 0, -1)).toEqual(['na:2', 'nb:1']);
+      expect(await store.leaveQueue(waiter(ch, 'nb:w', 2), 60_000)).toBe(false);
+    });
+  });
+
+  it('a load read sent before a "Q" message came does not clear the queue it announced', async () => {
+    const ch = 'race-read';
+    await heldStore('ra', async (a, gate) => {
+      expect(await a.acquireFirst([{ channelId: ch, max: 1 }], opts('ra:1'))).toEqual(['acquired']);
+      expect(await store.enqueue(waiter(ch, 'rb:1', 1), waitOpts())).toBe('queued'); // "Q" to ra: held
+      await expect.poll(gate.held, { timeout: 10_000 }).toBe(1);
+      // the read counts no waiter, and the message is taken in while it is on its way (as when the read ran before
+      // the queue formed and its reply came in after the message)
+      expect(await store.leaveQueue(waiter(ch, 'rb:1', 1), 60_000)).toBe(false);
+      const loads = await a.readLoads([ch], { onSent: () => gate.open() });
+      expect(loads.get(ch)!.waiting).toBe(0);
+      expect(a.queued(ch)).toBe(true);
+      // a read sent after it clears it
+      await a.readLoads([ch]);
+      expect(a.queued(ch)).toBe(false);
+      expect(await a.release({ channelId: ch, token: 'ra:1', ttlMs: 60_000 })).toBe(true);
+    });
   });
 });
 

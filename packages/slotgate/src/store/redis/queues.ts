@@ -38,6 +38,11 @@ export interface RedisQueuesDeps {
   /** Now on the Redis clock as last read; undefined before any read. */
   redisNow?: () => number | undefined;
   /**
+   * Sends a release of `lease` through the queue (lua/releaseSlot-2.lua): the kick that grants a slot a plain release
+   * freed behind a queue that formed meanwhile (its token is nobody's: only the grant loop does anything).
+   */
+  kick?: (lease: LeaseRef) => void;
+  /**
    * Now on the Redis clock by the store's upper bound (RedisClock.upperNow), which a release's grants are scored from
    * (lua/releaseSlot-2.lua); undefined where there is none (then, and on Cluster, the script reads TIME).
    */
@@ -59,6 +64,13 @@ const COVERED_LIMIT = 10_000;
  * second, and one sweep a second frees a dead holder's slot as surely as one per waiter.
  */
 const SWEEP_EVERY_MS = 1000;
+
+/**
+ * Where the store has no upper bound of the Redis clock (Cluster, or before its first reading), how long after a plain
+ * release was answered a queue's forming may still have run before it: a `Q` message that arrives this long after the
+ * release's answer is taken to be about a queue formed after it (queues.ts, formed).
+ */
+const UNBOUNDED_RACE_MS = 1000;
 
 /** Time allowed beyond the claim deadline for a claim's round trip, in the grant's expiry hint. */
 const CLAIM_MARGIN_MS = 1000;
@@ -110,9 +122,30 @@ interface PendingEnqueue {
   reject: (err: unknown) => void;
 }
 
+/** A channel's releases by plain ZREM from this store: how many are unanswered, and when the last was answered. */
+interface PlainReleases {
+  inFlight: number;
+  /** The store's upper bound of the Redis clock when the last was answered (undefined where it has none). */
+  answeredBelow: number | undefined;
+  /** This store's clock when the last was answered. */
+  answeredAt: number;
+  /** The lease TTL of the last (a kick grants this instance's waiters leases of it). */
+  ttlMs: number;
+}
+
 export class RedisQueues {
-  /** Channels this instance believes have a queue. */
-  private readonly queued = new Set<string>();
+  /**
+   * Channels this instance believes have a queue, each with the stamp of its latest mark (`marks` then): a clear
+   * from a reply to a command sent before that mark does not undo it (the mark may have come by another connection,
+   * a `Q` message, about a queue that formed after the command ran).
+   */
+  private readonly queued = new Map<string, number>();
+  /** Marks of a queue so far, over all channels: a command's stamp is this when it was sent. */
+  private marks = 0;
+  /** Per channel, this store's registrations not yet answered: until they are, the channel counts as queued. */
+  private readonly registering = new Map<string, number>();
+  /** Per channel, this store's releases by plain ZREM (formed() reads them). */
+  private readonly plain = new Map<string, PlainReleases>();
   /**
    * The instances listening through this store: a release of one of their leases grants that instance's own waiters
    * a full lease, named in the reply instead of a message.
@@ -166,26 +199,92 @@ export class RedisQueues {
     this.members.delete(placeOf(channelId, token));
   }
 
+  /**
+   * Whether a slot of the channel is given back through the queue: it is marked queued, or a registration of this
+   * store is on its way there (sent ahead of the release on the same connection, it may form a queue the release
+   * would otherwise free a slot behind).
+   */
   hasQueue(channelId: string): boolean {
-    return this.queued.has(channelId);
+    return this.queued.has(channelId) || this.registering.has(channelId);
   }
 
-  private mark(channelId: string, queued: boolean): void {
-    if (queued) this.queued.add(channelId);
-    else this.queued.delete(channelId);
+  /** The stamp of a command sent now: what its reply may clear is judged by it (mark). */
+  stamp(): number {
+    return this.marks;
   }
 
-  /** What an acquire call's replies say: `queued` means a queue, `acquired` means none was there. */
-  noteAcquire(targets: readonly AcquireTarget[], replies: readonly AcquireReply[]): void {
+  /** Marks the channel queued, or clears it unless it was marked after `stamp` (the clearing command was sent). */
+  private mark(channelId: string, queued: boolean, stamp = Infinity): void {
+    if (queued) {
+      if (this.queued.size >= COVERED_LIMIT && !this.queued.has(channelId)) this.queued.clear();
+      this.queued.set(channelId, ++this.marks);
+    } else if ((this.queued.get(channelId) ?? Infinity) <= stamp) this.queued.delete(channelId);
+  }
+
+  /**
+   * What an acquire call's replies say: `queued` means a queue, `acquired` means none was there when it ran (`stamp`:
+   * when it was sent).
+   */
+  noteAcquire(targets: readonly AcquireTarget[], replies: readonly AcquireReply[], stamp: number): void {
     replies.forEach((reply, i) => {
       if (reply === 'queued') this.mark(targets[i]!.channelId, true);
-      else if (reply === 'acquired') this.mark(targets[i]!.channelId, false);
+      else if (reply === 'acquired') this.mark(targets[i]!.channelId, false, stamp);
     });
   }
 
-  /** What a load read says: live waiters mean a queue; none mean none, unless `clears` is false (a lagging read). */
-  noteLoads(loads: ReadonlyMap<string, ChannelLoad>, clears = true): void {
-    for (const [id, load] of loads) if (clears || load.waiting > 0) this.mark(id, load.waiting > 0);
+  /**
+   * What a load read says: live waiters mean a queue; none mean none when it ran (`stamp`: when it was sent), unless
+   * `clears` is false (a lagging read).
+   */
+  noteLoads(loads: ReadonlyMap<string, ChannelLoad>, clears: boolean, stamp = -Infinity): void {
+    for (const [id, load] of loads) {
+      if (load.waiting > 0) this.mark(id, true);
+      else if (clears) this.mark(id, false, stamp);
+    }
+  }
+
+  /**
+   * A release by plain ZREM goes out (the channel was not marked queued): counted until it is answered (the callback
+   * returned), so that a queue formed meanwhile is made good (formed).
+   */
+  plainRelease(lease: LeaseRef): () => void {
+    const id = lease.channelId;
+    let p = this.plain.get(id);
+    if (!p) {
+      if (this.plain.size >= COVERED_LIMIT) this.plain.clear();
+      p = { inFlight: 0, answeredBelow: undefined, answeredAt: -Infinity, ttlMs: DEFAULT_LEASE_TTL_MS };
+      this.plain.set(id, p);
+    }
+    const released = p;
+    released.inFlight++;
+    released.ttlMs = lease.ttlMs ?? DEFAULT_LEASE_TTL_MS;
+    let answered = false;
+    return () => {
+      if (answered) return; // (a command sent again after a redirect is answered twice)
+      answered = true;
+      released.inFlight--;
+      released.answeredBelow = this.deps.scoreNow?.();
+      released.answeredAt = this.deps.clock.now();
+    };
+  }
+
+  /**
+   * A queue formed on the channel at `formedAt` (Redis ms) while this instance held a slot there (a `Q` message). A
+   * plain release of this store that Redis may have run after that freed its slot behind the waiter, and no script
+   * granted it: one release through the queue, of a token nobody holds, grants it now. "May have": it is unanswered,
+   * or it was answered when the store's upper bound of the Redis clock was past `formedAt` (without a bound: less
+   * than UNBOUNDED_RACE_MS before this message came). A release answered before that ran before the queue formed,
+   * and the script that formed it found the slot free.
+   */
+  private formed(channelId: string, formedAt: number, instanceId: string): void {
+    const p = this.plain.get(channelId);
+    if (!p || !this.deps.kick) return;
+    const racing =
+      p.inFlight > 0 ||
+      (p.answeredBelow !== undefined
+        ? p.answeredBelow >= formedAt
+        : this.deps.clock.now() - p.answeredAt < UNBOUNDED_RACE_MS);
+    if (racing) this.deps.kick({ channelId, token: `${instanceId}:kick`, ttlMs: p.ttlMs });
   }
 
   /** The releaseSlot arguments after the token. */
@@ -293,6 +392,9 @@ export class RedisQueues {
     extra: readonly Arg[],
     send: (keys: string[], args: Arg[]) => Promise<EnqueueReply>,
   ): Promise<EnqueueReply> {
+    const stamp = this.marks;
+    const id = w.channelId;
+    this.registering.set(id, (this.registering.get(id) ?? 0) + 1);
     try {
       const reply = await this.deps.deadlines.run('wait_register', () =>
         send(this.keysOf(w.channelId), [
@@ -304,7 +406,7 @@ export class RedisQueues {
       );
       // granted at once or turned away: not in the queue
       if (reply !== 'queued') this.forget(w.channelId, w.token);
-      this.mark(w.channelId, reply !== 'granted');
+      this.mark(w.channelId, reply !== 'granted', stamp);
       return reply;
     } catch (err) {
       // Uncertain, like an acquire: the script may still run after the time-out, and the caller, told it failed,
@@ -314,6 +416,10 @@ export class RedisQueues {
       this.leave(w, options.leaseTtlMs).catch(() => {});
       if (fromMember) this.leaveMember(w.channelId, fromMember, options.leaseTtlMs).catch(() => {});
       throw err;
+    } finally {
+      const n = this.registering.get(id)! - 1;
+      if (n > 0) this.registering.set(id, n);
+      else this.registering.delete(id);
     }
   }
 
@@ -447,8 +553,9 @@ export class RedisQueues {
     });
     subscriber.on('message', (from: string, message: string) => {
       if (from !== channel) return;
-      // "G\n<claim deadline>\n<token>\n<channel>", "g\n<token>\n<channel>" (a release before the deadline was sent) or
-      // "q\n<channel>": the channel is the rest, whatever it holds (a newline too)
+      // "G\n<claim deadline>\n<token>\n<channel>", "g\n<token>\n<channel>" (a release before the deadline was sent),
+      // "Q\n<formed at, Redis ms>\n<channel>" (a queue formed) or "q\n<channel>" (the same from a build before the
+      // time was sent): the channel is the rest, whatever it holds (a newline too)
       const kind = message.slice(0, 2);
       let rest = message.slice(2);
       let heldForMs: number | undefined;
@@ -468,6 +575,12 @@ export class RedisQueues {
           this.forget(rest.slice(cut + 1), rest.slice(0, cut));
           listener.grant(rest.slice(cut + 1), rest.slice(0, cut), undefined, heldForMs);
         }
+      } else if (kind === 'Q\n') {
+        const cut = rest.indexOf('\n');
+        const channelId = rest.slice(cut + 1);
+        this.mark(channelId, true);
+        this.formed(channelId, Number(rest.slice(0, cut)), instanceId);
+        listener.queued(channelId);
       } else if (kind === 'q\n') {
         this.mark(rest, true);
         listener.queued(rest);

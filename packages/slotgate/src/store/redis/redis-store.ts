@@ -149,6 +149,7 @@ export class RedisStore implements SlotStore {
       clock: this.clock,
       redisNow: () => (this.redisClock.unknown ? undefined : this.redisClock.now()),
       scoreNow: () => this.scoreNow(),
+      kick: (lease) => void this.topology.release(lease, true).done.catch(() => {}),
     });
     this.topology = topologyOf({
       client: this.client,
@@ -158,6 +159,8 @@ export class RedisStore implements SlotStore {
       count: this.count,
       releaseArgs: this.queues.releaseArgs,
       released: this.queues.released,
+      hasQueue: (channelId) => this.queues.hasQueue(channelId),
+      plainRelease: (lease) => this.queues.plainRelease(lease),
     });
     this.maxChannelsPerAcquire = this.topology.maxChannelsPerAcquire;
     this.summary = new RedisLoadSummary({
@@ -224,11 +227,13 @@ export class RedisStore implements SlotStore {
         ),
       );
     }
-    const acquire = () =>
-      this.topology.acquire({ targets, opts }).then((replies) => {
-        this.queues.noteAcquire(targets, replies);
+    const acquire = () => {
+      const stamp = this.queues.stamp();
+      return this.topology.acquire({ targets, opts }).then((replies) => {
+        this.queues.noteAcquire(targets, replies, stamp);
         return replies;
       });
+    };
     return this.epoch.admitting('acquire', acquire);
   }
 
@@ -331,6 +336,7 @@ export class RedisStore implements SlotStore {
     const min = { slots: `(${now}`, queue: `(${(now - this.queues.liveMs()) * 1000}` };
     const withTime = !seeded && this.redisClock.claimRefresh();
     const batches = chunk(ids, BATCH_SIZE);
+    const stamp = this.queues.stamp();
     opts?.onSent?.();
     const sentAt = this.redisClock.sending();
     const replies = await this.run('load_read', 'load_read', ids.length * 3 + (withTime ? 1 : 0), () =>
@@ -338,7 +344,7 @@ export class RedisStore implements SlotStore {
     );
     for (const { time } of replies) if (time) this.redisClock.learn(time, sentAt);
     replies.flatMap((r) => r.loads).forEach((load, i) => loads.set(ids[i]!, load));
-    this.queues.noteLoads(loads);
+    this.queues.noteLoads(loads, true, stamp);
     return loads;
   }
 

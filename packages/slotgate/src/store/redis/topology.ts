@@ -40,6 +40,13 @@ export interface TopologyDeps {
   /** The releaseSlot arguments after the token: claim deadline, lease TTL, grants prefix, channel id. */
   releaseArgs: (lease: LeaseRef) => (string | number)[];
   released: (lease: LeaseRef, reply: ReleaseSlotReply) => boolean;
+  /**
+   * Whether the channel counts as queued when a release goes out (decided then, not when it was asked for: a
+   * registration sent meanwhile goes out ahead of it).
+   */
+  hasQueue: (channelId: string) => boolean;
+  /** A plain-ZREM release goes out; the callback returned is called when it is answered (RedisQueues.plainRelease). */
+  plainRelease: (lease: LeaseRef) => () => void;
 }
 
 /** The exclusive lower bounds, as ZCOUNT takes them, of a live lease's expiry (ms) and a live registration's arrival (µs). */
@@ -159,18 +166,27 @@ class ClusterTopology extends TurnQueue implements Topology {
   }
 
   private sendRelease(q: QueuedRelease): void {
-    const { client, keys, deadlines, count, releaseArgs, released } = this.deps;
+    const { client, keys, deadlines, count, releaseArgs, released, hasQueue, plainRelease } = this.deps;
     const lease = q.request;
     const id = lease.channelId;
     count('release', 1);
+    if (q.viaQueue || hasQueue(id)) {
+      deadlines
+        .run('release', () =>
+          SCRIPTS.releaseSlot
+            .call(client, [keys.slots(id), keys.queue(id)], [lease.token, ...releaseArgs(lease)])
+            .then((reply) => released(lease, reply)),
+        )
+        .then(q.resolve, q.reject);
+      return;
+    }
+    const answered = plainRelease(lease);
     deadlines
-      .run('release', () =>
-        q.viaQueue
-          ? SCRIPTS.releaseSlot
-              .call(client, [keys.slots(id), keys.queue(id)], [lease.token, ...releaseArgs(lease)])
-              .then((reply) => released(lease, reply))
-          : client.zrem(keys.slots(id), lease.token).then((removed) => removed === 1),
-      )
+      .run('release', () => {
+        const sent = client.zrem(keys.slots(id), lease.token);
+        sent.then(answered, answered);
+        return sent.then((removed) => removed === 1);
+      })
       .then(q.resolve, q.reject);
   }
 

@@ -22,6 +22,10 @@ export interface TurnBatcherDeps {
   releaseArgs: (lease: LeaseRef) => (string | number)[];
   /** Reads a releaseSlot reply (and hands over the grants it made to this instance's waiters). */
   released: (lease: LeaseRef, reply: ReleaseSlotReply) => boolean;
+  /** Whether the channel counts as queued now, when the turn goes out (topology.ts). */
+  hasQueue: (channelId: string) => boolean;
+  /** A plain-ZREM release goes out; the callback returned is called when it is answered. */
+  plainRelease: (lease: LeaseRef) => () => void;
 }
 
 export class TurnBatcher extends TurnQueue {
@@ -37,10 +41,16 @@ export class TurnBatcher extends TurnQueue {
       return; // every release of the turn was withdrawn
     }
     const pipeline = client.pipeline();
-    for (const { request: lease, viaQueue } of releases) {
+    // decided now, not when each was asked for: a registration sent meanwhile is ahead of them on the connection
+    const answered: (() => void)[] = [];
+    for (const q of releases) {
+      const lease = q.request;
       const id = lease.channelId;
-      if (!viaQueue) pipeline.zrem(keys.slots(id), lease.token);
-      else {
+      q.viaQueue ||= this.deps.hasQueue(id);
+      if (!q.viaQueue) {
+        pipeline.zrem(keys.slots(id), lease.token);
+        answered.push(this.deps.plainRelease(lease));
+      } else {
         const queueKeys = [keys.slots(id), keys.queue(id)];
         SCRIPTS.releaseSlot.queue(pipeline, queueKeys, [lease.token, ...this.deps.releaseArgs(lease)]);
       }
@@ -51,6 +61,10 @@ export class TurnBatcher extends TurnQueue {
       return call;
     });
     const sent = pipeline.exec() as Promise<[Error | null, unknown][]>;
+    if (answered.length > 0) {
+      const done = () => answered.forEach((f) => f());
+      sent.then(done, done);
+    }
     for (const resolve of waiting) resolve();
     // One time bound for the turn's releases, one per acquire call; each command counted for its purpose.
     if (releases.length > 0) {

@@ -26,7 +26,7 @@
   token holds a slot until the claim deadline; no message is sent for it), 1 = queued, 0 = queue full; in a list,
   "!<error>" for a registration whose commands failed (a single registration's error is the call's). Registrations
   of one call arrive in the order given (the i-th at the clock's µs + i - 1). When a queue forms (the waiter is left
-  waiting with no live waiter ahead of it), every instance holding a slot of the channel is told ("q\n<channel>"),
+  waiting with no live waiter ahead of it), every instance holding a slot of the channel is told ("Q\n<ms>\n<channel>"),
   so none of them passes a slot on locally ahead of the queue; a waiter granted at once forms no queue and tells
   nobody.
   Cost per registration: ZCOUNT of the registrations within this one's lifetime (the bound, and whether any live one

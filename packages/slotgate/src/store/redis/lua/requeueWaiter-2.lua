@@ -19,7 +19,7 @@
   ARGV[7]     max waiting (>= 1), for a waiter the queue lost
 
   Returns 2 = `to` holds a slot at once (claim it), 1 = queued, 0 = queue full (the queue had lost `from`).
-  When `to` is left at the head, every instance holding a slot of the channel is told ("q\n<channel>"), as when a
+  When `to` is left at the head, every instance holding a slot of the channel is told ("Q\n<ms>\n<channel>"), as when a
   queue forms.
   Cost: ZSCORE, ZREM of the member or of the token's slot (+ ZREMRANGEBYSCORE and ZRANGE of the head, and per dead
   head a ZREM and a ZRANGE), or when the queue lost it ZCOUNT of the registrations within `to`'s lifetime, ZADD, PTTL

@@ -221,15 +221,19 @@ local function grantFree(slotsKey, queueKey, claimMs, leaseTtl, notify, channelI
   end
 end
 
--- Tells every instance holding a slot of the channel, once each, that a queue formed ("q\n<channel>"), so none of
--- them passes a slot on locally ahead of it. Costs a ZRANGE of the slots and one PUBLISH per holding instance.
+-- Tells every instance holding a slot of the channel, once each, that a queue formed and when on the Redis clock
+-- ("Q\n<ms>\n<channel>"), so none of them passes a slot on locally ahead of it or gives one back by a plain ZREM, and
+-- one whose plain ZREM may have run after this (queues.ts, formed) grants the slot it freed. Costs a ZRANGE of the
+-- slots and one PUBLISH per holding instance (and a TIME when the script read none).
 local function tellHolders(slotsKey, notify, channelId)
   local told = {}
+  local message = nil
   for _, holder in ipairs(redis.call('ZRANGE', slotsKey, 0, -1)) do
     local instance = instanceOf(holder)
     if not told[instance] then
       told[instance] = true
-      redis.call('PUBLISH', notify .. instance, 'q\n' .. channelId)
+      message = message or ('Q\n' .. string.format('%d', leaseNow()) .. '\n' .. channelId)
+      redis.call('PUBLISH', notify .. instance, message)
     end
   end
 end
