@@ -887,15 +887,17 @@ describe('a release racing a queue that forms', () => {
   it("a registration of the store's own on its way makes a release in the same turn go through the queue", async () => {
     const ch = 'race-own';
     await store.acquireFirst([{ channelId: ch, max: 1 }], opts('o:1'));
-    // Redis holds every command for 300 ms: the registration is written, and unanswered, when the release is asked for
+    // Redis holds every command for 600 ms: the registration is written, and unanswered, when the release is asked for
     const admin = new Redis(server.url);
     try {
-      expect(await admin.call('CLIENT', 'PAUSE', '300', 'ALL')).toBe('OK');
+      expect(await admin.call('CLIENT', 'PAUSE', '600', 'ALL')).toBe('OK');
     } finally {
       admin.disconnect();
     }
-    const registered = store.enqueue(waiter(ch, 'o:w', 1), waitOpts());
+    let answered = false;
+    const registered = store.enqueue(waiter(ch, 'o:w', 1), waitOpts()).finally(() => (answered = true));
     await new Promise((r) => setTimeout(r, 100));
+    expect(answered).toBe(false);
     expect(store.queued(ch)).toBe(true); // (a registration on its way counts)
     const released = store.release({ channelId: ch, token: 'o:1', ttlMs: 60_000 });
     expect(await registered).toBe('queued');
@@ -908,6 +910,7 @@ describe('a release racing a queue that forms', () => {
   it('a plain release Redis ran after a queue formed elsewhere is made good when the "Q" message comes: the slot goes to the waiter', async () => {
     const ch = 'race-kick';
     await heldStore('ka', async (a, gate) => {
+      await a.readLoads([ch]); // the store's clock reading: its bound says when the release was answered
       expect(await a.acquireFirst([{ channelId: ch, max: 1 }], opts('ka:1'))).toEqual(['acquired']);
       expect(await store.enqueue(waiter(ch, 'kb:1', 1), waitOpts())).toBe('queued'); // "Q" to ka: held
       await expect.poll(gate.held, { timeout: 10_000 }).toBe(1);

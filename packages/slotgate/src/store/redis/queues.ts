@@ -125,6 +125,8 @@ interface PendingEnqueue {
 /** A channel's releases by plain ZREM from this store: how many are unanswered, and when the last was answered. */
 interface PlainReleases {
   inFlight: number;
+  /** A kick waits for the releases in flight to be answered (on Cluster one may be sent again after a redirect). */
+  kickDue: LeaseRef | undefined;
   /** The store's upper bound of the Redis clock when the last was answered (undefined where it has none). */
   answeredBelow: number | undefined;
   /** This store's clock when the last was answered. */
@@ -215,10 +217,9 @@ export class RedisQueues {
 
   /** Marks the channel queued, or clears it unless it was marked after `stamp` (the clearing command was sent). */
   private mark(channelId: string, queued: boolean, stamp = Infinity): void {
-    if (queued) {
-      if (this.queued.size >= COVERED_LIMIT && !this.queued.has(channelId)) this.queued.clear();
-      this.queued.set(channelId, ++this.marks);
-    } else if ((this.queued.get(channelId) ?? Infinity) <= stamp) this.queued.delete(channelId);
+    // (no limit: a mark dropped while its queue lives would send releases past it, and the marks are one per channel)
+    if (queued) this.queued.set(channelId, ++this.marks);
+    else if ((this.queued.get(channelId) ?? Infinity) <= stamp) this.queued.delete(channelId);
   }
 
   /**
@@ -247,24 +248,38 @@ export class RedisQueues {
    * A release by plain ZREM goes out (the channel was not marked queued): counted until it is answered (the callback
    * returned), so that a queue formed meanwhile is made good (formed).
    */
-  plainRelease(lease: LeaseRef): () => void {
+  plainRelease(lease: LeaseRef): (ok: boolean) => void {
     const id = lease.channelId;
     let p = this.plain.get(id);
     if (!p) {
-      if (this.plain.size >= COVERED_LIMIT) this.plain.clear();
-      p = { inFlight: 0, answeredBelow: undefined, answeredAt: -Infinity, ttlMs: DEFAULT_LEASE_TTL_MS };
+      if (this.plain.size >= COVERED_LIMIT) {
+        for (const [channelId, q] of this.plain) if (q.inFlight === 0) this.plain.delete(channelId);
+      }
+      p = {
+        inFlight: 0,
+        kickDue: undefined,
+        answeredBelow: undefined,
+        answeredAt: -Infinity,
+        ttlMs: DEFAULT_LEASE_TTL_MS,
+      };
       this.plain.set(id, p);
     }
     const released = p;
     released.inFlight++;
     released.ttlMs = lease.ttlMs ?? DEFAULT_LEASE_TTL_MS;
     let answered = false;
-    return () => {
-      if (answered) return; // (a command sent again after a redirect is answered twice)
+    return (ok) => {
+      if (answered) return;
       answered = true;
       released.inFlight--;
-      released.answeredBelow = this.deps.scoreNow?.();
+      // a release that failed (a time-out, a lost connection) may still run: without a bound, it counts from now
+      released.answeredBelow = ok ? this.deps.scoreNow?.() : undefined;
       released.answeredAt = this.deps.clock.now();
+      const kick = released.kickDue;
+      if (kick && released.inFlight === 0) {
+        released.kickDue = undefined;
+        this.deps.kick?.(kick);
+      }
     };
   }
 
@@ -272,9 +287,9 @@ export class RedisQueues {
    * A queue formed on the channel at `formedAt` (Redis ms) while this instance held a slot there (a `Q` message). A
    * plain release of this store that Redis may have run after that freed its slot behind the waiter, and no script
    * granted it: one release through the queue, of a token nobody holds, grants it now. "May have": it is unanswered,
-   * or it was answered when the store's upper bound of the Redis clock was past `formedAt` (without a bound: less
-   * than UNBOUNDED_RACE_MS before this message came). A release answered before that ran before the queue formed,
-   * and the script that formed it found the slot free.
+   * or it was answered when the store's upper bound of the Redis clock was past `formedAt` (without a bound, or
+   * when it failed: less than UNBOUNDED_RACE_MS before this message came). A release answered before that ran before
+   * the queue formed, and the script that formed it found the slot free.
    */
   private formed(channelId: string, formedAt: number, instanceId: string): void {
     const p = this.plain.get(channelId);
@@ -284,7 +299,12 @@ export class RedisQueues {
       (p.answeredBelow !== undefined
         ? p.answeredBelow >= formedAt
         : this.deps.clock.now() - p.answeredAt < UNBOUNDED_RACE_MS);
-    if (racing) this.deps.kick({ channelId, token: `${instanceId}:kick`, ttlMs: p.ttlMs });
+    if (!racing) return;
+    const kick = { channelId, token: `${instanceId}:kick`, ttlMs: p.ttlMs };
+    // one in flight: the kick follows its answer (on one node it would run after it anyway, on the same connection;
+    // on Cluster a release redirected is sent again later)
+    if (p.inFlight > 0) p.kickDue = kick;
+    else this.deps.kick(kick);
   }
 
   /** The releaseSlot arguments after the token. */

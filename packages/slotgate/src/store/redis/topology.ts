@@ -45,8 +45,11 @@ export interface TopologyDeps {
    * registration sent meanwhile goes out ahead of it).
    */
   hasQueue: (channelId: string) => boolean;
-  /** A plain-ZREM release goes out; the callback returned is called when it is answered (RedisQueues.plainRelease). */
-  plainRelease: (lease: LeaseRef) => () => void;
+  /**
+   * A plain-ZREM release goes out; the callback returned is called when it is answered, `ok` false when it failed
+   * (RedisQueues.plainRelease).
+   */
+  plainRelease: (lease: LeaseRef) => (ok: boolean) => void;
 }
 
 /** The exclusive lower bounds, as ZCOUNT takes them, of a live lease's expiry (ms) and a live registration's arrival (µs). */
@@ -181,13 +184,19 @@ class ClusterTopology extends TurnQueue implements Topology {
       return;
     }
     const answered = plainRelease(lease);
+    // answered when the run settles: a command Redis redirected is sent again (cluster-deadlines.ts)
     deadlines
-      .run('release', () => {
-        const sent = client.zrem(keys.slots(id), lease.token);
-        sent.then(answered, answered);
-        return sent.then((removed) => removed === 1);
-      })
-      .then(q.resolve, q.reject);
+      .run('release', () => client.zrem(keys.slots(id), lease.token).then((removed) => removed === 1))
+      .then(
+        (removed) => {
+          answered(true);
+          q.resolve(removed);
+        },
+        (err: unknown) => {
+          answered(false);
+          q.reject(err);
+        },
+      );
   }
 
   renewBatches<L extends LeaseRef>(leases: readonly L[]): L[][] {

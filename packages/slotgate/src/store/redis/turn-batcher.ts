@@ -25,7 +25,7 @@ export interface TurnBatcherDeps {
   /** Whether the channel counts as queued now, when the turn goes out (topology.ts). */
   hasQueue: (channelId: string) => boolean;
   /** A plain-ZREM release goes out; the callback returned is called when it is answered. */
-  plainRelease: (lease: LeaseRef) => () => void;
+  plainRelease: (lease: LeaseRef) => (ok: boolean) => void;
 }
 
 export class TurnBatcher extends TurnQueue {
@@ -42,7 +42,7 @@ export class TurnBatcher extends TurnQueue {
     }
     const pipeline = client.pipeline();
     // decided now, not when each was asked for: a registration sent meanwhile is ahead of them on the connection
-    const answered: (() => void)[] = [];
+    const answered: ((ok: boolean) => void)[] = [];
     for (const q of releases) {
       const lease = q.request;
       const id = lease.channelId;
@@ -62,8 +62,15 @@ export class TurnBatcher extends TurnQueue {
     });
     const sent = pipeline.exec() as Promise<[Error | null, unknown][]>;
     if (answered.length > 0) {
-      const done = () => answered.forEach((f) => f());
-      sent.then(done, done);
+      sent.then(
+        (results) => {
+          let i = 0;
+          releases.forEach((q, at) => {
+            if (!q.viaQueue) answered[i++]!(!results[at]![0]);
+          });
+        },
+        () => answered.forEach((f) => f(false)),
+      );
     }
     for (const resolve of waiting) resolve();
     // One time bound for the turn's releases, one per acquire call; each command counted for its purpose.
