@@ -159,7 +159,7 @@ export class RedisStore implements SlotStore {
       count: this.count,
       releaseArgs: this.queues.releaseArgs,
       released: this.queues.released,
-      hasQueue: (channelId) => this.queues.hasQueue(channelId),
+      viaQueue: (channelId) => this.queues.releasesViaQueue(channelId),
       plainRelease: (lease) => this.queues.plainRelease(lease),
     });
     this.maxChannelsPerAcquire = this.topology.maxChannelsPerAcquire;

@@ -44,7 +44,7 @@ export interface TopologyDeps {
    * Whether the channel counts as queued when a release goes out (decided then, not when it was asked for: a
    * registration sent meanwhile goes out ahead of it).
    */
-  hasQueue: (channelId: string) => boolean;
+  viaQueue: (channelId: string) => boolean;
   /**
    * A plain-ZREM release goes out; the callback returned is called when it is answered, `ok` false when it failed
    * (RedisQueues.plainRelease).
@@ -169,11 +169,11 @@ class ClusterTopology extends TurnQueue implements Topology {
   }
 
   private sendRelease(q: QueuedRelease): void {
-    const { client, keys, deadlines, count, releaseArgs, released, hasQueue, plainRelease } = this.deps;
+    const { client, keys, deadlines, count, releaseArgs, released, viaQueue, plainRelease } = this.deps;
     const lease = q.request;
     const id = lease.channelId;
     count('release', 1);
-    if (q.viaQueue || hasQueue(id)) {
+    if (q.viaQueue || viaQueue(id)) {
       deadlines
         .run('release', () =>
           SCRIPTS.releaseSlot

@@ -23,7 +23,7 @@ export interface TurnBatcherDeps {
   /** Reads a releaseSlot reply (and hands over the grants it made to this instance's waiters). */
   released: (lease: LeaseRef, reply: ReleaseSlotReply) => boolean;
   /** Whether the channel counts as queued now, when the turn goes out (topology.ts). */
-  hasQueue: (channelId: string) => boolean;
+  viaQueue: (channelId: string) => boolean;
   /** A plain-ZREM release goes out; the callback returned is called when it is answered. */
   plainRelease: (lease: LeaseRef) => (ok: boolean) => void;
 }
@@ -46,7 +46,7 @@ export class TurnBatcher extends TurnQueue {
     for (const q of releases) {
       const lease = q.request;
       const id = lease.channelId;
-      q.viaQueue ||= this.deps.hasQueue(id);
+      q.viaQueue ||= this.deps.viaQueue(id);
       if (!q.viaQueue) {
         pipeline.zrem(keys.slots(id), lease.token);
         answered.push(this.deps.plainRelease(lease));
