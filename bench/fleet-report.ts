@@ -75,6 +75,7 @@ export function fleetTable(s: FleetScenario, runs: readonly RunRecord[]): string
     fmt(f.waiters, 0),
     f.waiters ? `${pct(f.inversionRatio, 1)} (${fmt(f.overtaken, 0)})` : '–',
     f.grantLatency.count ? slash([f.grantLatency.p50, f.grantLatency.p99], ms) : '–',
+    r?.fleet!.loopDelayP99Ms !== undefined ? slash([r.fleet!.loopDelayP99Ms, r.fleet!.loopDelayMaxMs!], ms) : '–',
     r
       ? `${Math.max(0, ...Object.values(r.highest))}/${r.params.max}${r.oversold.length ? ' **OVERSOLD**' : ''}`
       : '–',
@@ -97,6 +98,7 @@ export function fleetTable(s: FleetScenario, runs: readonly RunRecord[]): string
     'had to wait',
     'FIFO inversions',
     'grant latency p50 / p99 ms',
+    'event-loop delay p99 / max ms',
     'highest/max (all processes)',
     'shed at cap',
     'dispatch lag p99 / max ms',
@@ -254,6 +256,9 @@ export function fleetLegend(): string[] {
       'waiter). **vs ideal**: the run minus the ideal.',
     '- **dispatch lag**: how late an instance started a request after its trace time; large values mean the machine ' +
       'was busy and every wait includes it.',
+    '- **event-loop delay**: how late the instance processes ran a 1 ms timer during the run ' +
+      '(`perf_hooks.monitorEventLoopDelay`), worst instance. A grant crosses two event loops (the releasing ' +
+      "instance's turn, then the waiter's message), so the grant latency includes up to twice this.",
     '- **Redis cost**: `INFO commandstats` and CPU deltas from the common start until every instance has drained ' +
       '(its requests admitted or refused, holds given back).',
     ...clientsLegend(),

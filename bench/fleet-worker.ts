@@ -9,6 +9,7 @@
  * The parent takes the INFO snapshots around the run; the worker counts its clients' round trips and its CPU over
  * the same span and sends back every request's record and every hold interval.
  */
+import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { sendToParent as send, serveParent } from './children.js';
 import { loadContender } from './contenders/index.js';
 import type { ClientRun } from './clients.js';
@@ -38,6 +39,11 @@ export type FleetRunMessage = { type: 'run'; instance: number } & (
 
 export interface FleetResult extends ClientFigures, FleetLoadResult {
   type: 'result';
+  /**
+   * How late this process's event loop ran a 1 ms timer during the run (perf_hooks.monitorEventLoopDelay), ms: what
+   * every message, reply and timer of the instance waited on top of its own work.
+   */
+  loopDelay: { p99Ms: number; maxMs: number };
 }
 
 type Message = FleetSetup | FleetRunMessage | { type: 'close' };
@@ -78,6 +84,8 @@ async function onMessage(message: Message): Promise<void> {
     return;
   }
   const meter = clientMeter(counter, session!);
+  const delay = monitorEventLoopDelay({ resolution: 1 });
+  delay.enable();
   meter.start();
   const load =
     message.mode === 'open'
@@ -86,7 +94,9 @@ async function onMessage(message: Message): Promise<void> {
         ? await runClientsLoop({ ...message, session: session!, candidates: channels })
         : await runClosedLoop({ ...message, session: session!, candidates: channels });
   meter.end();
-  await send({ type: 'result', ...load, ...meter.figures() } satisfies FleetResult);
+  delay.disable();
+  const loopDelay = { p99Ms: delay.percentile(99) / 1e6, maxMs: delay.max / 1e6 };
+  await send({ type: 'result', ...load, ...meter.figures(), loopDelay } satisfies FleetResult);
 }
 
 serveParent(onMessage);

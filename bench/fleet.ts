@@ -35,6 +35,9 @@ export interface FleetRecord {
   /** Dispatch lag of arrivals behind their trace time, ms, worst instance. */
   lagP99Ms: number;
   lagMaxMs: number;
+  /** How late the instances' event loops ran a 1 ms timer, ms, worst instance (absent in older results). */
+  loopDelayP99Ms?: number;
+  loopDelayMaxMs?: number;
 }
 
 /** Worker processes kept across runs; the workers of a failed run are killed, so the next one starts clean. */
@@ -293,6 +296,8 @@ function fleetRecord(
     capHits: results.reduce((a, r) => a + r.capHits, 0),
     lagP99Ms: Math.max(0, ...lags.map((l) => percentile(l, 0.99) || 0)),
     lagMaxMs: Math.max(0, ...lags.map((l) => l.at(-1) ?? 0)),
+    loopDelayP99Ms: Math.max(0, ...results.map((r) => r.loopDelay.p99Ms)),
+    loopDelayMaxMs: Math.max(0, ...results.map((r) => r.loopDelay.maxMs)),
   };
   return record;
 }
