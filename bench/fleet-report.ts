@@ -75,7 +75,9 @@ export function fleetTable(s: FleetScenario, runs: readonly RunRecord[]): string
     fmt(f.waiters, 0),
     f.waiters ? `${pct(f.inversionRatio, 1)} (${fmt(f.overtaken, 0)})` : '–',
     f.grantLatency.count ? slash([f.grantLatency.p50, f.grantLatency.p99], ms) : '–',
-    r?.fleet!.loopDelayP99Ms !== undefined ? slash([r.fleet!.loopDelayP99Ms, r.fleet!.loopDelayMaxMs!], ms) : '–',
+    r?.fleet!.loopDelayP99Ms !== undefined
+      ? slash([r.fleet!.loopDelayP99Ms, r.fleet!.loopDelayMaxMs!], ms)
+      : '–',
     r
       ? `${Math.max(0, ...Object.values(r.highest))}/${r.params.max}${r.oversold.length ? ' **OVERSOLD**' : ''}`
       : '–',
