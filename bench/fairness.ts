@@ -82,12 +82,15 @@ export function hadToWait(records: readonly RequestRecord[], slots: number): boo
 
 /**
  * Waiters (the records flagged in `waited`) and how many of them were overtaken: a record that arrived later was
- * admitted strictly before the waiter's outcome (its admission, or its refusal).
+ * admitted strictly before the waiter's outcome (its admission, or its refusal). `overtakerGapMs`: how much later
+ * than the waiter the latest-arriving of its overtakers arrived, the largest over the overtaken waiters (0 when none
+ * was): a request reaches its instance, and that instance's registration reaches Redis, a few milliseconds apart,
+ * so arrivals that close on different instances can reach the queue in either order.
  */
 export function fifoInversions(
   records: readonly RequestRecord[],
   waited: readonly boolean[],
-): { waiters: number; overtaken: number } {
+): { waiters: number; overtaken: number; overtakerGapMs: number } {
   const order = records.map((_, i) => i).sort((a, b) => records[a]!.arrival - records[b]!.arrival);
   // earliest admission among the records arriving after position k in arrival order
   const laterAdmission = new Array<number>(order.length + 1).fill(Infinity);
@@ -97,15 +100,27 @@ export function fifoInversions(
   }
   let waiters = 0;
   let overtaken = 0;
+  let overtakerGapMs = 0;
   order.forEach((i, k) => {
     if (!waited[i]) return;
     waiters++;
+    const w = records[i]!;
     // arrivals tied with this one are not "later"
     let next = k + 1;
-    while (next < order.length && records[order[next]!]!.arrival === records[i]!.arrival) next++;
-    if (laterAdmission[next]! < records[i]!.outcome) overtaken++;
+    while (next < order.length && records[order[next]!]!.arrival === w.arrival) next++;
+    if (laterAdmission[next]! >= w.outcome) return;
+    overtaken++;
+    // the latest arrival admitted before the waiter's outcome (only admissions before it can be: none after that)
+    for (let j = order.length - 1; j >= next; j--) {
+      const r = records[order[j]!]!;
+      if (r.arrival - w.arrival <= overtakerGapMs) break;
+      if (isAdmitted(r) && r.outcome < w.outcome) {
+        overtakerGapMs = r.arrival - w.arrival;
+        break;
+      }
+    }
   });
-  return { waiters, overtaken };
+  return { waiters, overtaken, overtakerGapMs };
 }
 
 /** Grant latencies (ms, sorted) of the admissions flagged in `waited`; those with no earlier release are left out. */
@@ -185,6 +200,8 @@ export interface FleetFigures {
   overtaken: number;
   /** overtaken / waiters */
   inversionRatio: number;
+  /** The largest arrival gap between an overtaken waiter and a later arrival admitted before it (fifoInversions). */
+  overtakerGapMs: number;
   grantLatency: { count: number; p50: number; p99: number };
   utilisation: number;
 }
@@ -224,7 +241,7 @@ export function fleetFigures(
   const refusals: Record<string, number> = {};
   for (const r of arrived) if (r.reason !== undefined) refusals[r.reason] = (refusals[r.reason] ?? 0) + 1;
   const refused = arrived.filter((r) => !isAdmitted(r)).length;
-  const { waiters, overtaken } = fifoInversions(
+  const { waiters, overtaken, overtakerGapMs } = fifoInversions(
     records,
     waited.map((w, k) => w && counted[k]!),
   );
@@ -250,6 +267,7 @@ export function fleetFigures(
     waiters,
     overtaken,
     inversionRatio: waiters ? overtaken / waiters : NaN,
+    overtakerGapMs,
     grantLatency: { count: grants.length, p50: percentile(grants, 0.5), p99: percentile(grants, 0.99) },
     utilisation: utilisation(records, o.slots, o.window.utilisation.from, o.window.utilisation.to),
   };

@@ -73,7 +73,10 @@ export function fleetTable(s: FleetScenario, runs: readonly RunRecord[]): string
       : []),
     pct(f.utilisation),
     fmt(f.waiters, 0),
-    f.waiters ? `${pct(f.inversionRatio, 1)} (${fmt(f.overtaken, 0)})` : '–',
+    f.waiters
+      ? `${pct(f.inversionRatio, 1)} (${fmt(f.overtaken, 0)})` +
+        (f.overtaken && f.overtakerGapMs !== undefined ? `, ≤ ${ms(f.overtakerGapMs)} ms later` : '')
+      : '–',
     f.grantLatency.count ? slash([f.grantLatency.p50, f.grantLatency.p99], ms) : '–',
     r?.fleet!.loopDelayP99Ms !== undefined
       ? slash([r.fleet!.loopDelayP99Ms, r.fleet!.loopDelayMaxMs!], ms)
@@ -248,7 +251,9 @@ export function fleetLegend(): string[] {
     '- **had to wait**: requests that arrived while every slot of the candidate set was held (by any instance, from ' +
       "the holders' records) or while an earlier request that had to wait was still waiting (a slot between its " +
       'release and its grant is not free for a newcomer). **FIFO inversions**: the share of those overtaken — a later arrival admitted before ' +
-      'they were admitted or refused; each overtaken request counts once.',
+      'they were admitted or refused; each overtaken request counts once. **≤ x ms later**: the overtakers arrived at ' +
+      'most that long after the waiters they overtook (the largest gap over the run). Arrivals a few milliseconds ' +
+      'apart on different instances reach the queues in the order their registrations reach Redis.',
     '- **grant latency**: for each admission that had to wait, on channel c at t: t − the latest release on c at or ' +
       'before t (a release = the moment the holder let go). A polling waiter shows its poll delay here.',
     '- **slot utilisation**: busy slot-time / (slots × window); open loop from 1 s after the start (the slots fill) to ' +

@@ -82,21 +82,22 @@ describe('FIFO inversions', () => {
       admitted(50, 130, 'c0', 140),
     ];
     const waited = [false, true, true, true, true, true];
-    expect(fifoInversions(records, waited)).toEqual({ waiters: 5, overtaken: 1 });
+    // (the later of its two overtakers arrived 40 ms after it)
+    expect(fifoInversions(records, waited)).toEqual({ waiters: 5, overtaken: 1, overtakerGapMs: 40 });
     // an admission at the very moment of the waiter's outcome does not overtake it; ties in arrival are not later
     expect(
       fifoInversions(
         [refused(0, 50), admitted(10, 50, 'c0', 60), admitted(0, 20, 'c0', 30)],
         [true, true, true],
       ),
-    ).toEqual({ waiters: 3, overtaken: 0 });
+    ).toEqual({ waiters: 3, overtaken: 0, overtakerGapMs: 0 });
     // only the records flagged as waiting count
     expect(
       fifoInversions(
         records,
         records.map(() => false),
       ),
-    ).toEqual({ waiters: 0, overtaken: 0 });
+    ).toEqual({ waiters: 0, overtaken: 0, overtakerGapMs: 0 });
   });
 });
 
