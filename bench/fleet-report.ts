@@ -264,8 +264,9 @@ export function fleetLegend(): string[] {
     '- **dispatch lag**: how late an instance started a request after its trace time; large values mean the machine ' +
       'was busy and every wait includes it.',
     '- **event-loop delay**: how late the instance processes ran a 1 ms timer during the run ' +
-      '(`perf_hooks.monitorEventLoopDelay`), worst instance. A grant crosses two event loops (the releasing ' +
-      "instance's turn, then the waiter's message), so the grant latency includes up to twice this.",
+      '(`perf_hooks.monitorEventLoopDelay`, its 1 ms taken off): the highest p99 and the highest max over the ' +
+      "instances. A grant crosses two event loops (the releasing instance's turn, then the waiter's message), and " +
+      'waits on each.',
     '- **Redis cost**: `INFO commandstats` and CPU deltas from the common start until every instance has drained ' +
       '(its requests admitted or refused, holds given back).',
     ...clientsLegend(),

@@ -35,7 +35,10 @@ export interface FleetRecord {
   /** Dispatch lag of arrivals behind their trace time, ms, worst instance. */
   lagP99Ms: number;
   lagMaxMs: number;
-  /** How late the instances' event loops ran a 1 ms timer, ms, worst instance (absent in older results). */
+  /**
+   * How late the instances' event loops ran a 1 ms timer, ms: the highest p99 and the highest max over the instances,
+   * each on its own (absent in older results).
+   */
   loopDelayP99Ms?: number;
   loopDelayMaxMs?: number;
 }

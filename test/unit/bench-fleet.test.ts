@@ -72,6 +72,19 @@ describe('had to wait', () => {
 });
 
 describe('FIFO inversions', () => {
+  it('says how much later than its waiter the latest-arriving overtaker came, the largest over the waiters', () => {
+    const records = [
+      admitted(0, 100, 'c0', 110), // waits: overtaken by the next, 5 ms later
+      admitted(5, 50, 'c0', 60),
+      admitted(10, 300, 'c0', 310), // waits: overtaken by the next, 20 ms later
+      admitted(30, 200, 'c0', 210),
+      admitted(60, 400, 'c0', 410), // admitted after the waiter at 10 was: not an overtaker (it would say 50)
+      refused(80, 90), // refused before it: not admitted, not an overtaker (it would say 70)
+    ];
+    const waited = [true, false, true, false, false, false];
+    expect(fifoInversions(records, waited)).toEqual({ waiters: 2, overtaken: 2, overtakerGapMs: 20 });
+  });
+
   it('counts a waiter overtaken by a later arrival once, however many overtake it', () => {
     const records = [
       admitted(0, 0, 'c0', 100),
