@@ -310,6 +310,30 @@ export function runStoreContract(
       expect(await store.pollWaiter(w('fifo', 'ib:9', 2), 60_000)).toBe('gone');
     });
 
+    it('a waiter stands as of when its request arrived, up to 50 ms before its registration', async () => {
+      const a = listen('ar');
+      await a.ready;
+      const [h] = await fill('arrive', 1, 1);
+      expect(await store.enqueue(w('arrive', 'ar:first', 1), queueOpts(10))).toBe('queued');
+      await f.sleep(100);
+      // arrived 10 s ago: it stands 50 ms back, still behind the one registered 100 ms before
+      expect(
+        await store.enqueue(w('arrive', 'ar:capped', 1), { ...queueOpts(10), arrivedMsAgo: 10_000 }),
+      ).toBe('queued');
+      expect(await store.enqueue(w('arrive', 'ar:late', 1), queueOpts(10))).toBe('queued');
+      // arrived 30 ms ago: ahead of the one registered just before it, which arrived then
+      expect(await store.enqueue(w('arrive', 'ar:early', 1), { ...queueOpts(10), arrivedMsAgo: 30 })).toBe(
+        'queued',
+      );
+      let holder = h!;
+      for (let i = 0; i < 4; i++) {
+        await store.release({ channelId: 'arrive', token: holder, ttlMs: 60_000 });
+        await until(() => a.grants.length === i + 1);
+        holder = a.grants[i]![1];
+      }
+      expect(a.grants.map(([, t]) => t)).toEqual(['ar:first', 'ar:capped', 'ar:early', 'ar:late']);
+    });
+
     it('fair share: a freed slot goes to the waiter whose client holds the fewest slots for its weight, oldest first among equals', async () => {
       const a = listen('fs');
       await a.ready;

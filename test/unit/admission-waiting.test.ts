@@ -915,3 +915,31 @@ describe('slot handoff and the queue', () => {
     expect(await load(store, 'h')).toMatchObject({ active: 1, waiting: 0 });
   });
 });
+
+describe('arrival', () => {
+  it("a waiter's registration says how long before it its request arrived (the queue orders it as of then)", async () => {
+    const { clock, store, admission, other } = setup({}, zero);
+    const channel = { id: 'arrival', maxConcurrency: 1 };
+    await hold(other, channel);
+    // the pass before the registration takes time: each store call of this instance 10 ms
+    for (const name of ['readLoads', 'acquireFirst'] as const) {
+      const call = store[name].bind(store) as (...args: unknown[]) => Promise<unknown>;
+      (store as unknown as Record<string, unknown>)[name] = async (...args: unknown[]) => {
+        await clock.advance(10);
+        return call(...args);
+      };
+    }
+    const seen: { arrivedMsAgo: number | undefined; at: number }[] = [];
+    const enqueue = store.enqueue.bind(store);
+    store.enqueue = (waiter, options) => {
+      seen.push({ arrivedMsAgo: options.arrivedMsAgo, at: clock.now() });
+      return enqueue(waiter, options);
+    };
+    const t0 = clock.now();
+    track(clock, admission.acquire({ candidates: [channel] }));
+    await elapse(clock, 100);
+    expect(seen).toHaveLength(1);
+    expect(seen[0]!.at).toBeGreaterThan(t0);
+    expect(seen[0]!.arrivedMsAgo).toBe(seen[0]!.at - t0);
+  });
+});

@@ -54,6 +54,8 @@ export interface Attempt<C extends Candidate> {
   request: AcquireRequest<C>;
   generation: number;
   span?: WaitSpan;
+  /** When the request reached this instance (the engine's clock): its registrations stand as of then. */
+  arrivedAt?: number;
 }
 
 /** A waiter none of whose queues is valid any more: the acquire goes on with a new pass over `next`. */

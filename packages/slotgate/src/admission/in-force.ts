@@ -23,11 +23,17 @@ export async function admitInForce<C extends Candidate>(
   const { clock } = engine;
   let generation = engine.generation();
   let span: WaitSpan | undefined = waited;
+  const arrivedAt = waited?.start ?? clock.now();
   for (;;) {
     if (prepared.candidates.length === 0) {
       throw span ? new NoChannelError(NO_CHANNEL_LEFT) : new NoChannelError();
     }
-    const result = await runPass(engine, prepared, { request, generation, ...(span ? { span } : {}) });
+    const result = await runPass(engine, prepared, {
+      request,
+      generation,
+      arrivedAt,
+      ...(span ? { span } : {}),
+    });
     if ('next' in result) {
       ({ next: prepared, generation, span } = result);
       continue;

@@ -79,7 +79,16 @@ export interface EnqueueOptions {
   keyTtlMs?: number;
   /** The lease TTL in force (a slot granted keeps its key alive at least this long). */
   leaseTtlMs: number;
+  /**
+   * How long before this registration its request reached the instance, ms. The queue orders it as of then, at most
+   * MAX_ARRIVAL_LEAD_MS earlier than the registration: two requests that reach two instances a few milliseconds apart
+   * then stand in the order they arrived, whichever registration reaches the queue first. @default 0
+   */
+  arrivedMsAgo?: number;
 }
+
+/** How much earlier than its registration a waiter may stand in its queue (EnqueueOptions.arrivedMsAgo). */
+export const MAX_ARRIVAL_LEAD_MS = 50;
 
 /** `granted`: the waiter holds a slot at once (claim it); `queued`: it waits for a grant; `queue_full`: turned away. */
 export type EnqueueReply = 'granted' | 'queued' | 'queue_full';

@@ -6,13 +6,14 @@
 import type { Clock } from '../../core/clock.js';
 import { FAIR_WINDOW, fairPick, heldByClient, mixedClients } from '../../core/fair-share.js';
 import { instanceOfToken } from '../../core/ids.js';
-import type {
-  EnqueueOptions,
-  EnqueueReply,
-  Listening,
-  QueueListener,
-  WaiterRef,
-  WaiterState,
+import {
+  MAX_ARRIVAL_LEAD_MS,
+  type EnqueueOptions,
+  type EnqueueReply,
+  type Listening,
+  type QueueListener,
+  type WaiterRef,
+  type WaiterState,
 } from '../store.js';
 import type { ExpiringSet } from './expiring-set.js';
 
@@ -20,6 +21,8 @@ interface Waiter {
   ref: WaiterRef;
   /** Registration expiry. */
   expiresAt: number;
+  /** Where it stands: when its request arrived (EnqueueOptions.arrivedMsAgo, at most MAX_ARRIVAL_LEAD_MS back). */
+  arrival: number;
 }
 
 export class MemoryQueues {
@@ -98,7 +101,12 @@ export class MemoryQueues {
     const queue = this.live(ref.channelId);
     if (queue.length >= options.maxWaiting) return 'queue_full';
     const ahead = queue.length;
-    queue.push({ ref: { ...ref }, expiresAt: this.clock.now() + options.ttlMs });
+    const now = this.clock.now();
+    const arrival = now - Math.min(MAX_ARRIVAL_LEAD_MS, Math.max(0, options.arrivedMsAgo ?? 0));
+    // after every waiter that arrived at or before it (a later registration that arrived earlier stands ahead)
+    let at = queue.length;
+    while (at > 0 && queue[at - 1]!.arrival > arrival) at--;
+    queue.splice(at, 0, { ref: { ...ref }, expiresAt: now + options.ttlMs, arrival });
     this.queues.set(ref.channelId, queue);
     // Behind others: a slot that came free went to them when it did (one that ran out unseen goes at the next
     // release, acquire or safety poll), as in Redis.
@@ -110,8 +118,13 @@ export class MemoryQueues {
   requeue(from: WaiterRef, to: WaiterRef, options: EnqueueOptions): EnqueueReply {
     const channelId = from.channelId;
     const queue = this.live(channelId);
-    const waiter = { ref: { ...to }, expiresAt: this.clock.now() + options.ttlMs };
     const at = queue.findIndex((w) => w.ref.token === from.token);
+    const waiter = {
+      ref: { ...to },
+      expiresAt: this.clock.now() + options.ttlMs,
+      // its place, or the head again (a grant given back), or the tail
+      arrival: at >= 0 ? queue[at]!.arrival : Math.min(this.clock.now(), queue[0]?.arrival ?? Infinity),
+    };
     if (at >= 0) queue[at] = waiter;
     // a grant it had not claimed is given back: it stands at the head again, where it was when granted
     else if (this.slotsOf(channelId).members.delete(from.token)) queue.unshift(waiter);

@@ -8,18 +8,19 @@
 import type { Cluster, Redis } from 'ioredis';
 import type { Clock } from '../../core/clock.js';
 import { instanceOfToken } from '../../core/ids.js';
-import type {
-  AcquireReply,
-  AcquireTarget,
-  ChannelLoad,
-  EnqueueOptions,
-  EnqueueReply,
-  LeaseRef,
-  Listening,
-  Purpose,
-  QueueListener,
-  WaiterRef,
-  WaiterState,
+import {
+  MAX_ARRIVAL_LEAD_MS,
+  type AcquireReply,
+  type AcquireTarget,
+  type ChannelLoad,
+  type EnqueueOptions,
+  type EnqueueReply,
+  type LeaseRef,
+  type Listening,
+  type Purpose,
+  type QueueListener,
+  type WaiterRef,
+  type WaiterState,
 } from '../store.js';
 import type { Deadlines } from './deadlines.js';
 import type { KeyBuilder } from './keys.js';
@@ -110,7 +111,7 @@ const placeOf = (channelId: string, token: string) => `${channelId}\n${token}`;
 /** Registrations one enqueueWaiter call carries at most (a single node coalesces those sent together). */
 const MAX_ENQUEUES_PER_CALL = 100;
 /** The arguments of one registration: the script reads the i-th's at ENQUEUE_ARGS × i. */
-const ENQUEUE_ARGS = 7;
+const ENQUEUE_ARGS = 8;
 
 type Arg = string | number;
 
@@ -381,7 +382,9 @@ export class RedisQueues {
     this.live = live;
     this.remember(w, live);
     const covered = sentAt + 1.25 * live <= (this.coveredUntil.get(w.channelId) ?? -Infinity);
-    const reply = await this.register(w, options, undefined, [covered ? 0 : 1], (keys, args) =>
+    // how much earlier than the script's clock the waiter stands (µs): when its request arrived
+    const lead = Math.round(1000 * Math.min(MAX_ARRIVAL_LEAD_MS, Math.max(0, options.arrivedMsAgo ?? 0)));
+    const reply = await this.register(w, options, undefined, [covered ? 0 : 1, lead], (keys, args) =>
       this.coalesced(keys, args),
     );
     // a full queue returns before the check

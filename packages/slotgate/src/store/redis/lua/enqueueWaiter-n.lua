@@ -6,7 +6,7 @@
   read once for all of them (an EVALSHA and a TIME per registration saved). On Cluster every call is one registration, so
   its keys share a hash tag.
 
-  Per registration i (from 1), its keys at 2(i-1), its arguments at 7(i-1):
+  Per registration i (from 1), its keys at 2(i-1), its arguments at 8(i-1):
   KEYS[1]  slots key   (sorted set: member = lease token, score = expiry ms)
   KEYS[2]  queue key   (sorted set: member = "<max>|<live>|<token>", score = arrival µs on the Redis clock: a
            registration lives <live> ms past its arrival, includes/queue.lua)
@@ -21,6 +21,8 @@
   ARGV[6]     max waiting (>= 1)
   ARGV[7]     "0" when the caller knows the queue key outlives this registration (an enqueue of its own checked it
               lately: queues.ts), so its expiry is not checked unless the queue forms anew; otherwise "1"
+  ARGV[8]     how long before this call its request reached its instance, µs (at most 50 ms: queues.ts), so it stands
+              in the queue as of then; "0" or absent for now
 
   Returns, per registration (one number for a single one, else a list in the order given): 2 = granted at once (the
   token holds a slot until the claim deadline; no message is sent for it), 1 = queued, 0 = queue full; in a list,
@@ -40,7 +42,7 @@
 --- @include "redisNow"
 --- @include "queue"
 
--- One registration: its keys at KEYS[k + 1..2], its arguments at ARGV[a + 1..7], `order` its place in the call
+-- One registration: its keys at KEYS[k + 1..2], its arguments at ARGV[a + 1..8], `order` its place in the call
 -- (from 0). Returns 2, 1 or 0 as above.
 local function enqueue(k, a, order)
   local slotsKey, queueKey = KEYS[k + 1], KEYS[k + 2]
@@ -65,7 +67,8 @@ local function enqueue(k, a, order)
   if not behind then
     dropExpiredWaiters(queueKey)
   end
-  redis.call('ZADD', queueKey, string.format('%d', redisNowUs() + order), member)
+  -- as of its arrival at its instance: ahead of a registration that reached Redis first but arrived after it
+  redis.call('ZADD', queueKey, string.format('%d', redisNowUs() + order - (tonumber(ARGV[a + 8]) or 0)), member)
   -- the key's expiry is checked when the caller asks, and always when the queue forms anew (the key may have just
   -- been created); extended to twice this registration's lifetime when below 1.5 of it, so a check leaves it at least
   -- 1.5 lifetimes and each instance checks about once per quarter lifetime (a queue that emptied and was formed anew
@@ -99,7 +102,7 @@ end
 -- they would have in calls of their own (what it wrote before the error stays, as in a call of its own).
 local replies = {}
 for i = 1, n do
-  local ok, reply = pcall(enqueue, 2 * (i - 1), 7 * (i - 1), i - 1)
+  local ok, reply = pcall(enqueue, 2 * (i - 1), 8 * (i - 1), i - 1)
   if ok then
     replies[i] = reply
   else
