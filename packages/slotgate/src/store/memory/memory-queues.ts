@@ -7,7 +7,7 @@ import type { Clock } from '../../core/clock.js';
 import { FAIR_WINDOW, fairPick, heldByClient, mixedClients } from '../../core/fair-share.js';
 import { instanceOfToken } from '../../core/ids.js';
 import {
-  MAX_ARRIVAL_LEAD_MS,
+  arrivalLeadMs,
   type EnqueueOptions,
   type EnqueueReply,
   type Listening,
@@ -102,7 +102,7 @@ export class MemoryQueues {
     if (queue.length >= options.maxWaiting) return 'queue_full';
     const ahead = queue.length;
     const now = this.clock.now();
-    const arrival = now - Math.min(MAX_ARRIVAL_LEAD_MS, Math.max(0, options.arrivedMsAgo ?? 0));
+    const arrival = now - arrivalLeadMs(options);
     // after every waiter that arrived at or before it (a later registration that arrived earlier stands ahead)
     let at = queue.length;
     while (at > 0 && queue[at - 1]!.arrival > arrival) at--;

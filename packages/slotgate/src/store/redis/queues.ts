@@ -9,7 +9,7 @@ import type { Cluster, Redis } from 'ioredis';
 import type { Clock } from '../../core/clock.js';
 import { instanceOfToken } from '../../core/ids.js';
 import {
-  MAX_ARRIVAL_LEAD_MS,
+  arrivalLeadMs,
   type AcquireReply,
   type AcquireTarget,
   type ChannelLoad,
@@ -42,7 +42,7 @@ export interface RedisQueuesDeps {
    * Sends a release of `lease` through the queue (lua/releaseSlot-2.lua): the kick that grants a slot a plain release
    * freed behind a queue that formed meanwhile (its token is nobody's: only the grant loop does anything).
    */
-  kick?: (lease: LeaseRef) => void;
+  kick: (lease: LeaseRef) => void;
   /**
    * Now on the Redis clock by the store's upper bound (RedisClock.upperNow), which a release's grants are scored from
    * (lua/releaseSlot-2.lua); undefined where there is none (then, and on Cluster, the script reads TIME).
@@ -67,9 +67,10 @@ const COVERED_LIMIT = 10_000;
 const SWEEP_EVERY_MS = 1000;
 
 /**
- * Where the store has no upper bound of the Redis clock (Cluster, or before its first reading), how long after a plain
- * release was answered a queue's forming may still have run before it: a `Q` message that arrives this long after the
- * release's answer is taken to be about a queue formed after it (queues.ts, formed).
+ * Where the store has no upper bound of the Redis clock (Cluster, before its first reading, or when that is over 10 s
+ * old: redis-time.ts), or the release failed: how long after a plain release was answered a queue's forming may still
+ * have run before it. A `Q` message that arrives within this of the release's answer is taken to be about a queue
+ * formed after it (formed).
  */
 const UNBOUNDED_RACE_MS = 1000;
 
@@ -288,7 +289,7 @@ export class RedisQueues {
       const kick = released.kickDue;
       if (kick && released.inFlight === 0) {
         released.kickDue = undefined;
-        this.deps.kick?.(kick);
+        this.deps.kick(kick);
       }
     };
   }
@@ -303,7 +304,7 @@ export class RedisQueues {
    */
   private formed(channelId: string, formedAt: number, instanceId: string): void {
     const p = this.plain.get(channelId);
-    if (!p || !this.deps.kick) return;
+    if (!p) return;
     const racing =
       p.inFlight > 0 ||
       p.answeredBelow >= formedAt ||
@@ -383,7 +384,7 @@ export class RedisQueues {
     this.remember(w, live);
     const covered = sentAt + 1.25 * live <= (this.coveredUntil.get(w.channelId) ?? -Infinity);
     // how much earlier than the script's clock the waiter stands (µs): when its request arrived
-    const lead = Math.round(1000 * Math.min(MAX_ARRIVAL_LEAD_MS, Math.max(0, options.arrivedMsAgo ?? 0)));
+    const lead = Math.round(1000 * arrivalLeadMs(options));
     const reply = await this.register(w, options, undefined, [covered ? 0 : 1, lead], (keys, args) =>
       this.coalesced(keys, args),
     );
