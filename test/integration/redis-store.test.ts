@@ -1202,3 +1202,25 @@ describe('the load summary built by the reader (many instance × channel counts)
     }
   });
 });
+
+describe('where a registration stands in its queue', () => {
+  it("registrations of one job go out in one call, each standing as of its request's arrival when the call goes out", async () => {
+    const ch = 'lead-at-send';
+    await store.acquireFirst([{ channelId: ch, max: 1 }], opts('ls:h'));
+    const calls = store.commands.wait;
+    // 'ls:1' arrives now and registers at once; 'ls:2' registers 5 ms later in the same job, its request having arrived
+    // 2 ms before that: 'ls:1' is the older by 3 ms, though as of its own call it had waited for nothing
+    const first = store.enqueue(waiter(ch, 'ls:1', 1), waitOpts());
+    const until = performance.now() + 5;
+    while (performance.now() < until) {
+      // the job goes on
+    }
+    const second = store.enqueue(waiter(ch, 'ls:2', 1), { ...waitOpts(), arrivedMsAgo: 2 });
+    expect(await Promise.all([first, second])).toEqual(['queued', 'queued']);
+    expect(store.commands.wait - calls).toBe(1);
+    const members = await cc.client.zrange(store.keys.queue(ch), 0, -1);
+    expect(members.map((m) => m.slice(m.lastIndexOf('|') + 1))).toEqual(['ls:1', 'ls:2']);
+    for (const t of ['ls:1', 'ls:2']) await store.leaveQueue(waiter(ch, t, 1), 60_000);
+    expect(await store.release({ channelId: ch, token: 'ls:h', ttlMs: 60_000 })).toBe(true);
+  });
+});

@@ -10,6 +10,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { defaultMaxWaiting } from '../../packages/slotgate/src/admission/decide.js';
 import { safetyPollMs } from '../../packages/slotgate/src/admission/waiting.js';
 import type { Candidate } from '../../packages/slotgate/src/core/channel.js';
+import type { Clock, ManualClock } from '../../packages/slotgate/src/core/clock.js';
 import { StoreUnavailableError } from '../../packages/slotgate/src/core/errors.js';
 import { DEFAULT_SETTINGS, type SettingsUpdate } from '../../packages/slotgate/src/core/settings.js';
 import type { MemoryStore } from '../../packages/slotgate/src/store/memory/memory-store.js';
@@ -917,18 +918,18 @@ describe('slot handoff and the queue', () => {
 });
 
 describe('arrival', () => {
-  it("a waiter's registration says how long before it its request arrived (the queue orders it as of then)", async () => {
+  /**
+   * One acquire on a channel another engine holds, the pass before its registration slowed by `slow` (a store call
+   * of this instance taking time): how long before its registration its request arrived, and how much time passed.
+   */
+  async function arrivalOf(
+    id: string,
+    slow: (store: MemoryStore, clock: ManualClock) => void,
+  ): Promise<{ arrivedMsAgo: number | undefined; took: number }> {
     const { clock, store, admission, other } = setup({}, zero);
-    const channel = { id: 'arrival', maxConcurrency: 1 };
+    const channel = { id, maxConcurrency: 1 };
     await hold(other, channel);
-    // the pass before the registration takes time: each store call of this instance 10 ms
-    for (const name of ['readLoads', 'acquireFirst'] as const) {
-      const call = store[name].bind(store) as (...args: unknown[]) => Promise<unknown>;
-      (store as unknown as Record<string, unknown>)[name] = async (...args: unknown[]) => {
-        await clock.advance(10);
-        return call(...args);
-      };
-    }
+    slow(store, clock);
     const seen: { arrivedMsAgo: number | undefined; at: number }[] = [];
     const enqueue = store.enqueue.bind(store);
     store.enqueue = (waiter, options) => {
@@ -939,7 +940,38 @@ describe('arrival', () => {
     track(clock, admission.acquire({ candidates: [channel] }));
     await elapse(clock, 100);
     expect(seen).toHaveLength(1);
-    expect(seen[0]!.at).toBeGreaterThan(t0);
-    expect(seen[0]!.arrivedMsAgo).toBe(seen[0]!.at - t0);
+    return { arrivedMsAgo: seen[0]!.arrivedMsAgo, took: seen[0]!.at - t0 };
+  }
+
+  it("a waiter's registration says how long before it its request arrived (the queue orders it as of then)", async () => {
+    // the pass before the registration takes time: each store call of this instance 10 ms
+    const { arrivedMsAgo, took } = await arrivalOf('arrival', (store, clock) => {
+      for (const name of ['readLoads', 'acquireFirst'] as const) {
+        const call = store[name].bind(store) as (...args: unknown[]) => Promise<unknown>;
+        (store as unknown as Record<string, unknown>)[name] = async (...args: unknown[]) => {
+          await clock.advance(10);
+          return call(...args);
+        };
+      }
+    });
+    expect(took).toBeGreaterThan(0);
+    expect(arrivedMsAgo).toBe(took);
+  });
+
+  it("on the clock's precise reading where it has one: arrivals within a millisecond keep their order", async () => {
+    // the precise clock runs 0.25 ms past now() when the request arrives, 0.75 ms past it when it registers
+    const { arrivedMsAgo, took } = await arrivalOf('arrival-precise', (store, clock) => {
+      let fraction = 0.25;
+      (clock as Clock).precise = () => clock.now() + fraction;
+      const acquire = store.acquireFirst.bind(store);
+      store.acquireFirst = async (...args) => {
+        await clock.advance(10);
+        fraction = 0.75;
+        return acquire(...args);
+      };
+    });
+    expect(took).toBeGreaterThanOrEqual(10);
+    // by now() alone it would be a whole number of ms
+    expect(arrivedMsAgo).toBe(took + 0.5);
   });
 });

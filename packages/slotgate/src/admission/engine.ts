@@ -54,7 +54,7 @@ export interface Attempt<C extends Candidate> {
   request: AcquireRequest<C>;
   generation: number;
   span?: WaitSpan;
-  /** When the request reached this instance (the engine's clock): its registrations stand as of then. */
+  /** When the request reached this instance (the engine clock's precise reading): its registrations stand as of then. */
   arrivedAt?: number;
 }
 

@@ -6,6 +6,7 @@
  * under; otherwise its slot is given back at once, through the store, and the request passes again.
  */
 import { isBounded, type Candidate } from '../core/channel.js';
+import { preciseNow } from '../core/clock.js';
 import { NoChannelError } from '../core/errors.js';
 import type { Prepared } from './candidates.js';
 import type { Engine, WaitSpan } from './engine.js';
@@ -23,7 +24,8 @@ export async function admitInForce<C extends Candidate>(
   const { clock } = engine;
   let generation = engine.generation();
   let span: WaitSpan | undefined = waited;
-  const arrivedAt = waited?.start ?? clock.now();
+  // on the precise clock: two requests that reach this instance within a millisecond keep their order in the queues
+  const arrivedAt = preciseNow(clock) - (waited ? clock.now() - waited.start : 0);
   for (;;) {
     if (prepared.candidates.length === 0) {
       throw span ? new NoChannelError(NO_CHANNEL_LEFT) : new NoChannelError();

@@ -14,6 +14,7 @@
  */
 import { isBounded, type Candidate } from '../core/channel.js';
 import { jitter } from '../core/backoff.js';
+import { preciseNow } from '../core/clock.js';
 import { CapacityError, NoChannelError, SlotgateError, StoreUnavailableError } from '../core/errors.js';
 import { shareSuffix } from '../core/ids.js';
 import type { Settings } from '../core/settings.js';
@@ -89,7 +90,7 @@ export async function waitForSlot<C extends Candidate>(
     keyTtlMs: settings.wait_timeout_ms + WAITER_TTL_MARGIN_MS,
     leaseTtlMs: settings.lease_ttl_ms,
     ...(attempt.arrivedAt !== undefined
-      ? { arrivedMsAgo: Math.max(0, clock.now() - attempt.arrivedAt) }
+      ? { arrivedMsAgo: Math.max(0, preciseNow(clock) - attempt.arrivedAt) }
       : {}),
   });
   const enqueueing = (p: Place<C>): Registration<C> => [

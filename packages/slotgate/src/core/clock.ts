@@ -11,6 +11,11 @@ export interface Timer {
 export interface Clock {
   /** Milliseconds since the epoch. */
   now(): number;
+  /**
+   * Milliseconds on a monotonic clock with sub-millisecond precision, for short durations only (how long ago a request
+   * arrived); not comparable with `now()`. Optional: where a clock has none, `now()` stands in (preciseNow).
+   */
+  precise?(): number;
   /** Resolves after `ms`, or rejects with the signal's reason when it aborts first. */
   sleep(ms: number, signal?: AbortSignal): Promise<void>;
   /**
@@ -24,8 +29,14 @@ function abortReason(signal: AbortSignal): unknown {
   return signal.reason ?? new Error('aborted');
 }
 
+/** The clock's precise reading (Clock.precise), or its `now()` where it has none. */
+export function preciseNow(clock: Clock): number {
+  return clock.precise ? clock.precise() : clock.now();
+}
+
 export const systemClock: Clock = {
   now: () => Date.now(),
+  precise: () => performance.now(),
   sleep(ms, signal) {
     return new Promise((resolve, reject) => {
       if (signal?.aborted) return reject(abortReason(signal));

@@ -90,9 +90,11 @@ export interface EnqueueOptions {
 /** How much earlier than its registration a waiter may stand in its queue (EnqueueOptions.arrivedMsAgo). */
 export const MAX_ARRIVAL_LEAD_MS = 50;
 
+/** How much earlier than now a registration stands in its queue, ms: `msAgo` within [0, the cap]. */
+export const clampArrivalLead = (msAgo: number): number => Math.min(MAX_ARRIVAL_LEAD_MS, Math.max(0, msAgo));
+
 /** How much earlier than now a registration stands in its queue, ms: its `arrivedMsAgo` within [0, the cap]. */
-export const arrivalLeadMs = (options: EnqueueOptions): number =>
-  Math.min(MAX_ARRIVAL_LEAD_MS, Math.max(0, options.arrivedMsAgo ?? 0));
+export const arrivalLeadMs = (options: EnqueueOptions): number => clampArrivalLead(options.arrivedMsAgo ?? 0);
 
 /** `granted`: the waiter holds a slot at once (claim it); `queued`: it waits for a grant; `queue_full`: turned away. */
 export type EnqueueReply = 'granted' | 'queued' | 'queue_full';

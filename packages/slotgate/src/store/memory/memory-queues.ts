@@ -3,7 +3,7 @@
  * (../redis/lua/includes/queue.lua), in one process. Grants and queue news reach the listening instance on a later
  * microtask, as a pub/sub message would.
  */
-import type { Clock } from '../../core/clock.js';
+import { preciseNow, type Clock } from '../../core/clock.js';
 import { FAIR_WINDOW, fairPick, heldByClient, mixedClients } from '../../core/fair-share.js';
 import { instanceOfToken } from '../../core/ids.js';
 import {
@@ -102,7 +102,8 @@ export class MemoryQueues {
     if (queue.length >= options.maxWaiting) return 'queue_full';
     const ahead = queue.length;
     const now = this.clock.now();
-    const arrival = now - arrivalLeadMs(options);
+    // on the precise clock (Clock.precise): registrations within a millisecond keep their arrivals' order
+    const arrival = preciseNow(this.clock) - arrivalLeadMs(options);
     // after every waiter that arrived at or before it (a later registration that arrived earlier stands ahead)
     let at = queue.length;
     while (at > 0 && queue[at - 1]!.arrival > arrival) at--;
@@ -123,7 +124,7 @@ export class MemoryQueues {
       ref: { ...to },
       expiresAt: this.clock.now() + options.ttlMs,
       // its place, or the head again (a grant given back), or the tail
-      arrival: at >= 0 ? queue[at]!.arrival : Math.min(this.clock.now(), queue[0]?.arrival ?? Infinity),
+      arrival: at >= 0 ? queue[at]!.arrival : Math.min(preciseNow(this.clock), queue[0]?.arrival ?? Infinity),
     };
     if (at >= 0) queue[at] = waiter;
     // a grant it had not claimed is given back: it stands at the head again, where it was when granted

@@ -6,10 +6,11 @@
  * back: through the queue, or by a plain ZREM.
  */
 import type { Cluster, Redis } from 'ioredis';
-import type { Clock } from '../../core/clock.js';
+import { preciseNow, type Clock } from '../../core/clock.js';
 import { instanceOfToken } from '../../core/ids.js';
 import {
   arrivalLeadMs,
+  clampArrivalLead,
   type AcquireReply,
   type AcquireTarget,
   type ChannelLoad,
@@ -120,6 +121,8 @@ type Arg = string | number;
 interface PendingEnqueue {
   keys: string[];
   args: Arg[];
+  /** When its request arrived, on the store clock's precise reading: its lead is measured when the call goes out. */
+  arrivedAt: number;
   resolve: (reply: EnqueueReply) => void;
   reject: (err: unknown) => void;
 }
@@ -383,10 +386,11 @@ export class RedisQueues {
     this.live = live;
     this.remember(w, live);
     const covered = sentAt + 1.25 * live <= (this.coveredUntil.get(w.channelId) ?? -Infinity);
-    // how much earlier than the script's clock the waiter stands (µs): when its request arrived
-    const lead = Math.round(1000 * arrivalLeadMs(options));
-    const reply = await this.register(w, options, undefined, [covered ? 0 : 1, lead], (keys, args) =>
-      this.coalesced(keys, args),
+    // how much earlier than the script's clock the waiter stands: as of its request's arrival, measured when the call
+    // goes out (registrations of one job leave together, and one made early in the job has waited for the others)
+    const arrivedAt = preciseNow(this.deps.clock) - arrivalLeadMs(options);
+    const reply = await this.register(w, options, undefined, [covered ? 0 : 1, 0], (keys, args) =>
+      this.coalesced(keys, args, arrivedAt),
     );
     // a full queue returns before the check
     if (!covered && reply !== 'queue_full') {
@@ -461,23 +465,30 @@ export class RedisQueues {
    * call when the job ends, in the order sent: each does what a call of its own would (and fails alone), except that
    * they share one reading of the Redis clock, so the script's EVALSHA and its TIME are paid once.
    */
-  private coalesced(keys: string[], args: Arg[]): Promise<EnqueueReply> {
+  private coalesced(keys: string[], args: Arg[], arrivedAt: number): Promise<EnqueueReply> {
     const { client, count } = this.deps;
+    if (args.length !== ENQUEUE_ARGS) throw new RangeError(`enqueueWaiter takes ${ENQUEUE_ARGS} arguments`);
     if (isCluster(client)) {
       count('wait', 1);
-      return SCRIPTS.enqueueWaiter.call(client, keys, args);
+      return SCRIPTS.enqueueWaiter.call(client, keys, this.withLead(args, arrivedAt));
     }
-    if (args.length !== ENQUEUE_ARGS) throw new RangeError(`enqueueWaiter takes ${ENQUEUE_ARGS} arguments`);
     return new Promise((resolve, reject) => {
-      this.pendingEnqueues.push({ keys, args, resolve, reject });
+      this.pendingEnqueues.push({ keys, args, arrivedAt, resolve, reject });
       if (this.pendingEnqueues.length === 1) queueMicrotask(() => this.sendEnqueues());
     });
+  }
+
+  /** A registration's arguments with its lead (ARGV[8], µs) as of now: how long ago its request arrived, capped. */
+  private withLead(args: Arg[], arrivedAt: number): Arg[] {
+    args[ENQUEUE_ARGS - 1] = Math.round(1000 * clampArrivalLead(preciseNow(this.deps.clock) - arrivedAt));
+    return args;
   }
 
   private sendEnqueues(): void {
     const { client, count } = this.deps;
     const all = this.pendingEnqueues;
     this.pendingEnqueues = [];
+    for (const e of all) this.withLead(e.args, e.arrivedAt);
     for (let i = 0; i < all.length; i += MAX_ENQUEUES_PER_CALL) {
       const batch = all.slice(i, i + MAX_ENQUEUES_PER_CALL);
       count('wait', 1);
