@@ -39,7 +39,7 @@ function requester(instance: number, session: Session, candidates: readonly Benc
     const whose = client ? { client: client.id } : {};
     let admitted: Admitted;
     try {
-      admitted = await session.acquire(candidates, client);
+      admitted = await session.acquire(candidates, client, arrival);
     } catch (err) {
       const reason =
         err instanceof Refused

@@ -115,6 +115,25 @@ describe('gateway retries and cooldowns', () => {
     expect(await store(gw).readCooldown('first')).toBeNull();
   });
 
+  it("a first attempt stands in the queues as of the request's arrival at the gateway, a retry as of its own acquire", async () => {
+    const gw = await twoChannels();
+    const { admission } = gw.gateway;
+    const acquire = admission.acquire.bind(admission);
+    const asked: (number | undefined)[] = [];
+    admission.acquire = (request) => {
+      asked.push(request.arrivedMsAgo);
+      return acquire(request);
+    };
+    up.on('first', { status: 500, json: upstreamError('boom') });
+    up.on('second', { json: { id: 'from-second' } });
+    const res = await ask(gw);
+    expect(res.status).toBe(200);
+    expect(asked).toHaveLength(2);
+    // the time since Fastify began handling the request (its auth, body and routing came first)
+    expect(asked[0]).toBeGreaterThan(0);
+    expect(asked[1]).toBeUndefined();
+  });
+
   it('a connection error is retried on another channel', async () => {
     const deadPort = await freePort();
     const gw = await twoChannels({}, [

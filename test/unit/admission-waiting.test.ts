@@ -925,6 +925,7 @@ describe('arrival', () => {
   async function arrivalOf(
     id: string,
     slow: (store: MemoryStore, clock: ManualClock) => void,
+    caller: { arrivedMsAgo?: number } = {},
   ): Promise<{ arrivedMsAgo: number | undefined; took: number }> {
     const { clock, store, admission, other } = setup({}, zero);
     const channel = { id, maxConcurrency: 1 };
@@ -937,7 +938,7 @@ describe('arrival', () => {
       return enqueue(waiter, options);
     };
     const t0 = clock.now();
-    track(clock, admission.acquire({ candidates: [channel] }));
+    track(clock, admission.acquire({ candidates: [channel], ...caller }));
     await elapse(clock, 100);
     expect(seen).toHaveLength(1);
     return { arrivedMsAgo: seen[0]!.arrivedMsAgo, took: seen[0]!.at - t0 };
@@ -973,5 +974,32 @@ describe('arrival', () => {
     expect(took).toBeGreaterThanOrEqual(10);
     // by now() alone it would be a whole number of ms
     expect(arrivedMsAgo).toBe(took + 0.5);
+  });
+
+  it("the caller's arrivedMsAgo (the request reached it that long before the acquire) counts on top", async () => {
+    const { arrivedMsAgo, took } = await arrivalOf(
+      'arrival-caller',
+      (store, clock) => {
+        const acquire = store.acquireFirst.bind(store);
+        store.acquireFirst = async (...args) => {
+          await clock.advance(10);
+          return acquire(...args);
+        };
+      },
+      { arrivedMsAgo: 7.5 },
+    );
+    expect(took).toBeGreaterThanOrEqual(10);
+    expect(arrivedMsAgo).toBe(took + 7.5);
+  });
+
+  it('an arrivedMsAgo that is not a finite number ≥ 0 is a TypeError, and nothing is asked of the store', async () => {
+    const { store, admission } = setup({}, zero);
+    const channel = { id: 'arrival-bad', maxConcurrency: 1 };
+    for (const bad of [-1, Number.NaN, Infinity, '3' as unknown as number]) {
+      await expect(admission.acquire({ candidates: [channel], arrivedMsAgo: bad })).rejects.toThrow(
+        /Expected `arrivedMsAgo` to be a finite number ≥ 0/,
+      );
+    }
+    expect((await store.readLoads([channel.id])).get(channel.id)).toMatchObject({ active: 0, waiting: 0 });
   });
 });

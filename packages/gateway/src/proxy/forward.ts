@@ -134,6 +134,8 @@ export async function proxyRequest(
         client: token.client,
         // a reload may change the client's limit while the request waits for one of its slots
         resolveClient: () => ctx.registry().authenticate(key)?.client,
+        // a first attempt stands in the queues as of when the request reached this gateway; a retry, as of now
+        ...(attempts === 0 ? { arrivedMsAgo: reply.elapsedTime } : {}),
       });
     } catch (err) {
       request.log.debug({ err: (err as Error).message, attempt: attempts + 1 }, 'admission refused');

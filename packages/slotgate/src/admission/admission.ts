@@ -210,12 +210,17 @@ export class AdmissionEngine implements Admission {
     let waitedMs: number | undefined;
     try {
       if (this.closed) throw new StoreUnavailableError('acquire', 'the admission engine is closed');
-      const { client } = request;
+      const { client, arrivedMsAgo } = request;
       if (client !== undefined) validateClient(client);
+      if (arrivedMsAgo !== undefined && !(Number.isFinite(arrivedMsAgo) && arrivedMsAgo >= 0)) {
+        throw new TypeError(
+          `Expected \`arrivedMsAgo\` to be a finite number ≥ 0, got ${JSON.stringify(arrivedMsAgo) ?? String(arrivedMsAgo)}`,
+        );
+      }
       const prepared = this.candidateSets.prepare(request.candidates, request.exclude);
       // A limited client takes its own slot first (always in this order: nothing waits holding a channel slot)
       const held = isLimited(client)
-        ? await this.clientSlot(client, request.signal, request.resolveClient)
+        ? await this.clientSlot(client, request.signal, request.resolveClient, arrivedMsAgo)
         : undefined;
       let ticket: Ticket<C>;
       try {
@@ -258,6 +263,7 @@ export class AdmissionEngine implements Admission {
     client: Client & { maxConcurrency: number },
     signal: AbortSignal | undefined,
     resolveClient: (() => Client | undefined) | undefined,
+    arrivedMsAgo: number | undefined,
   ): Promise<Ticket<Candidate>> {
     const candidates = this.clientSets.of(client);
     const prepared = this.candidateSets.prepare(candidates, undefined, true);
@@ -266,7 +272,12 @@ export class AdmissionEngine implements Admission {
       const now = resolveClient ? resolveClient() : client;
       return now?.id === client.id && isLimited(now) ? this.clientSets.of(now) : [];
     };
-    const request: AcquireRequest<Candidate> = { candidates, resolve, ...(signal ? { signal } : {}) };
+    const request: AcquireRequest<Candidate> = {
+      candidates,
+      resolve,
+      ...(signal ? { signal } : {}),
+      ...(arrivedMsAgo !== undefined ? { arrivedMsAgo } : {}),
+    };
     this.clientRequests.add(request);
     try {
       return await this.localShare.around(

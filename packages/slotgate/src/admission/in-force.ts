@@ -25,7 +25,8 @@ export async function admitInForce<C extends Candidate>(
   let generation = engine.generation();
   let span: WaitSpan | undefined = waited;
   // on the precise clock: two requests that reach this instance within a millisecond keep their order in the queues
-  const arrivedAt = preciseNow(clock) - (waited ? clock.now() - waited.start : 0);
+  const arrivedAt =
+    preciseNow(clock) - (waited ? clock.now() - waited.start : 0) - (request.arrivedMsAgo ?? 0);
   for (;;) {
     if (prepared.candidates.length === 0) {
       throw span ? new NoChannelError(NO_CHANNEL_LEFT) : new NoChannelError();

@@ -73,6 +73,13 @@ export interface AcquireRequest<C extends Candidate> {
    * request go on without a client slot. Without it, `client` stands for the whole acquire.
    */
   resolveClient?: () => Client | undefined;
+  /**
+   * How long before this call the request reached the caller, ms (a finite number ≥ 0; a gateway passes the time
+   * since it began handling the request, such as Fastify's `reply.elapsedTime`). If it has to wait, it stands in the
+   * queues as of then, at most 50 ms back (MAX_ARRIVAL_LEAD_MS): ahead of requests that reached another instance
+   * after it but got to their acquire sooner. Without it, the request arrived at the call.
+   */
+  arrivedMsAgo?: number;
 }
 
 export interface Ticket<C extends Candidate> {
