@@ -39,7 +39,7 @@ function requester(instance: number, session: Session, candidates: readonly Benc
     const whose = client ? { client: client.id } : {};
     let admitted: Admitted;
     try {
-      admitted = await session.acquire(candidates, client, arrival);
+      admitted = await session.acquire(candidates, client);
     } catch (err) {
       const reason =
         err instanceof Refused

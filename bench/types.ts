@@ -66,11 +66,9 @@ export interface BenchClient {
 export interface Session {
   /**
    * A slot on one of the candidates, or Refused when the contender turns the request away; `client` says whose
-   * request it is (contenders without clients ignore it); `arrival`, when the request arrived (wall ms, the trace's
-   * time: the load generator dispatches it a little later), for contenders that take it (slotgate's `arrivedMsAgo`,
-   * as its gateway passes the time since the request reached it).
+   * request it is (contenders without clients ignore it).
    */
-  acquire(candidates: readonly BenchChannel[], client?: BenchClient, arrival?: number): Promise<Admitted>;
+  acquire(candidates: readonly BenchChannel[], client?: BenchClient): Promise<Admitted>;
   /** Commands issued so far by purpose, for contenders that count them (slotgate); `fetch_rounds` = load reads. */
   purposes?(): Record<string, number>;
   close(): Promise<void>;

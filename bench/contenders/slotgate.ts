@@ -10,7 +10,6 @@ import {
   type Candidate,
   type Client,
 } from 'slotgate';
-import { wallNow } from '../children.js';
 import type { BenchChannel, BenchClient, Contender, Session, SetupContext } from '../types.js';
 import { Refused } from '../types.js';
 
@@ -45,8 +44,7 @@ function slotgate(cache: boolean, handoff = true): Contender {
         : '; no slot handoff: every admission goes through the acquire script') +
       '; when every tried channel is full it joins the FIFO queues of two of them in Redis (max waiting = ' +
       'max(32, 8 × max concurrency), up to 5 s) and is granted the next slot freed there, in arrival order across ' +
-      'instances (in the fleet runs each request passes how late the load generator dispatched it as ' +
-      '`arrivedMsAgo`, as the gateway passes the time since a request reached it); ' +
+      'instances; ' +
       'a full queue or a wait time-out is the 429; ' +
       "a request's client (clients scenario) is passed to acquire as `client` (a limited client takes one of its " +
       'own slots first: `client_*` 429s)',
@@ -71,15 +69,13 @@ function slotgate(cache: boolean, handoff = true): Contender {
       );
       const sets = new WeakMap<readonly BenchChannel[], Candidate[]>();
       return {
-        async acquire(set, client, arrival) {
+        async acquire(set, client) {
           let list = sets.get(set);
           if (!list) sets.set(set, (list = set.map((c) => candidates.get(c.id)!)));
           try {
             const ticket = await admission.acquire({
               candidates: list,
               ...(client && !client.unnamed ? { client: clientOf(client) } : {}),
-              // how late the load generator dispatched it, as the gateway passes the time since a request reached it
-              ...(arrival !== undefined ? { arrivedMsAgo: Math.max(0, wallNow() - arrival) } : {}),
             });
             return { channel: ticket.channel.id, release: () => ticket.release() };
           } catch (err) {

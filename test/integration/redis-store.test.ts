@@ -1208,19 +1208,22 @@ describe('where a registration stands in its queue', () => {
     const ch = 'lead-at-send';
     await store.acquireFirst([{ channelId: ch, max: 1 }], opts('ls:h'));
     const calls = store.commands.wait;
-    // 'ls:1' arrives now and registers at once; 'ls:2' registers 5 ms later in the same job, its request having arrived
-    // 2 ms before that: 'ls:1' is the older by 3 ms, though as of its own call it had waited for nothing
+    // 'ls:1' arrives at t and registers at once; 5 ms later in the same job 'ls:2' registers, its request having arrived
+    // 2 ms before (t + 3), and 'ls:3', its request having arrived 30 ms before (t - 25; a stall of the process between
+    // the calls moves ls:2 later only, and leaves ls:3 ahead of ls:1 unless it lasts 25 ms)
     const first = store.enqueue(waiter(ch, 'ls:1', 1), waitOpts());
     const until = performance.now() + 5;
     while (performance.now() < until) {
       // the job goes on
     }
     const second = store.enqueue(waiter(ch, 'ls:2', 1), { ...waitOpts(), arrivedMsAgo: 2 });
-    expect(await Promise.all([first, second])).toEqual(['queued', 'queued']);
+    const third = store.enqueue(waiter(ch, 'ls:3', 1), { ...waitOpts(), arrivedMsAgo: 30 });
+    expect(await Promise.all([first, second, third])).toEqual(['queued', 'queued', 'queued']);
     expect(store.commands.wait - calls).toBe(1);
     const members = await cc.client.zrange(store.keys.queue(ch), 0, -1);
-    expect(members.map((m) => m.slice(m.lastIndexOf('|') + 1))).toEqual(['ls:1', 'ls:2']);
-    for (const t of ['ls:1', 'ls:2']) await store.leaveQueue(waiter(ch, t, 1), 60_000);
+    // (leads taken when each was asked for: ls:3, ls:2, ls:1; none at all: ls:1, ls:2, ls:3)
+    expect(members.map((m) => m.slice(m.lastIndexOf('|') + 1))).toEqual(['ls:3', 'ls:1', 'ls:2']);
+    for (const t of ['ls:1', 'ls:2', 'ls:3']) await store.leaveQueue(waiter(ch, t, 1), 60_000);
     expect(await store.release({ channelId: ch, token: 'ls:h', ttlMs: 60_000 })).toBe(true);
   });
 });

@@ -10,6 +10,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { defaultMaxWaiting } from '../../packages/slotgate/src/admission/decide.js';
 import { safetyPollMs } from '../../packages/slotgate/src/admission/waiting.js';
 import type { Candidate } from '../../packages/slotgate/src/core/channel.js';
+import type { Client } from '../../packages/slotgate/src/core/client.js';
 import type { Clock, ManualClock } from '../../packages/slotgate/src/core/clock.js';
 import { StoreUnavailableError } from '../../packages/slotgate/src/core/errors.js';
 import { DEFAULT_SETTINGS, type SettingsUpdate } from '../../packages/slotgate/src/core/settings.js';
@@ -925,7 +926,7 @@ describe('arrival', () => {
   async function arrivalOf(
     id: string,
     slow: (store: MemoryStore, clock: ManualClock) => void,
-    caller: { arrivedMsAgo?: number } = {},
+    caller: { arrivedMsAgo?: number; client?: Client } = {},
   ): Promise<{ arrivedMsAgo: number | undefined; took: number }> {
     const { clock, store, admission, other } = setup({}, zero);
     const channel = { id, maxConcurrency: 1 };
@@ -942,6 +943,16 @@ describe('arrival', () => {
     await elapse(clock, 100);
     expect(seen).toHaveLength(1);
     return { arrivedMsAgo: seen[0]!.arrivedMsAgo, took: seen[0]!.at - t0 };
+  }
+
+  /** Each acquire call of this instance takes 10 ms (then `after`, if given). */
+  function slowAcquires(store: MemoryStore, clock: ManualClock, after?: () => void): void {
+    const acquire = store.acquireFirst.bind(store);
+    store.acquireFirst = async (...args) => {
+      await clock.advance(10);
+      after?.();
+      return acquire(...args);
+    };
   }
 
   it("a waiter's registration says how long before it its request arrived (the queue orders it as of then)", async () => {
@@ -964,12 +975,7 @@ describe('arrival', () => {
     const { arrivedMsAgo, took } = await arrivalOf('arrival-precise', (store, clock) => {
       let fraction = 0.25;
       (clock as Clock).precise = () => clock.now() + fraction;
-      const acquire = store.acquireFirst.bind(store);
-      store.acquireFirst = async (...args) => {
-        await clock.advance(10);
-        fraction = 0.75;
-        return acquire(...args);
-      };
+      slowAcquires(store, clock, () => (fraction = 0.75));
     });
     expect(took).toBeGreaterThanOrEqual(10);
     // by now() alone it would be a whole number of ms
@@ -977,19 +983,18 @@ describe('arrival', () => {
   });
 
   it("the caller's arrivedMsAgo (the request reached it that long before the acquire) counts on top", async () => {
-    const { arrivedMsAgo, took } = await arrivalOf(
-      'arrival-caller',
-      (store, clock) => {
-        const acquire = store.acquireFirst.bind(store);
-        store.acquireFirst = async (...args) => {
-          await clock.advance(10);
-          return acquire(...args);
-        };
-      },
-      { arrivedMsAgo: 7.5 },
-    );
+    const { arrivedMsAgo, took } = await arrivalOf('arrival-caller', slowAcquires, { arrivedMsAgo: 7.5 });
     expect(took).toBeGreaterThanOrEqual(10);
     expect(arrivedMsAgo).toBe(took + 7.5);
+  });
+
+  it("a limited client's request stands as of its arrival, before it took its client's own slot", async () => {
+    // each acquire call 10 ms: the client's slot, then the channel's
+    const { arrivedMsAgo, took } = await arrivalOf('arrival-client', slowAcquires, {
+      client: { id: 'limited', maxConcurrency: 5 },
+    });
+    expect(took).toBeGreaterThanOrEqual(20);
+    expect(arrivedMsAgo).toBe(took);
   });
 
   it('an arrivedMsAgo that is not a finite number ≥ 0 is a TypeError, and nothing is asked of the store', async () => {

@@ -4,7 +4,7 @@
  * configuration change), which decides with the functions of decide.ts and waits with waiting.ts.
  */
 import { isBounded, type Candidate } from '../core/channel.js';
-import { systemClock } from '../core/clock.js';
+import { preciseNow, systemClock } from '../core/clock.js';
 import {
   CLIENT_RESOURCE_PREFIX,
   clientIdOf,
@@ -213,14 +213,15 @@ export class AdmissionEngine implements Admission {
       const { client, arrivedMsAgo } = request;
       if (client !== undefined) validateClient(client);
       if (arrivedMsAgo !== undefined && !(Number.isFinite(arrivedMsAgo) && arrivedMsAgo >= 0)) {
-        throw new TypeError(
-          `Expected \`arrivedMsAgo\` to be a finite number ≥ 0, got ${JSON.stringify(arrivedMsAgo) ?? String(arrivedMsAgo)}`,
-        );
+        const got = typeof arrivedMsAgo === 'number' ? String(arrivedMsAgo) : JSON.stringify(arrivedMsAgo);
+        throw new TypeError(`Expected \`arrivedMsAgo\` to be a finite number ≥ 0, got ${got}`);
       }
+      // when the request arrived, on the precise clock: the queues of its client's slot and of its channel order it so
+      const arrivedAt = preciseNow(clock) - (arrivedMsAgo ?? 0);
       const prepared = this.candidateSets.prepare(request.candidates, request.exclude);
       // A limited client takes its own slot first (always in this order: nothing waits holding a channel slot)
       const held = isLimited(client)
-        ? await this.clientSlot(client, request.signal, request.resolveClient, arrivedMsAgo)
+        ? await this.clientSlot(client, request.signal, request.resolveClient, arrivedAt)
         : undefined;
       let ticket: Ticket<C>;
       try {
@@ -231,7 +232,7 @@ export class AdmissionEngine implements Admission {
             : undefined;
         ticket = await this.localShare.around(
           prepared,
-          () => admitInForce(this.engine, request, prepared, span),
+          () => admitInForce(this.engine, request, prepared, arrivedAt, span),
           (channel, lease) => this.engine.tickets.bounded(channel, lease, 0, request.signal),
         );
       } catch (err) {
@@ -263,7 +264,7 @@ export class AdmissionEngine implements Admission {
     client: Client & { maxConcurrency: number },
     signal: AbortSignal | undefined,
     resolveClient: (() => Client | undefined) | undefined,
-    arrivedMsAgo: number | undefined,
+    arrivedAt: number,
   ): Promise<Ticket<Candidate>> {
     const candidates = this.clientSets.of(client);
     const prepared = this.candidateSets.prepare(candidates, undefined, true);
@@ -272,17 +273,12 @@ export class AdmissionEngine implements Admission {
       const now = resolveClient ? resolveClient() : client;
       return now?.id === client.id && isLimited(now) ? this.clientSets.of(now) : [];
     };
-    const request: AcquireRequest<Candidate> = {
-      candidates,
-      resolve,
-      ...(signal ? { signal } : {}),
-      ...(arrivedMsAgo !== undefined ? { arrivedMsAgo } : {}),
-    };
+    const request: AcquireRequest<Candidate> = { candidates, resolve, ...(signal ? { signal } : {}) };
     this.clientRequests.add(request);
     try {
       return await this.localShare.around(
         prepared,
-        () => admitInForce(this.engine, request, prepared),
+        () => admitInForce(this.engine, request, prepared, arrivedAt),
         (resource, lease) => this.engine.tickets.bounded(resource, lease, 0, signal),
       );
     } catch (err) {

@@ -6,7 +6,6 @@
  * under; otherwise its slot is given back at once, through the store, and the request passes again.
  */
 import { isBounded, type Candidate } from '../core/channel.js';
-import { preciseNow } from '../core/clock.js';
 import { NoChannelError } from '../core/errors.js';
 import type { Prepared } from './candidates.js';
 import type { Engine, WaitSpan } from './engine.js';
@@ -18,15 +17,17 @@ export async function admitInForce<C extends Candidate>(
   engine: Engine,
   request: AcquireRequest<C>,
   prepared: Prepared<C>,
+  /**
+   * When the request arrived, on the engine clock's precise reading (Attempt.arrivedAt): its registrations stand as of
+   * then, so two requests that reach this instance within a millisecond keep their order in the queues.
+   */
+  arrivedAt: number,
   /** A wait already under way (a limited client's, for its own slot): the deadline holds for the whole acquire. */
   waited?: WaitSpan,
 ): Promise<Ticket<C>> {
   const { clock } = engine;
   let generation = engine.generation();
   let span: WaitSpan | undefined = waited;
-  // on the precise clock: two requests that reach this instance within a millisecond keep their order in the queues
-  const arrivedAt =
-    preciseNow(clock) - (waited ? clock.now() - waited.start : 0) - (request.arrivedMsAgo ?? 0);
   for (;;) {
     if (prepared.candidates.length === 0) {
       throw span ? new NoChannelError(NO_CHANNEL_LEFT) : new NoChannelError();

@@ -90,8 +90,9 @@ export interface EnqueueOptions {
 /** How much earlier than its registration a waiter may stand in its queue (EnqueueOptions.arrivedMsAgo). */
 export const MAX_ARRIVAL_LEAD_MS = 50;
 
-/** How much earlier than now a registration stands in its queue, ms: `msAgo` within [0, the cap]. */
-export const clampArrivalLead = (msAgo: number): number => Math.min(MAX_ARRIVAL_LEAD_MS, Math.max(0, msAgo));
+/** How much earlier than now a registration stands in its queue, ms: `msAgo` within [0, the cap] (0 if not finite). */
+export const clampArrivalLead = (msAgo: number): number =>
+  Number.isFinite(msAgo) ? Math.min(MAX_ARRIVAL_LEAD_MS, Math.max(0, msAgo)) : 0;
 
 /** How much earlier than now a registration stands in its queue, ms: its `arrivedMsAgo` within [0, the cap]. */
 export const arrivalLeadMs = (options: EnqueueOptions): number => clampArrivalLead(options.arrivedMsAgo ?? 0);
