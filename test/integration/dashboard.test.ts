@@ -300,7 +300,14 @@ describe('GET /dashboard in a browser', () => {
     expect(await textOf(page, '#channels tbody tr[data-channel="real-off"] td:first-child')).toBe(
       'real-off (disabled)',
     );
-    const emptyBar = await page.locator('tr[data-channel="busy"] .bar > span').boundingBox();
+    // (polled: the once-a-second refresh replaces the rows, and a box asked for while its row goes is null)
+    let emptyBar: { width: number } | null = null;
+    await expect
+      .poll(async () => {
+        emptyBar = await page.locator('tr[data-channel="busy"] .bar > span').boundingBox();
+        return emptyBar !== null;
+      }, POLL)
+      .toBe(true);
 
     // A cooldown set by an operator, and two streams that fill `busy`.
     const cooled = await fetch(`${base}/admin/channels/cool/cooldown`, {
