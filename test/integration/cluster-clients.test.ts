@@ -92,21 +92,20 @@ describe('clients on a Redis Cluster', () => {
         order.push(name);
         return t;
       });
-    const heavyWaiters = [1, 2, 3].map((n) =>
-      track(y.admission.acquire({ candidates: [two], client: heavy }), `h${n}`),
-    );
-    // the heavy waiters are queued before the light one arrives
-    for (;;) {
-      const load = (await x.admission.readLoads([two])).get('fair-two')!;
-      if (load.waiting >= 3) break;
-      await new Promise((r) => setTimeout(r, 20));
+    const queued = async (n: number) => {
+      while ((await x.admission.readLoads([two])).get('fair-two')!.waiting < n) {
+        await new Promise((r) => setTimeout(r, 20));
+      }
+    };
+    // the heavy waiters queue one after the other (their order is theirs, not a race of requests microseconds apart),
+    // all before the light one arrives
+    const heavyWaiters: Promise<Ticket<Candidate>>[] = [];
+    for (const n of [1, 2, 3]) {
+      heavyWaiters.push(track(y.admission.acquire({ candidates: [two], client: heavy }), `h${n}`));
+      await queued(n);
     }
     const lightWaiter = track(x.admission.acquire({ candidates: [two], client: light }), 'light');
-    for (;;) {
-      const load = (await x.admission.readLoads([two])).get('fair-two')!;
-      if (load.waiting >= 4) break;
-      await new Promise((r) => setTimeout(r, 20));
-    }
+    await queued(4);
     await holders[0]!.release(); // heavy still holds one slot, light none
     const first = await lightWaiter;
     expect(order).toEqual(['light']);

@@ -825,7 +825,7 @@ describe('grants: a freed slot goes to the oldest live waiter', () => {
       0,
     ]);
     const after = await redisNow();
-    expect(reply).toEqual({ removed: true, checked: true, local: ['gw:2'] });
+    expect(reply).toEqual({ removed: true, checked: true, emptied: false, local: ['gw:2'] }); // other:1 waits
     const score = Number(await client.zscore(keys.slots('own'), 'gw:2'));
     expect(score).toBeGreaterThanOrEqual(before + LEASE_TTL_MS); // a full lease: no claim needed
     expect(score).toBeLessThanOrEqual(after + LEASE_TTL_MS);
@@ -835,7 +835,7 @@ describe('grants: a freed slot goes to the oldest live waiter', () => {
       'gw',
       0,
     ]);
-    expect(next).toEqual({ removed: true, checked: true, local: [] });
+    expect(next).toEqual({ removed: true, checked: true, emptied: true, local: [] }); // no live waiter left
     expect(Number(await client.zscore(keys.slots('own'), 'other:1'))).toBeLessThanOrEqual(
       (await redisNow()) + CLAIM_MS,
     );
@@ -1503,13 +1503,13 @@ describe('key expiry: set, and only ever extended', () => {
     await hold('kt', 'h:1', 'h:2');
     expect(await enqueue('kt', 'w:1', 2)).toBe('queued');
     await client.pexpire(keys.slots('kt'), 1_000);
-    expect(await trusted('kt', 'h:2')).toEqual({ removed: true, checked: false, local: [] });
+    expect(await trusted('kt', 'h:2')).toEqual({ removed: true, checked: false, emptied: true, local: [] });
     expect(await members(keys.slots('kt'))).toEqual(['h:1', 'w:1']);
     expect(await client.pttl(keys.slots('kt'))).toBeLessThanOrEqual(1_000);
     // a channel of 1: the release empties the key, and the grant creates it again: its expiry is always set
     await hold('ke', 'h:1');
     expect(await enqueue('ke', 'w:1', 1)).toBe('queued');
-    expect(await trusted('ke', 'h:1')).toEqual({ removed: true, checked: true, local: [] });
+    expect(await trusted('ke', 'h:1')).toEqual({ removed: true, checked: true, emptied: true, local: [] });
     expect(await members(keys.slots('ke'))).toEqual(['w:1']);
     expect(await client.pttl(keys.slots('ke'))).toBeGreaterThan(70_000);
     // untold, it checks (and says so)

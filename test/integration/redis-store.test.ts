@@ -950,23 +950,31 @@ describe('a release racing a queue that forms', () => {
     });
   });
 
-  it('a load read sent before a "Q" message came does not clear the queue it announced', async () => {
-    const ch = 'race-read';
-    await heldStore('ra', async (a, gate) => {
-      expect(await a.acquireFirst([{ channelId: ch, max: 1 }], opts('ra:1'))).toEqual(['acquired']);
-      expect(await store.enqueue(waiter(ch, 'rb:1', 1), waitOpts())).toBe('queued'); // "Q" to ra: held
-      await expect.poll(gate.held, { timeout: 10_000 }).toBe(1);
-      // the read counts no waiter, and the message is taken in while it is on its way (as when the read ran before
-      // the queue formed and its reply came in after the message)
-      expect(await store.leaveQueue(waiter(ch, 'rb:1', 1), 60_000)).toBe(false);
-      const loads = await a.readLoads([ch], { onSent: () => gate.open() });
-      expect(loads.get(ch)!.waiting).toBe(0);
+  it("a load read that counts no waiter by its store's lifetime leaves the mark: a longer-lived waiter is granted the slot", async () => {
+    const ch = 'mixed-lives';
+    const a = new RedisStore({ url: server.url, prefix });
+    try {
+      // a's registrations live 300 ms (a short wait time-out); the other instance's waiter lives a minute
+      expect(await a.enqueue(waiter('mixed-other', 'ma:w', 1), { ...waitOpts(), ttlMs: 300 })).toBe(
+        'granted',
+      );
+      expect(await a.release({ channelId: 'mixed-other', token: 'ma:w', ttlMs: 60_000 })).toBe(true);
+      expect(await a.acquireFirst([{ channelId: ch, max: 1 }], opts('ma:1'))).toEqual(['acquired']);
+      expect(await store.enqueue(waiter(ch, 'mb:w', 1), waitOpts())).toBe('queued');
+      expect(await a.acquireFirst([{ channelId: ch, max: 1 }], opts('ma:2'))).toEqual(['queued']);
       expect(a.queued(ch)).toBe(true);
-      // a read sent after it clears it
-      await a.readLoads([ch]);
+      await new Promise((r) => setTimeout(r, 400));
+      // registered longer ago than a's lifetime: a's read counts nobody, yet the waiter waits
+      expect((await a.readLoads([ch])).get(ch)!.waiting).toBe(0);
+      expect(a.queued(ch)).toBe(true);
+      // so the release goes through the queue, and the waiter is granted the slot (a plain ZREM would free it unseen)
+      expect(await a.release({ channelId: ch, token: 'ma:1', ttlMs: 60_000 })).toBe(true);
+      expect(await cc.client.zrange(a.keys.slots(ch), 0, -1)).toEqual(['mb:w']);
       expect(a.queued(ch)).toBe(false);
-      expect(await a.release({ channelId: ch, token: 'ra:1', ttlMs: 60_000 })).toBe(true);
-    });
+      expect(await store.release({ channelId: ch, token: 'mb:w', ttlMs: 60_000 })).toBe(true);
+    } finally {
+      await a.close();
+    }
   });
 });
 
@@ -1054,7 +1062,7 @@ describe('grant messages name the claim deadline', () => {
 });
 
 describe("the store's queued() hint", () => {
-  it('follows the acquire replies, its own enqueues, the "q" messages and the load reads', async () => {
+  it('follows the acquire replies, its own enqueues, the "q" messages, the releases and the load reads that find waiters', async () => {
     const ch = 'hint';
     const b = new RedisStore({ url: server.url, prefix });
     const c = new RedisStore({ url: server.url, prefix });
@@ -1082,26 +1090,31 @@ describe("the store's queued() hint", () => {
       expect(await c.acquireFirst([{ channelId: ch, max: 1 }], opts('c:1'))).toEqual(['queued']);
       expect(c.queued(ch)).toBe(true);
 
-      // leaving says nothing of other waiters; a load read that finds none clears the hint
+      // leaving says nothing of other waiters, and a load read that finds none leaves the hint: it counts the
+      // registrations by this store's own lifetime, and a longer-lived one of another instance may still wait
       expect(await store.leaveQueue(waiter(ch, 'a:1', 1), 60_000)).toBe(false);
       expect(store.queued(ch)).toBe(true);
       expect((await store.readLoads([ch])).get(ch)!.waiting).toBe(0);
-      expect(store.queued(ch)).toBe(false);
-      // and one that finds a waiter sets it
-      expect(await c.enqueue(waiter(ch, 'c:w', 1), waitOpts())).toBe('queued');
-      expect((await store.readLoads([ch])).get(ch)!.waiting).toBe(1);
       expect(store.queued(ch)).toBe(true);
-      expect(await c.leaveQueue(waiter(ch, 'c:w', 1), 60_000)).toBe(false);
-
-      // an acquire that is admitted: no queue there
+      // a release through the queue that leaves no live waiter clears it
       expect(await b.release({ channelId: ch, token: 'b:1' })).toBe(true);
+      expect(b.queued(ch)).toBe(false);
+      // an acquire that is admitted: no queue there
       expect(await c.acquireFirst([{ channelId: ch, max: 1 }], opts('c:2'))).toEqual(['acquired']);
       expect(c.queued(ch)).toBe(false);
+      // a load read that finds a waiter sets it
+      expect(await store.enqueue(waiter(ch, 'a:w', 1), waitOpts())).toBe('queued');
+      expect((await c.readLoads([ch])).get(ch)!.waiting).toBe(1);
+      expect(c.queued(ch)).toBe(true);
+      // a release that grants the last waiter leaves none: cleared
+      expect(await c.release({ channelId: ch, token: 'c:2' })).toBe(true);
+      expect(c.queued(ch)).toBe(false);
+      expect(await store.release({ channelId: ch, token: 'a:w' })).toBe(true);
       // its own enqueue granted at once: no queue either
       expect(await store.enqueue(waiter(ch, 'a:2', 2), waitOpts())).toBe('granted');
       expect(store.queued(ch)).toBe(false);
-      // b was told once per queue formed, and never of a grant (it had no waiter)
-      expect(heard).toEqual([`q ${ch}`, `q ${ch}`]);
+      // b was told of the one queue that formed while it held a slot, and never of a grant (it had no waiter)
+      expect(heard).toEqual([`q ${ch}`]);
     } finally {
       await stop();
       await b.close();

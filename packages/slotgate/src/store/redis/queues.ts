@@ -172,8 +172,11 @@ export class RedisQueues {
   private readonly slotsCheckedAt = new Map<string, { at: number; ttlMs: number }>();
   /** Per channel, when a waiter of this store that gave up last swept its expired leases. */
   private readonly sweptAt = new Map<string, number>();
-  /** When each release in flight went out (the time a check it reports is counted from). */
-  private readonly releaseSentAt = new WeakMap<LeaseRef, number>();
+  /**
+   * When each release through the queue went out: the time a check it reports is counted from, and the stamp a queue
+   * it leaves empty is cleared by (mark).
+   */
+  private readonly releaseSent = new WeakMap<LeaseRef, { at: number; stamp: number }>();
   /** The registration lifetime of this store's latest enqueue (wait timeout + margin). */
   private live: number | undefined;
   /**
@@ -246,14 +249,14 @@ export class RedisQueues {
   }
 
   /**
-   * What a load read says: live waiters mean a queue; none mean none when it ran (`stamp`: when it was sent), unless
-   * `clears` is false (a lagging read).
+   * What a load read says: live waiters mean a queue. None never clears a mark: the read counts the registrations by
+   * this store's own lifetime, and one of another instance with a longer wait time-out may wait longer than that (a
+   * fleet that rolls a new `wait_timeout_ms` out); a release past it would free a slot nobody is granted. Only the
+   * scripts that judge each registration by its own lifetime clear: an acquire that took a slot, an enqueue granted at
+   * once, a release that left no live waiter.
    */
-  noteLoads(loads: ReadonlyMap<string, ChannelLoad>, clears: boolean, stamp = -Infinity): void {
-    for (const [id, load] of loads) {
-      if (load.waiting > 0) this.mark(id, true);
-      else if (clears) this.mark(id, false, stamp);
-    }
+  noteLoads(loads: ReadonlyMap<string, ChannelLoad>): void {
+    for (const [id, load] of loads) if (load.waiting > 0) this.mark(id, true);
   }
 
   /**
@@ -325,7 +328,7 @@ export class RedisQueues {
     const instance = instanceOfToken(lease.token);
     const ttl = lease.ttlMs ?? DEFAULT_LEASE_TTL_MS;
     const now = this.deps.clock.now();
-    this.releaseSentAt.set(lease, now);
+    this.releaseSent.set(lease, { at: now, stamp: this.stamp() });
     const checked = this.slotsCheckedAt.get(lease.channelId);
     // after a check the key has at least a lease TTL: within this window it still has enough for a grant's claim
     // (up to claimMs later; a claim does not extend the key) and the lease's first renewal (TTL/3 after it)
@@ -349,7 +352,10 @@ export class RedisQueues {
   released = (lease: LeaseRef, reply: ReleaseSlotReply): boolean => {
     const ttl = lease.ttlMs ?? DEFAULT_LEASE_TTL_MS;
     const now = this.deps.clock.now();
-    const at = this.releaseSentAt.get(lease) ?? now;
+    const sent = this.releaseSent.get(lease);
+    const at = sent?.at ?? now;
+    // no live waiter left, each judged by its own lifetime: the channel's releases go back to plain ZREMs
+    if (reply.emptied && sent) this.mark(lease.channelId, false, sent.stamp);
     if (reply.checked) {
       if (this.slotsCheckedAt.size >= COVERED_LIMIT) this.slotsCheckedAt.clear();
       this.slotsCheckedAt.set(lease.channelId, { at, ttlMs: ttl });
@@ -460,18 +466,14 @@ export class RedisQueues {
   }
 
   /**
-   * One enqueueWaiter call per registration on Cluster (its keys share one channel's hash tag). On a single node the
-   * registrations sent in one job (a waiter joining two queues, the waiters a reply flight resumed) go out in one
-   * call when the job ends, in the order sent: each does what a call of its own would (and fails alone), except that
-   * they share one reading of the Redis clock, so the script's EVALSHA and its TIME are paid once.
+   * The registrations sent in one job (a waiter joining two queues, the waiters a reply flight resumed) go out when
+   * the job ends, in the order sent, their leads all measured then: one asked for early in the job would otherwise
+   * stand later by the time it waited for the others. On a single node they go in one call: each does what a call of
+   * its own would (and fails alone), except that they share one reading of the Redis clock, so the script's EVALSHA
+   * and its TIME are paid once. On Cluster, one enqueueWaiter call each (its keys share one channel's hash tag).
    */
   private coalesced(keys: string[], args: Arg[], arrivedAt: number): Promise<EnqueueReply> {
-    const { client, count } = this.deps;
     if (args.length !== ENQUEUE_ARGS) throw new RangeError(`enqueueWaiter takes ${ENQUEUE_ARGS} arguments`);
-    if (isCluster(client)) {
-      count('wait', 1);
-      return SCRIPTS.enqueueWaiter.call(client, keys, this.withLead(args, arrivedAt));
-    }
     return new Promise((resolve, reject) => {
       this.pendingEnqueues.push({ keys, args, arrivedAt, resolve, reject });
       if (this.pendingEnqueues.length === 1) queueMicrotask(() => this.sendEnqueues());
@@ -489,6 +491,13 @@ export class RedisQueues {
     const all = this.pendingEnqueues;
     this.pendingEnqueues = [];
     for (const e of all) this.withLead(e.args, e.arrivedAt);
+    if (isCluster(client)) {
+      for (const e of all) {
+        count('wait', 1);
+        SCRIPTS.enqueueWaiter.call(client, e.keys, e.args).then(e.resolve, e.reject);
+      }
+      return;
+    }
     for (let i = 0; i < all.length; i += MAX_ENQUEUES_PER_CALL) {
       const batch = all.slice(i, i + MAX_ENQUEUES_PER_CALL);
       count('wait', 1);

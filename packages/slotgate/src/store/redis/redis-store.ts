@@ -336,7 +336,6 @@ export class RedisStore implements SlotStore {
     const min = { slots: `(${now}`, queue: `(${(now - this.queues.liveMs()) * 1000}` };
     const withTime = !seeded && this.redisClock.claimRefresh();
     const batches = chunk(ids, BATCH_SIZE);
-    const stamp = this.queues.stamp();
     opts?.onSent?.();
     const sentAt = this.redisClock.sending();
     const replies = await this.run('load_read', 'load_read', ids.length * 3 + (withTime ? 1 : 0), () =>
@@ -344,7 +343,7 @@ export class RedisStore implements SlotStore {
     );
     for (const { time } of replies) if (time) this.redisClock.learn(time, sentAt);
     replies.flatMap((r) => r.loads).forEach((load, i) => loads.set(ids[i]!, load));
-    this.queues.noteLoads(loads, true, stamp);
+    this.queues.noteLoads(loads);
     return loads;
   }
 
@@ -356,7 +355,7 @@ export class RedisStore implements SlotStore {
    */
   async exchangeLoads(exchange: LoadExchange): Promise<LoadExchangeReply> {
     const reply = await this.summary.exchange(exchange);
-    this.queues.noteLoads(reply.loads, false);
+    this.queues.noteLoads(reply.loads);
     return reply;
   }
 

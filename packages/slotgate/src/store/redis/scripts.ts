@@ -33,11 +33,13 @@ export function loadLua(file: string): string {
 
 /**
  * What releaseSlot answers: whether the token held a slot, whether a grant checked the slots key's expiry (it then has
- * at least a lease TTL), and the tokens of the releasing instance's waiters granted.
+ * at least a lease TTL), whether it left no live waiter in the queue, and the tokens of the releasing instance's
+ * waiters granted.
  */
 export interface ReleaseSlotReply {
   removed: boolean;
   checked: boolean;
+  emptied: boolean;
   local: string[];
 }
 
@@ -163,9 +165,11 @@ export const SCRIPTS = {
   /** See lua/releaseSlot-2.lua: whether the token held a slot, and the releasing instance's waiters granted. */
   releaseSlot: new Script('releaseSlot-2', (reply): ReleaseSlotReply => {
     if (!Array.isArray(reply)) throw new TypeError(`unexpected script reply ${JSON.stringify(reply)}`);
+    const flags = Number(reply[1]);
     return {
       removed: Number(reply[0]) === 1,
-      checked: Number(reply[1]) === 1,
+      checked: (flags & 1) !== 0,
+      emptied: (flags & 2) !== 0,
       local: reply.slice(2).map(String),
     };
   }),

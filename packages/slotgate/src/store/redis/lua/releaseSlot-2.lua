@@ -15,9 +15,10 @@
   ARGV[8]     now in ms on the Redis clock by the caller's estimate, never earlier than Redis's own (grants are scored
               and registrations' lifetimes judged by it), or '' (or absent) to read TIME
 
-  Returns { 1 when the token held a slot, 0 when it did not (released before, or expired), 1 when a grant checked
-  the slots key's expiry (it then has at least a lease TTL) else 0, then the tokens of the releasing instance's
-  waiters granted here }.
+  Returns { 1 when the token held a slot, 0 when it did not (released before, or expired), flags: 1 when a grant
+  checked the slots key's expiry (it then has at least a lease TTL), + 2 when no live waiter is left in the queue
+  (whatever the lifetimes of the registrations: each is judged by its own), then the tokens of the releasing
+  instance's waiters granted here }.
   Cost: ZREM, ZRANGE of the 64 oldest waiters (all when the queue is empty); with a queue, ZCARD and TIME (no TIME
   when the caller gave its estimate of the clock, unless the call sweeps expired leases), per grant ZADD, ZREM and
   PUBLISH, per dead waiter reached a ZREM, and once per call PTTL (+ PEXPIRE) unless ARGV[7] says the key's expiry is
@@ -29,9 +30,9 @@
 --- @include "queue"
 useGivenNow(tonumber(ARGV[8]))
 local removed = redis.call('ZREM', KEYS[1], ARGV[1])
-local granted, _, checked = grantFree(KEYS[1], KEYS[2], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4], ARGV[5], nil,
-  ARGV[6], ARGV[7] == '1')
-local reply = { removed, checked and 1 or 0 }
+local granted, head, checked = grantFree(KEYS[1], KEYS[2], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4], ARGV[5],
+  nil, ARGV[6], ARGV[7] == '1')
+local reply = { removed, (checked and 1 or 0) + (head == nil and 2 or 0) }
 if ARGV[6] ~= '' then
   for _, member in ipairs(granted) do
     local token = splitMember(member)
