@@ -292,6 +292,30 @@ describe('admission on Redis', () => {
     expect((await store.readLoads(['ch0'])).get('ch0')).toMatchObject({ active: 0, waiting: 0 });
   });
 
+  it('with waiting off, a channel marked queued is still asked: a queue that drained unseen does not turn requests away', async () => {
+    await setup({ wait_enabled: false });
+    const [channel] = bounded(1, 1, 'drained');
+    const other = otherInstance({ wait_timeout_ms: 5000 });
+    const held = await other.acquire({ candidates: [channel!] });
+    const waiting = other.acquire({ candidates: [channel!] });
+    await expect.poll(async () => (await store.readLoads([channel!.id])).get(channel!.id)!.waiting).toBe(1);
+    // this instance learns of the queue (its acquire answers `queued`) and turns the request away: it cannot wait
+    await expect(admission.acquire({ candidates: [channel!] })).rejects.toMatchObject({ reason: 'full' });
+    expect(store.queued(channel!.id)).toBe(true);
+    // the queue drains on the other instance, which this one does not hear of
+    await held.release();
+    await (await waiting).release();
+    await expect
+      .poll(async () => (await store.readLoads([channel!.id])).get(channel!.id))
+      .toMatchObject({ active: 0, waiting: 0 });
+    expect(store.queued(channel!.id)).toBe(true);
+    // the acquire is sent all the same, takes the free slot, and its reply clears the mark
+    const ticket = await admission.acquire({ candidates: [channel!] });
+    expect(ticket.channel.id).toBe(channel!.id);
+    expect(store.queued(channel!.id)).toBe(false);
+    await ticket.release();
+  });
+
   it('stats count the same commands the client sent', async () => {
     await setup({ wait_interval_ms: 10, wait_timeout_ms: 200 });
     const base = { ...admission.stats().commands }; // the epoch check, sent before the counter was reset

@@ -91,4 +91,34 @@ describe('grants across the nodes of a Redis Cluster', () => {
     expect([...channelOn.keys()].filter((m) => !subscriber.includes(m))).toHaveLength(masters.size - 1);
     expect(x.admission.stats().grants).toBe(masters.size);
   });
+
+  it("registrations of one job go out together, each standing as of its request's arrival when they go out", async () => {
+    const { store } = instance();
+    const id = 'lead-at-send';
+    const waiter = (token: string) => ({ channelId: id, token, max: 1 });
+    const opts = { maxWaiting: 5, ttlMs: 60_000, leaseTtlMs: 60_000 };
+    expect(
+      await store.acquireFirst([{ channelId: id, max: 1 }], {
+        token: 'cl:h',
+        leaseTtlMs: 60_000,
+        checkCooldown: true,
+      }),
+    ).toEqual(['acquired']);
+    const calls = store.commands.wait;
+    // as on one node (test/integration/redis-store.test.ts): 'cl:1' arrives at t; 5 ms later in the same job 'cl:2'
+    // registers, having arrived at t + 3, and 'cl:3', having arrived at t - 25
+    const first = store.enqueue(waiter('cl:1'), opts);
+    const until = performance.now() + 5;
+    while (performance.now() < until) {
+      // the job goes on
+    }
+    const second = store.enqueue(waiter('cl:2'), { ...opts, arrivedMsAgo: 2 });
+    const third = store.enqueue(waiter('cl:3'), { ...opts, arrivedMsAgo: 30 });
+    expect(await Promise.all([first, second, third])).toEqual(['queued', 'queued', 'queued']);
+    expect(store.commands.wait - calls).toBe(3); // one call each on Cluster
+    const members = await admin.zrange(store.keys.queue(id), 0, -1);
+    expect(members.map((m) => m.slice(m.lastIndexOf('|') + 1))).toEqual(['cl:3', 'cl:1', 'cl:2']);
+    for (const t of ['cl:1', 'cl:2', 'cl:3']) await store.leaveQueue(waiter(t), 60_000);
+    expect(await store.release({ channelId: id, token: 'cl:h', ttlMs: 60_000 })).toBe(true);
+  });
 });

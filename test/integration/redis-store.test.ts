@@ -963,7 +963,7 @@ describe('a release racing a queue that forms', () => {
       expect(await store.enqueue(waiter(ch, 'mb:w', 1), waitOpts())).toBe('queued');
       expect(await a.acquireFirst([{ channelId: ch, max: 1 }], opts('ma:2'))).toEqual(['queued']);
       expect(a.queued(ch)).toBe(true);
-      await new Promise((r) => setTimeout(r, 400));
+      await new Promise((r) => setTimeout(r, 800));
       // registered longer ago than a's lifetime: a's read counts nobody, yet the waiter waits
       expect((await a.readLoads([ch])).get(ch)!.waiting).toBe(0);
       expect(a.queued(ch)).toBe(true);

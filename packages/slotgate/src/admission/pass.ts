@@ -40,6 +40,7 @@ export async function runPass<C extends Candidate>(
   }
 
   const handoffOn = settings.slot_handoff_enabled;
+  const canWait = settings.wait_enabled && settings.wait_timeout_ms > 0;
   // the request's client, carried by its tokens (the fair share between clients reads it there)
   const share = shareSuffix(attempt.request.client);
   /** A slot released in this turn on a channel of tier `t`, taken over with no store command. */
@@ -92,9 +93,12 @@ export async function runPass<C extends Candidate>(
       if (handed) return handed;
     }
     // A channel known to have waiters is full for a newcomer (the acquire script would answer `queued`): it joins the
-    // wait candidates without a store call, like one found full, and the tier is ordered without it.
+    // wait candidates without a store call, like one found full, and the tier is ordered without it. Not when the
+    // request cannot wait: then nothing of this instance's would ask the store about the channel again (no enqueue,
+    // and maybe no release), and a mark whose queue drained meanwhile would turn every request away; the acquire
+    // answers `queued` or takes the slot, and its reply puts the mark right.
     const open = tier.filter((c) => {
-      if (!isBounded(c) || storeDown || !engine.store.queued(c.id) || cooling(c)) return true;
+      if (!isBounded(c) || storeDown || !canWait || !engine.store.queued(c.id) || cooling(c)) return true;
       saturated.push(c);
       waitPool.add(c);
       return false;
@@ -165,7 +169,7 @@ export async function runPass<C extends Candidate>(
   }
 
   if (storeDown) throw storeDown;
-  if (waitPool.size > 0 && settings.wait_enabled && settings.wait_timeout_ms > 0) {
+  if (waitPool.size > 0 && canWait) {
     // The view as it is now (the passes that queued since this one's loads were taken counted in), ties shuffled.
     const shown = prepared.viewless ? undefined : view.peek(ids, false, true);
     return waitForSlot(
