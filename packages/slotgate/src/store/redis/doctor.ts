@@ -26,7 +26,8 @@ import { KeyBuilder, SCHEMA_VERSION } from './keys.js';
 import { redisMs } from './redis-time.js';
 import { isCluster } from './connection.js';
 import { SCRIPTS } from './scripts.js';
-import { DEFAULT_CLAIM_MS, DEFAULT_LEASE_TTL_MS, memberLifetime } from './queues.js';
+import { DEFAULT_LEASE_TTL_MS } from './queue-marks.js';
+import { DEFAULT_CLAIM_MS, memberLifetime } from './queues.js';
 
 export type FindingKind =
   'expired_members' | 'no_expiry' | 'cooldown_without_ttl' | 'wrong_type' | 'unknown_key' | 'dead_owner';

@@ -1,9 +1,8 @@
 /**
  * The wait queues in Redis: one FIFO queue per channel (lua/enqueueWaiter-n.lua and its companions), slots granted to
  * the oldest waiter in the same script that frees them, and the instance told on its own pub/sub channel. This module
- * sends the queue commands, delivers the messages, and keeps what this instance knows of which channels have a queue
- * (its acquire replies, its own waiters, the messages and the load reads say so), which decides how a slot is given
- * back: through the queue, or by a plain ZREM.
+ * sends the queue commands and delivers the messages; what they say of which channels have a queue goes to the
+ * store's QueueMarks (queue-marks.ts), which decides how a slot is given back: through the queue, or by a plain ZREM.
  */
 import type { Cluster, Redis } from 'ioredis';
 import { preciseNow, type Clock } from '../../core/clock.js';
@@ -11,9 +10,6 @@ import { instanceOfToken } from '../../core/ids.js';
 import {
   arrivalLeadMs,
   clampArrivalLead,
-  type AcquireReply,
-  type AcquireTarget,
-  type ChannelLoad,
   type EnqueueOptions,
   type EnqueueReply,
   type LeaseRef,
@@ -25,6 +21,7 @@ import {
 } from '../store.js';
 import type { Deadlines } from './deadlines.js';
 import type { KeyBuilder } from './keys.js';
+import { DEFAULT_LEASE_TTL_MS, type QueueMarks } from './queue-marks.js';
 import { SCRIPTS, type ReleaseSlotReply } from './scripts.js';
 import { isCluster, subscriberOf } from './connection.js';
 
@@ -39,20 +36,14 @@ export interface RedisQueuesDeps {
   clock: Clock;
   /** Now on the Redis clock as last read; undefined before any read. */
   redisNow?: () => number | undefined;
-  /**
-   * Sends a release of `lease` through the queue (lua/releaseSlot-2.lua): the kick that grants a slot a plain release
-   * freed behind a queue that formed meanwhile (its token is nobody's: only the grant loop does anything).
-   */
-  kick: (lease: LeaseRef) => void;
+  /** What the store believes of each channel's queue (which release, the race with a queue that forms). */
+  marks: QueueMarks;
   /**
    * Now on the Redis clock by the store's upper bound (RedisClock.upperNow), which a release's grants are scored from
    * (lua/releaseSlot-2.lua); undefined where there is none (then, and on Cluster, the script reads TIME).
    */
   scoreNow?: () => number | undefined;
 }
-
-/** A lease TTL for keys a grant touches when the caller gave none (it only ever extends a key's expiry). */
-export const DEFAULT_LEASE_TTL_MS = 60_000;
 
 /** How long a grant waits for its instance to claim it, when the store's options name no other. */
 export const DEFAULT_CLAIM_MS = 5000;
@@ -66,14 +57,6 @@ const COVERED_LIMIT = 10_000;
  * second, and one sweep a second frees a dead holder's slot as surely as one per waiter.
  */
 const SWEEP_EVERY_MS = 1000;
-
-/**
- * Where the store has no upper bound of the Redis clock (Cluster, before its first reading, or when that is over 10 s
- * old: redis-time.ts), or the release failed: how long after a plain release was answered a queue's forming may still
- * have run before it. A `Q` message that arrives within this of the release's answer is taken to be about a queue
- * formed after it (formed).
- */
-const UNBOUNDED_RACE_MS = 1000;
 
 /** Time allowed beyond the claim deadline for a claim's round trip, in the grant's expiry hint. */
 const CLAIM_MARGIN_MS = 1000;
@@ -127,32 +110,7 @@ interface PendingEnqueue {
   reject: (err: unknown) => void;
 }
 
-/** A channel's releases by plain ZREM from this store: how many are unanswered, and when the last was answered. */
-interface PlainReleases {
-  inFlight: number;
-  /** A kick waits for the releases in flight to be answered (on Cluster one may be sent again after a redirect). */
-  kickDue: LeaseRef | undefined;
-  /** The store's upper bound of the Redis clock when the last with one was answered. */
-  answeredBelow: number;
-  /** This store's clock when the last without one (no bound, or it failed) was answered. */
-  unboundedAt: number;
-  /** The lease TTL of the last (a kick grants this instance's waiters leases of it). */
-  ttlMs: number;
-}
-
 export class RedisQueues {
-  /**
-   * Channels this instance believes have a queue, each with the stamp of its latest mark (`marks` then): a clear
-   * from a reply to a command sent before that mark does not undo it (the mark may have come by another connection,
-   * a `Q` message, about a queue that formed after the command ran).
-   */
-  private readonly queued = new Map<string, number>();
-  /** Marks of a queue so far, over all channels: a command's stamp is this when it was sent. */
-  private marks = 0;
-  /** Per channel, this store's registrations not yet answered: until they are, the channel counts as queued. */
-  private readonly registering = new Map<string, number>();
-  /** Per channel, this store's releases by plain ZREM (formed() reads them). */
-  private readonly plain = new Map<string, PlainReleases>();
   /**
    * The instances listening through this store: a release of one of their leases grants that instance's own waiters
    * a full lease, named in the reply instead of a message.
@@ -209,126 +167,12 @@ export class RedisQueues {
     this.members.delete(placeOf(channelId, token));
   }
 
-  /** Whether this instance believes the channel has a queue (the store's `queued()`: no handoff, no acquire there). */
-  hasQueue(channelId: string): boolean {
-    return this.queued.has(channelId);
-  }
-
-  /**
-   * Whether a slot of the channel is given back through the queue: it is marked queued, or a registration of this
-   * store is on its way there (sent ahead of the release on the same connection, it may form a queue the release
-   * would otherwise free a slot behind). Only the release counts the registration: a newcomer that took it for a
-   * queue and skipped its acquire was overtaken more often (the bench's FIFO inversions in open200 ×4 were 2.1 %
-   * in 2 runs, against 1.1–1.3 % in 2 runs of each of the other two ways).
-   */
-  releasesViaQueue(channelId: string): boolean {
-    return this.queued.has(channelId) || this.registering.has(channelId);
-  }
-
-  /** The stamp of a command sent now: what its reply may clear is judged by it (mark). */
-  stamp(): number {
-    return this.marks;
-  }
-
-  /** Marks the channel queued, or clears it unless it was marked after `stamp` (the clearing command was sent). */
-  private mark(channelId: string, queued: boolean, stamp = Infinity): void {
-    // (no limit: a mark dropped while its queue lives would send releases past it, and the marks are one per channel)
-    if (queued) this.queued.set(channelId, ++this.marks);
-    else if ((this.queued.get(channelId) ?? Infinity) <= stamp) this.queued.delete(channelId);
-  }
-
-  /**
-   * What an acquire call's replies say: `queued` means a queue, `acquired` means none was there when it ran (`stamp`:
-   * when it was sent).
-   */
-  noteAcquire(targets: readonly AcquireTarget[], replies: readonly AcquireReply[], stamp: number): void {
-    replies.forEach((reply, i) => {
-      if (reply === 'queued') this.mark(targets[i]!.channelId, true);
-      else if (reply === 'acquired') this.mark(targets[i]!.channelId, false, stamp);
-    });
-  }
-
-  /**
-   * What a load read says: live waiters mean a queue. None never clears a mark: the read counts the registrations by
-   * this store's own lifetime, and one of another instance with a longer wait time-out may wait longer than that (a
-   * fleet that rolls a new `wait_timeout_ms` out); a release past it would free a slot nobody is granted. Only the
-   * scripts that judge each registration by its own lifetime clear: an acquire that took a slot, an enqueue granted at
-   * once, a release that left no live waiter.
-   */
-  noteLoads(loads: ReadonlyMap<string, ChannelLoad>): void {
-    for (const [id, load] of loads) if (load.waiting > 0) this.mark(id, true);
-  }
-
-  /**
-   * A release by plain ZREM goes out (the channel was not marked queued): counted until it is answered (the callback
-   * returned), so that a queue formed meanwhile is made good (formed).
-   */
-  plainRelease(lease: LeaseRef): (ok: boolean) => void {
-    const id = lease.channelId;
-    let p = this.plain.get(id);
-    if (!p) {
-      if (this.plain.size >= COVERED_LIMIT) {
-        for (const [channelId, q] of this.plain) if (q.inFlight === 0) this.plain.delete(channelId);
-      }
-      p = {
-        inFlight: 0,
-        kickDue: undefined,
-        answeredBelow: -Infinity,
-        unboundedAt: -Infinity,
-        ttlMs: DEFAULT_LEASE_TTL_MS,
-      };
-      this.plain.set(id, p);
-    }
-    const released = p;
-    released.inFlight++;
-    released.ttlMs = lease.ttlMs ?? DEFAULT_LEASE_TTL_MS;
-    let answered = false;
-    return (ok) => {
-      if (answered) return;
-      answered = true;
-      released.inFlight--;
-      // a release that failed (a lost connection; on Cluster also a time-out) may still run: it counts from now,
-      // without a bound, and keeps counting so whatever the next release's answer says
-      const below = ok ? this.deps.scoreNow?.() : undefined;
-      if (below === undefined) released.unboundedAt = this.deps.clock.now();
-      else released.answeredBelow = Math.max(released.answeredBelow, below);
-      const kick = released.kickDue;
-      if (kick && released.inFlight === 0) {
-        released.kickDue = undefined;
-        this.deps.kick(kick);
-      }
-    };
-  }
-
-  /**
-   * A queue formed on the channel at `formedAt` (Redis ms) while this instance held a slot there (a `Q` message). A
-   * plain release of this store that Redis may have run after that freed its slot behind the waiter, and no script
-   * granted it: one release through the queue, of a token nobody holds, grants it now. "May have": it is unanswered,
-   * or it was answered when the store's upper bound of the Redis clock was past `formedAt` (without a bound, or
-   * when it failed: less than UNBOUNDED_RACE_MS before this message came). A release answered before that ran before
-   * the queue formed, and the script that formed it found the slot free.
-   */
-  private formed(channelId: string, formedAt: number, instanceId: string): void {
-    const p = this.plain.get(channelId);
-    if (!p) return;
-    const racing =
-      p.inFlight > 0 ||
-      p.answeredBelow >= formedAt ||
-      this.deps.clock.now() - p.unboundedAt < UNBOUNDED_RACE_MS;
-    if (!racing) return;
-    const kick = { channelId, token: `${instanceId}:kick`, ttlMs: p.ttlMs };
-    // one in flight: the kick follows its answer (on one node it would run after it anyway, on the same connection;
-    // on Cluster a release redirected is sent again later)
-    if (p.inFlight > 0) p.kickDue = kick;
-    else this.deps.kick(kick);
-  }
-
   /** The releaseSlot arguments after the token. */
   releaseArgs = (lease: LeaseRef): (string | number)[] => {
     const instance = instanceOfToken(lease.token);
     const ttl = lease.ttlMs ?? DEFAULT_LEASE_TTL_MS;
     const now = this.deps.clock.now();
-    this.releaseSent.set(lease, { at: now, stamp: this.stamp() });
+    this.releaseSent.set(lease, { at: now, stamp: this.deps.marks.stamp() });
     const checked = this.slotsCheckedAt.get(lease.channelId);
     // after a check the key has at least a lease TTL: within this window it still has enough for a grant's claim
     // (up to claimMs later; a claim does not extend the key) and the lease's first renewal (TTL/3 after it)
@@ -355,7 +199,7 @@ export class RedisQueues {
     const sent = this.releaseSent.get(lease);
     const at = sent?.at ?? now;
     // no live waiter left, each judged by its own lifetime: the channel's releases go back to plain ZREMs
-    if (reply.emptied && sent) this.mark(lease.channelId, false, sent.stamp);
+    if (reply.emptied && sent) this.deps.marks.mark(lease.channelId, false, sent.stamp);
     if (reply.checked) {
       if (this.slotsCheckedAt.size >= COVERED_LIMIT) this.slotsCheckedAt.clear();
       this.slotsCheckedAt.set(lease.channelId, { at, ttlMs: ttl });
@@ -434,9 +278,9 @@ export class RedisQueues {
     extra: readonly Arg[],
     send: (keys: string[], args: Arg[]) => Promise<EnqueueReply>,
   ): Promise<EnqueueReply> {
-    const stamp = this.marks;
-    const id = w.channelId;
-    this.registering.set(id, (this.registering.get(id) ?? 0) + 1);
+    const { marks } = this.deps;
+    const stamp = marks.stamp();
+    const answered = marks.registering(w.channelId);
     try {
       const reply = await this.deps.deadlines.run('wait_register', () =>
         send(this.keysOf(w.channelId), [
@@ -448,7 +292,7 @@ export class RedisQueues {
       );
       // granted at once or turned away: not in the queue
       if (reply !== 'queued') this.forget(w.channelId, w.token);
-      this.mark(w.channelId, reply !== 'granted', stamp);
+      marks.mark(w.channelId, reply !== 'granted', stamp);
       return reply;
     } catch (err) {
       // Uncertain, like an acquire: the script may still run after the time-out, and the caller, told it failed,
@@ -459,9 +303,7 @@ export class RedisQueues {
       if (fromMember) this.leaveMember(w.channelId, fromMember, options.leaseTtlMs).catch(() => {});
       throw err;
     } finally {
-      const n = this.registering.get(id)! - 1;
-      if (n > 0) this.registering.set(id, n);
-      else this.registering.delete(id);
+      answered();
     }
   }
 
@@ -630,11 +472,11 @@ export class RedisQueues {
       } else if (kind === 'Q\n') {
         const cut = rest.indexOf('\n');
         const channelId = rest.slice(cut + 1);
-        this.mark(channelId, true);
-        this.formed(channelId, Number(rest.slice(0, cut)), instanceId);
+        this.deps.marks.mark(channelId, true);
+        this.deps.marks.formed(channelId, Number(rest.slice(0, cut)), instanceId);
         listener.queued(channelId);
       } else if (kind === 'q\n') {
-        this.mark(rest, true);
+        this.deps.marks.mark(rest, true);
         listener.queued(rest);
       }
     });

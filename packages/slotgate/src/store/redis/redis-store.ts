@@ -45,6 +45,7 @@ import { KeyBuilder } from './keys.js';
 import { nodeHealth, ping, topologyKindOf, type NodeHealth, type TopologyKind } from './nodes.js';
 import { runLeaseBatch } from './lease-batches.js';
 import { RedisPresence } from './presence.js';
+import { QueueMarks } from './queue-marks.js';
 import { DEFAULT_CLAIM_MS, RedisQueues } from './queues.js';
 import { RedisClock } from './redis-time.js';
 import { SCRIPTS, defineScripts } from './scripts.js';
@@ -108,6 +109,7 @@ export class RedisStore implements SlotStore {
   private readonly redisClock: RedisClock;
   private readonly topology: Topology;
   private readonly queues: RedisQueues;
+  private readonly marks: QueueMarks;
   private presenceImpl: RedisPresence | undefined;
   private readonly epoch: Epoch;
   private readonly summary: RedisLoadSummary;
@@ -140,6 +142,11 @@ export class RedisStore implements SlotStore {
     this.client.on('ready', this.forgetClockBound);
     defineScripts(this.client);
     const claimMs = options.claimMs ?? DEFAULT_CLAIM_MS;
+    this.marks = new QueueMarks({
+      clock: this.clock,
+      scoreNow: () => this.scoreNow(),
+      kick: (lease) => void this.topology.release(lease, true).done.catch(() => {}),
+    });
     this.queues = new RedisQueues({
       client: this.client,
       keys: this.keys,
@@ -149,7 +156,7 @@ export class RedisStore implements SlotStore {
       clock: this.clock,
       redisNow: () => (this.redisClock.unknown ? undefined : this.redisClock.now()),
       scoreNow: () => this.scoreNow(),
-      kick: (lease) => void this.topology.release(lease, true).done.catch(() => {}),
+      marks: this.marks,
     });
     this.topology = topologyOf({
       client: this.client,
@@ -159,8 +166,8 @@ export class RedisStore implements SlotStore {
       count: this.count,
       releaseArgs: this.queues.releaseArgs,
       released: this.queues.released,
-      viaQueue: (channelId) => this.queues.releasesViaQueue(channelId),
-      plainRelease: (lease) => this.queues.plainRelease(lease),
+      viaQueue: (channelId) => this.marks.releasesViaQueue(channelId),
+      plainRelease: (lease) => this.marks.plainRelease(lease),
     });
     this.maxChannelsPerAcquire = this.topology.maxChannelsPerAcquire;
     this.summary = new RedisLoadSummary({
@@ -228,9 +235,9 @@ export class RedisStore implements SlotStore {
       );
     }
     const acquire = () => {
-      const stamp = this.queues.stamp();
+      const stamp = this.marks.stamp();
       return this.topology.acquire({ targets, opts }).then((replies) => {
-        this.queues.noteAcquire(targets, replies, stamp);
+        this.marks.noteAcquire(targets, replies, stamp);
         return replies;
       });
     };
@@ -242,7 +249,7 @@ export class RedisStore implements SlotStore {
   }
 
   releaseDeferred(lease: LeaseRef): PendingRelease {
-    return this.topology.release(lease, this.queues.hasQueue(lease.channelId));
+    return this.topology.release(lease, this.marks.has(lease.channelId));
   }
 
   enqueue(waiter: WaiterRef, options: EnqueueOptions): Promise<EnqueueReply> {
@@ -283,7 +290,7 @@ export class RedisStore implements SlotStore {
   }
 
   queued(channelId: string): boolean {
-    return this.queues.hasQueue(channelId);
+    return this.marks.has(channelId);
   }
 
   renew(leases: readonly LeaseRef[], leaseTtlMs: number): Promise<LeaseRef[]> {
@@ -343,7 +350,7 @@ export class RedisStore implements SlotStore {
     );
     for (const { time } of replies) if (time) this.redisClock.learn(time, sentAt);
     replies.flatMap((r) => r.loads).forEach((load, i) => loads.set(ids[i]!, load));
-    this.queues.noteLoads(loads);
+    this.marks.noteLoads(loads);
     return loads;
   }
 
@@ -355,7 +362,7 @@ export class RedisStore implements SlotStore {
    */
   async exchangeLoads(exchange: LoadExchange): Promise<LoadExchangeReply> {
     const reply = await this.summary.exchange(exchange);
-    this.queues.noteLoads(reply.loads);
+    this.marks.noteLoads(reply.loads);
     return reply;
   }
 

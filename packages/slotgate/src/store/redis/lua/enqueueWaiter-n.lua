@@ -21,7 +21,7 @@
   ARGV[6]     max waiting (>= 1)
   ARGV[7]     "0" when the caller knows the queue key outlives this registration (an enqueue of its own checked it
               lately: queues.ts), so its expiry is not checked unless the queue forms anew; otherwise "1"
-  ARGV[8]     how long before this call its request reached its instance, µs (at most 50 ms: queues.ts), so it stands
+  ARGV[8]     how long before this call its request reached its instance, µs (at most 50 ms: store.ts), so it stands
               in the queue as of then; "0" or absent for now
 
   Returns, per registration (one number for a single one, else a list in the order given): 2 = granted at once (the

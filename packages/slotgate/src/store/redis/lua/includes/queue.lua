@@ -223,7 +223,7 @@ end
 
 -- Tells every instance holding a slot of the channel, once each, that a queue formed and when on the Redis clock
 -- ("Q\n<ms>\n<channel>"), so none of them passes a slot on locally ahead of it or gives one back by a plain ZREM, and
--- one whose plain ZREM may have run after this (queues.ts, formed) grants the slot it freed. Costs a ZRANGE of the
+-- one whose plain ZREM may have run after this (queue-marks.ts, formed) grants the slot it freed. Costs a ZRANGE of the
 -- slots and one PUBLISH per holding instance (and a TIME when the script read none).
 local function tellHolders(slotsKey, notify, channelId)
   local told = {}
