@@ -47,7 +47,7 @@ export interface TopologyDeps {
   viaQueue: (channelId: string) => boolean;
   /**
    * A plain-ZREM release goes out; the callback returned is called when it is answered, `ok` false when it failed
-   * (RedisQueues.plainRelease).
+   * (QueueMarks.plainRelease).
    */
   plainRelease: (lease: LeaseRef) => (ok: boolean) => void;
 }
