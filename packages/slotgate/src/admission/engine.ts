@@ -55,7 +55,7 @@ export interface Attempt<C extends Candidate> {
   generation: number;
   span?: WaitSpan;
   /** When the request reached this instance (the engine clock's precise reading): its registrations stand as of then. */
-  arrivedAt?: number;
+  arrivedAt: number;
 }
 
 /** A waiter none of whose queues is valid any more: the acquire goes on with a new pass over `next`. */

@@ -89,9 +89,8 @@ export async function waitForSlot<C extends Candidate>(
     ttlMs: Math.max(0, deadline - clock.now()) + WAITER_TTL_MARGIN_MS,
     keyTtlMs: settings.wait_timeout_ms + WAITER_TTL_MARGIN_MS,
     leaseTtlMs: settings.lease_ttl_ms,
-    ...(attempt.arrivedAt !== undefined
-      ? { arrivedMsAgo: Math.max(0, preciseNow(clock) - attempt.arrivedAt) }
-      : {}),
+    // (the store clamps it to [0, MAX_ARRIVAL_LEAD_MS])
+    arrivedMsAgo: preciseNow(clock) - attempt.arrivedAt,
   });
   const enqueueing = (p: Place<C>): Registration<C> => [
     p,
