@@ -480,21 +480,14 @@ describe('RedisStore command cost (client and server side)', () => {
         zremrangebyscore: 1,
       });
       expect(poll.counted).toEqual({ wait: 1 });
+      // giving up on the channel within a second of the poll's sweep: a plain ZREM (the sweeping leave is measured
+      // below, on a store with a manual clock)
       const leave = await measure(async () => {
         expect(await store.leaveQueue(waiter('wq', 'w:1', 1), 60_000)).toBe(false);
       });
-      expect(leave.sent).toEqual(['evalsha']);
-      // not holding a grant in a full channel: one sweep of expired leases (none here), no grant loop
-      // (still queued, so granted nothing here: no slot to give back)
-      expect(leave.server).toEqual({ evalsha: 1, zrem: 1, zcard: 1, time: 1, zremrangebyscore: 1 });
+      expect(leave.sent).toEqual(['zrem']);
+      expect(leave.server).toEqual({ zrem: 1 });
       expect(leave.counted).toEqual({ wait: 1 });
-      // another waiter giving up on the channel within a second of that sweep leaves with a plain ZREM
-      expect(await store.enqueue(waiter('wq', 'w:5', 1), waitOpts(1))).toBe('queued');
-      const next = await measure(async () => {
-        expect(await store.leaveQueue(waiter('wq', 'w:5', 1), 60_000)).toBe(false);
-      });
-      expect(next.sent).toEqual(['zrem']);
-      expect(next.server).toEqual({ zrem: 1 });
       // a waiter granted on another channel leaves with no sweep
       expect(await store.enqueue(waiter('wq', 'w:3', 1), waitOpts(1))).toBe('queued');
       const plain = await measure(async () => {
@@ -531,6 +524,47 @@ describe('RedisStore command cost (client and server side)', () => {
       await clock.advance(1);
       expect(await leave('w:3')).toEqual(['evalsha']);
       expect(await cc.client.zcard(s.keys.queue('sw'))).toBe(0);
+    });
+
+    it("a store's safety polls on one channel run the grant loop once a second; the others look the waiter up alone", async () => {
+      const clock = new ManualClock();
+      const s = new RedisStore({ client: cc.client, prefix, clock });
+      await s.acquireFirst([{ channelId: 'sp', max: 1 }], opts('h:1'));
+      for (const t of ['w:1', 'w:2', 'w:3', 'w:4'])
+        expect(await s.enqueue(waiter('sp', t, 1), waitOpts())).toBe('queued');
+      const on = { cc, store: s };
+      const poll = (token: string) => measure(() => s.pollWaiter(waiter('sp', token, 1), 60_000), on);
+      const leave = (token: string) => measure(() => s.leaveQueue(waiter('sp', token, 1), 60_000), on);
+      // the first poll runs the grant loop: on the full channel, one sweep of expired leases (none here)
+      const full = await poll('w:1');
+      expect(full.sent).toEqual(['evalsha']);
+      expect(full.server).toEqual({
+        evalsha: 1,
+        zrange: 1,
+        zcard: 1,
+        time: 1,
+        zremrangebyscore: 1,
+        zscore: 2,
+      });
+      // within the second: the waiter looked up alone, its lifetime judged by the store's bound of the Redis clock
+      await clock.advance(999);
+      const light = await poll('w:2');
+      expect(light.server).toEqual({ evalsha: 1, zscore: 2 });
+      expect(light.counted).toEqual({ wait: 1 });
+      // the loop swept the channel: a waiter giving up within the second leaves with a plain ZREM
+      expect((await leave('w:2')).sent).toEqual(['zrem']);
+      // a second on, a waiter giving up sweeps; that does not stand in for the grant loop (it grants only what its
+      // sweep frees), so the next poll runs the loop, and the polls after it within the second are light
+      await clock.advance(1);
+      const sweeping = await leave('w:3');
+      expect(sweeping.sent).toEqual(['evalsha']);
+      // still queued, so granted nothing here: no slot to give back, and no grant loop (the sweep freed none)
+      expect(sweeping.server).toEqual({ evalsha: 1, zrem: 1, zcard: 1, time: 1, zremrangebyscore: 1 });
+      expect((await poll('w:4')).server).toEqual(full.server);
+      expect((await poll('w:1')).server).toEqual(light.server);
+      await clock.advance(1000);
+      expect((await poll('w:1')).server).toEqual(full.server);
+      expect(await cc.client.zrange(s.keys.queue('sp'), 0, -1)).toEqual(['1|60000|w:1', '1|60000|w:4']);
     });
 
     it('registrations sent together go out in one call, with one TIME, in the order sent', async () => {
@@ -1238,5 +1272,56 @@ describe('where a registration stands in its queue', () => {
     expect(members.map((m) => m.slice(m.lastIndexOf('|') + 1))).toEqual(['ls:3', 'ls:1', 'ls:2']);
     for (const t of ['ls:1', 'ls:2', 'ls:3']) await store.leaveQueue(waiter(ch, t, 1), 60_000);
     expect(await store.release({ channelId: ch, token: 'ls:h', ttlMs: 60_000 })).toBe(true);
+  });
+});
+
+describe("a waiter's safety poll within a second of its store's last sweep of the channel (no grant loop)", () => {
+  it('still finds a grant whose message was lost and a registration Redis lost; the next due poll grants the slot of a lease that ran out', async () => {
+    const ch = 'light-poll';
+    const clock = new ManualClock();
+    const s = new RedisStore({ client: cc.client, prefix, clock });
+    const w = (token: string) => waiter(ch, token, 1);
+    await s.acquireFirst([{ channelId: ch, max: 1 }], opts('dead:1'));
+    const slotsKey = s.keys.slots(ch);
+    for (const t of ['lp:1', 'lp:2', 'lp:3']) expect(await s.enqueue(w(t), waitOpts())).toBe('queued');
+    // the first poll sweeps: the lease is live, nobody is granted
+    expect(await s.pollWaiter(w('lp:1'), 60_000)).toBe('queued');
+    // then the holder dies: its lease has run out on the Redis clock (the key keeps its expiry), nobody releases it
+    const [sec, us] = await cc.client.time();
+    await cc.client.zadd(slotsKey, 'XX', Number(sec) * 1000 + Math.floor(Number(us) / 1000) - 1, 'dead:1');
+    // polls within the second look their waiter up alone: the slot is not swept, nobody is granted
+    await clock.advance(500);
+    expect(await s.pollWaiter(w('lp:1'), 60_000)).toBe('queued');
+    expect(await s.pollWaiter(w('lp:2'), 60_000)).toBe('queued');
+    expect(await cc.client.zrange(slotsKey, 0, -1)).toEqual(['dead:1']);
+    // a second after the sweep, the next poll (of any waiter) sweeps the lease and grants the oldest waiter
+    await clock.advance(500);
+    expect(await s.pollWaiter(w('lp:3'), 60_000)).toBe('queued');
+    expect(await cc.client.zrange(slotsKey, 0, -1)).toEqual(['lp:1']);
+    // lp:1's grant message went nowhere (no instance listens for "lp"): a light poll finds the grant
+    expect(await s.pollWaiter(w('lp:1'), 60_000)).toBe('granted');
+    // the queue key is lost (Redis restarted empty): a light poll finds the registration gone
+    await cc.client.del(s.keys.queue(ch));
+    expect(await s.pollWaiter(w('lp:2'), 60_000)).toBe('gone');
+    await s.release({ channelId: ch, token: 'lp:1', ttlMs: 60_000 });
+  });
+
+  it('a waiter giving up in that second leaves the loop to the next poll: a slot freed unseen is granted', async () => {
+    const ch = 'light-poll-leave';
+    const clock = new ManualClock();
+    const s = new RedisStore({ client: cc.client, prefix, clock });
+    const w = (token: string) => waiter(ch, token, 1);
+    await s.acquireFirst([{ channelId: ch, max: 1 }], opts('h:1'));
+    for (const t of ['gl:1', 'gl:2', 'gl:3']) expect(await s.enqueue(w(t), waitOpts())).toBe('queued');
+    // a give-up sweeps the full channel (nothing ran out) and grants nothing
+    expect(await s.leaveQueue(w('gl:3'), 60_000)).toBe(false);
+    // then the slot frees with no grant (a plain release that ran after the queue formed, its "Q" message lost)
+    const slotsKey = s.keys.slots(ch);
+    await cc.client.zrem(slotsKey, 'h:1');
+    // a poll within the same second runs the grant loop: the oldest waiter is granted
+    expect(await s.pollWaiter(w('gl:2'), 60_000)).toBe('queued');
+    expect(await cc.client.zrange(slotsKey, 0, -1)).toEqual(['gl:1']);
+    await s.leaveQueue(w('gl:2'), 60_000);
+    await s.release({ channelId: ch, token: 'gl:1', ttlMs: 60_000 });
   });
 });

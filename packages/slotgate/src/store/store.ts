@@ -276,7 +276,10 @@ export interface SlotStore {
    * False when the grant is gone (its claim deadline passed first).
    */
   claim(lease: LeaseRef, leaseTtlMs: number): Promise<boolean>;
-  /** A waiter's slow safety check for a lost message or a lost queue; it also grants what is free. */
+  /**
+   * A waiter's slow safety check for a lost message or a lost queue. It also grants what is free, at least once a
+   * second per channel from a store (RedisStore skips that in its other polls of the second).
+   */
   pollWaiter(waiter: WaiterRef, leaseTtlMs: number): Promise<WaiterState>;
   /**
    * Takes the waiter out of the queue; a grant it holds there and will not claim passes on. True when it had one.

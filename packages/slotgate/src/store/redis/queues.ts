@@ -52,9 +52,11 @@ export const DEFAULT_CLAIM_MS = 5000;
 const COVERED_LIMIT = 10_000;
 
 /**
- * How often a store's waiters that give up on one channel sweep its expired leases (lua/leaveQueue-2.lua): the first
- * give-up in this long runs the script, the others leave with a plain ZREM. Under overload many waiters time out each
- * second, and one sweep a second frees a dead holder's slot as surely as one per waiter.
+ * How often a store's waiters on one channel do the channel's work: the first to give up in this long sweeps its
+ * expired leases (lua/leaveQueue-2.lua), and the first safety poll in this long runs the grant loop, which sweeps too
+ * (lua/pollWaiter-2.lua). The others give up with a plain ZREM and poll with two ZSCOREs. Under overload many waiters
+ * time out or poll each second, and once a second frees a dead holder's slot (or one granted to an instance that died)
+ * as surely as once per waiter.
  */
 const SWEEP_EVERY_MS = 1000;
 
@@ -128,8 +130,13 @@ export class RedisQueues {
    * first renewal (TTL/3) extends it, so the next grants skip the PTTL (the acquire script's hint works alike).
    */
   private readonly slotsCheckedAt = new Map<string, { at: number; ttlMs: number }>();
-  /** Per channel, when a waiter of this store that gave up last swept its expired leases. */
+  /** Per channel, when a waiter of this store that gave up, or a poll that ran the grant loop, swept its leases. */
   private readonly sweptAt = new Map<string, number>();
+  /**
+   * Per channel, when a safety poll of this store last ran the grant loop. Apart from sweptAt: a give-up sweeps a full
+   * channel's expired leases and grants only what that freed, where the loop grants whatever is free.
+   */
+  private readonly loopedAt = new Map<string, number>();
   /**
    * When each release through the queue went out: the time a check it reports is counted from, and the stamp a queue
    * it leaves empty is cleared by (mark).
@@ -373,9 +380,27 @@ export class RedisQueues {
 
   async poll(w: WaiterRef, leaseTtlMs: number): Promise<WaiterState> {
     this.deps.count('wait', 1);
-    const state = await this.deps.deadlines.run('wait_poll', () =>
-      SCRIPTS.pollWaiter.call(this.deps.client, this.keysOf(w.channelId), this.argsOf(w, leaseTtlMs)),
-    );
+    // the grant loop (which grants what is free, sweeping a full channel's expired leases first) once a second per
+    // channel from this store: the other polls in that second only look this waiter up. A loop that did not run (the
+    // call failed) is not counted: the next poll runs it.
+    const loop = this.due(this.loopedAt, w.channelId);
+    const scoreNow = this.deps.scoreNow?.();
+    const args = [
+      ...this.argsOf(w, leaseTtlMs),
+      loop ? 1 : 0,
+      scoreNow === undefined ? '' : Math.ceil(scoreNow),
+    ];
+    let state: WaiterState;
+    try {
+      state = await this.deps.deadlines.run('wait_poll', () =>
+        SCRIPTS.pollWaiter.call(this.deps.client, this.keysOf(w.channelId), args),
+      );
+    } catch (err) {
+      if (loop) this.loopedAt.delete(w.channelId);
+      throw err;
+    }
+    // the loop swept: the store's waiters giving up on the channel in the next second need not
+    if (loop) this.noteAt(this.sweptAt, w.channelId);
     if (state !== 'queued') this.forget(w.channelId, w.token);
     return state;
   }
@@ -384,18 +409,21 @@ export class RedisQueues {
     const member = this.memberOf(w);
     this.forget(w.channelId, w.token);
     // (a give-back of a grant, max 0, names no queued member: straight to the script)
-    if (sweep && w.max > 0 && !this.sweepDue(w.channelId)) sweep = false;
+    if (sweep && w.max > 0 && !this.due(this.sweptAt, w.channelId)) sweep = false;
     return this.leaveMember(w.channelId, member, leaseTtlMs, sweep);
   }
 
-  /** Whether a waiter giving up on the channel sweeps its expired leases (SWEEP_EVERY_MS); when so, noted. */
-  private sweepDue(channelId: string): boolean {
-    const now = this.deps.clock.now();
-    const last = this.sweptAt.get(channelId);
-    if (last !== undefined && now - last < SWEEP_EVERY_MS) return false;
-    if (this.sweptAt.size >= COVERED_LIMIT) this.sweptAt.clear();
-    this.sweptAt.set(channelId, now);
+  /** Whether the channel's entry in `at` is SWEEP_EVERY_MS old or absent; when so, it is noted as of now. */
+  private due(at: Map<string, number>, channelId: string): boolean {
+    const last = at.get(channelId);
+    if (last !== undefined && this.deps.clock.now() - last < SWEEP_EVERY_MS) return false;
+    this.noteAt(at, channelId);
     return true;
+  }
+
+  private noteAt(at: Map<string, number>, channelId: string): void {
+    if (at.size >= COVERED_LIMIT) at.clear();
+    at.set(channelId, this.deps.clock.now());
   }
 
   /**

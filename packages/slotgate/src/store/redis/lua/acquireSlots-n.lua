@@ -136,7 +136,7 @@ while a <= #ARGV do
             -- channel full under this request's max (after one sweep of expired leases) whose oldest waiter is live
             -- has none to give: its queue stands, and only that oldest one is read (the common case under overload:
             -- the grant loop would read its window; a waiter asking under a higher max than this request, after a
-            -- settings change, is granted by the next release or its own safety poll instead)
+            -- settings change, is granted by the next release or a safety poll that runs the grant loop instead)
             local live = liveCount(c, slots, max)
             local oldest = live >= max and redis.call('ZRANGE', KEYS[3 * c], 0, 0, 'WITHSCORES') or {}
             if oldest[1] and not ranOut(oldest[1], oldest[2]) then
