@@ -439,3 +439,39 @@ describe('candidate validation', () => {
     await t.release();
   });
 });
+
+describe('the load view in a pass', () => {
+  it('a snapshot past the TTL but recent orders the pass at once; one 5 TTLs old is read first', async () => {
+    const m = memory();
+    const admission = engine(m, { load_cache_ttl_ms: 200 });
+    const a: Candidate = { id: 'a', maxConcurrency: 2 };
+    const b: Candidate = { id: 'b', maxConcurrency: 2 };
+    const candidates = [a, b];
+    // reads answer until told to hang (a slow Redis)
+    const real = m.store.readLoads.bind(m.store);
+    let hang = false;
+    let reads = 0;
+    m.store.readLoads = (ids, opts) => {
+      reads++;
+      return hang ? new Promise(() => {}) : real(ids, opts);
+    };
+    (await admission.acquire({ candidates })).release();
+    expect(reads).toBe(1);
+    hang = true;
+    // 300 ms on (past the 200 ms TTL): admitted with no wait for the read, which went out in the background
+    await elapse(m.clock, 300);
+    const recent = track(m.clock, admission.acquire({ candidates }));
+    await flush();
+    expect(recent.at).toBe(m.clock.now());
+    expect(reads).toBe(2);
+    recent.value!.release();
+    // 1,000 ms after the last answered read (5 TTLs): the pass waits for a read, which hangs until the fallback
+    await elapse(m.clock, 700);
+    const old = track(m.clock, admission.acquire({ candidates }));
+    await elapse(m.clock, 100);
+    expect(old.at).toBeUndefined();
+    await elapse(m.clock, 3000);
+    expect(old.value).toBeDefined();
+    old.value!.release();
+  });
+});

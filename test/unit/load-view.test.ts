@@ -143,6 +143,7 @@ describe('the snapshot cache', () => {
       fetches: 1,
       directReads: 0,
       reports: 0,
+      recentHits: 0,
     });
 
     await clock.advance(1);
@@ -498,6 +499,58 @@ describe('peek', () => {
     expect(view.peek(['a'], true, true)).toBeDefined();
     expect(view.counters.hits).toBe(2);
     expect(reads.calls).toEqual([['a', 'b']]);
+  });
+});
+
+describe('peekRecent', () => {
+  it('answers a snapshot past the TTL but under 5 TTLs old at once, refreshing it in one background round', async () => {
+    const { clock, store, reads, view } = fixture();
+    await view.read(['a', 'b']);
+    await take(store, 'a', 2);
+    // within the TTL: nothing to refresh, peek answers (this is for the passes that find it stale)
+    await clock.advance(200);
+    reads.mode = 'hold';
+    expect(view.peek(['a', 'b'])).toBeUndefined();
+    // past the TTL: the old counts at once, while one round (held here) reads them again
+    expect(view.peekRecent(['a', 'b'])).toEqual(
+      new Map([
+        ['a', load(0)],
+        ['b', load(0)],
+      ]),
+    );
+    await flush();
+    expect(reads.calls).toEqual([
+      ['a', 'b'],
+      ['a', 'b'],
+    ]);
+    // a second pass meanwhile joins that round: no read of its own
+    expect(view.peekRecent(['b'])).toEqual(new Map([['b', load(0)]]));
+    expect(reads.calls).toHaveLength(2);
+    expect(view.counters).toMatchObject({ recentHits: 2, misses: 2, coalesced: 1, hits: 0 });
+    reads.held.shift()!.answer();
+    await flush();
+    // the round answered: the next pass finds the new counts fresh
+    expect(view.peek(['a', 'b'])?.get('a')).toEqual(load(2));
+  });
+
+  it('answers nothing for a snapshot 5 TTLs old or older, a channel never read, or with the cache off', async () => {
+    const { clock, reads, view, update } = fixture();
+    expect(view.peekRecent(['a'])).toBeUndefined();
+    await view.read(['a', 'b']);
+    await clock.advance(999);
+    expect(view.peekRecent(['a', 'c'])).toBeUndefined();
+    expect(reads.calls).toHaveLength(1);
+    expect(view.peekRecent(['a'])).toBeDefined();
+    await flush();
+    expect(reads.calls).toHaveLength(2);
+    await clock.advance(1000);
+    expect(view.peekRecent(['a'])).toBeUndefined(); // 1,000 ms = 5 TTLs
+    expect(view.peekRecent(['b'])).toBeUndefined(); // b was not in the refresh: 1,999 ms old
+    update({ load_cache_enabled: false });
+    expect(view.peekRecent([])).toBeUndefined();
+    await clock.advance(1);
+    expect(view.peekRecent(['a'])).toBeUndefined();
+    expect(reads.calls).toHaveLength(2);
   });
 });
 

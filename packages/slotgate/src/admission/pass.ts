@@ -66,7 +66,8 @@ export async function runPass<C extends Candidate>(
     if (handed) return handed;
     firstTierChecked = true;
   }
-  let loads = prepared.viewless ? new Map<string, ChannelLoad>() : view.peek(ids);
+  // past the TTL but recent: ordered by it at once while a round refreshes it in the background
+  let loads = prepared.viewless ? new Map<string, ChannelLoad>() : (view.peek(ids) ?? view.peekRecent(ids));
   if (!loads) {
     firstTierChecked = false; // slots may have been released while the read was under way
     const read = await withAbort(engine, view.read(ids), signal);
