@@ -29,6 +29,11 @@ export interface RequestRecord {
   client?: string;
   /** The hold it was given (ms). */
   hold: number;
+  /**
+   * Open loop: when the load generator handed it to the contender, in the instance's own process (the trace's arrival
+   * plus the dispatch lag): the earliest the contender could see it.
+   */
+  dispatched?: number;
   /** When the holder gave the slot back (admitted only). */
   release?: number;
 }
@@ -202,6 +207,11 @@ export interface FleetFigures {
   inversionRatio: number;
   /** The largest arrival gap between an overtaken waiter and a later arrival admitted before it (fifoInversions). */
   overtakerGapMs: number;
+  /**
+   * The same waiters overtaken by a request dispatched to its contender after them (fifoInversions on the dispatch
+   * times): what the contender itself put out of order. Undefined unless every record has its dispatch time.
+   */
+  overtakenByDispatch?: number;
   grantLatency: { count: number; p50: number; p99: number };
   utilisation: number;
 }
@@ -245,6 +255,13 @@ export function fleetFigures(
     records,
     waited.map((w, k) => w && counted[k]!),
   );
+  // by when each request reached its contender instead of its trace time (the waiters stay those that had to wait)
+  const byDispatch = records.every((r) => r.dispatched !== undefined)
+    ? fifoInversions(
+        records.map((r) => ({ ...r, arrival: r.dispatched! })),
+        waited.map((w, k) => w && counted[k]!),
+      ).overtaken
+    : undefined;
   const grants = grantLatencies(
     records,
     waited.map((w, k) => w && counted[k]!),
@@ -268,6 +285,7 @@ export function fleetFigures(
     overtaken,
     inversionRatio: waiters ? overtaken / waiters : NaN,
     overtakerGapMs,
+    ...(byDispatch !== undefined ? { overtakenByDispatch: byDispatch } : {}),
     grantLatency: { count: grants.length, p50: percentile(grants, 0.5), p99: percentile(grants, 0.99) },
     utilisation: utilisation(records, o.slots, o.window.utilisation.from, o.window.utilisation.to),
   };

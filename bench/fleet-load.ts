@@ -35,8 +35,16 @@ export interface FleetLoadResult {
 function requester(instance: number, session: Session, candidates: readonly BenchChannel[]) {
   const intervals: Record<string, number[]> = {};
   const clientIntervals: Record<string, number[]> = {};
-  async function request(arrival: number, hold: number, client?: BenchClient): Promise<RequestRecord> {
-    const whose = client ? { client: client.id } : {};
+  async function request(
+    arrival: number,
+    hold: number,
+    client?: BenchClient,
+    dispatched?: number,
+  ): Promise<RequestRecord> {
+    const whose = {
+      ...(client ? { client: client.id } : {}),
+      ...(dispatched !== undefined ? { dispatched } : {}),
+    };
     let admitted: Admitted;
     try {
       admitted = await session.acquire(candidates, client);
@@ -82,15 +90,23 @@ export async function runOpenLoop(o: {
   let next = 0;
   const dispatch = (k: number) => {
     const arrival = o.startAt + o.arrivals[k]!;
-    lags.push(wallNow() - arrival);
+    const dispatched = wallNow();
+    lags.push(dispatched - arrival);
     if (inFlight >= o.maxInFlight) {
       capHits++;
-      records.push({ instance: o.instance, arrival, outcome: wallNow(), reason: 'in_flight_cap', hold: 0 });
+      records.push({
+        instance: o.instance,
+        arrival,
+        outcome: wallNow(),
+        reason: 'in_flight_cap',
+        hold: 0,
+        dispatched,
+      });
       return;
     }
     inFlight++;
     running.push(
-      request(arrival, o.holds[k]!).then((r) => {
+      request(arrival, o.holds[k]!, undefined, dispatched).then((r) => {
         inFlight--;
         records.push(r);
       }),

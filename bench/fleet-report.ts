@@ -75,7 +75,8 @@ export function fleetTable(s: FleetScenario, runs: readonly RunRecord[]): string
     fmt(f.waiters, 0),
     f.waiters
       ? `${pct(f.inversionRatio, 1)} (${fmt(f.overtaken, 0)})` +
-        (f.overtaken && f.overtakerGapMs !== undefined ? `, ≤ ${ms(f.overtakerGapMs)} ms later` : '')
+        (f.overtaken && f.overtakerGapMs !== undefined ? `, ≤ ${ms(f.overtakerGapMs)} ms later` : '') +
+        (f.overtakenByDispatch !== undefined ? `; by dispatch ${fmt(f.overtakenByDispatch, 0)}` : '')
       : '–',
     f.grantLatency.count ? slash([f.grantLatency.p50, f.grantLatency.p99], ms) : '–',
     r?.fleet!.loopDelayP99Ms !== undefined
@@ -253,7 +254,10 @@ export function fleetLegend(): string[] {
       'release and its grant is not free for a newcomer). **FIFO inversions**: the share of those overtaken — a later arrival admitted before ' +
       'they were admitted or refused; each overtaken request counts once. **≤ x ms later**: the overtakers arrived at ' +
       'most that long after the waiters they overtook (the largest gap over the run). Arrivals a few milliseconds ' +
-      'apart on different instances reach the queues in the order their registrations reach Redis.',
+      'apart on different instances reach the queues in the order their registrations reach Redis. **by dispatch** ' +
+      '(open loop): how many of the same waiters were overtaken by a request the load generator handed to its ' +
+      "contender after it (the trace time plus the dispatch lag, in the instance's own process): what the " +
+      'contender put out of order, where an instance busier than another delivers its arrivals later.',
     '- **grant latency**: for each admission that had to wait, on channel c at t: t − the latest release on c at or ' +
       'before t (a release = the moment the holder let go). A polling waiter shows its poll delay here.',
     '- **slot utilisation**: busy slot-time / (slots × window); open loop from 1 s after the start (the slots fill) to ' +

@@ -444,6 +444,7 @@ describe('the load view in a pass', () => {
   it('a snapshot past the TTL but recent orders the pass at once; one 5 TTLs old is read first', async () => {
     const m = memory();
     const admission = engine(m, { load_cache_ttl_ms: 200 });
+    const other = engine(m, { load_cache_ttl_ms: 200 });
     const a: Candidate = { id: 'a', maxConcurrency: 2 };
     const b: Candidate = { id: 'b', maxConcurrency: 2 };
     const candidates = [a, b];
@@ -455,17 +456,31 @@ describe('the load view in a pass', () => {
       reads++;
       return hang ? new Promise(() => {}) : real(ids, opts);
     };
+    // b shows one slot taken, a none
+    const held = await hold(other, b);
     (await admission.acquire({ candidates })).release();
-    expect(reads).toBe(1);
+    expect(reads).toBe(2); // one each
+    // meanwhile another instance fills a (this view does not know), and b's slot is given back
+    const filled = await hold(other, a, 2);
+    held[0]!.release();
+    await flush();
     hang = true;
-    // 300 ms on (past the 200 ms TTL): admitted with no wait for the read, which went out in the background
+    // 300 ms on (past the 200 ms TTL): ordered by the snapshot (a first, as empty) with no wait for the read, which
+    // went out in the background; a answers full, b takes the request
     await elapse(m.clock, 300);
+    const before = admission.stats();
     const recent = track(m.clock, admission.acquire({ candidates }));
     await flush();
     expect(recent.at).toBe(m.clock.now());
-    expect(reads).toBe(2);
+    expect(recent.value!.channel.id).toBe('b');
+    const after = admission.stats();
+    expect(after.firstTriesFull - before.firstTriesFull).toBe(1);
+    expect(after.loadView.recentHits - before.loadView.recentHits).toBe(1);
+    expect(reads).toBe(4); // (a's for the other instance, then the background one)
     recent.value!.release();
-    // 1,000 ms after the last answered read (5 TTLs): the pass waits for a read, which hangs until the fallback
+    for (const t of filled) t.release();
+    // 1,000 ms after the last answered read (5 TTLs): the pass waits for the read (here it joins the round still
+    // hanging, until the fetch time-out's fallback)
     await elapse(m.clock, 700);
     const old = track(m.clock, admission.acquire({ candidates }));
     await elapse(m.clock, 100);

@@ -114,6 +114,27 @@ describe('FIFO inversions', () => {
   });
 });
 
+describe('FIFO inversions by dispatch', () => {
+  it('count the same waiters against the times the requests reached their contender, when every record has one', () => {
+    const window = { from: 0, to: Infinity, utilisation: { from: 0, to: 1000 } };
+    const o = { slots: 1, instances: 2, window };
+    // the waiter at 10 is overtaken by the arrival at 12, which its instance dispatched first (at 13, against 16)
+    const records = [
+      { ...admitted(0, 0, 'c0', 100), dispatched: 1 },
+      { ...admitted(10, 150, 'c0', 160), dispatched: 16 },
+      { ...admitted(12, 100, 'c0', 150), instance: 1, dispatched: 13 },
+    ];
+    const f = fleetFigures(records, o);
+    expect([f.waiters, f.overtaken, f.overtakenByDispatch]).toEqual([2, 1, 0]);
+    // dispatched in trace order: the contender put it out of order
+    records[1]!.dispatched = 11;
+    expect(fleetFigures(records, o).overtakenByDispatch).toBe(1);
+    // a record without its dispatch time (the ideal scheduler's): no figure
+    const { dispatched: _, ...bare } = records[2]!;
+    expect(fleetFigures([records[0]!, records[1]!, bare], o).overtakenByDispatch).toBeUndefined();
+  });
+});
+
 describe('grant latency', () => {
   it('is the admission time minus the latest release on the same channel at or before it', () => {
     const records = [

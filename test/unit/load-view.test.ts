@@ -507,7 +507,7 @@ describe('peekRecent', () => {
     const { clock, store, reads, view } = fixture();
     await view.read(['a', 'b']);
     await take(store, 'a', 2);
-    // within the TTL: nothing to refresh, peek answers (this is for the passes that find it stale)
+    // at the TTL peek answers nothing: the pass asks peekRecent
     await clock.advance(200);
     reads.mode = 'hold';
     expect(view.peek(['a', 'b'])).toBeUndefined();
@@ -531,6 +531,43 @@ describe('peekRecent', () => {
     await flush();
     // the round answered: the next pass finds the new counts fresh
     expect(view.peek(['a', 'b'])?.get('a')).toEqual(load(2));
+  });
+
+  it('answers nothing where a channel shows waiters or a cooldown: the pass reads those first', async () => {
+    const { clock, store, reads, view } = fixture();
+    await view.read(['a', 'b', 'c']);
+    await clock.advance(300);
+    view.noteWaiter('b', 1); // this instance's own waiter, shown at once (local correction)
+    expect(view.peekRecent(['a', 'b'])).toBeUndefined();
+    view.noteCooling('c', 5000);
+    expect(view.peekRecent(['c'])).toBeUndefined();
+    expect(view.peekRecent(['a'])).toBeDefined();
+    await flush();
+    expect(reads.calls).toEqual([['a', 'b', 'c'], ['a']]);
+    expect(view.counters).toMatchObject({ recentHits: 1 });
+    // a waiter of another instance, in the snapshot read
+    await store.acquireFirst([{ channelId: 'd', max: 1 }], {
+      token: 'h:1',
+      leaseTtlMs: 60_000,
+      checkCooldown: false,
+    });
+    await store.enqueue(
+      { channelId: 'd', token: 'w:1', max: 1 },
+      { maxWaiting: 10, ttlMs: 60_000, leaseTtlMs: 60_000 },
+    );
+    await view.read(['d']);
+    await clock.advance(300);
+    expect(view.peekRecent(['d'])).toBeUndefined();
+  });
+
+  it('reaches back at most 1 s past the TTL, whatever the TTL', async () => {
+    const { clock, reads, view } = fixture({ settings: { load_cache_ttl_ms: 5000 } });
+    await view.read(['a']);
+    reads.mode = 'hold'; // the refresh never answers
+    await clock.advance(5999);
+    expect(view.peekRecent(['a'])).toBeDefined();
+    await clock.advance(1);
+    expect(view.peekRecent(['a'])).toBeUndefined();
   });
 
   it('answers nothing for a snapshot 5 TTLs old or older, a channel never read, or with the cache off', async () => {

@@ -168,7 +168,8 @@ export class GatewayMetrics implements UpstreamMetrics {
     });
     engineCounter(
       'slotgate_load_view_events_total',
-      'Load view: cache hits, misses, coalesced joins, fresh reads, fallbacks, fetches, direct reads, summary reports',
+      'Load view: cache hits, misses, coalesced joins, fresh reads, fallbacks, fetches, direct reads, summary ' +
+        'reports, recent hits',
       ['event'],
       () => {
         const lv = admission().stats().loadView;

@@ -61,8 +61,8 @@ export interface LoadViewCounters {
   /** Reads straight from the store with load_cache_enabled = false. */
   directReads: number;
   /**
-   * Reads served from snapshots past the TTL but within RECENT_TTLS of it, with no wait, while a round (counted as a
-   * miss or a coalesced join) refreshes them.
+   * Passes ordered by entries past the TTL but recent (peekRecent), with no wait, while a round (counted as a miss, or
+   * a coalesced join when one was in flight) refreshes them.
    */
   recentHits: number;
   /** Summary exchanges started only to put this instance's changes in (or renew it), with no read waiting. */
@@ -75,11 +75,12 @@ interface Entry extends Corrected, Watched {}
 type Round = Promise<Map<string, ChannelLoad> | null>;
 
 /**
- * A pass orders by snapshots up to this many TTLs old without waiting, while a round refreshes them (peekRecent): an
- * instance that takes a request every few hundred milliseconds would otherwise wait for a read before nearly every
- * acquire. Past it (an instance idle for a while), the pass waits for the read.
+ * A pass orders by snapshots up to this many TTLs old (and at most RECENT_SPARE_MS past the TTL) without waiting,
+ * while a round refreshes them (peekRecent): an instance that takes a request every few hundred milliseconds would
+ * otherwise wait for a read before nearly every acquire. Past it (an instance idle for a while), the pass waits.
  */
 const RECENT_TTLS = 5;
+const RECENT_SPARE_MS = 1000;
 
 export class LoadView {
   readonly counters: LoadViewCounters = {
@@ -159,25 +160,50 @@ export class LoadView {
   }
 
   /**
-   * The loads, synchronously, when every channel has a cached snapshot less than RECENT_TTLS TTLs old but some are
-   * past the TTL: a read round for them starts (or is joined) in the background, and the pass orders by what it has
-   * instead of waiting a round trip for it. Undefined when a channel has no snapshot that recent (or the cache is
-   * off): the pass waits for `read`. A load only orders candidates (the acquire script decides), so a count a few
-   * TTLs old costs at most a `full` reply, as one a TTL old does.
+   * The loads, synchronously, for a pass that found its entries past the TTL (`peek` answered nothing): when every
+   * channel has an entry less than RECENT_TTLS TTLs (at most RECENT_SPARE_MS past the TTL) old that shows neither
+   * waiters nor a cooldown, a read round for them starts (or is joined) in the background, and the pass orders by what
+   * it has instead of waiting a round trip for it. Undefined otherwise (the pass waits for `read`), and with the cache
+   * off. A channel with waiters or a cooldown is read first, as before: there the view does more than order (a waiter
+   * is turned away by a queue it shows full; a cooling channel leaves its tier), and a stale count would decide. On a
+   * channel that shows neither, a count a few TTLs old costs at most a `full` or `cooling` reply from the acquire
+   * script, and the next candidate.
    */
   peekRecent(ids: readonly string[]): Map<string, ChannelLoad> | undefined {
     const settings = this.opts.settings();
     if (!settings.load_cache_enabled || ids.length === 0) return undefined;
     const now = this.opts.clock.now();
-    const limit = RECENT_TTLS * settings.load_cache_ttl_ms;
+    const ttl = settings.load_cache_ttl_ms;
+    const limit = Math.min(RECENT_TTLS * ttl, ttl + RECENT_SPARE_MS);
+    const loads = new Map<string, ChannelLoad>();
     for (const id of ids) {
       const entry = this.cache.get(id);
       if (!entry || now - entry.fetchedAt >= limit) return undefined;
+      const load = this.local.corrected(id, entry);
+      if (load.waiting > 0 || load.coolingDown) return undefined;
+      loads.set(id, load);
     }
-    const loads = this.peek(ids, false, true)!;
+    this.lastWantedAt = now;
+    for (const id of ids) this.cache.get(id)!.wantedAt = now;
     this.counters.recentHits++;
-    void this.read(ids);
+    this.refresh(ids);
     return loads;
+  }
+
+  /** Starts a read round for the channels past the TTL with none in flight (a pass that did not wait asked). */
+  private refresh(ids: readonly string[]): void {
+    const now = this.opts.clock.now();
+    const ttl = this.opts.settings().load_cache_ttl_ms;
+    const missing = ids.filter((id) => {
+      const entry = this.cache.get(id);
+      return !(entry && now - entry.fetchedAt < ttl) && !this.inflight.has(id);
+    });
+    if (missing.length > 0) {
+      this.counters.misses++;
+      void this.startRound(missing, false);
+    } else {
+      this.counters.coalesced++;
+    }
   }
 
   /** Loads of the given (bounded) channels. Never throws for store trouble; rejects only when `signal` aborts. */
