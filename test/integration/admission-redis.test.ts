@@ -731,6 +731,8 @@ describe('admission with Redis down', () => {
     const candidates = bounded(2, 2);
     await (await admission.acquire({ candidates })).release();
     await server.stop();
+    // past 5 TTLs: the pass waits for its load read (a more recent snapshot would order it with none: peekRecent)
+    await sleep(10);
     const err = await admission.acquire({ candidates }).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(StoreUnavailableError);
     expect(admission.stats().outcomes.store_unavailable).toBe(1);

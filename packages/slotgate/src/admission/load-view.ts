@@ -186,24 +186,29 @@ export class LoadView {
     this.lastWantedAt = now;
     for (const id of ids) this.cache.get(id)!.wantedAt = now;
     this.counters.recentHits++;
-    this.refresh(ids);
+    this.roundsFor(ids.filter((id) => now - this.cache.get(id)!.fetchedAt >= ttl));
     return loads;
   }
 
-  /** Starts a read round for the channels past the TTL with none in flight (a pass that did not wait asked). */
-  private refresh(ids: readonly string[]): void {
-    const now = this.opts.clock.now();
-    const ttl = this.opts.settings().load_cache_ttl_ms;
-    const missing = ids.filter((id) => {
-      const entry = this.cache.get(id);
-      return !(entry && now - entry.fetchedAt < ttl) && !this.inflight.has(id);
-    });
+  /**
+   * The rounds that read the stale channels: the ones in flight they join, and one new round for the others (counted
+   * as a miss; as a coalesced join when every channel had one in flight).
+   */
+  private roundsFor(stale: readonly string[]): Map<Round, string[]> {
+    const waits = new Map<Round, string[]>();
+    const missing: string[] = [];
+    for (const id of stale) {
+      const round = this.inflight.get(id);
+      if (round) pushTo(waits, round, id);
+      else missing.push(id);
+    }
     if (missing.length > 0) {
       this.counters.misses++;
-      void this.startRound(missing, false);
+      pushTo(waits, this.startRound(missing, false), ...missing);
     } else {
       this.counters.coalesced++;
     }
+    return waits;
   }
 
   /** Loads of the given (bounded) channels. Never throws for store trouble; rejects only when `signal` aborts. */
@@ -215,29 +220,21 @@ export class LoadView {
 
     const now = this.opts.clock.now();
     this.lastWantedAt = now;
-    const missing: string[] = [];
-    const waits = new Map<Round, string[]>();
+    const stale: string[] = [];
     for (const id of ids) {
       const entry = this.cache.get(id);
       if (entry) entry.wantedAt = now;
       if (entry && now - entry.fetchedAt < settings.load_cache_ttl_ms) {
         result.set(id, this.local.corrected(id, entry));
-        continue;
+      } else {
+        stale.push(id);
       }
-      const round = this.inflight.get(id);
-      if (round) pushTo(waits, round, id);
-      else missing.push(id);
     }
-    if (missing.length === 0 && waits.size === 0) {
+    if (stale.length === 0) {
       this.counters.hits++;
       return result;
     }
-    if (missing.length > 0) {
-      this.counters.misses++;
-      pushTo(waits, this.startRound(missing, false), ...missing);
-    } else {
-      this.counters.coalesced++;
-    }
+    const waits = this.roundsFor(stale);
     let fellBack = false;
     await abortable(
       Promise.all(

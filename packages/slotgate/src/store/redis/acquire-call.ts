@@ -5,6 +5,7 @@
  * (see lua/acquireSlots-n.lua).
  */
 import type { Clock } from '../../core/clock.js';
+import { ceilOrEmpty } from './redis-time.js';
 import type { AcquireOptions, AcquireReply, AcquireTarget } from '../store.js';
 import type { KeyBuilder } from './keys.js';
 import { splitAcquireReply } from './scripts.js';
@@ -93,10 +94,6 @@ export class AcquireCalls {
     };
     return { keys, args, read };
   }
-}
-
-function ceilOrEmpty(ms: number | undefined): number | string {
-  return ms === undefined ? '' : Math.ceil(ms);
 }
 
 /**

@@ -23,6 +23,7 @@ import type { Deadlines } from './deadlines.js';
 import type { KeyBuilder } from './keys.js';
 import { DEFAULT_LEASE_TTL_MS, type QueueMarks } from './queue-marks.js';
 import { SCRIPTS, type ReleaseSlotReply } from './scripts.js';
+import { ceilOrEmpty } from './redis-time.js';
 import { isCluster, subscriberOf } from './connection.js';
 
 export interface RedisQueuesDeps {
@@ -187,7 +188,6 @@ export class RedisQueues {
     const trusted = checked !== undefined && ttl <= checked.ttlMs && now - checked.at < window;
     // (a grant to a waiter of this instance is a lease whose holder counts it from now: the bound, taken now, never
     // scores it earlier than Redis's clock did when the release was sent)
-    const scoreNow = this.deps.scoreNow?.();
     return [
       this.deps.claimMs,
       ttl,
@@ -195,7 +195,7 @@ export class RedisQueues {
       lease.channelId,
       this.listeners.has(instance) ? instance : '',
       trusted ? 1 : 0,
-      scoreNow === undefined ? '' : Math.ceil(scoreNow),
+      ceilOrEmpty(this.deps.scoreNow?.()),
     ];
   };
 
@@ -384,12 +384,7 @@ export class RedisQueues {
     // channel from this store: the other polls in that second only look this waiter up. A loop that did not run (the
     // call failed) is not counted: the next poll runs it.
     const loop = this.due(this.loopedAt, w.channelId);
-    const scoreNow = this.deps.scoreNow?.();
-    const args = [
-      ...this.argsOf(w, leaseTtlMs),
-      loop ? 1 : 0,
-      scoreNow === undefined ? '' : Math.ceil(scoreNow),
-    ];
+    const args = [...this.argsOf(w, leaseTtlMs), loop ? 1 : 0, ceilOrEmpty(this.deps.scoreNow?.())];
     let state: WaiterState;
     try {
       state = await this.deps.deadlines.run('wait_poll', () =>

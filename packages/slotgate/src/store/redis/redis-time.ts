@@ -91,3 +91,8 @@ export class RedisClock {
     return this.clock.now() + (this.offset ?? 0);
   }
 }
+
+/** A script's "now" argument: the store's bound of the Redis clock rounded up, or '' for the script to read TIME. */
+export function ceilOrEmpty(ms: number | undefined): number | string {
+  return ms === undefined ? '' : Math.ceil(ms);
+}
