@@ -251,21 +251,17 @@ export function fleetFigures(
   const refusals: Record<string, number> = {};
   for (const r of arrived) if (r.reason !== undefined) refusals[r.reason] = (refusals[r.reason] ?? 0) + 1;
   const refused = arrived.filter((r) => !isAdmitted(r)).length;
-  const { waiters, overtaken, overtakerGapMs } = fifoInversions(
-    records,
-    waited.map((w, k) => w && counted[k]!),
-  );
+  // the requests that had to wait, among those counted
+  const waiting = waited.map((w, k) => w && counted[k]!);
+  const { waiters, overtaken, overtakerGapMs } = fifoInversions(records, waiting);
   // by when each request reached its contender instead of its trace time (the waiters stay those that had to wait)
   const byDispatch = records.every((r) => r.dispatched !== undefined)
     ? fifoInversions(
         records.map((r) => ({ ...r, arrival: r.dispatched! })),
-        waited.map((w, k) => w && counted[k]!),
+        waiting,
       ).overtaken
     : undefined;
-  const grants = grantLatencies(
-    records,
-    waited.map((w, k) => w && counted[k]!),
-  );
+  const grants = grantLatencies(records, waiting);
   const admittedCounts = perInstance.map((p) => p.admitted);
   return {
     requests: arrived.length,
