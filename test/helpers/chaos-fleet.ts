@@ -94,22 +94,29 @@ export async function waitFor(check: () => boolean, ms: number, what: string): P
 
 /**
  * Asks `url` for a (non-streamed) completion until one is answered 200; returns how many ms that took, or -1 if
- * none was within `ms`.
+ * none was within `ms` (and says on stderr what the last try got instead).
  */
 export async function admitted(url: string, ms: number): Promise<number> {
   const started = performance.now();
+  let last = 'no try';
   while (performance.now() - started < ms) {
     const res = await fetch(`${url}/v1/chat/completions`, {
       method: 'POST',
       headers: { authorization: `Bearer ${CLIENT_TOKEN}`, 'content-type': 'application/json' },
       body: JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: 'are you back?' }] }),
       signal: AbortSignal.timeout(Math.max(1, Math.ceil(ms - (performance.now() - started)))),
-    }).catch(() => undefined);
-    const status = res?.status;
-    await res?.body?.cancel();
-    if (status === 200) return performance.now() - started;
+    }).catch((err: unknown) => {
+      last = err instanceof Error ? err.message : String(err);
+      return undefined;
+    });
+    if (res?.status === 200) {
+      await res.body?.cancel();
+      return performance.now() - started;
+    }
+    if (res) last = `${res.status} ${(await res.text().catch(() => '')).slice(0, 200)}`;
     await sleep(100);
   }
+  console.warn(`${url}: no completion admitted within ${ms} ms; the last try got: ${last}`);
   return -1;
 }
 

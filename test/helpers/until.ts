@@ -38,3 +38,11 @@ export function timedOut(what: string, timeoutMs: number, lastError?: unknown): 
   const why = lastError instanceof Error ? lastError.message : String(lastError);
   return new Error(`${what}: not within ${timeoutMs} ms (last error: ${why})`, { cause: lastError });
 }
+
+/**
+ * Calls `attempt` until it answers (a store call while Redis comes back: the first ones fail), every 50 ms for at most
+ * 15 s, within a test's time-out; a timeout says why the last attempt failed.
+ */
+export function answered<T>(attempt: () => Promise<T>, what = 'a call answered'): Promise<NonNullable<T>> {
+  return until(attempt, what, { timeoutMs: 15_000, intervalMs: 50 });
+}

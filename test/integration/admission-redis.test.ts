@@ -16,6 +16,7 @@ import type { ChannelLoad, SlotStore } from '../../packages/slotgate/src/store/s
 import { countingClient, redisUrl, uniquePrefix, type CountingClient } from '../helpers/redis.js';
 import { RedisServer } from '../helpers/redis-server.js';
 import { useCleanups } from '../helpers/cleanups.js';
+import { answered, until } from '../helpers/until.js';
 
 const LOAD_READ_COMMANDS = ['time', 'zcount', 'pttl'];
 const bounded = (n: number, max: number, prefix = 'ch'): Candidate[] =>
@@ -727,12 +728,21 @@ describe('admission with Redis down', () => {
 
   it('fails closed for bounded channels, keeps serving unlimited ones, and recovers without a restart (I4)', async () => {
     const store = new RedisStore({ url: server.url, timeoutMs: 300 });
-    const admission = createAdmission({ store, settings: { load_cache_ttl_ms: 1 }, loadFetchTimeoutMs: 300 });
+    const ttl = 1;
+    const admission = createAdmission({
+      store,
+      settings: { load_cache_ttl_ms: ttl },
+      loadFetchTimeoutMs: 300,
+    });
     const candidates = bounded(2, 2);
     await (await admission.acquire({ candidates })).release();
     await server.stop();
-    // past 5 TTLs: the pass waits for its load read (a more recent snapshot would order it with none: peekRecent)
-    await sleep(10);
+    // past 5 TTLs: the pass waits for its load read (a more recent snapshot would order it with none: peekRecent).
+    // The last snapshot was read before the stop, by the clock the view reads (Date.now)
+    const stoppedAt = Date.now();
+    await until(() => Date.now() - stoppedAt >= 5 * ttl, 'the last load snapshot 5 TTLs old', {
+      intervalMs: 1,
+    });
     const err = await admission.acquire({ candidates }).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(StoreUnavailableError);
     expect(admission.stats().outcomes.store_unavailable).toBe(1);
@@ -742,13 +752,9 @@ describe('admission with Redis down', () => {
     expect(unlimited.channel.id).toBe('free');
     await unlimited.release();
     await server.start();
-    let ticket;
-    for (let i = 0; i < 100 && !ticket; i++) {
-      ticket = await admission.acquire({ candidates }).catch(() => undefined);
-      if (!ticket) await sleep(50);
-    }
-    expect(ticket?.channel.id).toMatch(/^ch[01]$/);
-    await ticket!.release();
+    const ticket = await answered(() => admission.acquire({ candidates }), 'an acquire once Redis is back');
+    expect(ticket.channel.id).toMatch(/^ch[01]$/);
+    await ticket.release();
     await admission.close();
     await store.close();
     const check = new Redis(server.url);

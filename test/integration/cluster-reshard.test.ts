@@ -14,7 +14,6 @@ import type { AcquirerOptions, AcquirerSummary } from '../helpers/acquirer.js';
 import { killAcquirers, startAcquirer, within, type AcquirerProcess } from '../helpers/acquirer-process.js';
 import { FakeUpstream } from '../helpers/fake-upstream.js';
 import { RedisCluster } from '../helpers/redis-cluster.js';
-import { setTimeout as sleep } from 'node:timers/promises';
 import {
   keySlots,
   lowestSlots,
@@ -22,6 +21,7 @@ import {
   ownerOf,
   redirectionsAnswered,
 } from '../helpers/slot-migration.js';
+import { until } from '../helpers/until.js';
 
 const PROCESSES = 3;
 const ACQUIRERS = 12;
@@ -149,8 +149,8 @@ describe('resharding a Redis Cluster under traffic', () => {
     for (const id of moving) expect(await ownerOf(cluster, slotOf[id]!), id).toBe(1);
     await progressed(ids, mark, 20, 'the traffic after the second reshard');
 
-    // 3. one live channel's slot back to master 0, a key at a time: after each key, until Redis has answered a script
-    // of the traffic with ASK or TRYAGAIN (its keys split between the masters), and 100 ms more
+    // 3. one live channel's slot back to master 0, a key at a time: after each key, until Redis has answered two
+    // scripts of the traffic with ASK or TRYAGAIN (its keys split between the masters)
     mark = received();
     const slow = moving[0]!;
     const splitAnswers = async () => {
@@ -159,14 +159,9 @@ describe('resharding a Redis Cluster under traffic', () => {
     };
     const keysMoved = await migrateSlotSlowly(cluster, slotOf[slow]!, 1, 0, async () => {
       const seen = await splitAnswers();
-      await within(
-        (async () => {
-          while ((await splitAnswers()) === seen) await sleep(10);
-        })(),
-        10_000,
-        'a script meeting the split slot',
-      );
-      await sleep(100);
+      await until(async () => (await splitAnswers()) >= seen + 2, 'scripts meeting the split slot', {
+        intervalMs: 10,
+      });
     });
     expect(keysMoved).toBeGreaterThan(0);
     expect(await ownerOf(cluster, slotOf[slow]!)).toBe(0);

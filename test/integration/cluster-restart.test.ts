@@ -10,6 +10,7 @@ import { LeaseManager, type LeaseEvent } from '../../packages/slotgate/src/store
 import { hashSlot } from '../../packages/slotgate/src/store/redis/cluster-epochs.js';
 import { RedisStore } from '../../packages/slotgate/src/store/redis/redis-store.js';
 import { useCleanups } from '../helpers/cleanups.js';
+import { answered } from '../helpers/until.js';
 import { RedisCluster } from '../helpers/redis-cluster.js';
 import { uniquePrefix } from '../helpers/redis.js';
 
@@ -66,13 +67,9 @@ describe('a Redis Cluster master restarted empty', () => {
     await server.restart();
     await cluster.waitUntilOk();
 
-    let reply;
-    for (let i = 0; i < 200 && !reply; i++) {
-      reply = await b.leases.acquireFirst(target, true).catch(() => undefined);
-      if (!reply) await sleep(50);
-    }
+    const reply = await answered(() => b.leases.acquireFirst(target, true));
     // with one epoch key for the whole cluster (on another master), b is admitted into the slots a's requests use
-    expect(reply?.replies).toEqual(['full']);
+    expect(reply.replies).toEqual(['full']);
     expect((await admin.zrange(a.store.keys.slots(channelId), 0, -1)).sort()).toEqual(
       held.map((l) => l.token).sort(),
     );
@@ -150,16 +147,10 @@ describe('a Redis Cluster master restarted empty', () => {
     await cluster.onNode(refusing, (c) => c.call('CLIENT', 'UNPAUSE'));
 
     // b's first full check: the grace starts now, and a (released) registers its leases within it
-    const acquiring = (async () => {
-      for (let i = 0; i < 200; i++) {
-        const reply = await b.leases.acquireFirst(target, true).catch(() => undefined);
-        if (reply) return reply;
-        await sleep(50);
-      }
-    })();
+    const acquiring = answered(() => b.leases.acquireFirst(target, true));
     release();
     const reply = await acquiring;
-    expect(reply?.replies).toEqual(['full']);
+    expect(reply.replies).toEqual(['full']);
     expect((await admin.zrange(a.store.keys.slots('p'), 0, -1)).sort()).toEqual(
       held.map((l) => l.token).sort(),
     );

@@ -89,7 +89,10 @@ describe.each(topologies())('FIFO across instances on $name', ({ target }) => {
     expect(a.admission.stats().handoffs).toBe(0);
     let aSettled = false;
     void again.then(() => (aSettled = true));
-    await sleep(100);
+    // until a's acquire has settled or waits in the queue (by a's own count)
+    await expect
+      .poll(() => aSettled || (a.admission.stats().channels.ch?.waiting ?? 0) > 0, { timeout: 10_000 })
+      .toBe(true);
     expect(aSettled).toBe(false); // still behind b
     await bTicket.release();
     const aTicket = await again;

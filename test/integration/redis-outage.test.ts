@@ -14,6 +14,7 @@ import { SCRIPTS, loadLua } from '../../packages/slotgate/src/store/redis/script
 import { RedisServer } from '../helpers/redis-server.js';
 import { countingClient, uniquePrefix, type CountingClient } from '../helpers/redis.js';
 import { useCleanups } from '../helpers/cleanups.js';
+import { answered, until } from '../helpers/until.js';
 
 const cleanups = useCleanups();
 
@@ -166,7 +167,8 @@ describe('Redis outages', () => {
     const error = await store.enqueue(waiter('q', 'frozen:w'), wait).catch((e: unknown) => e);
     expect(error).toBeInstanceOf(StoreUnavailableError);
     expect((error as StoreUnavailableError).operation).toBe('wait_register');
-    await sleep(100);
+    // the store sent its removal behind the registration before it told the caller; resumed once it counts it
+    await until(() => store.commands.wait - waitBefore === 2, 'the removal sent');
     resume();
 
     // the registration was on the wire and runs now; the caller was told it failed, so it will never leave the
@@ -272,17 +274,16 @@ describe('Redis outages', () => {
     await server.start(); // same port, empty data set, no scripts loaded
     const admin = await adminClient(server);
     cc.reset();
-    let reply: unknown;
-    const recovered = await eventually(async () => {
-      try {
-        reply = await store.acquireFirst([{ channelId: 'a', max: 2 }], opts('after:1'));
-        return true;
-      } catch (err) {
-        expect(err).toBeInstanceOf(StoreUnavailableError);
-        return false;
-      }
-    }, 15_000);
-    expect(recovered).toBe(true);
+    const errors: unknown[] = [];
+    const reply = await answered(
+      () =>
+        store.acquireFirst([{ channelId: 'a', max: 2 }], opts('after:1')).catch((err: unknown) => {
+          errors.push(err);
+          throw err;
+        }),
+      'an acquire once Redis is back',
+    );
+    for (const err of errors) expect(err).toBeInstanceOf(StoreUnavailableError);
     expect(reply).toEqual(['acquired']);
     expect(cc.count('evalsha')).toBeGreaterThanOrEqual(1);
     // the restarted server never had the script: the store's client sent its body (EVAL) without being told to

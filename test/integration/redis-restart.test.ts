@@ -8,7 +8,6 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { describe, expect, it } from 'vitest';
 import { Redis } from 'ioredis';
 import { LeaseManager, type LeaseEvent } from '../../packages/slotgate/src/store/leases.js';
@@ -16,6 +15,7 @@ import { RedisStore } from '../../packages/slotgate/src/store/redis/redis-store.
 import { RedisServer } from '../helpers/redis-server.js';
 import { uniquePrefix } from '../helpers/redis.js';
 import { useCleanups } from '../helpers/cleanups.js';
+import { answered } from '../helpers/until.js';
 
 const cleanups = useCleanups();
 
@@ -63,12 +63,8 @@ describe('Redis restarted empty', () => {
 
     await server.restart(); // SIGKILL, then a new redis-server on the same port: no data
     // b asks first: it must not be admitted into the two slots a's requests still use
-    let reply;
-    for (let i = 0; i < 100 && !reply; i++) {
-      reply = await b.leases.acquireFirst(target, true).catch(() => undefined);
-      if (!reply) await sleep(50);
-    }
-    expect(reply?.replies).toEqual(['full']);
+    const reply = await answered(() => b.leases.acquireFirst(target, true));
+    expect(reply.replies).toEqual(['full']);
     expect(await members(server, a.store.keys.slots('r'))).toEqual(held.map((l) => l.token).sort());
     expect(a.events.filter((e) => e.type === 'leases_restored')).toEqual([
       { type: 'leases_restored', leases: 2 },
@@ -119,13 +115,9 @@ describe('Redis back from a snapshot that lacks the last writes (as after a fail
 
     await server.restart(); // SIGKILL; the new process loads the snapshot: same epoch id, another run_id
     expect(await members(server, a.store.keys.slots('s'))).toEqual([before.token]);
-    let reply;
-    for (let i = 0; i < 100 && !reply; i++) {
-      reply = await b.leases.acquireFirst(target, true).catch(() => undefined);
-      if (!reply) await sleep(50);
-    }
+    const reply = await answered(() => b.leases.acquireFirst(target, true));
     // without the failover epoch b would take the slot of the lost lease: 3 in flight on a channel of max 2
-    expect(reply?.replies).toEqual(['full']);
+    expect(reply.replies).toEqual(['full']);
     expect(await members(server, a.store.keys.slots('s'))).toEqual([before.token, after.token].sort());
     const check = new Redis(server.url, { maxRetriesPerRequest: 1 });
     cleanups.push(async () => check.disconnect());

@@ -51,9 +51,21 @@ async function until(check: () => boolean, ms = 2000): Promise<boolean> {
   return true;
 }
 
+/**
+ * Resolves once a byte written now to a fresh connection through a second proxy in front of the same echo server has
+ * come back: the same hops, on this same event loop, as the bytes written before it through `proxy`, so by then those
+ * would have come back too had the proxy forwarded them (an order of events, not a time window).
+ */
+async function echoedBehind(echoPort: number): Promise<void> {
+  const probe = await client((await proxyTo(echoPort)).port);
+  probe.socket.write('?');
+  expect(await until(() => probe.received() === '?')).toBe(true);
+}
+
 describe('TcpProxy', () => {
   it('forwards; a cut holds the bytes of a live connection, a heal delivers them in order', async () => {
-    const { proxy, port } = await proxyTo(await echoServer());
+    const echo = await echoServer();
+    const { proxy, port } = await proxyTo(echo);
     const c = await client(port);
     c.socket.write('a');
     expect(await until(() => c.received() === 'a')).toBe(true);
@@ -61,13 +73,14 @@ describe('TcpProxy', () => {
     proxy.cut();
     c.socket.write('b');
     c.socket.write('c');
-    await sleep(200);
+    await echoedBehind(echo);
     expect(c.received()).toBe('a');
     expect(c.socket.destroyed).toBe(false);
     // a connection opened during the cut is accepted and held too
     const late = await client(port);
     late.socket.write('x');
-    await sleep(100);
+    expect(await until(() => proxy.connections === 2)).toBe(true);
+    await echoedBehind(echo);
     expect(late.received()).toBe('');
     expect(proxy.connections).toBe(2);
 
