@@ -62,7 +62,7 @@ export default tseslint.config(
     files: ['packages/slotgate/src/store/**/*.ts'],
     rules: bounds(
       'the store never imports the admission engine or the gateway',
-      '**/admission/*',
+      '**/admission/**',
       ...GATEWAY_STACK,
     ),
   },
@@ -71,8 +71,8 @@ export default tseslint.config(
     rules: bounds(
       'admission reaches Redis only through the store interface, and never imports the gateway',
       'ioredis',
-      '**/store/redis/*',
-      '**/store/memory/*',
+      '**/store/redis/**',
+      '**/store/memory/**',
       ...GATEWAY_STACK,
     ),
   },

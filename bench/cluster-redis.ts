@@ -6,7 +6,7 @@
  * would add its own slot refreshes to the counts.
  */
 import { Cluster, Redis } from 'ioredis';
-import { parseAddress } from '../packages/slotgate/src/store/redis/connection.js';
+import { parseAddress } from '../packages/slotgate/src/store/redis/connection/connection.js';
 import { RedisCluster } from '../test/helpers/redis-cluster.js';
 import { parseCommandstats } from '../test/helpers/redis-server.js';
 import { clusterTarget, type NodeSnapshot, type RedisUnderTest, type ServerSnapshot } from './redis.js';

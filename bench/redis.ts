@@ -6,7 +6,7 @@
  */
 import { Redis, type Cluster } from 'ioredis';
 // Internal: every contender's clients get the options slotgate's RedisStore gives its own (not public API).
-import { clusterClient, defaultRedisOptions } from '../packages/slotgate/src/store/redis/connection.js';
+import { clusterClient, defaultRedisOptions } from '../packages/slotgate/src/store/redis/connection/connection.js';
 import { parseCommandstats, RedisServer } from '../test/helpers/redis-server.js';
 
 export interface ServerSnapshot {

@@ -16,7 +16,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Redis } from 'ioredis';
 import { StoreUnavailableError } from '../packages/slotgate/src/core/errors.js';
-import { LeaseManager, type LeaseEvent } from '../packages/slotgate/src/store/leases.js';
+import { LeaseManager, type LeaseEvent } from '../packages/slotgate/src/admission/leases/lease-manager.js';
 import { RedisStore } from '../packages/slotgate/src/store/redis/redis-store.js';
 import { RedisSentinelSet } from '../test/helpers/redis-sentinel.js';
 

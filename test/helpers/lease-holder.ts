@@ -6,7 +6,7 @@
  * Acquires <count> leases on <channel> (max = count) through a LeaseManager, which renews them every TTL / 3, prints
  * "ready" on stdout and then holds them until it is killed. Lease events go to stderr as JSON lines.
  */
-import { LeaseManager } from '../../packages/slotgate/src/store/leases.js';
+import { LeaseManager } from '../../packages/slotgate/src/admission/leases/lease-manager.js';
 import { RedisStore } from '../../packages/slotgate/src/store/redis/redis-store.js';
 
 const [url, prefix, channelId, ttlArg, countArg] = process.argv.slice(2);

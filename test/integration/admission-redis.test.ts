@@ -6,7 +6,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { Redis } from 'ioredis';
 import { createAdmission, type AdmissionEngine } from '../../packages/slotgate/src/admission/admission.js';
 import type { Admission, Ticket } from '../../packages/slotgate/src/admission/types.js';
-import { LoadView } from '../../packages/slotgate/src/admission/load-view.js';
+import { LoadView } from '../../packages/slotgate/src/admission/loads/load-view.js';
 import { systemClock } from '../../packages/slotgate/src/core/clock.js';
 import { CapacityError, StoreUnavailableError } from '../../packages/slotgate/src/core/errors.js';
 import { admissionSettings } from '../../packages/slotgate/src/core/settings.js';

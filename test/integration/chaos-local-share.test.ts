@@ -19,7 +19,7 @@
  */
 import { setTimeout as sleep } from 'node:timers/promises';
 import { describe, expect, it } from 'vitest';
-import { RECOVERY_MS } from '../../packages/slotgate/src/admission/local-share.js';
+import { RECOVERY_MS } from '../../packages/slotgate/src/admission/leases/local-share.js';
 import {
   CHANNELS,
   StreamingLoad,

@@ -6,8 +6,8 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { describe, expect, it } from 'vitest';
 import { systemClock, type Clock } from '../../packages/slotgate/src/core/clock.js';
-import { LeaseManager, type LeaseEvent } from '../../packages/slotgate/src/store/leases.js';
-import { hashSlot } from '../../packages/slotgate/src/store/redis/cluster-epochs.js';
+import { LeaseManager, type LeaseEvent } from '../../packages/slotgate/src/admission/leases/lease-manager.js';
+import { hashSlot } from '../../packages/slotgate/src/store/redis/fencing/cluster-epochs.js';
 import { RedisStore } from '../../packages/slotgate/src/store/redis/redis-store.js';
 import { useCleanups } from '../helpers/cleanups.js';
 import { answered } from '../helpers/until.js';

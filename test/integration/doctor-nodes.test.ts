@@ -5,7 +5,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { Redis, type Cluster } from 'ioredis';
-import { checkLeftovers } from '../../packages/slotgate/src/store/redis/doctor.js';
+import { checkLeftovers } from '../../packages/slotgate/src/store/redis/doctor/check.js';
 import { KeyBuilder } from '../../packages/slotgate/src/store/redis/keys.js';
 import { useCleanups } from '../helpers/cleanups.js';
 import { runCli, tempDir, writeConfig } from '../helpers/gw-gateway.js';

@@ -8,7 +8,7 @@ import { once } from 'node:events';
 import { fileURLToPath } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Redis } from 'ioredis';
-import { LeaseManager, type LeaseEvent } from '../../packages/slotgate/src/store/leases.js';
+import { LeaseManager, type LeaseEvent } from '../../packages/slotgate/src/admission/leases/lease-manager.js';
 import { RedisStore } from '../../packages/slotgate/src/store/redis/redis-store.js';
 import { redisUrl, uniquePrefix } from '../helpers/redis.js';
 import { useCleanups } from '../helpers/cleanups.js';

@@ -8,7 +8,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { describe, expect, it } from 'vitest';
 import { Redis } from 'ioredis';
 import { StoreUnavailableError } from '../../packages/slotgate/src/core/errors.js';
-import { LeaseManager, type LeaseEvent } from '../../packages/slotgate/src/store/leases.js';
+import { LeaseManager, type LeaseEvent } from '../../packages/slotgate/src/admission/leases/lease-manager.js';
 import { RedisStore } from '../../packages/slotgate/src/store/redis/redis-store.js';
 import { SCRIPTS, loadLua } from '../../packages/slotgate/src/store/redis/scripts.js';
 import { RedisServer } from '../helpers/redis-server.js';

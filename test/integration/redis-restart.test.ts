@@ -10,7 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { Redis } from 'ioredis';
-import { LeaseManager, type LeaseEvent } from '../../packages/slotgate/src/store/leases.js';
+import { LeaseManager, type LeaseEvent } from '../../packages/slotgate/src/admission/leases/lease-manager.js';
 import { RedisStore } from '../../packages/slotgate/src/store/redis/redis-store.js';
 import { RedisServer } from '../helpers/redis-server.js';
 import { uniquePrefix } from '../helpers/redis.js';

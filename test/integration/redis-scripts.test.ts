@@ -7,9 +7,9 @@
 import { createHash } from 'node:crypto';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { Redis } from 'ioredis';
-import { fixFindings } from '../../packages/slotgate/src/store/redis/doctor.js';
+import { fixFindings } from '../../packages/slotgate/src/store/redis/doctor/check.js';
 import { KeyBuilder, encodeChannelId } from '../../packages/slotgate/src/store/redis/keys.js';
-import { MAX_REGISTRATION_LIVE_MS } from '../../packages/slotgate/src/store/redis/queues.js';
+import { MAX_REGISTRATION_LIVE_MS } from '../../packages/slotgate/src/store/redis/queues/queues.js';
 import { RedisStore } from '../../packages/slotgate/src/store/redis/redis-store.js';
 import { SCRIPTS, loadLua } from '../../packages/slotgate/src/store/redis/scripts.js';
 import { redisMs } from '../../packages/slotgate/src/store/redis/redis-time.js';

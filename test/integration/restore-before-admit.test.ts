@@ -7,7 +7,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { describe, expect, it } from 'vitest';
 import { Redis } from 'ioredis';
-import { LeaseManager } from '../../packages/slotgate/src/store/leases.js';
+import { LeaseManager } from '../../packages/slotgate/src/admission/leases/lease-manager.js';
 import { RedisStore } from '../../packages/slotgate/src/store/redis/redis-store.js';
 import type { SlotStore } from '../../packages/slotgate/src/store/store.js';
 import { useCleanups } from '../helpers/cleanups.js';

@@ -7,8 +7,8 @@
  * (POLL_2S) the period is 2000 ms, so a waiter polls at +1000, +2000, …
  */
 import { afterEach, describe, expect, it } from 'vitest';
-import { defaultMaxWaiting } from '../../packages/slotgate/src/admission/decide.js';
-import { safetyPollMs } from '../../packages/slotgate/src/admission/waiting.js';
+import { defaultMaxWaiting } from '../../packages/slotgate/src/admission/pass/decide.js';
+import { safetyPollMs } from '../../packages/slotgate/src/admission/waiting/waiter.js';
 import type { Candidate } from '../../packages/slotgate/src/core/channel.js';
 import type { Client } from '../../packages/slotgate/src/core/client.js';
 import type { Clock, ManualClock } from '../../packages/slotgate/src/core/clock.js';

@@ -3,7 +3,7 @@
  * (admission/capacity.ts), called directly with loads built by hand: no store, no clock.
  */
 import { describe, expect, it } from 'vitest';
-import { capacityError, type CapacityContext } from '../../packages/slotgate/src/admission/capacity.js';
+import { capacityError, type CapacityContext } from '../../packages/slotgate/src/admission/pass/capacity.js';
 import {
   hasRoom,
   loadRate,
@@ -12,7 +12,7 @@ import {
   orderTier,
   waitQueues,
   type Loads,
-} from '../../packages/slotgate/src/admission/decide.js';
+} from '../../packages/slotgate/src/admission/pass/decide.js';
 import type { Candidate } from '../../packages/slotgate/src/core/channel.js';
 import { CapacityError } from '../../packages/slotgate/src/core/errors.js';
 import { LazyOrder, seededRandom } from '../../packages/slotgate/src/core/order.js';

@@ -3,11 +3,11 @@
  * a store that holds releases until `send()`, like RedisStore holds the releases of one event-loop turn.
  */
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { CandidateSets } from '../../packages/slotgate/src/admission/candidates.js';
-import { Handoff } from '../../packages/slotgate/src/admission/handoff.js';
+import { CandidateSets } from '../../packages/slotgate/src/admission/pass/candidates.js';
+import { Handoff } from '../../packages/slotgate/src/admission/leases/handoff.js';
 import type { Candidate } from '../../packages/slotgate/src/core/channel.js';
 import { ManualClock } from '../../packages/slotgate/src/core/clock.js';
-import { LeaseManager, type Lease } from '../../packages/slotgate/src/store/leases.js';
+import { LeaseManager, type Lease } from '../../packages/slotgate/src/admission/leases/lease-manager.js';
 import { MemoryStore } from '../../packages/slotgate/src/store/memory/memory-store.js';
 import type { LeaseRef, PendingRelease, SlotStore } from '../../packages/slotgate/src/store/store.js';
 

@@ -19,13 +19,13 @@ describe('layering', () => {
     [`${lib}/core/x.ts`, `import { RedisStore } from '../store/redis/redis-store.js';`],
     [`${lib}/core/x.ts`, `import { createAdmission } from '../admission/admission.js';`],
     [`${lib}/core/x.ts`, `import { Redis } from 'ioredis';`],
-    [`${lib}/store/x.ts`, `import { LoadView } from '../admission/load-view.js';`],
+    [`${lib}/store/x.ts`, `import { LoadView } from '../admission/loads/load-view.js';`],
     [`${lib}/store/redis/x.ts`, `import type { Engine } from '../../admission/engine.js';`],
-    [`${lib}/admission/x.ts`, `import { RedisStore } from '../store/redis/redis-store.js';`],
+    [`${lib}/admission/pass/x.ts`, `import { RedisStore } from '../../store/redis/redis-store.js';`],
     [`${lib}/admission/x.ts`, `import { Redis } from 'ioredis';`],
     [`${lib}/admission/x.ts`, `import Fastify from 'fastify';`],
     [`${lib}/index.ts`, `export { createGateway } from 'slotgate-gateway';`],
-    ['packages/gateway/src/x.ts', `import { LeaseManager } from '../../slotgate/src/store/leases.js';`],
+    ['packages/gateway/src/x.ts', `import { LeaseManager } from '../../slotgate/src/admission/leases/lease-manager.js';`],
     ['packages/gateway/src/x.ts', `import { KeyBuilder } from 'slotgate/store';`],
   ])('%s may not: %s', async (file, code) => {
     expect(await restricted(file, code)).toHaveLength(1);

@@ -6,7 +6,7 @@
  */
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { ManualClock } from '../../packages/slotgate/src/core/clock.js';
-import { fenceMarginMs, LeaseManager, type Lease } from '../../packages/slotgate/src/store/leases.js';
+import { fenceMarginMs, LeaseManager, type Lease } from '../../packages/slotgate/src/admission/leases/lease-manager.js';
 import { MemoryStore } from '../../packages/slotgate/src/store/memory/memory-store.js';
 import type { RestartListener, SlotStore } from '../../packages/slotgate/src/store/store.js';
 import { flush, track } from './manual-time.js';

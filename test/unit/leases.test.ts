@@ -10,7 +10,7 @@ import {
   type Lease,
   type LeaseEvent,
   type LeaseManagerOptions,
-} from '../../packages/slotgate/src/store/leases.js';
+} from '../../packages/slotgate/src/admission/leases/lease-manager.js';
 import { MemoryStore } from '../../packages/slotgate/src/store/memory/memory-store.js';
 import {
   sentRelease,

@@ -7,7 +7,7 @@
  * `resync: true` (the summary lost its data), or be held (applied when sent, answered when the test says).
  */
 import { describe, expect, it } from 'vitest';
-import { LoadView } from '../../packages/slotgate/src/admission/load-view.js';
+import { LoadView } from '../../packages/slotgate/src/admission/loads/load-view.js';
 import { ManualClock, type Clock } from '../../packages/slotgate/src/core/clock.js';
 import { admissionSettings, type SettingsUpdate } from '../../packages/slotgate/src/core/settings.js';
 import { MemoryStore } from '../../packages/slotgate/src/store/memory/memory-store.js';

@@ -4,7 +4,7 @@
  * or fail it, so "zero store commands", "one fetch" and "falls back after the time-out" are asserted exactly.
  */
 import { describe, expect, it } from 'vitest';
-import { LoadView } from '../../packages/slotgate/src/admission/load-view.js';
+import { LoadView } from '../../packages/slotgate/src/admission/loads/load-view.js';
 import { ManualClock } from '../../packages/slotgate/src/core/clock.js';
 import { admissionSettings, type SettingsUpdate } from '../../packages/slotgate/src/core/settings.js';
 import { MemoryStore } from '../../packages/slotgate/src/store/memory/memory-store.js';

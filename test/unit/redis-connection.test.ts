@@ -1,6 +1,6 @@
 /** The store's connection descriptions: addresses, and exactly one way to reach Redis. No server is contacted. */
 import { describe, expect, it } from 'vitest';
-import { parseAddress } from '../../packages/slotgate/src/store/redis/connection.js';
+import { parseAddress } from '../../packages/slotgate/src/store/redis/connection/connection.js';
 import { RedisStore } from '../../packages/slotgate/src/store/redis/redis-store.js';
 
 describe('parseAddress', () => {

@@ -12,7 +12,7 @@ import {
   parseRecord,
   type RecordedSnapshot,
   type SettingsSnapshot,
-} from '../../packages/slotgate/src/store/redis/settings-record.js';
+} from '../../packages/slotgate/src/store/redis/fleet/settings-record.js';
 import { parseConfig } from '../../packages/gateway/src/config.js';
 import { createGateway } from '../../packages/gateway/src/server.js';
 

@@ -11,10 +11,10 @@ export type {
   AcquireRequest,
   Ticket,
 } from './admission/types.js';
-export type { StoreFailureMode } from './admission/local-share.js';
+export type { StoreFailureMode } from './admission/leases/local-share.js';
 export { OUTCOMES, type AdmissionStats, type ChannelStats, type Outcome } from './admission/stats.js';
-export type { LoadViewCounters } from './admission/load-view.js';
-export type { LeaseEvent } from './store/leases.js';
+export type { LoadViewCounters } from './admission/loads/load-view.js';
+export type { LeaseEvent } from './admission/leases/lease-manager.js';
 export type { Candidate } from './core/channel.js';
 export { clientIdOf, isClientResource, type Client } from './core/client.js';
 export type { Clock, Timer } from './core/clock.js';
@@ -34,6 +34,7 @@ export {
 } from './core/errors.js';
 export {
   ADMISSION_SETTINGS,
+  ADMISSION_LEGACY,
   DEFAULT_SETTINGS,
   admissionSettings,
   defineSettings,
@@ -46,6 +47,7 @@ export {
   type SettingsSchema,
   type SettingsTable,
   type SettingSpec,
+  type LegacySetting,
   type IntSetting,
   type BoolSetting,
 } from './core/settings.js';
@@ -57,35 +59,16 @@ export {
   type ClusterConnection,
   type ConnectionOptions,
   type SentinelConnection,
-} from './store/redis/connection.js';
-export type { NodeHealth, TopologyKind } from './store/redis/nodes.js';
-export {
-  PURPOSES,
-  type SlotStore,
-  type AcquireTarget,
-  type AcquireOptions,
-  type AcquireReply,
-  type LeaseRef,
-  type ReclaimRef,
-  type RestartListener,
-  type PendingRelease,
-  type Listening,
-  type QueueListener,
-  type WaiterRef,
-  type EnqueueOptions,
-  type EnqueueReply,
-  type WaiterState,
-  type ReadLoadsOptions,
-  type CooldownInfo,
-  type ChannelLoad,
-  type Purpose,
-  type StoreHealth,
-  type SharedSettings,
-  type SharedSettingsOptions,
-  type OverridesOrigin,
-  type Presence,
-  type InstanceInfo,
-} from './store/store.js';
+} from './store/redis/connection/connection.js';
+export type { NodeHealth, TopologyKind } from './store/redis/connection/nodes.js';
+export { PURPOSES, type SlotStore, type ChannelLoad, type Purpose, type StoreHealth } from './store/store.js';
+export type {
+  SharedSettings,
+  SharedSettingsOptions,
+  OverridesOrigin,
+  Presence,
+  InstanceInfo,
+} from './store/fleet.js';
 export {
   checkLeftovers,
   OWNER_DEAD_AFTER_MS,
@@ -93,4 +76,4 @@ export {
   type DoctorReport,
   type Finding,
   type FindingKind,
-} from './store/redis/doctor.js';
+} from './store/redis/doctor/check.js';

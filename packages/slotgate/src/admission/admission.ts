@@ -13,26 +13,26 @@ import {
   validateClient,
   type Client,
 } from '../core/client.js';
-import {
-  CapacityError,
-  ClientLimitError,
-  NoChannelError,
-  StoreUnavailableError,
-  type CapacityReason,
-} from '../core/errors.js';
+import { CapacityError, ClientLimitError, NoChannelError, StoreUnavailableError } from '../core/errors.js';
 import { admissionSettings, type Settings } from '../core/settings.js';
-import { LeaseManager } from '../store/leases.js';
+import { LeaseManager } from './leases/lease-manager.js';
 import type { ChannelLoad, Listening } from '../store/store.js';
-import { capacityError } from './capacity.js';
-import { CandidateSets } from './candidates.js';
-import { Cooldowns } from './cooldowns.js';
+import { capacityError } from './pass/capacity.js';
+import { CandidateSets } from './pass/candidates.js';
+import { Cooldowns } from './limits/cooldowns.js';
 import type { Engine } from './engine.js';
-import { Handoff } from './handoff.js';
-import { LoadView } from './load-view.js';
-import { admitInForce } from './in-force.js';
+import { Handoff } from './leases/handoff.js';
+import { LoadView } from './loads/load-view.js';
+import { admitInForce } from './pass/follow-config.js';
 import { StatsRecorder, type AdmissionStats, type ChannelStats, type Outcome } from './stats.js';
-import { ClientFallback, ClientSets, clientLimitError, noClientSlot, withClientSlot } from './clients.js';
-import { Tickets } from './tickets.js';
+import {
+  ClientFallback,
+  ClientSets,
+  clientLimitError,
+  noClientSlot,
+  withClientSlot,
+} from './limits/clients.js';
+import { Tickets } from './leases/tickets.js';
 import type {
   AcquireRequest,
   Admission,
@@ -41,8 +41,8 @@ import type {
   AdmissionRecord,
   Ticket,
 } from './types.js';
-import { Inbox } from './inbox.js';
-import { LocalShare } from './local-share.js';
+import { Inbox } from './waiting/inbox.js';
+import { LocalShare } from './leases/local-share.js';
 
 export function createAdmission(options: AdmissionOptions): Admission {
   return new AdmissionEngine(options);
@@ -65,46 +65,31 @@ export class AdmissionEngine implements Admission {
   private readonly listening: Listening;
   private readonly localShare: LocalShare;
   /** How many times the candidate sets changed (configChanged). */
-  private generation = 0;
+  private configVersion = 0;
 
+  /** Builds the parts in dependency order; later parts subscribe to the events of earlier ones. */
   constructor(options: AdmissionOptions) {
     this.current = admissionSettings.merge(admissionSettings.defaults, options.settings ?? {});
     const { store } = options;
     const clock = options.clock ?? systemClock;
     const settings = () => this.current;
     this.emit = options.onEvent ?? (() => {});
+    this.warnDeprecated(options.settings);
     this.onAdmission = options.onAdmission;
     const recorder = new StatsRecorder();
-    const cooldowns = new Cooldowns({
-      store,
-      clock,
-      settings,
-      candidates: this.candidateSets,
-      view: () => view,
-    });
-    // A grant for a waiter that is gone (timed out, aborted) passes straight on to the next waiter. A message late
-    // for a grant its waiter already claimed (found by a poll, say) is not a give-back: that slot is its lease now.
-    const inbox = new Inbox(
-      (channelId, token) => {
-        if (leases.holds(channelId, token)) return;
-        const ref = { channelId, token, max: 0 };
-        void store.leaveQueue(ref, this.current.lease_ttl_ms).catch(() => {});
-      },
-      () => clock.now(),
-    );
+    const cooldowns = new Cooldowns({ store, clock, settings, candidates: this.candidateSets });
     this.localShare = new LocalShare({
       mode: options.storeFailureMode ?? 'fail_closed',
       clock,
       settings,
       fleetSize: options.fleetSize ?? (() => 0),
-      leases: () => leases,
       health: () => store.health(),
       onReconnect: (listener) => store.onReconnect(listener),
     });
     const leases = new LeaseManager({
       store,
       clock,
-      keepExpired: this.localShare.keep,
+      keepAsLocal: this.localShare.keepAsLocal,
       onStore: this.localShare.note,
       leaseTtlMs: () => this.current.lease_ttl_ms,
       fencing: () => ({
@@ -112,15 +97,19 @@ export class AdmissionEngine implements Admission {
         reclaim: this.current.lease_reclaim_enabled,
       }),
       onEvent: (event) => {
-        if (event.type === 'lease_lost') {
-          recorder.leasesLost++;
-          view.noteActive(event.channelId, -1);
-        }
+        if (event.type === 'lease_lost') recorder.leasesLost++;
         this.emit(event);
       },
       ...(options.instanceId ? { instanceId: options.instanceId } : {}),
     });
-    const view: LoadView = new LoadView({
+    this.instanceId = leases.instanceId;
+    // A grant for a waiter that is gone passes straight on; a message late for a grant its waiter already claimed
+    // (found by a poll) is not a give-back: that slot is its lease now.
+    const inbox = new Inbox((channelId, token) => {
+      if (leases.holds(channelId, token)) return;
+      void store.leaveQueue({ channelId, token, max: 0 }, this.current.lease_ttl_ms).catch(() => {});
+    });
+    const view = new LoadView({
       store,
       clock,
       settings,
@@ -135,13 +124,9 @@ export class AdmissionEngine implements Admission {
         ? { maxConcurrentFetches: options.maxConcurrentFetches }
         : {}),
     });
+    leases.onLost((channelId) => view.noteActive(channelId, -1));
     const handoff = new Handoff(leases, clock);
-    const capacity = (
-      reason: CapacityReason,
-      candidates: readonly Candidate[],
-      saturated: readonly Candidate[],
-      waitedOn?: Candidate,
-    ) =>
+    const capacity: Engine['capacityError'] = (reason, candidates, saturated, waitedOn) =>
       capacityError(reason, {
         candidates,
         saturated,
@@ -157,7 +142,6 @@ export class AdmissionEngine implements Admission {
       queued: (id) => store.queued(id),
       aborted: (channel) => capacity('aborted', [channel], [], channel),
     });
-    this.instanceId = leases.instanceId;
     this.listening = store.listen(this.instanceId, inbox);
     this.engine = {
       store,
@@ -171,7 +155,7 @@ export class AdmissionEngine implements Admission {
       handoff,
       tickets,
       settings,
-      generation: () => this.generation,
+      configVersion: () => this.configVersion,
       resolve: (request) =>
         this.candidateSets.prepare(
           request.resolve?.() ?? request.candidates,
@@ -192,12 +176,18 @@ export class AdmissionEngine implements Admission {
   }
 
   configChanged(): void {
-    this.generation++;
+    this.configVersion++;
     this.engine.inbox.wake();
+  }
+
+  private warnDeprecated(update: unknown): void {
+    const warnings = admissionSettings.warnings(update);
+    if (warnings.length > 0) this.emit({ type: 'settings_deprecated', warnings });
   }
 
   updateSettings(update: unknown): Settings {
     const next = admissionSettings.merge(this.current, update);
+    this.warnDeprecated(update);
     this.current = next;
     this.emit({ type: 'settings_changed', settings: next });
     return next;
@@ -231,6 +221,7 @@ export class AdmissionEngine implements Admission {
             ? { start: started, deadline: started + this.current.wait_timeout_ms }
             : undefined;
         ticket = await this.localShare.around(
+          this.engine.leases,
           prepared,
           () => admitInForce(this.engine, request, prepared, arrivedAt, span),
           (channel, lease) => this.engine.tickets.bounded(channel, lease, 0, request.signal),
@@ -277,6 +268,7 @@ export class AdmissionEngine implements Admission {
     this.clientRequests.add(request);
     try {
       return await this.localShare.around(
+        this.engine.leases,
         prepared,
         () => admitInForce(this.engine, request, prepared, arrivedAt),
         (resource, lease) => this.engine.tickets.bounded(resource, lease, 0, signal),
@@ -289,12 +281,17 @@ export class AdmissionEngine implements Admission {
     }
   }
 
-  cooldown(channel: string | Candidate, opts: { ms?: number; reason?: string } = {}): Promise<void> {
-    return this.engine.cooldowns.set(channel, opts);
+  async cooldown(channel: string | Candidate, opts: { ms?: number; reason?: string } = {}): Promise<void> {
+    const started = this.engine.cooldowns.set(channel, opts);
+    if (!started) return;
+    this.engine.view.noteCooling(started.id, started.ms);
+    await started.stored;
   }
 
-  clearCooldown(channel: string | Candidate): Promise<void> {
-    return this.engine.cooldowns.clear(channel);
+  async clearCooldown(channel: string | Candidate): Promise<void> {
+    const cleared = this.engine.cooldowns.clear(channel);
+    this.engine.view.noteCooldownCleared(cleared.id);
+    await cleared.stored;
   }
 
   async readLoads(channels: readonly Candidate[]): Promise<Map<string, ChannelLoad>> {

@@ -7,15 +7,15 @@ import type { Clock } from '../core/clock.js';
 import type { CapacityError, CapacityReason } from '../core/errors.js';
 import type { Random } from '../core/order.js';
 import type { Settings } from '../core/settings.js';
-import type { LeaseManager } from '../store/leases.js';
+import type { LeaseManager } from './leases/lease-manager.js';
 import type { SlotStore } from '../store/store.js';
-import type { Prepared } from './candidates.js';
-import type { Cooldowns } from './cooldowns.js';
-import type { Handoff } from './handoff.js';
-import type { LoadView } from './load-view.js';
+import type { Prepared } from './pass/candidates.js';
+import type { Cooldowns } from './limits/cooldowns.js';
+import type { Handoff } from './leases/handoff.js';
+import type { LoadView } from './loads/load-view.js';
 import type { StatsRecorder } from './stats.js';
-import type { Tickets } from './tickets.js';
-import type { Inbox } from './inbox.js';
+import type { Tickets } from './leases/tickets.js';
+import type { Inbox } from './waiting/inbox.js';
 import type { AcquireRequest } from './types.js';
 
 export interface Engine {
@@ -32,7 +32,7 @@ export interface Engine {
   /** The settings in force (read once per pass: a change applies to the next pass). */
   settings(): Settings;
   /** How many times the candidate sets changed (Admission.configChanged): a waiter that saw fewer resolves again. */
-  generation(): number;
+  configVersion(): number;
   /** The request's candidate set in force now (its `resolve()`, else its `candidates` read again), prepared. */
   resolve<C extends Candidate>(request: AcquireRequest<C>): Prepared<C>;
   capacityError(
@@ -49,10 +49,10 @@ export interface WaitSpan {
   deadline: number;
 }
 
-/** One pass of an acquire: its request, the generation its candidates were resolved at, and a wait carried over. */
+/** One pass of an acquire: its request, the config version its candidates were resolved at, and a wait carried over. */
 export interface Attempt<C extends Candidate> {
   request: AcquireRequest<C>;
-  generation: number;
+  configVersion: number;
   span?: WaitSpan;
   /** When the request reached this instance (the engine clock's precise reading): its registrations stand as of then. */
   arrivedAt: number;
@@ -61,8 +61,8 @@ export interface Attempt<C extends Candidate> {
 /** A waiter none of whose queues is valid any more: the acquire goes on with a new pass over `next`. */
 export interface Moved<C extends Candidate> {
   next: Prepared<C>;
-  /** The generation `next` was resolved at. */
-  generation: number;
+  /** The config version `next` was resolved at. */
+  configVersion: number;
   span: WaitSpan;
 }
 

@@ -1,9 +1,9 @@
 /** The counters the admission engine keeps; a gateway exports them to Prometheus. */
-import type { StoreFailureMode } from './local-share.js';
+import type { StoreFailureMode } from './leases/local-share.js';
 import type { CapacityReason } from '../core/errors.js';
 import { Histogram, type HistogramSnapshot } from '../core/histogram.js';
 import type { Purpose } from '../store/store.js';
-import type { LoadViewCounters } from './load-view.js';
+import type { LoadViewCounters } from './loads/load-view.js';
 
 export type Outcome =
   'acquired' | `capacity_${CapacityReason}` | 'client_limit' | 'store_unavailable' | 'no_channel';

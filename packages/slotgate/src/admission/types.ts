@@ -4,9 +4,9 @@ import type { Client } from '../core/client.js';
 import type { Clock } from '../core/clock.js';
 import type { Random } from '../core/order.js';
 import type { Settings, SettingsUpdate } from '../core/settings.js';
-import type { LeaseEvent } from '../store/leases.js';
+import type { LeaseEvent } from './leases/lease-manager.js';
 import type { ChannelLoad, SlotStore } from '../store/store.js';
-import type { StoreFailureMode } from './local-share.js';
+import type { StoreFailureMode } from './leases/local-share.js';
 import type { AdmissionStats, Outcome } from './stats.js';
 
 export interface AdmissionOptions {
@@ -44,7 +44,11 @@ export interface AdmissionRecord {
   waitedMs?: number;
 }
 
-export type AdmissionEvent = LeaseEvent | { type: 'settings_changed'; settings: Settings };
+export type AdmissionEvent =
+  | LeaseEvent
+  | { type: 'settings_changed'; settings: Settings }
+  /** An update named keys of earlier releases: what each does now. */
+  | { type: 'settings_deprecated'; warnings: string[] };
 
 export interface AcquireRequest<C extends Candidate> {
   /** The candidate set on arrival. */

@@ -45,10 +45,6 @@ export const boolSetting = (def: boolean, doc: string): BoolSetting => ({ type: 
 export const ADMISSION_SETTINGS = {
   load_cache_enabled: boolSetting(true, 'rollback switch: false reads Redis directly for every selection'),
   load_cache_ttl_ms: intSetting(200, 1, 5000, 'load snapshot TTL'),
-  load_summary_enabled: boolSetting(
-    true,
-    "on Redis: load reads go through the fleet's load summary (one command per read, whatever the channel count); false: each channel's keys are read (3 commands per channel)",
-  ),
   max_acquire_attempts: intSetting(8, 1, 100, 'acquire budget per admission pass'),
   slot_handoff_enabled: boolSetting(
     true,
@@ -56,11 +52,11 @@ export const ADMISSION_SETTINGS = {
   ),
   wait_enabled: boolSetting(true, 'bounded wait queue on/off'),
   wait_timeout_ms: intSetting(5000, 0, 60000, 'longest wait per request'),
-  wait_interval_ms: intSetting(
-    100,
-    1,
+  safety_poll_ms: intSetting(
     5000,
-    "a waiter's safety poll is 50 × this, within 2–10 s (grants arrive as messages; polls only make good a lost one)",
+    1000,
+    60000,
+    'how often a waiter checks its queues for a grant whose message was lost (jittered; grants arrive as messages)',
   ),
   max_waiting_per_channel: intSetting(
     0,
@@ -84,6 +80,27 @@ export const ADMISSION_SETTINGS = {
   ),
 } as const satisfies SettingsTable;
 
+/**
+ * Keys of earlier releases, still accepted (validated as they were) with a warning: a renamed key sets its new key
+ * unless that is given too; a removed key changes nothing.
+ */
+export type LegacySetting =
+  | { spec: SettingSpec; renamedTo: string; convert: (value: number) => number }
+  | { spec: SettingSpec; removed: string };
+
+export const ADMISSION_LEGACY: Record<string, LegacySetting> = {
+  wait_interval_ms: {
+    spec: intSetting(100, 1, 5000, ''),
+    renamedTo: 'safety_poll_ms',
+    convert: (v) => Math.min(10_000, Math.max(2000, 50 * v)),
+  },
+  load_summary_enabled: {
+    spec: boolSetting(true, ''),
+    removed:
+      'cached loads always come from the load summary; load_cache_enabled: false reads the keys directly',
+  },
+};
+
 export type SettingKey = keyof typeof ADMISSION_SETTINGS;
 /** The admission engine's settings, as in force. */
 export type Settings = SettingsOf<typeof ADMISSION_SETTINGS>;
@@ -102,6 +119,8 @@ export interface SettingsSchema<T extends SettingsTable> {
    * means "not given".
    */
   parse(input: unknown): Partial<SettingsOf<T>>;
+  /** What an update says with keys of earlier releases (deprecated or removed), one message each. */
+  warnings(input: unknown): string[];
   /** Applies a validated update to a full settings object, returning a new frozen one. */
   merge(base: SettingsOf<T>, update: unknown): SettingsOf<T>;
   /** "an integer in 1–5000" / "a boolean": what a key accepts, as the error messages say it. */
@@ -120,55 +139,78 @@ function show(value: unknown): string {
   }
 }
 
-export function defineSettings<T extends SettingsTable>(table: T): SettingsSchema<T> {
+const zodOf = (spec: SettingSpec) =>
+  spec.type === 'bool' ? z.boolean().optional() : z.int().min(spec.min).max(spec.max).optional();
+
+const describeSpec = (spec: SettingSpec) =>
+  spec.type === 'bool' ? 'a boolean' : `an integer in ${spec.min}–${spec.max}`;
+
+export function defineSettings<T extends SettingsTable>(
+  table: T,
+  legacy: Record<string, LegacySetting> = {},
+): SettingsSchema<T> {
   const keys = Object.keys(table) as (keyof T & string)[];
   const defaults = Object.freeze(
     Object.fromEntries(keys.map((k) => [k, table[k]!.default])),
   ) as SettingsOf<T>;
+  const specs: Record<string, SettingSpec> = { ...table };
+  for (const [k, l] of Object.entries(legacy)) specs[k] = l.spec;
   const schema = z.strictObject(
-    Object.fromEntries(
-      keys.map((k) => {
-        const spec = table[k]!;
-        return [
-          k,
-          spec.type === 'bool' ? z.boolean().optional() : z.int().min(spec.min).max(spec.max).optional(),
-        ];
-      }),
-    ),
+    Object.fromEntries(Object.entries(specs).map(([k, spec]) => [k, zodOf(spec)])),
   );
-  const describe = (key: keyof T & string): string => {
-    const spec = table[key]!;
-    return spec.type === 'bool' ? 'a boolean' : `an integer in ${spec.min}–${spec.max}`;
-  };
+  const describe = (key: keyof T & string): string => describeSpec(table[key]!);
   const parse = (input: unknown): Partial<SettingsOf<T>> => {
     if (typeof input !== 'object' || input === null || Array.isArray(input)) {
       throw new SettingsError([`Expected settings to be an object of keys, got ${show(input)}`]);
     }
     const given = Object.fromEntries(Object.entries(input).filter(([, v]) => v !== undefined));
     const result = schema.safeParse(given);
-    if (result.success) return result.data as Partial<SettingsOf<T>>;
-    const issues = new Set<string>();
-    for (const issue of result.error.issues) {
-      if (issue.code === 'unrecognized_keys') {
-        for (const key of issue.keys) {
-          issues.add(`Unknown setting \`${key}\` (valid keys: ${keys.join(', ')}), got ${show(given[key])}`);
+    if (!result.success) {
+      const issues = new Set<string>();
+      for (const issue of result.error.issues) {
+        if (issue.code === 'unrecognized_keys') {
+          for (const key of issue.keys) {
+            issues.add(
+              `Unknown setting \`${key}\` (valid keys: ${keys.join(', ')}), got ${show(given[key])}`,
+            );
+          }
+          continue;
         }
-        continue;
+        const key = String(issue.path[0]);
+        issues.add(`Expected \`${key}\` to be ${describeSpec(specs[key]!)}, got ${show(given[key])}`);
       }
-      const key = String(issue.path[0]) as keyof T & string;
-      issues.add(`Expected \`${key}\` to be ${describe(key)}, got ${show(given[key])}`);
+      throw new SettingsError([...issues]);
     }
-    throw new SettingsError([...issues]);
+    const data: Record<string, unknown> = { ...result.data };
+    for (const [k, l] of Object.entries(legacy)) {
+      if (data[k] === undefined) continue;
+      if ('renamedTo' in l && data[l.renamedTo] === undefined)
+        data[l.renamedTo] = l.convert(data[k] as number);
+      delete data[k];
+    }
+    return data as Partial<SettingsOf<T>>;
+  };
+  const warnings = (input: unknown): string[] => {
+    if (typeof input !== 'object' || input === null) return [];
+    return Object.keys(input)
+      .filter((k) => legacy[k] !== undefined && (input as Record<string, unknown>)[k] !== undefined)
+      .map((k) => {
+        const l = legacy[k]!;
+        return 'renamedTo' in l
+          ? `Setting \`${k}\` is deprecated: use \`${l.renamedTo}\` (it sets ${l.renamedTo} = ${l.convert(Number((input as Record<string, unknown>)[k]))})`
+          : `Setting \`${k}\` was removed and is ignored: ${l.removed}`;
+      });
   };
   return {
     table,
     keys,
     defaults,
     parse,
+    warnings,
     merge: (base, update) => Object.freeze({ ...base, ...parse(update) }) as SettingsOf<T>,
     describe,
   };
 }
 
-export const admissionSettings = defineSettings(ADMISSION_SETTINGS);
+export const admissionSettings = defineSettings(ADMISSION_SETTINGS, ADMISSION_LEGACY);
 export const DEFAULT_SETTINGS: Settings = admissionSettings.defaults;

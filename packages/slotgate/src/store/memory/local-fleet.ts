@@ -11,7 +11,7 @@ import {
   type Presence,
   type SharedSettings,
   type SharedSettingsOptions,
-} from '../store.js';
+} from '../fleet.js';
 
 /** Overrides of this process: recorded like the Redis ones (version, time, instance), and never lost while it lives. */
 export class LocalSharedSettings<T extends object> implements SharedSettings<T> {

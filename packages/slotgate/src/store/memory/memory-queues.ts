@@ -7,7 +7,7 @@ import { preciseNow, type Clock } from '../../core/clock.js';
 import { FAIR_WINDOW, fairPick, heldByClient, mixedClients } from '../../core/fair-share.js';
 import { instanceOfToken } from '../../core/ids.js';
 import {
-  arrivalLeadMs,
+  clampArrivalLead,
   type EnqueueOptions,
   type EnqueueReply,
   type Listening,
@@ -91,7 +91,8 @@ export class MemoryQueues {
       queue.splice(pick, 1);
       slots.members.set(head.ref.token, now + this.claimMs);
       granted.push(head.ref.token);
-      if (head.ref.token !== quiet) this.tell(head.ref.token, (l) => l.grant(channelId, head.ref.token));
+      if (head.ref.token !== quiet)
+        this.tell(head.ref.token, (l) => l.grant({ kind: 'claim', channelId, token: head.ref.token }));
     }
     if (queue.length === 0) this.queues.delete(channelId);
     return granted;
@@ -103,7 +104,7 @@ export class MemoryQueues {
     const ahead = queue.length;
     const now = this.clock.now();
     // on the precise clock (Clock.precise): registrations within a millisecond keep their arrivals' order
-    const arrival = preciseNow(this.clock) - arrivalLeadMs(options);
+    const arrival = preciseNow(this.clock) - clampArrivalLead(options.arrivedMsAgo ?? 0);
     // after every waiter that arrived at or before it (a later registration that arrived earlier stands ahead)
     let at = queue.length;
     while (at > 0 && queue[at - 1]!.arrival > arrival) at--;

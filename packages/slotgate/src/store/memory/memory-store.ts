@@ -6,29 +6,25 @@ import { systemClock, type Clock } from '../../core/clock.js';
 import {
   BATCH_SIZE,
   emptyCounts,
-  sentRelease,
   type AcquireOptions,
   type AcquireReply,
   type AcquireTarget,
   type ChannelLoad,
-  type CooldownInfo,
   type EnqueueOptions,
   type EnqueueReply,
   type LeaseRef,
+  type LoadExchange,
   type Listening,
   type PendingRelease,
   type Purpose,
   type QueueListener,
   type ReclaimRef,
-  type Presence,
-  type ReadLoadsOptions,
-  type SharedSettings,
-  type SharedSettingsOptions,
   type SlotStore,
   type StoreHealth,
   type WaiterRef,
   type WaiterState,
 } from '../store.js';
+import { type Presence, type SharedSettings, type SharedSettingsOptions } from '../fleet.js';
 import { ExpiringSet } from './expiring-set.js';
 import { holdersOf } from '../holders.js';
 import { LocalPresence, LocalSharedSettings } from './local-fleet.js';
@@ -92,7 +88,6 @@ export class MemoryStore implements SlotStore {
   async acquireFirst(targets: readonly AcquireTarget[], opts: AcquireOptions): Promise<AcquireReply[]> {
     if (targets.length === 0) return [];
     this.counts.acquire++;
-    opts.onSent?.();
     const now = this.clock.now();
     const replies: AcquireReply[] = [];
     for (const target of targets) {
@@ -118,22 +113,19 @@ export class MemoryStore implements SlotStore {
     return replies;
   }
 
-  async release(lease: LeaseRef): Promise<boolean> {
+  /** Sent at once: nothing to withdraw. */
+  release(lease: LeaseRef): PendingRelease {
     this.counts.release++;
     const set = this.slots.get(lease.channelId);
     const removed = set?.members.delete(lease.token) ?? false;
     this.queues.grantFree(lease.channelId);
     if (set && set.members.size === 0) this.slots.delete(lease.channelId);
-    return removed;
+    return { done: Promise.resolve(removed), withdrawable: false, withdraw: () => false };
   }
 
   async enqueue(waiter: WaiterRef, options: EnqueueOptions): Promise<EnqueueReply> {
     this.counts.wait++;
     return this.queues.enqueue(waiter, options);
-  }
-
-  async claim(lease: LeaseRef, leaseTtlMs: number): Promise<boolean> {
-    return (await this.renew([lease], leaseTtlMs)).length === 0;
   }
 
   async pollWaiter(waiter: WaiterRef): Promise<WaiterState> {
@@ -157,10 +149,6 @@ export class MemoryStore implements SlotStore {
 
   queued(channelId: string): boolean {
     return this.queues.hasQueue(channelId);
-  }
-
-  releaseDeferred(lease: LeaseRef): PendingRelease {
-    return sentRelease(this.release(lease));
   }
 
   async renew(leases: readonly LeaseRef[], leaseTtlMs: number): Promise<LeaseRef[]> {
@@ -205,13 +193,21 @@ export class MemoryStore implements SlotStore {
     return () => {};
   }
 
-  async readLoads(channelIds: readonly string[], opts?: ReadLoadsOptions): Promise<Map<string, ChannelLoad>> {
-    opts?.onSent?.();
-    const loads = new Map<string, ChannelLoad>();
+  async readLoads(channelIds: readonly string[]): Promise<Map<string, ChannelLoad>> {
     const ids = [...new Set(channelIds)];
-    if (ids.length === 0) return loads;
-    this.counts.load_read += 1 + 3 * ids.length;
+    this.counts.load_read += Math.ceil(ids.length / BATCH_SIZE);
+    return this.loadsOf(ids);
+  }
+
+  /** One process: the loads are exact, and what an instance reports needs no keeping. */
+  async exchangeLoads(exchange: LoadExchange): Promise<Map<string, ChannelLoad>> {
+    if (exchange.read.length > 0) this.counts.load_read++;
+    return this.loadsOf([...new Set(exchange.read)]);
+  }
+
+  private loadsOf(ids: readonly string[]): Map<string, ChannelLoad> {
     const now = this.clock.now();
+    const loads = new Map<string, ChannelLoad>();
     for (const id of ids) {
       const cooldown = this.cooling(id, now);
       loads.set(id, {
@@ -239,13 +235,6 @@ export class MemoryStore implements SlotStore {
   async clearCooldown(channelId: string): Promise<void> {
     this.counts.cooldown++;
     this.cooldowns.delete(channelId);
-  }
-
-  async readCooldown(channelId: string): Promise<CooldownInfo | null> {
-    this.counts.cooldown += 2;
-    const now = this.clock.now();
-    const c = this.cooling(channelId, now);
-    return c ? { reason: c.reason, remainingMs: c.until - now } : null;
   }
 
   async close(): Promise<void> {

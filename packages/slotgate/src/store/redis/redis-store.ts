@@ -1,58 +1,53 @@
 /**
- * RedisStore: slots, waiters and cooldowns in Redis, shared by every instance. The mechanisms live in their own
- * modules: the per-turn pipeline (turn-batcher.ts), the time bound (deadlines.ts), the Redis clock (redis-time.ts),
- * the acquire call and its key-expiry hints (acquire-call.ts), the scripts (scripts.ts, lua/) and what differs on
- * Cluster (topology.ts). Every failure or time-out surfaces as a StoreUnavailableError (the admission pass fails
- * closed); nothing hangs past `timeoutMs` (plus the watchdog's period, at most 100 ms).
+ * RedisStore: slots, waiters and cooldowns in Redis, shared by every instance. Its parts are built in dependency
+ * order: the connection and its time bound, the epoch that fences a Redis that lost its data, what the store knows of
+ * its queues, the queue calls, the per-turn sending of acquires and releases, the load reads. Every failure or
+ * time-out surfaces as a StoreUnavailableError (the admission pass fails closed).
  */
 import type { Cluster, Redis, RedisOptions } from 'ioredis';
-import { createClient, isCluster, type ClusterConnection, type SentinelConnection } from './connection.js';
 import { systemClock, type Clock } from '../../core/clock.js';
-import { chunk } from '../../core/collections.js';
+import type { Presence, SharedSettings, SharedSettingsOptions } from '../fleet.js';
 import {
-  BATCH_SIZE,
   emptyCounts,
   type AcquireOptions,
   type AcquireReply,
   type AcquireTarget,
   type ChannelLoad,
-  type CooldownInfo,
   type EnqueueOptions,
   type EnqueueReply,
   type LeaseRef,
   type LoadExchange,
-  type LoadExchangeReply,
   type Listening,
   type PendingRelease,
-  type Presence,
   type Purpose,
   type QueueListener,
-  type ReadLoadsOptions,
   type ReclaimRef,
   type RestartListener,
-  type SharedSettings,
-  type SharedSettingsOptions,
   type SlotStore,
   type StoreHealth,
   type WaiterRef,
   type WaiterState,
 } from '../store.js';
-import { countByInstance } from '../holders.js';
-import { AcquireCalls } from './acquire-call.js';
-import type { Deadlines } from './deadlines.js';
-import { Epoch } from './epoch.js';
+import { createClient, type ClusterConnection, type SentinelConnection } from './connection/connection.js';
+import { deadlinesFor } from './connection/cluster-deadlines.js';
+import type { Deadlines } from './connection/deadlines.js';
+import { nodeHealth, ping, topologyKindOf, type NodeHealth, type TopologyKind } from './connection/nodes.js';
+import { Epoch } from './fencing/epoch.js';
+import { RedisPresence } from './fleet/presence.js';
+import { RedisSharedSettings } from './fleet/shared-settings.js';
 import { KeyBuilder } from './keys.js';
-import { nodeHealth, ping, topologyKindOf, type NodeHealth, type TopologyKind } from './nodes.js';
-import { runLeaseBatch } from './lease-batches.js';
-import { RedisPresence } from './presence.js';
-import { QueueMarks } from './queue-marks.js';
-import { DEFAULT_CLAIM_MS, RedisQueues } from './queues.js';
-import { RedisClock } from './redis-time.js';
+import { readHolders, readLoads, type DirectReadDeps } from './loads/direct-reads.js';
+import { RedisLoadSummary } from './loads/load-summary.js';
+import { Members } from './queues/members.js';
+import { GrantMessages } from './queues/messages.js';
+import { QueueHints } from './queues/queue-hints.js';
+import { RedisQueues } from './queues/queues.js';
+import { releaseCall, type ReleaseDeps } from './queues/release-call.js';
 import { SCRIPTS, defineScripts } from './scripts.js';
-import { RedisSharedSettings } from './shared-settings.js';
-import { deadlinesFor } from './cluster-deadlines.js';
-import { topologyOf, type Topology } from './topology.js';
-import { RedisLoadSummary } from './load-summary.js';
+import { acquireCall } from './slots/acquire-call.js';
+import { runLeaseBatch } from './slots/lease-batches.js';
+import { batchesOf, turnsOf } from './slots/topology.js';
+import type { TurnQueue } from './slots/turn.js';
 
 export interface RedisStoreOptions {
   /** A redis:// (or rediss://) URL of one node; the store creates (and closes) its own client. */
@@ -61,10 +56,7 @@ export interface RedisStoreOptions {
   cluster?: ClusterConnection;
   /** Or a Sentinel-managed primary (docs/redis.md, "Sentinel"); the store creates its client. */
   sentinel?: SentinelConnection;
-  /**
-   * Or a client you own (ioredis Redis or Cluster); the store never closes it. A Cluster client should auto-pipeline
-   * (`enableAutoPipelining: true`), or every call is a write of its own.
-   */
+  /** Or a client you own (ioredis Redis or Cluster, auto-pipelining on Cluster); the store never closes it. */
   client?: Redis | Cluster;
   /** Key prefix. Keys are `<prefix>:v1:...`. @default 'slotgate' */
   prefix?: string;
@@ -72,26 +64,20 @@ export interface RedisStoreOptions {
   timeoutMs?: number;
   /** Extra ioredis options for a client the store creates (on Cluster, each node connection's). */
   redisOptions?: RedisOptions;
-  /** Time and timers (the time bound, the Redis clock estimate, key-expiry hints). @default the system clock */
+  /** Time and timers. @default the system clock */
   clock?: Clock;
-  /**
-   * How long a slot granted to a waiter waits for the waiter's instance to claim it before it passes on: the time a
-   * grant to an instance that died holds the slot. @default 5000
-   */
+  /** How long a slot granted to a waiter waits for its instance to claim it before it passes on. @default 5000 */
   claimMs?: number;
   /**
    * After Redis restarted empty, how long (from the new epoch's creation) every instance admits nothing, so the
-   * instances still reconnecting register their leases in flight first (epoch.ts). @default 3000
+   * instances still reconnecting register their leases in flight first (fencing/epoch.ts). @default 3000
    */
   restartGraceMs?: number;
-  /**
-   * @internal For tests: above this many (instance, channel) counts in the load summary, this store builds a missing
-   * snapshot from a plain HGETALL instead of in the script (load-summary.ts). @default 4000
-   */
+  /** @internal For tests: above this many (instance, channel) counts the summary is built here (loads/load-summary.ts). */
   loadSummaryScriptBuildPairs?: number;
 }
 
-export { defaultRedisOptions } from './connection.js';
+export { defaultRedisOptions } from './connection/connection.js';
 
 /** Longest wait for a health check's PING. */
 const HEALTH_TIMEOUT_MS = 1000;
@@ -99,100 +85,91 @@ const HEALTH_TIMEOUT_MS = 1000;
 export class RedisStore implements SlotStore {
   readonly kind = 'redis' as const;
   readonly maxChannelsPerAcquire: number;
-  private readonly client: Redis | Cluster;
   /** @internal The key names, for white-box tests; not part of the API. */
   readonly keys: KeyBuilder;
+  private readonly client: Redis | Cluster;
   private readonly owned: boolean;
   private readonly clock: Clock;
   private readonly counts = emptyCounts();
   private readonly deadlines: Deadlines;
-  private readonly redisClock: RedisClock;
-  private readonly topology: Topology;
-  private readonly queues: RedisQueues;
-  private readonly marks: QueueMarks;
-  private presenceImpl: RedisPresence | undefined;
   private readonly epoch: Epoch;
+  private readonly hints = new QueueHints();
+  private readonly members = new Members();
+  private readonly messages: GrantMessages;
+  private readonly queues: RedisQueues;
+  private readonly turns: TurnQueue;
   private readonly summary: RedisLoadSummary;
-  private seeding: Promise<void> | undefined;
-  private readonly forgetClockBound = (): void => this.redisClock.forgetUpper();
-  /**
-   * Now on the Redis clock by the store's upper bound (RedisClock.upperNow), to score leases with: undefined on
-   * Cluster (one estimate per store cannot vouch for every master's clock: the scripts read their own TIME there).
-   */
-  private readonly scoreNow = (): number | undefined =>
-    isCluster(this.client) ? undefined : this.redisClock.upperNow();
-  /** The connection's latest error since it was last ready (e.g. `connect ECONNREFUSED 127.0.0.1:6379`). */
+  private readonly direct: DirectReadDeps;
+  private presenceImpl: RedisPresence | undefined;
+  /** The connection's latest error since it was last ready (for health(): a failed PING says less). */
   private socketError: string | undefined;
 
   constructor(options: RedisStoreOptions) {
     this.owned = !options.client;
     this.client = options.client ?? createClient(options);
     if (this.owned) {
-      // Surfaced per operation as StoreUnavailableError; the latest socket error is kept for health(), where a failed
-      // PING only says that ioredis gave up ("Reached the max retries per request limit", "Connection is closed").
-      // (Not on a caller's client: a listener would silence ioredis's own report of its unhandled errors.)
+      // (not on a caller's client: a listener would silence ioredis's own report of its unhandled errors)
       this.client.on('error', (err: Error) => (this.socketError = err.message));
       this.client.on('ready', () => (this.socketError = undefined));
     }
-    this.keys = new KeyBuilder(options.prefix);
-    this.clock = options.clock ?? systemClock;
-    this.deadlines = deadlinesFor(this.client, this.clock, options.timeoutMs ?? 1000);
-    this.redisClock = new RedisClock(this.clock);
-    // a connection made again may reach another server (a failover) whose clock is not the one the bound was read on
-    this.client.on('ready', this.forgetClockBound);
-    defineScripts(this.client);
-    const claimMs = options.claimMs ?? DEFAULT_CLAIM_MS;
-    this.marks = new QueueMarks({
-      clock: this.clock,
-      scoreNow: () => this.scoreNow(),
-      kick: (lease) => void this.topology.release(lease, true).done.catch(() => {}),
+    const { client } = this;
+    const keys = (this.keys = new KeyBuilder(options.prefix));
+    const clock = (this.clock = options.clock ?? systemClock);
+    const count = this.count;
+    const claimMs = options.claimMs ?? 5000;
+    const deadlines = (this.deadlines = deadlinesFor(client, clock, options.timeoutMs ?? 1000));
+    defineScripts(client);
+    this.epoch = new Epoch({
+      client,
+      key: keys.epoch(),
+      clock,
+      deadlines,
+      count,
+      graceMs: options.restartGraceMs ?? 3000,
     });
-    this.queues = new RedisQueues({
-      client: this.client,
-      keys: this.keys,
-      deadlines: this.deadlines,
-      count: this.count,
+    const { hints, members } = this;
+    this.messages = new GrantMessages({ client, keys, hints, members });
+    this.queues = new RedisQueues({ client, keys, deadlines, count, clock, claimMs, hints, members });
+    const release: ReleaseDeps = {
+      keys,
+      clock,
       claimMs,
-      clock: this.clock,
-      redisNow: () => (this.redisClock.unknown ? undefined : this.redisClock.now()),
-      scoreNow: () => this.scoreNow(),
-      marks: this.marks,
+      hints,
+      members,
+      messages: this.messages,
+      giveBack: (channelId, token, ttl) =>
+        void this.queues.leave({ channelId, token, max: 0 }, ttl).catch(() => {}),
+    };
+    this.turns = turnsOf({
+      client,
+      deadlines,
+      count,
+      acquireCall: (requests) =>
+        acquireCall(keys, claimMs, requests, (raw) => SCRIPTS.acquireSlots.reply(raw)),
+      releaseCall: (lease) => releaseCall(release, lease),
     });
-    this.topology = topologyOf({
-      client: this.client,
-      keys: this.keys,
-      calls: new AcquireCalls(this.keys, this.clock, claimMs, () => this.epoch.expiryGt, this.scoreNow),
-      deadlines: this.deadlines,
-      count: this.count,
-      releaseArgs: this.queues.releaseArgs,
-      released: this.queues.released,
-      viaQueue: (channelId) => this.marks.releasesViaQueue(channelId),
-      plainRelease: (lease) => this.marks.plainRelease(lease),
-    });
-    this.maxChannelsPerAcquire = this.topology.maxChannelsPerAcquire;
+    this.maxChannelsPerAcquire = this.turns.maxChannelsPerAcquire;
+    const run = <T>(purpose: Purpose, n: number, work: () => Promise<T>) => this.run(purpose, n, work);
     this.summary = new RedisLoadSummary({
-      client: this.client,
-      keys: this.keys,
-      clock: this.redisClock,
-      seedClock: () => this.seedClock(),
-      run: (purpose, n, work) => this.run(purpose, purpose, n, work),
+      client,
+      keys,
+      clock,
+      run,
       ...(options.loadSummaryScriptBuildPairs === undefined
         ? {}
         : { scriptBuildPairs: options.loadSummaryScriptBuildPairs }),
     });
-    this.epoch = new Epoch({
-      client: this.client,
-      key: this.keys.epoch(),
-      clock: this.clock,
-      deadlines: this.deadlines,
-      count: this.count,
-      graceMs: options.restartGraceMs ?? 3000,
-    });
+    this.direct = {
+      client,
+      keys,
+      run: (n, work) => run('load_read', n, work),
+      liveMs: () => members.liveMs(),
+    };
   }
 
   /**
    * Resolves once the store may admit on its current connection: the epoch verified, and after a Redis restart the
-   * leases restored and the grace waited out. Admitting calls do this by themselves; call it to do it ahead of them.
+   * leases restored and the grace waited out. Admitting calls do this by themselves.
    */
   ready(): Promise<void> {
     return this.epoch.ensure();
@@ -220,77 +197,54 @@ export class RedisStore implements SlotStore {
   };
 
   /** Runs one operation under the time bound, counting `n` commands for `purpose`. */
-  private run<T>(purpose: Purpose, operation: string, n: number, work: () => Promise<T>): Promise<T> {
+  private run<T>(purpose: Purpose, n: number, work: () => Promise<T>): Promise<T> {
     this.counts[purpose] += n;
-    return this.deadlines.run(operation, work);
+    return this.deadlines.run(purpose, work);
   }
 
   acquireFirst(targets: readonly AcquireTarget[], opts: AcquireOptions): Promise<AcquireReply[]> {
     if (targets.length === 0) return Promise.resolve([]);
     if (targets.length > this.maxChannelsPerAcquire) {
+      const most = this.maxChannelsPerAcquire;
       return Promise.reject(
-        new RangeError(
-          `acquireFirst takes at most ${this.maxChannelsPerAcquire} channels per call on this store`,
-        ),
+        new RangeError(`acquireFirst takes at most ${most} channels per call on this store`),
       );
     }
-    const acquire = () => {
-      const stamp = this.marks.stamp();
-      return this.topology.acquire({ targets, opts }).then((replies) => {
-        this.marks.noteAcquire(targets, replies, stamp);
+    return this.epoch.admitting('acquire', () => {
+      const stamp = this.hints.stamp();
+      return this.turns.acquire({ targets, opts }).then((replies) => {
+        this.hints.noteAcquire(targets, replies, stamp);
         return replies;
       });
-    };
-    return this.epoch.admitting('acquire', acquire);
+    });
   }
 
-  release(lease: LeaseRef): Promise<boolean> {
-    return this.releaseDeferred(lease).done;
-  }
-
-  releaseDeferred(lease: LeaseRef): PendingRelease {
-    return this.topology.release(lease, this.marks.has(lease.channelId));
+  release(lease: LeaseRef, leaseTtlMs: number): PendingRelease {
+    return this.turns.release({ channelId: lease.channelId, token: lease.token, ttlMs: leaseTtlMs });
   }
 
   enqueue(waiter: WaiterRef, options: EnqueueOptions): Promise<EnqueueReply> {
     return this.epoch.admitting('wait_register', () => this.queues.enqueue(waiter, options));
   }
 
-  /**
-   * One ZADD XX CH (the slot must still be there), scored on the Redis clock as last read (its upper bound when there
-   * is one); before any clock read, or when the ZADD changed nothing, the renewal script (which reads TIME itself).
-   */
-  async claim(lease: LeaseRef, leaseTtlMs: number): Promise<boolean> {
-    if (this.redisClock.unknown) return (await this.renew([lease], leaseTtlMs)).length === 0;
-    // the upper bound where there is one (single node): the claimed lease never ends before its holder's deadline,
-    // which runs from before the claim was sent; else the estimate, which may lag Redis by a reply's latency
-    const score = Math.ceil(this.scoreNow() ?? this.redisClock.now()) + leaseTtlMs;
-    const changed = await this.run('renew', 'renew', 1, () =>
-      this.client.zadd(this.keys.slots(lease.channelId), 'XX', 'CH', score, lease.token),
-    );
-    if (Number(changed) === 1) return true;
-    // 0: gone, or (rarely) the same score as before: the renewal script tells which
-    return (await this.renew([lease], leaseTtlMs)).length === 0;
-  }
-
   pollWaiter(waiter: WaiterRef, leaseTtlMs: number): Promise<WaiterState> {
     return this.epoch.admitting('wait_poll', () => this.queues.poll(waiter, leaseTtlMs));
   }
 
-  leaveQueue(waiter: WaiterRef, leaseTtlMs: number, sweep = true): Promise<boolean> {
-    return this.queues.leave(waiter, leaseTtlMs, sweep);
+  leaveQueue(waiter: WaiterRef, leaseTtlMs: number, givingUp = true): Promise<boolean> {
+    return this.queues.leave(waiter, leaseTtlMs, givingUp);
   }
 
   requeue(from: WaiterRef, to: WaiterRef, options: EnqueueOptions): Promise<EnqueueReply> {
-    return this.queues.requeue(from, to, options);
+    return this.epoch.admitting('wait_register', () => this.queues.requeue(from, to, options));
   }
 
   listen(instanceId: string, listener: QueueListener): Listening {
-    return this.queues.listen(instanceId, listener);
+    return this.messages.listen(instanceId, listener);
   }
 
   queued(channelId: string): boolean {
-    return this.marks.has(channelId);
+    return this.hints.has(channelId);
   }
 
   renew(leases: readonly LeaseRef[], leaseTtlMs: number): Promise<LeaseRef[]> {
@@ -308,10 +262,10 @@ export class RedisStore implements SlotStore {
           SCRIPTS.reclaimLeases,
           [leaseTtlMs, restore ? 1 : 0],
           batch,
-          (lease) => [lease.max],
+          (l) => [l.max],
         ),
       );
-    // A restore is what the epoch check runs before it lets anything through; a reclaim admits, so it waits for it.
+    // a restore is what the epoch check runs before it lets anything through; a reclaim admits, so it waits for it
     return restore ? send() : this.epoch.admitting('renew', send);
   }
 
@@ -321,123 +275,51 @@ export class RedisStore implements SlotStore {
     send: (batch: readonly L[]) => Promise<L[]>,
   ): Promise<L[]> {
     if (leases.length === 0) return [];
-    const batches = this.topology.renewBatches(leases);
-    const lost = await this.run('renew', 'renew', batches.length, () => Promise.all(batches.map(send)));
-    return lost.flat();
+    const batches = batchesOf(this.client, leases);
+    return (await this.run('renew', batches.length, () => Promise.all(batches.map(send)))).flat();
   }
 
-  /**
-   * One round trip, behind this turn's acquires and releases (the load view counts them as sent): live members are
-   * counted from "now" on the Redis clock as last read; when that reading is a second old, TIME rides in the same
-   * round trip to refresh it. Only the very first read of a store spends an extra round trip on TIME.
-   */
-  async readLoads(channelIds: readonly string[], opts?: ReadLoadsOptions): Promise<Map<string, ChannelLoad>> {
-    const loads = new Map<string, ChannelLoad>();
-    if (channelIds.length === 0) return loads;
-    const flushed = this.topology.flushed();
-    if (flushed) await flushed;
-    const ids = [...new Set(channelIds)];
-    const seeded = await this.seedClock();
-    const now = this.redisClock.now();
-    // live leases expire after now; live registrations arrived (µs) less than their lifetime ago
-    const min = { slots: `(${now}`, queue: `(${(now - this.queues.liveMs()) * 1000}` };
-    const withTime = !seeded && this.redisClock.claimRefresh();
-    const batches = chunk(ids, BATCH_SIZE);
-    opts?.onSent?.();
-    const sentAt = this.redisClock.sending();
-    const replies = await this.run('load_read', 'load_read', ids.length * 3 + (withTime ? 1 : 0), () =>
-      Promise.all(batches.map((batch, i) => this.topology.readLoadBatch(batch, min, i === 0 && withTime))),
-    );
-    for (const { time } of replies) if (time) this.redisClock.learn(time, sentAt);
-    replies.flatMap((r) => r.loads).forEach((load, i) => loads.set(ids[i]!, load));
-    this.marks.noteLoads(loads);
+  async readLoads(channelIds: readonly string[]): Promise<Map<string, ChannelLoad>> {
+    if (channelIds.length === 0) return new Map();
+    const loads = await readLoads(this.direct, channelIds);
+    this.hints.noteLoads(loads);
     return loads;
   }
 
-  /**
-   * One GET of the shared snapshot, plus one HSET when it puts counts in, whatever the channel count (load-summary.ts;
-   * a script call when the snapshot must be built). Queue news
-   * from it only ever marks a queue: the summary's waiter counts lag, and a stale zero must not send a release past
-   * a queue that formed since.
-   */
-  async exchangeLoads(exchange: LoadExchange): Promise<LoadExchangeReply> {
-    const reply = await this.summary.exchange(exchange);
-    this.marks.noteLoads(reply.loads);
-    return reply;
+  /** One GET of the shared snapshot, or one script call, whatever the channel count (loads/load-summary.ts). */
+  async exchangeLoads(exchange: LoadExchange): Promise<Map<string, ChannelLoad>> {
+    const loads = await this.summary.exchange(exchange);
+    this.hints.noteLoads(loads);
+    return loads;
   }
 
-  /**
-   * Before the store's first read of the Redis clock, one TIME (counted under load_read), shared by the calls that
-   * need it meanwhile; true when one was read for this call.
-   */
-  private async seedClock(): Promise<boolean> {
-    if (!this.redisClock.unknown) return false;
-    const sentAt = this.redisClock.sending();
-    this.seeding ??= this.run('load_read', 'load_read', 1, () => this.client.time())
-      .then((time) => {
-        this.redisClock.learn(time, sentAt);
-        this.redisClock.claimRefresh();
-      })
-      .finally(() => (this.seeding = undefined));
-    await this.seeding;
-    return true;
-  }
-
-  /**
-   * One ZRANGEBYSCORE per channel on its own slots key (on Cluster each goes to the channel's master), the live
-   * members counted from "now" on the Redis clock as last read, as readLoads counts them.
-   */
-  async readHolders(channelIds: readonly string[]): Promise<Map<string, Map<string, number>>> {
-    const ids = [...new Set(channelIds)];
-    if (ids.length === 0) return new Map();
-    await this.seedClock();
-    const min = `(${this.redisClock.now()}`;
-    const tokens = await this.run('load_read', 'load_read', ids.length, () =>
-      Promise.all(ids.map((id) => this.client.zrangebyscore(this.keys.slots(id), min, '+inf'))),
-    );
-    return new Map(ids.map((id, i) => [id, countByInstance(tokens[i]!)]));
+  readHolders(channelIds: readonly string[]): Promise<Map<string, Map<string, number>>> {
+    return readHolders(this.direct, channelIds);
   }
 
   async setCooldown(channelId: string, ms: number, reason: string): Promise<void> {
     const px = Math.max(1, Math.round(ms));
-    await this.run('cooldown', 'cooldown', 1, () =>
-      this.client.set(this.keys.cooldown(channelId), reason, 'PX', px),
-    );
+    await this.run('cooldown', 1, () => this.client.set(this.keys.cooldown(channelId), reason, 'PX', px));
     // for the load summary's readers; the cooldown key alone is what the acquire script checks
     await this.summary.noteCooldown(channelId, px);
   }
 
   async clearCooldown(channelId: string): Promise<void> {
-    await this.run('cooldown', 'cooldown', 1, () => this.client.del(this.keys.cooldown(channelId)));
+    await this.run('cooldown', 1, () => this.client.del(this.keys.cooldown(channelId)));
     await this.summary.clearCooldown(channelId);
   }
 
-  async readCooldown(channelId: string): Promise<CooldownInfo | null> {
-    const key = this.keys.cooldown(channelId);
-    const [reason, pttl] = await this.run('cooldown', 'cooldown', 2, () =>
-      Promise.all([this.client.get(key), this.client.pttl(key)]),
-    );
-    if (reason === null || pttl === -2) return null;
-    return { reason, remainingMs: pttl };
-  }
-
   get presence(): Presence {
-    return (this.presenceImpl ??= new RedisPresence({
-      client: this.client,
-      keys: this.keys,
-      count: this.count,
-      clock: this.clock,
-    }));
+    const { client, keys, count, clock } = this;
+    return (this.presenceImpl ??= new RedisPresence({ client, keys, count, clock }));
   }
 
   sharedSettings<T extends object>(options: SharedSettingsOptions<T>): SharedSettings<T> {
-    return new RedisSharedSettings(
-      { client: this.client, keys: this.keys, count: this.count, clock: this.clock },
-      options,
-    );
+    const { client, keys, count, clock } = this;
+    return new RedisSharedSettings({ client, keys, count, clock }, options);
   }
 
-  /** PING under a one-second cap (nodes.ts); when it fails, with the connection's socket error when there is one. */
+  /** PING under a one-second cap; when it fails, with the connection's socket error when there is one. */
   async health(): Promise<StoreHealth> {
     const health = await ping(this.client, this.clock, HEALTH_TIMEOUT_MS);
     if (health.healthy || this.socketError === undefined || health.error === this.socketError) return health;
@@ -449,14 +331,13 @@ export class RedisStore implements SlotStore {
     return topologyKindOf(this.client);
   }
 
-  /** Every master of a Cluster, or the one node of a single or Sentinel connection, each PINGed (nodes.ts). */
+  /** Every master of a Cluster, or the one node of a single or Sentinel connection, each PINGed. */
   nodes(): Promise<NodeHealth[]> {
     return nodeHealth(this.client, this.clock, HEALTH_TIMEOUT_MS);
   }
 
   async close(): Promise<void> {
     this.epoch.detach();
-    this.client.off('ready', this.forgetClockBound);
     this.deadlines.close();
     if (!this.owned) return;
     try {

@@ -8,9 +8,9 @@
 import { readFileSync } from 'node:fs';
 import type { ChainableCommander, Cluster, Redis } from 'ioredis';
 import type { AcquireReply, EnqueueReply, WaiterState } from '../store.js';
-import { isCluster } from './connection.js';
+import { isCluster } from './connection/connection.js';
 import { SCHEMA_VERSION } from './keys.js';
-import { parseSnapshot } from './settings-record.js';
+import { parseSnapshot } from './fleet/settings-record.js';
 
 type Client = Redis | Cluster;
 type Arg = string | number;
@@ -31,15 +31,10 @@ export function loadLua(file: string): string {
   });
 }
 
-/**
- * What releaseSlot answers: whether the token held a slot, whether a grant checked the slots key's expiry (it then has
- * at least a lease TTL), whether it left no live waiter in the queue, and the tokens of the releasing instance's
- * waiters granted.
- */
+/** What releaseSlot answers: whether the token held a slot, whether waiters are left, the local waiters granted. */
 export interface ReleaseSlotReply {
   removed: boolean;
-  checked: boolean;
-  emptied: boolean;
+  waiting: boolean;
   local: string[];
 }
 
@@ -105,10 +100,15 @@ export class Script<Reply> {
   }
 
   async call(client: Client, keys: readonly string[], args: readonly Arg[]): Promise<Reply> {
+    return this.parse(await this.send(client, keys, args));
+  }
+
+  /** Runs the script on a client; the raw reply (`reply` reads it). */
+  send(client: Client, keys: readonly string[], args: readonly Arg[]): Promise<unknown> {
     this.define(client);
     const { name, argv } = this.argsOf(keys, args, isCluster(client));
     const run = (client as unknown as Record<string, (...a: Arg[]) => Promise<unknown>>)[name]!;
-    return this.parse(await run.apply(client, argv));
+    return run.apply(client, argv);
   }
 
   /**
@@ -165,11 +165,9 @@ export const SCRIPTS = {
   /** See lua/releaseSlot-2.lua: whether the token held a slot, and the releasing instance's waiters granted. */
   releaseSlot: new Script('releaseSlot-2', (reply): ReleaseSlotReply => {
     if (!Array.isArray(reply)) throw new TypeError(`unexpected script reply ${JSON.stringify(reply)}`);
-    const flags = Number(reply[1]);
     return {
       removed: Number(reply[0]) === 1,
-      checked: (flags & 1) !== 0,
-      emptied: (flags & 2) !== 0,
+      waiting: Number(reply[1]) === 1,
       local: reply.slice(2).map(String),
     };
   }),
@@ -182,12 +180,12 @@ export const SCRIPTS = {
   ),
   /** See lua/leaveQueue-2.lua: true when a grant was given back. */
   leaveQueue: new Script('leaveQueue-2', (reply) => Number(reply) === 1),
-  /** See lua/checkEpoch-1.lua: the epoch value, the Redis time in ms and the server's major version. */
-  checkEpoch: new Script('checkEpoch-1', (reply): { value: string; now: number; major: number } => {
-    if (!Array.isArray(reply) || reply.length !== 3) {
+  /** See lua/checkEpoch-1.lua: the epoch value and the Redis time in ms. */
+  checkEpoch: new Script('checkEpoch-1', (reply): { value: string; now: number } => {
+    if (!Array.isArray(reply) || reply.length !== 2) {
       throw new TypeError(`unexpected script reply ${JSON.stringify(reply)}`);
     }
-    return { value: String(reply[0]), now: Number(reply[1]), major: Number(reply[2]) };
+    return { value: String(reply[0]), now: Number(reply[1]) };
   }),
   /** See lua/startEpochGrace-1.lua: the epoch value (undefined when the key is gone) and the Redis time in ms. */
   startEpochGrace: new Script('startEpochGrace-1', (reply): { value: string | undefined; now: number } => {
@@ -196,6 +194,10 @@ export const SCRIPTS = {
     }
     return { value: reply[0] == null ? undefined : String(reply[0]), now: Number(reply[1]) };
   }),
+  /** See lua/readLoads-n.lua: per channel, live leases, live registrations and the cooldown's PTTL. */
+  readLoads: new Script('readLoads-n', numbers, [3]),
+  /** See lua/readHolders-1.lua: the tokens of the live leases. */
+  readHolders: new Script('readHolders-1', (reply) => (Array.isArray(reply) ? reply.map(String) : [])),
   /** See lua/exchangeLoads-3.lua. */
   exchangeLoads: new Script('exchangeLoads-3', parseSnapshotReply),
   /** See lua/fixLeftover-1.lua: removals made (an expiry set counts as one). */

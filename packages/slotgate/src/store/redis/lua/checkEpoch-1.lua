@@ -15,14 +15,12 @@
   "failover", which every instance treats like a restart: re-register the leases in flight, then admit after the grace.
   A key without a run_id (written before it was recorded) gets this run_id with the same epoch.
 
-  Returns { epoch value, Redis time in ms, the server's major version (0 when INFO does not say) }: a store uses
-  `PEXPIRE … GT` (Redis 7) where it can.
+  Returns { epoch value, Redis time in ms }.
   Cost: INFO, TIME, GET (+ SET when it makes or completes an epoch). Once per connection, not per admission.
 ]]
 --- @include "redisNow"
 local info = redis.call('INFO', 'server')
 local runId = string.match(info, 'run_id:(%w+)') or '?'
-local major = tonumber(string.match(info, 'redis_version:(%d+)')) or 0
 local now = redisNow()
 local createdAt = ARGV[3] == '1' and '' or now
 local value = redis.call('GET', KEYS[1])
@@ -42,4 +40,4 @@ else
     redis.call('SET', KEYS[1], value)
   end
 end
-return { value, now, major }
+return { value, now }

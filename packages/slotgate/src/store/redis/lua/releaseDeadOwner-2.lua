@@ -1,13 +1,10 @@
 --[[
   releaseDeadOwner: releases the slots `slotgate doctor` reported as held by an instance whose heartbeat stopped, each
   only while its lease still has the expiry reported (a renewal since then means its owner is alive: it stays), and
-  passes the freed slots to the channel's oldest live waiters as a release does (grantFree, lua/includes/queue.lua).
+  passes the freed slots to the channel's oldest live waiters as a release does (grantFree, includes/queue.lua).
 
   KEYS[1..2]  slots and queue keys (see enqueueWaiter-n.lua)
-  ARGV[1]     claim deadline in ms (how long a grant waits for its instance to claim it)
-  ARGV[2]     lease TTL in ms (a slots key keeps at least this much expiry)
-  ARGV[3]     grants channel prefix (an instance's channel is this plus its id)
-  ARGV[4]     the channel id, as messages name it
+  ARGV[1..4]  claim deadline ms, lease TTL ms, grants channel prefix, channel id (as in releaseSlot-2.lua)
   ARGV[5..]   pairs: a lease token, then the expiry score reported for it
 
   Returns the number of slots released.
@@ -23,6 +20,6 @@ for i = 5, #ARGV, 2 do
   end
 end
 if released > 0 then
-  grantFree(KEYS[1], KEYS[2], tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], ARGV[4], nil, '')
+  grantFree(channelOf(0, 1), nil)
 end
 return released

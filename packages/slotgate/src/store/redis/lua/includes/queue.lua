@@ -1,12 +1,17 @@
 -- The wait queue of one channel: one sorted set, member = "<max>|<live>|<token>", score = arrival on the Redis clock in
 -- µs (FIFO, within the fair share between clients). A registration lives <live> ms past its arrival: its waiter's
--- wait timeout plus a margin, at most MAX_LIVE_MS, so every member older than that has run out. Needs redisNow.
+-- wait timeout plus a margin, at most MAX_LIVE_MS. Needs redisNow.
 
--- The longest a registration lives (queues.ts, MAX_REGISTRATION_LIVE_MS: wait_timeout_ms at its bound, plus 2 s).
+-- The longest a registration lives (store/redis/queues/members.ts, MAX_REGISTRATION_LIVE_MS).
 local MAX_LIVE_MS = 62000
+-- How many of the oldest waiters a grant chooses among (core/fair-share.ts, FAIR_WINDOW).
+local FAIR_WINDOW = 64
+-- Messages on an instance's grants channel (store/redis/queues/messages.ts): a slot granted to one of its waiters,
+-- "g\n<token>\n<channel>"; a queue formed on a channel where it holds a slot, "q\n<channel>".
+local GRANT_MESSAGE = 'g'
+local QUEUED_MESSAGE = 'q'
 
--- The arrival (µs) at or before which a registration living `liveMs` has run out: a number, and as deadCutoff a
--- score string for ZCOUNT and ZREMRANGEBYSCORE.
+-- The arrival (µs) at or before which a registration living `liveMs` has run out, as a number and as a score string.
 local function cutoffUs(liveMs)
   return (redisNow() - liveMs) * 1000
 end
@@ -14,14 +19,12 @@ local function deadCutoff(liveMs)
   return string.format('%d', cutoffUs(liveMs))
 end
 
--- Drops the registrations older than the longest lifetime, which have all run out (the oldest: one
--- ZREMRANGEBYSCORE). A shorter-lived one that ran out goes when a grant loop reaches it. Returns how many went.
+-- Drops the registrations older than the longest lifetime (all run out). Returns how many went.
 local function dropExpiredWaiters(queueKey)
   return redis.call('ZREMRANGEBYSCORE', queueKey, '-inf', deadCutoff(MAX_LIVE_MS))
 end
 
--- The token of a queue member "<max>|<live>|<token>", the max its waiter asked under, and its lifetime in ms (0 for
--- a member of another shape, which has then run out: no script of this layout writes one).
+-- The token of a member "<max>|<live>|<token>", its max, and its lifetime in ms (0 for another shape: run out).
 local function splitMember(member)
   local a = string.find(member, '|', 1, true)
   local b = string.find(member, '|', a + 1, true)
@@ -32,12 +35,19 @@ local function splitMember(member)
   return string.sub(member, b + 1), tonumber(string.sub(member, 1, a - 1)), live
 end
 
--- The queue key's expiry, checked for a registration living `liveMs`: extended to twice that when it has less than 1.5
--- times it left (never shortened), so the key outlives every registration of that lifetime made within a quarter of
--- it after the check, and a key whose members all ran out goes within two lifetimes.
+-- Extends the queue key to twice `liveMs` when it has less than 1.5 times it left (never shortens it), so the key
+-- outlives every registration of that lifetime.
 local function extendQueue(queueKey, liveMs)
   if redis.call('PTTL', queueKey) < liveMs + math.floor(liveMs / 2) then
     redis.call('PEXPIRE', queueKey, 2 * liveMs)
+  end
+end
+
+-- Extends the slots key to 1.25 `ttl` when it has less than `ttl` left (never shortens it: a key outlives the leases
+-- it holds), so a busy channel pays one PEXPIRE per quarter TTL.
+local function extendSlots(slotsKey, ttl)
+  if redis.call('PTTL', slotsKey) < ttl then
+    redis.call('PEXPIRE', slotsKey, ttl + math.floor(ttl / 4))
   end
 end
 
@@ -52,9 +62,6 @@ local function instanceOf(token)
   return string.match(token, '^(.*):[^:]*$') or token
 end
 
--- How many of the oldest waiters a grant chooses among (core/fair-share.ts, FAIR_WINDOW).
-local FAIR_WINDOW = 64
-
 -- A token's client (as encoded) and weight: "<instanceId>:<seq>~<weight>~<client>" (core/ids.ts); '' and 1 without.
 local function shareOf(token)
   local w, c = string.match(token, ':[^:~]*~([^~:]*)~([^:]*)$')
@@ -68,43 +75,47 @@ local function shareOf(token)
   return c, weight
 end
 
+-- Sweeps the slots whose leases ran out; returns how many went.
+local function sweepSlots(slotsKey)
+  return redis.call('ZREMRANGEBYSCORE', slotsKey, '-inf', redisNow())
+end
+
+-- The channel a queue script works on: its slots and queue keys at KEYS[k + 1..k + 2], and the grant parameters at
+-- ARGV[first..first + 3] (claim deadline ms, lease TTL ms, grants channel prefix, channel id).
+local function channelOf(k, first)
+  return {
+    slots = KEYS[k + 1],
+    queue = KEYS[k + 2],
+    claimMs = tonumber(ARGV[first]),
+    leaseTtl = tonumber(ARGV[first + 1]),
+    notify = ARGV[first + 2],
+    id = ARGV[first + 3],
+  }
+end
+
 -- Grants the channel's free slots to its live waiters: the oldest first, within the fair share between clients.
 -- Among the oldest FAIR_WINDOW waiters, when they belong to more than one client, a slot goes to the waiter whose
--- client holds the fewest live slots of the channel relative to its weight (oldest first among equals; one
--- ZRANGEBYSCORE of the live slots per call, read once); with one client's waiters only, to the oldest (plain FIFO).
--- Each granted token becomes a lease that expires at the claim deadline unless its instance claims it (renews it)
--- first, and its instance is told on its grants channel (notify .. instanceId). A waiter asking under a lower max than
--- the slots in use waits (a pick that cannot be served leaves the choice to the oldest).
--- The slots key keeps at least a lease TTL of expiry, as after an acquire (extended to 1.25 TTL when below it).
--- `quiet` is a member granted without a message (the caller answers it directly). The oldest waiters are read
--- FAIR_WINDOW at a time with their arrivals; when the oldest is older than the longest lifetime, every such one goes
--- first (dropExpiredWaiters), and a waiter chosen whose registration ran out (its arrival and its lifetime say so: no
--- lookup) goes with a ZREM, and the choice is made again, so each waiter granted or returned is live. Returns the
--- members granted, and the oldest (live) member left in the queue, nil when it is empty. An empty queue costs its
--- ZRANGE alone. A waiter of `localInstance` (the instance running this script, which reads the reply) is granted a
--- full lease at once, with no message and no claim: the caller hands it over. `trusted`: the caller knows the slots
--- key has at least 3/4 of a lease TTL left (its store had it extended within TTL/4), so a grant checks its expiry
--- only when the key was empty (just created). The third value returned is true when a grant checked the key's expiry
--- (it then has at least a lease TTL).
-local function grantFree(slotsKey, queueKey, claimMs, leaseTtl, notify, channelId, quiet, localInstance, trusted)
+-- client holds the fewest live slots relative to its weight (oldest first among equals); with one client's waiters
+-- only, to the oldest. A pick that cannot be served under its own max leaves the choice to the oldest, and a waiter
+-- asking under a lower max than the slots in use waits. A waiter whose registration ran out is dropped on the way.
+-- A granted token holds its slot until the claim deadline, unless it is a waiter of `localInstance` (the instance
+-- running this script): that one gets a full lease at once. Every other grant is told to its instance, but `quiet`'s
+-- (the caller answers it directly). Expired leases are swept once, when they would keep a waiter out. Returns the
+-- members granted and the oldest live member left waiting (nil when none).
+local function grantFree(ch, quiet, localInstance)
   local granted = {}
-  local live, swept = nil, false
-  local grantedMax = nil -- the lowest max a waiter was granted under in this call
-  local checked = false
-  local held = nil
-  local pruned = false -- the registrations older than the longest lifetime were dropped
-  -- clients: each window member's client, read once per window, or nil when no member of the window names one (then
-  -- the pick is the oldest: plain FIFO, and no member is parsed for it)
+  local live, swept, extended, pruned = nil, false, false, false
+  local grantedMax = nil -- the lowest max granted under in this call
+  local held = nil -- live slots per client, read when the window is mixed
   local window, arrivals, gone, left, clients = {}, {}, {}, 0, nil
   while true do
     if left == 0 then
-      -- the members granted or dropped so far are gone: these are the next oldest
       gone = {}
-      local raw = redis.call('ZRANGE', queueKey, 0, FAIR_WINDOW - 1, 'WITHSCORES')
+      local raw = redis.call('ZRANGE', ch.queue, 0, FAIR_WINDOW - 1, 'WITHSCORES')
       if not pruned and raw[2] then
         pruned = true
-        if tonumber(raw[2]) <= cutoffUs(MAX_LIVE_MS) and dropExpiredWaiters(queueKey) > 0 then
-          raw = redis.call('ZRANGE', queueKey, 0, FAIR_WINDOW - 1, 'WITHSCORES')
+        if tonumber(raw[2]) <= cutoffUs(MAX_LIVE_MS) and dropExpiredWaiters(ch.queue) > 0 then
+          raw = redis.call('ZRANGE', ch.queue, 0, FAIR_WINDOW - 1, 'WITHSCORES')
         end
       end
       window, arrivals = {}, {}
@@ -114,9 +125,8 @@ local function grantFree(slotsKey, queueKey, claimMs, leaseTtl, notify, channelI
       end
       left = #window
       if left == 0 then
-        return granted, nil, checked
+        return granted, nil
       end
-      -- a token naming a client holds '~' (shareOf): one search over the whole window says whether any does
       clients = nil
       if string.find(table.concat(window, '\n'), '~', 1, true) then
         clients = {}
@@ -132,10 +142,7 @@ local function grantFree(slotsKey, queueKey, claimMs, leaseTtl, notify, channelI
         break
       end
     end
-    if not live then
-      live = redis.call('ZCARD', slotsKey)
-    end
-    -- the pick: the oldest, unless the waiters looked at belong to several clients
+    live = live or redis.call('ZCARD', ch.slots)
     local pick = first
     local mixed = false
     if clients then
@@ -149,7 +156,7 @@ local function grantFree(slotsKey, queueKey, claimMs, leaseTtl, notify, channelI
     if mixed then
       if not held then
         held = {}
-        for _, t in ipairs(redis.call('ZRANGEBYSCORE', slotsKey, '(' .. leaseNow(), '+inf')) do
+        for _, t in ipairs(redis.call('ZRANGEBYSCORE', ch.slots, '(' .. redisNow(), '+inf')) do
           local c = shareOf(t)
           held[c] = (held[c] or 0) + 1
         end
@@ -167,40 +174,30 @@ local function grantFree(slotsKey, queueKey, claimMs, leaseTtl, notify, channelI
     end
     local head = window[pick]
     local token, max = splitMember(head)
-    -- expired leases are swept once, when they would keep a waiter out (a later one may ask under a lower max). Not
-    -- when this call just granted under this max or a lower one: the freed slot it granted filled the channel, and a
-    -- sweep after every grant would cost a command per grant under overload; the calls that find the channel full
-    -- with nothing to grant (a waiter's safety poll, a leave on time-out, an acquire) sweep instead
+    -- not right after a grant under this max or a lower one: the freed slot it took filled the channel
     if live >= max and not swept and not (grantedMax and grantedMax <= max) then
       swept = true
-      live = live - redis.call('ZREMRANGEBYSCORE', slotsKey, '-inf', leaseNow())
+      live = live - sweepSlots(ch.slots)
     end
     if live >= max and pick ~= first then
-      -- the pick cannot be served under its max: the choice goes back to the oldest
       pick = first
       head = window[pick]
       token, max = splitMember(head)
     end
     if ranOut(head, arrivals[pick]) then
-      -- a dead waiter (its instance died without leaving): it goes, and the choice is made again
-      redis.call('ZREM', queueKey, head)
+      redis.call('ZREM', ch.queue, head)
       gone[pick], left = true, left - 1
     elseif live >= max then
-      return granted, head, checked
+      return granted, head
     else
       local instance = instanceOf(token)
       local mine = localInstance ~= nil and localInstance ~= '' and instance == localInstance
-      local deadline = redisNow() + (mine and leaseTtl or claimMs)
-      redis.call('ZADD', slotsKey, deadline, token)
-      -- below a lease TTL: extended with a quarter TTL to spare, so a busy channel's grants extend it once per TTL/4
-      -- (a key that was empty has just been created by this ZADD, with no expiry: always checked)
-      if not (trusted and live > 0) and not checked then
-        checked = true
-        if redis.call('PTTL', slotsKey) < leaseTtl then
-          redis.call('PEXPIRE', slotsKey, leaseTtl + math.floor(leaseTtl / 4))
-        end
+      redis.call('ZADD', ch.slots, redisNow() + (mine and ch.leaseTtl or ch.claimMs), token)
+      if not extended then
+        extended = true
+        extendSlots(ch.slots, ch.leaseTtl)
       end
-      redis.call('ZREM', queueKey, head)
+      redis.call('ZREM', ch.queue, head)
       gone[pick], left = true, left - 1
       live = live + 1
       if held then
@@ -208,32 +205,23 @@ local function grantFree(slotsKey, queueKey, claimMs, leaseTtl, notify, channelI
         held[c] = (held[c] or 0) + 1
       end
       granted[#granted + 1] = head
-      if not grantedMax or max < grantedMax then
-        grantedMax = max
-      end
+      grantedMax = math.min(grantedMax or max, max)
       if head ~= quiet and not mine then
-        -- "G\n<claim deadline, Redis ms>\n<token>\n<channel>": with the deadline, the instance may admit its waiter at
-        -- once and claim after (queues.ts)
-        local message = 'G\n' .. string.format('%d', deadline) .. '\n' .. token .. '\n' .. channelId
-        redis.call('PUBLISH', notify .. instance, message)
+        redis.call('PUBLISH', ch.notify .. instance, GRANT_MESSAGE .. '\n' .. token .. '\n' .. ch.id)
       end
     end
   end
 end
 
--- Tells every instance holding a slot of the channel, once each, that a queue formed and when on the Redis clock
--- ("Q\n<ms>\n<channel>"), so none of them passes a slot on locally ahead of it or gives one back by a plain ZREM, and
--- one whose plain ZREM may have run after this (queue-marks.ts, formed) grants the slot it freed. Costs a ZRANGE of the
--- slots and one PUBLISH per holding instance (and a TIME when the script read none).
-local function tellHolders(slotsKey, notify, channelId)
+-- Tells every instance holding a slot of the channel, once each, that a queue formed, so none of them passes a slot
+-- on locally ahead of it (a handoff).
+local function tellHolders(ch)
   local told = {}
-  local message = nil
-  for _, holder in ipairs(redis.call('ZRANGE', slotsKey, 0, -1)) do
+  for _, holder in ipairs(redis.call('ZRANGE', ch.slots, 0, -1)) do
     local instance = instanceOf(holder)
     if not told[instance] then
       told[instance] = true
-      message = message or ('Q\n' .. string.format('%d', leaseNow()) .. '\n' .. channelId)
-      redis.call('PUBLISH', notify .. instance, message)
+      redis.call('PUBLISH', ch.notify .. instance, QUEUED_MESSAGE .. '\n' .. ch.id)
     end
   end
 end

@@ -1,0 +1,173 @@
+/**
+ * The leases this instance holds, and their fencing. A lease's local deadline is counted from when the call that
+ * took or last renewed it was sent, so it never passes after its expiry in the store. A lease whose deadline, less a
+ * margin, passes with no renewal confirmed is lost for good — unless kept as a local slot (local share) — and its
+ * `lost` signal fires: the work it guards must end, since the store may have given its slot away.
+ */
+import type { Clock, Timer } from '../../core/clock.js';
+import { LeaseLostError, type LeaseLostReason } from '../../core/errors.js';
+import type { LeaseRef, ReclaimRef } from '../../store/store.js';
+
+export interface Lease extends LeaseRef {
+  acquiredAt: number;
+  /** The channel's max concurrency when the slot was taken (a handoff never carries it past a lowered max). */
+  max: number;
+  ttlMs: number;
+  /** The local deadline: when the call that took or last renewed it was sent, plus its TTL (Infinity: local). */
+  expiresAt: number;
+  /** Held in this process only while the store is unreachable (local share): not renewed, never fenced. */
+  local: boolean;
+  /** Fires (with a LeaseLostError) when the lease is lost for good. */
+  readonly lost: AbortSignal;
+}
+
+export type LeaseEvent =
+  | { type: 'lease_lost'; channelId: string; token: string; reason: LeaseLostReason }
+  | { type: 'lease_reclaimed'; channelId: string; token: string }
+  | { type: 'leases_restored'; leases: number }
+  | { type: 'lease_kept_local'; channelId: string; token: string }
+  | { type: 'local_registered'; leases: number }
+  | { type: 'renew_failed'; leases: number; error: Error }
+  | { type: 'release_retry'; channelId: string; token: string; attempt: number; error: Error }
+  | { type: 'release_abandoned'; channelId: string; token: string; error: Error }
+  | { type: 'acquire_uncertain'; channelIds: string[]; token: string; cleaned: boolean };
+
+/** The margin before a lease's deadline at which it is fenced: a tenth of its TTL, at most a second. */
+export function fenceMarginMs(ttlMs: number): number {
+  return Math.min(1000, Math.floor(ttlMs / 10));
+}
+
+export const refsOf = (leases: readonly Lease[]): ReclaimRef[] =>
+  leases.map((l) => ({ channelId: l.channelId, token: l.token, max: l.max }));
+
+export interface LeaseBookOptions {
+  clock: Clock;
+  emit: (event: LeaseEvent) => void;
+  /** Read at every loss: `enabled` false only reports a lost lease (its signal never fires). */
+  fencingEnabled: () => boolean;
+  /** Asked for a lease past its deadline, with this instance's local slots on its channel: true keeps it local. */
+  keepAsLocal: (lease: Lease, localOnChannel: number) => boolean;
+}
+
+export class LeaseBook {
+  private readonly live = new Map<string, Lease>();
+  private readonly perChannel = new Map<string, number>();
+  private readonly fences = new WeakMap<Lease, AbortController>();
+  private fenceTimer: Timer | undefined;
+  private fenceAt = Infinity;
+  private closed = false;
+
+  constructor(private readonly opts: LeaseBookOptions) {}
+
+  get size(): number {
+    return this.live.size;
+  }
+
+  all(): IterableIterator<Lease> {
+    return this.live.values();
+  }
+
+  get(token: string): Lease | undefined {
+    return this.live.get(token);
+  }
+
+  /** Live leases on a channel, local slots included. */
+  count(channelId: string): number {
+    return this.perChannel.get(channelId) ?? 0;
+  }
+
+  /** Local slots on a channel. */
+  localSlots(channelId: string): number {
+    let n = 0;
+    for (const lease of this.live.values()) if (lease.local && lease.channelId === channelId) n++;
+    return n;
+  }
+
+  /** A new lease the store says `token` holds, its deadline `ttlMs` after `sentAt` (Infinity: a local slot). */
+  hold(channelId: string, token: string, max: number, ttlMs: number, sentAt: number): Lease {
+    const fence = new AbortController();
+    const now = this.opts.clock.now();
+    const local = sentAt === Infinity;
+    const lease: Lease = {
+      channelId,
+      token,
+      acquiredAt: now,
+      max,
+      ttlMs,
+      expiresAt: local ? Infinity : Math.min(now, sentAt) + ttlMs,
+      local,
+      lost: fence.signal,
+    };
+    this.fences.set(lease, fence);
+    this.track(lease);
+    return lease;
+  }
+
+  track(lease: Lease): void {
+    this.live.set(lease.token, lease);
+    this.perChannel.set(lease.channelId, this.count(lease.channelId) + 1);
+    this.scheduleFence(lease.expiresAt - fenceMarginMs(lease.ttlMs));
+  }
+
+  forget(lease: Lease): void {
+    this.live.delete(lease.token);
+    const n = this.count(lease.channelId) - 1;
+    if (n > 0) this.perChannel.set(lease.channelId, n);
+    else this.perChannel.delete(lease.channelId);
+  }
+
+  /** The store confirmed the lease until `sentAt + ttl` (a renewal, reclaim, restore or registration). */
+  confirmed(lease: Lease, sentAt: number, ttl: number): void {
+    lease.expiresAt = sentAt + ttl;
+    lease.ttlMs = ttl;
+    lease.local = false;
+  }
+
+  /** A lease lost for good: dropped, reported, and (fencing on) its signal fires. */
+  lose(lease: Lease, reason: LeaseLostReason): void {
+    this.forget(lease);
+    this.opts.emit({ type: 'lease_lost', channelId: lease.channelId, token: lease.token, reason });
+    if (this.opts.fencingEnabled())
+      this.fences.get(lease)?.abort(new LeaseLostError(lease.channelId, reason));
+  }
+
+  /** Re-arms the fence timer after deadlines moved (a renewal confirmed or failed). */
+  refence(): void {
+    let at = Infinity;
+    for (const lease of this.live.values()) at = Math.min(at, lease.expiresAt - fenceMarginMs(lease.ttlMs));
+    this.scheduleFence(at);
+  }
+
+  /** One timer for the earliest deadline; it fences (or keeps as local) every lease past its own. */
+  private scheduleFence(at: number): void {
+    if (this.closed || at === Infinity || (this.fenceTimer && this.fenceAt <= at)) return;
+    this.fenceTimer?.cancel();
+    this.fenceAt = at;
+    this.fenceTimer = this.opts.clock.setTimer(
+      () => {
+        this.fenceTimer = undefined;
+        this.fenceAt = Infinity;
+        if (this.opts.fencingEnabled()) this.fenceDue();
+        this.refence();
+      },
+      Math.max(1, at - this.opts.clock.now()),
+    );
+  }
+
+  private fenceDue(): void {
+    const now = this.opts.clock.now();
+    for (const lease of [...this.live.values()]) {
+      if (lease.expiresAt - fenceMarginMs(lease.ttlMs) > now) continue;
+      if (this.opts.keepAsLocal(lease, this.localSlots(lease.channelId))) {
+        lease.local = true;
+        lease.expiresAt = Infinity;
+        this.opts.emit({ type: 'lease_kept_local', channelId: lease.channelId, token: lease.token });
+      } else this.lose(lease, 'expired');
+    }
+  }
+
+  close(): void {
+    this.closed = true;
+    this.fenceTimer?.cancel();
+  }
+}

@@ -1,0 +1,248 @@
+/**
+ * This instance's leases on top of a SlotStore: tokens `<instanceId>:<seq>`, taking slots (an acquire, a claim of a
+ * grant, a grant that is a lease already, a local slot), giving them back (detached, retried until confirmed or
+ * expired), and closing. Holding (lease-book.ts) and keeping them (renewal.ts) are parts of their own.
+ */
+import { systemClock, within, type Clock } from '../../core/clock.js';
+import { StoreUnavailableError } from '../../core/errors.js';
+import { randomInstanceId, tokenOf } from '../../core/ids.js';
+import type { AcquireReply, AcquireTarget, LeaseRef, SlotStore } from '../../store/store.js';
+import { LeaseBook, type Lease, type LeaseEvent } from './lease-book.js';
+import { retryRelease } from './release-retry.js';
+import { Renewal } from './renewal.js';
+
+export { fenceMarginMs, type Lease, type LeaseEvent } from './lease-book.js';
+
+export interface LeaseManagerOptions {
+  store: SlotStore;
+  instanceId?: string;
+  clock?: Clock;
+  /** Read at every acquire and renewal tick, so a settings change applies without a restart. */
+  leaseTtlMs: () => number;
+  onEvent?: (event: LeaseEvent) => void;
+  /** Cap on the one cleanup removal after an uncertain acquire. @default 500 */
+  cleanupTimeoutMs?: number;
+  /** Read at every loss: `enabled` false only reports a lost lease; `reclaim` false never takes one back. */
+  fencing?: () => { enabled: boolean; reclaim: boolean };
+  /** Asked for a lease past its deadline unrenewed, with the local slots on its channel: true keeps it local. */
+  keepAsLocal?: (lease: Lease, localOnChannel: number) => boolean;
+  /** Told of every acquire's and renewal's fate: true when the store answered. */
+  onStore?: (answered: boolean) => void;
+}
+
+export interface AcquireOutcome {
+  /** One reply per target tried; the last is 'acquired' when `lease` is set. */
+  replies: AcquireReply[];
+  lease?: Lease;
+}
+
+/** A lease on its way out: it no longer renews, and its removal is retried until confirmed or expired. */
+export interface LeaseRelease {
+  /** Settles (never rejects) when the removal is confirmed, withdrawn or given up. */
+  readonly done: Promise<void>;
+  /** Whether the removal waits for the end of this event-loop turn, and can be withdrawn until then. */
+  readonly withdrawable: boolean;
+  /** Takes the removal back while it waits: the lease is live again (same token, deadline and renewal). */
+  withdraw(): boolean;
+}
+
+export class LeaseManager {
+  readonly instanceId: string;
+  private readonly store: SlotStore;
+  private readonly clock: Clock;
+  private readonly ttl: () => number;
+  private readonly emit: (event: LeaseEvent) => void;
+  private readonly onStore: (answered: boolean) => void;
+  private readonly book: LeaseBook;
+  private readonly renewal: Renewal;
+  private seq = 0;
+  /** Removals in flight, so close() can wait for them. */
+  private readonly releasing = new Set<Promise<void>>();
+  private readonly lostListeners = new Set<(channelId: string) => void>();
+  private closed = false;
+
+  constructor(private readonly options: LeaseManagerOptions) {
+    const { store } = options;
+    const clock = (this.clock = options.clock ?? systemClock);
+    const emit = (this.emit = (event: LeaseEvent) => {
+      options.onEvent?.(event);
+      if (event.type === 'lease_lost') for (const listener of this.lostListeners) listener(event.channelId);
+    });
+    const fencing = options.fencing ?? (() => ({ enabled: true, reclaim: true }));
+    const onStore = (this.onStore = options.onStore ?? (() => {}));
+    this.store = store;
+    this.instanceId = options.instanceId ?? randomInstanceId();
+    this.ttl = options.leaseTtlMs;
+    this.book = new LeaseBook({
+      clock,
+      emit,
+      fencingEnabled: () => fencing().enabled,
+      keepAsLocal: options.keepAsLocal ?? (() => false),
+    });
+    this.renewal = new Renewal({ store, clock, book: this.book, ttl: this.ttl, emit, fencing, onStore });
+  }
+
+  /** Calls the listener with the channel of every lease lost for good. Returns the unsubscribe. */
+  onLost(listener: (channelId: string) => void): () => void {
+    this.lostListeners.add(listener);
+    return () => void this.lostListeners.delete(listener);
+  }
+
+  /** A new token, with the share of the request's client when it has one (core/ids.ts). */
+  nextToken(share = ''): string {
+    return tokenOf(this.instanceId, ++this.seq, share);
+  }
+
+  /** This instance's live leases on a channel, local slots included. */
+  localCount(channelId: string): number {
+    return this.book.count(channelId);
+  }
+
+  /** This instance's local slots on a channel (held in this process only). */
+  localSlots(channelId: string): number {
+    return this.book.localSlots(channelId);
+  }
+
+  /** Whether this instance holds the token's lease on the channel. */
+  holds(channelId: string, token: string): boolean {
+    return this.book.get(token)?.channelId === channelId;
+  }
+
+  get size(): number {
+    return this.book.size;
+  }
+
+  leases(): IterableIterator<Lease> {
+    return this.book.all();
+  }
+
+  /** The lease TTL in force. */
+  get leaseTtlMs(): number {
+    return this.ttl();
+  }
+
+  /** Renews every live lease now (the renewal timer does it every third of the TTL). */
+  renewAll(): Promise<void> {
+    return this.renewal.renewAll();
+  }
+
+  /** Registers the local slots in the store, into free slots only. Coalesced; rejects with the store's error. */
+  registerLocal(): Promise<void> {
+    return this.renewal.registerLocal();
+  }
+
+  /**
+   * Tries the targets in one store call; tracks the lease that admitted it. A call that failed after it may have
+   * been sent gets one detached removal of its token (capped, never retried), and surfaces as StoreUnavailableError.
+   */
+  async acquireFirst(
+    targets: readonly AcquireTarget[],
+    checkCooldown: boolean,
+    share = '',
+  ): Promise<AcquireOutcome> {
+    this.open();
+    const token = this.nextToken(share);
+    const leaseTtlMs = this.ttl();
+    const sentAt = this.clock.now();
+    let replies: AcquireReply[];
+    try {
+      replies = await this.store.acquireFirst(targets, { token, leaseTtlMs, checkCooldown });
+      this.onStore(true);
+    } catch (err) {
+      this.onStore(false);
+      this.cleanUp(targets, token, leaseTtlMs);
+      if (err instanceof StoreUnavailableError) throw err;
+      throw new StoreUnavailableError('acquire', `acquire failed: ${(err as Error).message}`, { cause: err });
+    }
+    if (replies[replies.length - 1] !== 'acquired') return { replies };
+    const target = targets[replies.length - 1]!;
+    return { replies, lease: this.hold(target.channelId, token, target.max, leaseTtlMs, sentAt) };
+  }
+
+  private cleanUp(targets: readonly AcquireTarget[], token: string, ttlMs: number): void {
+    const removals = targets.map((t) => this.store.release({ channelId: t.channelId, token }, ttlMs).done);
+    const all = Promise.allSettled(removals).then((r) => r.every((x) => x.status === 'fulfilled'));
+    void within(this.clock, all, this.options.cleanupTimeoutMs ?? 500).then((cleaned) => {
+      const channelIds = targets.map((t) => t.channelId);
+      this.emit({ type: 'acquire_uncertain', channelIds, token, cleaned: cleaned === true });
+    });
+  }
+
+  /**
+   * Claims a slot granted to a waiter (held only until a short claim deadline): one renewal makes it a full lease.
+   * Undefined when the grant was gone first; a store failure throws StoreUnavailableError.
+   */
+  async claim(channelId: string, token: string, max: number): Promise<Lease | undefined> {
+    this.open();
+    const leaseTtlMs = this.ttl();
+    const sentAt = this.clock.now();
+    const lost = await this.store.renew([{ channelId, token }], leaseTtlMs);
+    return lost.length > 0 ? undefined : this.hold(channelId, token, max, leaseTtlMs, sentAt);
+  }
+
+  /** Takes over a grant that is a full lease already (this instance's own release made it), from `since`. */
+  adopt(channelId: string, token: string, max: number, ttlMs: number, since: number): Lease {
+    this.open();
+    return this.hold(channelId, token, max, ttlMs, since);
+  }
+
+  /** A slot held in this process only while the store is unreachable, registered once it answers. */
+  holdLocal(channelId: string, max: number): Lease {
+    this.open();
+    const lease = this.hold(channelId, this.nextToken(), max, this.ttl(), Infinity);
+    this.renewal.hurry();
+    return lease;
+  }
+
+  private open(): void {
+    if (this.closed) throw new StoreUnavailableError('acquire', 'the lease manager is closed');
+  }
+
+  private hold(channelId: string, token: string, max: number, ttlMs: number, sentAt: number): Lease {
+    const lease = this.book.hold(channelId, token, max, ttlMs, sentAt);
+    this.renewal.schedule();
+    return lease;
+  }
+
+  /**
+   * Releases a live lease: it stops renewing at once, and the removal is retried with backoff until confirmed or the
+   * lease has expired, detached from any request. Undefined for a lease that is not live.
+   */
+  release(lease: LeaseRef): LeaseRelease | undefined {
+    const tracked = this.book.get(lease.token);
+    if (!tracked) return undefined;
+    this.book.forget(tracked);
+    // a local slot was never in the store
+    if (tracked.local) return { done: Promise.resolve(), withdrawable: false, withdraw: () => false };
+    const first = this.store.release(tracked, tracked.ttlMs);
+    const settled = () => void this.releasing.delete(done);
+    const done: Promise<void> = first.done.then(settled, (err: unknown) =>
+      retryRelease(this.clock, this.store, tracked, err as Error, this.emit).then(settled),
+    );
+    this.releasing.add(done);
+    let withdrawn = false;
+    return {
+      done,
+      withdrawable: first.withdrawable,
+      withdraw: () => {
+        if (withdrawn || this.closed || !first.withdraw()) return false;
+        withdrawn = true;
+        this.book.track(tracked);
+        this.renewal.schedule();
+        return true;
+      },
+    };
+  }
+
+  /**
+   * Stops renewing and releases every live lease (graceful shutdown), waiting up to `timeoutMs`; releases still
+   * retrying then (Redis down) are left to their lease TTL.
+   */
+  async close(timeoutMs = 5000): Promise<void> {
+    this.closed = true;
+    this.renewal.close();
+    this.book.close();
+    for (const lease of [...this.book.all()]) this.release(lease);
+    await within(this.clock, Promise.allSettled([...this.releasing]), timeoutMs);
+  }
+}

@@ -1,0 +1,172 @@
+/**
+ * Keeping the leases in the store: one timer renews every live lease each `lease_ttl_ms / 3` in batched calls (within
+ * a second after a failure). A lease the store no longer has is taken back into a free slot when fencing allows, else
+ * lost. Local slots are registered once the store answers, into free slots only. After a Redis restart every lease is
+ * registered again, whatever the load, before the store admits anything.
+ */
+import type { Clock, Timer } from '../../core/clock.js';
+import type { SlotStore } from '../../store/store.js';
+import { refsOf, type Lease, type LeaseBook, type LeaseEvent } from './lease-book.js';
+
+export interface RenewalOptions {
+  store: SlotStore;
+  clock: Clock;
+  book: LeaseBook;
+  ttl: () => number;
+  emit: (event: LeaseEvent) => void;
+  /** Read at every loss: `reclaim` false never takes a lease back (fencing off: only reported). */
+  fencing: () => { enabled: boolean; reclaim: boolean };
+  /** Told of every renewal's fate: true when the store answered. */
+  onStore: (answered: boolean) => void;
+}
+
+export class Renewal {
+  private timer: Timer | undefined;
+  private renewing: Promise<void> | undefined;
+  private registering: Promise<void> | undefined;
+  /** After a failed renewal (or with local slots to register) the next tick comes within a second. */
+  private soon = false;
+  private closed = false;
+  private readonly unsubscribe: () => void;
+
+  constructor(private readonly opts: RenewalOptions) {
+    this.unsubscribe = opts.store.onRestart(() => this.restore());
+  }
+
+  /** Keeps one timer running while leases are live. */
+  schedule(): void {
+    if (this.timer || this.closed) return;
+    const period = Math.max(1, Math.floor(this.opts.ttl() / 3));
+    this.timer = this.opts.clock.setTimer(
+      () => {
+        this.timer = undefined;
+        void this.renewAll().finally(() => {
+          if (this.opts.book.size > 0) this.schedule();
+        });
+      },
+      this.soon || this.hasLocal() ? Math.min(period, 1000) : period,
+    );
+  }
+
+  private hasLocal(): boolean {
+    for (const lease of this.opts.book.all()) if (lease.local) return true;
+    return false;
+  }
+
+  /** The next tick within a second. */
+  hurry(): void {
+    this.soon = true;
+    this.timer?.cancel();
+    this.timer = undefined;
+    this.schedule();
+  }
+
+  /** Renews every live lease now, and tries to register the local slots. */
+  renewAll(): Promise<void> {
+    if (this.renewing) return this.renewing;
+    const { store, clock, book, ttl, emit, onStore } = this.opts;
+    const leases = [...book.all()].filter((l) => !l.local);
+    const register = () => this.registerLocal().catch(() => {});
+    if (leases.length === 0) return register();
+    const ttlMs = ttl();
+    const sentAt = clock.now();
+    this.renewing = (async () => {
+      try {
+        const lost = new Set((await store.renew(leases, ttlMs)).map((l) => l.token));
+        this.soon = false;
+        onStore(true);
+        for (const lease of leases) if (!lost.has(lease.token)) book.confirmed(lease, sentAt, ttlMs);
+        const missing = leases.filter((l) => lost.has(l.token) && book.get(l.token) === l);
+        if (missing.length > 0) await this.reclaim(missing, ttlMs);
+        await register();
+      } catch (err) {
+        this.soon = true;
+        onStore(false);
+        emit({ type: 'renew_failed', leases: leases.length, error: err as Error });
+      } finally {
+        this.renewing = undefined;
+        book.refence();
+      }
+    })();
+    return this.renewing;
+  }
+
+  /** Leases the store no longer had: taken back into free slots where fencing allows, else lost for good. */
+  private async reclaim(missing: readonly Lease[], ttlMs: number): Promise<void> {
+    const { store, clock, book, emit } = this.opts;
+    const { enabled, reclaim } = this.opts.fencing();
+    if (!enabled || !reclaim) return missing.forEach((lease) => book.lose(lease, 'missing'));
+    const sentAt = clock.now();
+    let notHeld: Set<string>;
+    try {
+      notHeld = new Set((await store.reclaim(refsOf(missing), ttlMs, false)).map((l) => l.token));
+    } catch {
+      notHeld = new Set(missing.map((l) => l.token)); // unconfirmed: their slots may be taken by now
+    }
+    for (const lease of missing) {
+      if (book.get(lease.token) !== lease) continue; // released meanwhile
+      if (notHeld.has(lease.token)) book.lose(lease, 'missing');
+      else {
+        book.confirmed(lease, sentAt, ttlMs);
+        emit({ type: 'lease_reclaimed', channelId: lease.channelId, token: lease.token });
+      }
+    }
+  }
+
+  /**
+   * Registers the local slots in the store, into free slots only (one that no longer fits is lost: its request ends
+   * rather than run past the max). Coalesced; rejects with the store's error.
+   */
+  registerLocal(): Promise<void> {
+    const local = [...this.opts.book.all()].filter((l) => l.local);
+    if (local.length === 0) return Promise.resolve();
+    return (this.registering ??= this.register(local).finally(() => (this.registering = undefined)));
+  }
+
+  private async register(local: readonly Lease[]): Promise<void> {
+    const { store, clock, book, ttl, emit, onStore } = this.opts;
+    const ttlMs = ttl();
+    const sentAt = clock.now();
+    let notHeld: Set<string>;
+    try {
+      notHeld = new Set((await store.reclaim(refsOf(local), ttlMs, false)).map((l) => l.token));
+    } catch (err) {
+      onStore(false);
+      throw err;
+    }
+    onStore(true);
+    let registered = 0;
+    for (const lease of local) {
+      if (!lease.local || book.get(lease.token) !== lease) continue;
+      if (notHeld.has(lease.token)) book.lose(lease, 'missing');
+      else {
+        book.confirmed(lease, sentAt, ttlMs);
+        registered++;
+      }
+    }
+    book.refence();
+    emit({ type: 'local_registered', leases: registered });
+  }
+
+  /** The store lost its data: every live lease, local slots too, is registered again whatever the load. */
+  private async restore(): Promise<void> {
+    const { store, clock, book, ttl, emit } = this.opts;
+    const leases = [...book.all()];
+    if (leases.length === 0) return;
+    const ttlMs = ttl();
+    const sentAt = clock.now();
+    const notHeld = new Set((await store.reclaim(refsOf(leases), ttlMs, true)).map((l) => l.token));
+    for (const lease of leases) {
+      if (book.get(lease.token) !== lease) continue;
+      if (notHeld.has(lease.token)) book.lose(lease, 'missing');
+      else book.confirmed(lease, sentAt, ttlMs);
+    }
+    emit({ type: 'leases_restored', leases: leases.length - notHeld.size });
+  }
+
+  close(): void {
+    this.closed = true;
+    this.unsubscribe();
+    this.timer?.cancel();
+  }
+}

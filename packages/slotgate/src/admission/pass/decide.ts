@@ -1,0 +1,131 @@
+/**
+ * The pure decisions of admission, as functions of what the load view shows: the order a tier is tried in, which
+ * channels one store call tries, and which queues a waiter tries.
+ * No store, no clock: unit tests call them directly.
+ */
+import { isBounded, type Candidate } from '../../core/channel.js';
+import { LazyOrder, type Random } from '../../core/order.js';
+import type { Settings } from '../../core/settings.js';
+import type { ChannelLoad } from '../../store/store.js';
+
+export type Loads = ReadonlyMap<string, ChannelLoad>;
+
+/** (active + waiting) / max by the view; 0 for an unlimited channel or one the view does not know. */
+export function loadRate(c: Candidate, loads: Loads): number {
+  if (!isBounded(c)) return 0;
+  const load = loads.get(c.id);
+  return load ? (load.active + load.waiting) / c.maxConcurrency! : 0;
+}
+
+/** Whether the view shows a free slot on a bounded channel (an unknown channel counts as free). */
+export function hasRoom(c: Candidate, loads: Loads): boolean {
+  const load = loads.get(c.id);
+  return !load || load.active < c.maxConcurrency!;
+}
+
+/**
+ * A tier without its cooling channels, lowest load rate first, a weighted shuffle among equal rates, lazily; with
+ * `spread` (loads from the fleet's load summary), channels with room first, drawn by free share (core/order.ts).
+ */
+export function orderTier<C extends Candidate>(
+  tier: readonly C[],
+  loads: Loads,
+  cooling: (c: C) => boolean,
+  random: Random,
+  spread = false,
+): LazyOrder<C> {
+  return new LazyOrder(
+    tier.filter((c) => !cooling(c)),
+    (c) => loadRate(c, loads),
+    random,
+    spread,
+  );
+}
+
+export interface Batch<C extends Candidate> {
+  /** Bounded channels to try in one store call, in order. */
+  channels: C[];
+  /** The one the view shows room on, reserved while the call is out (concurrent passes spread out). */
+  expected: C | undefined;
+  /** The channel the walk goes on with after this batch (an unlimited one, or undefined at the end of the tier). */
+  after: C | undefined;
+}
+
+/**
+ * The run of bounded channels one store call tries, starting with `first`, as far as the budget and the store allow.
+ * It stops after the second channel the view shows room on (one spare for a stale view); with every channel full by
+ * the view it carries the whole remaining budget, saving round trips.
+ */
+export function nextBatch<C extends Candidate>(
+  first: C,
+  order: LazyOrder<C>,
+  room: number,
+  loads: Loads,
+): Batch<C> {
+  const channels: C[] = [first];
+  let roomy = hasRoom(first, loads) ? 1 : 0;
+  let after: C | undefined;
+  while (channels.length < room && roomy < 2) {
+    const next = order.next();
+    if (!next || !isBounded(next)) {
+      after = next;
+      break;
+    }
+    channels.push(next);
+    if (hasRoom(next, loads)) roomy++;
+  }
+  return { channels, expected: channels.find((c) => hasRoom(c, loads)), after };
+}
+
+/** Queues one waiter tries before it gives up with queue_full. */
+export const WAIT_QUEUE_TRIES = 3;
+
+/**
+ * The queues a waiter tries, emptiest first by the view relative to its size (its `maxWaiting` when set, else its max:
+ * waiters per slot, not per place of the default bound), at most WAIT_QUEUE_TRIES, so concurrent
+ * passes spread their waiters instead of filling one queue. Ties keep the pool's order, or a random one when `random`
+ * is given (so waiters that see the same loads do not all pick the same queues).
+ */
+export function waitQueues<C extends Candidate>(
+  pool: readonly C[],
+  loads: Loads,
+  random?: () => number,
+): C[] {
+  const ratio = (c: C) => (loads.get(c.id)?.waiting ?? 0) / (c.maxWaiting ?? c.maxConcurrency!);
+  const list = [...pool];
+  if (random) {
+    for (let i = list.length - 1; i > 0; i--) {
+      const j = Math.floor(random() * (i + 1));
+      [list[i], list[j]] = [list[j]!, list[i]!];
+    }
+  }
+  return list.sort((a, b) => ratio(a) - ratio(b)).slice(0, WAIT_QUEUE_TRIES);
+}
+
+/** Waiters the default queue bound allows per slot of the channel's max (docs/admission.md, "Queue bound"). */
+const DEFAULT_WAITERS_PER_SLOT = 8;
+/** The default queue bound's floor, for channels of a small max. */
+const DEFAULT_WAITERS_FLOOR = 32;
+/** The default queue bound's ceiling: the highest max_waiting_per_channel accepts. */
+const DEFAULT_WAITERS_CEILING = 10_000;
+
+/** The queue bound of a channel that sets none, with max_waiting_per_channel at 0: max(32, 8 × max), at most 10,000. */
+export function defaultMaxWaiting(maxConcurrency: number): number {
+  return Math.min(
+    DEFAULT_WAITERS_CEILING,
+    Math.max(DEFAULT_WAITERS_FLOOR, DEFAULT_WAITERS_PER_SLOT * maxConcurrency),
+  );
+}
+
+/**
+ * A channel's queue bound: its own maxWaiting, else max_waiting_per_channel when set, else the default
+ * (defaultMaxWaiting: several times its max concurrency, so a burst waits instead of bouncing).
+ */
+export function maxWaitingOf(c: Candidate, settings: Settings): number {
+  return (
+    c.maxWaiting ??
+    (settings.max_waiting_per_channel > 0
+      ? settings.max_waiting_per_channel
+      : defaultMaxWaiting(c.maxConcurrency!))
+  );
+}

@@ -1,0 +1,196 @@
+/**
+ * The admission pass: walk the candidate set's tiers from the highest priority down, try bounded channels with the
+ * acquire script under one budget shared by every tier, admit an unlimited channel at once, and wait when every
+ * candidate is full. A store failure fails bounded channels closed while the walk goes on to an unlimited one.
+ */
+import { abortable } from '../../core/abort.js';
+import { isBounded, type Candidate } from '../../core/channel.js';
+import { StoreUnavailableError } from '../../core/errors.js';
+import { shareSuffix } from '../../core/ids.js';
+import { weightedPick } from '../../core/order.js';
+import type { Lease } from '../leases/lease-manager.js';
+import type { AcquireReply, ChannelLoad } from '../../store/store.js';
+import type { Prepared } from './candidates.js';
+import { nextBatch, orderTier, waitQueues } from './decide.js';
+import { tryAcquire, type Attempt, type Engine, type Moved } from '../engine.js';
+import type { Ticket } from '../types.js';
+import { waitForSlot } from '../waiting/waiter.js';
+
+/** One pass over a prepared candidate set: a ticket, or the set to go on with when the waiter's set changed. */
+export async function runPass<C extends Candidate>(
+  engine: Engine,
+  prepared: Prepared<C>,
+  attempt: Attempt<C>,
+): Promise<Ticket<C> | Moved<C>> {
+  const { candidates, byTier, bounded, ids } = prepared;
+  const { signal } = attempt.request;
+  const { view, cooldowns, tickets, handoff } = engine;
+  const settings = engine.settings();
+
+  // No bounded channel: weighted random in the highest tier with a channel not cooling, zero store commands.
+  if (bounded.length === 0) {
+    for (const tier of byTier) {
+      const pick = weightedPick(
+        tier.filter((c) => !cooldowns.isCooling(c)),
+        engine.random,
+      );
+      if (pick) return tickets.unlimited(pick);
+    }
+    throw engine.capacityError('full', candidates, []);
+  }
+
+  const handoffOn = settings.slot_handoff_enabled;
+  const canWait = settings.wait_enabled && settings.wait_timeout_ms > 0;
+  // the request's client, carried by its tokens (the fair share between clients reads it there)
+  const share = shareSuffix(attempt.request.client);
+  /** A slot released in this turn on a channel of tier `t`, taken over with no store command. */
+  const takeHandoff = (t: number, loads: ReadonlyMap<string, ChannelLoad> | undefined) => {
+    if (signal?.aborted) return undefined;
+    const handed = handoff.take(
+      prepared,
+      (tier) => tier === t,
+      // never onto a channel with waiters: its slots go to them, in their order
+      (c) => cooldowns.allowsHandoff(c, loads) && !engine.store.queued(c.id),
+      // a lease's token names its client: it passes only to a request of the same client
+      share,
+    );
+    return handed && tickets.bounded(handed.channel, handed.lease, 0, signal);
+  };
+
+  // The first tier's parked slots are looked at before any load read: nothing ranks above that tier, and a handoff
+  // needs no load (cooling comes from the last snapshot and local cooldowns). With the cache off (the rollback mode),
+  // every selection reads the store first.
+  let firstTierChecked = false;
+  if (handoffOn && settings.load_cache_enabled && handoff.available) {
+    const handed = takeHandoff(0, view.peek(ids, false, true));
+    if (handed) return handed;
+    firstTierChecked = true;
+  }
+  let loads = prepared.viewless ? new Map<string, ChannelLoad>() : view.peek(ids);
+  if (!loads) {
+    firstTierChecked = false; // slots may have been released while the read was under way
+    const read = await withAbort(engine, view.read(ids), signal);
+    // peeked again: the passes that waited for the same round resume one after another, and each must see the slots
+    // the ones before it just reserved
+    loads = view.peek(ids, false) ?? read;
+  }
+
+  let budget = settings.max_acquire_attempts;
+  // loads every instance reads alike: spread the picks, or every instance goes for the same least-loaded channel
+  const spread = !prepared.viewless && view.sharedLoads;
+  /** Whether this pass has asked the store yet: its first reply measures how well the view ordered. */
+  let asked = false;
+  /** Channels a waiter could queue on: found full, or skipped for lack of budget (never cooling ones). */
+  const waitPool = new Set<C>();
+  const saturated: C[] = [];
+  let storeDown: StoreUnavailableError | undefined;
+  const cooling = (c: C) => cooldowns.isCooling(c, loads);
+
+  for (let t = 0; t < byTier.length; t++) {
+    const tier = byTier[t]!;
+    if (handoffOn && handoff.available && !storeDown && !(t === 0 && firstTierChecked)) {
+      const handed = takeHandoff(t, loads);
+      if (handed) return handed;
+    }
+    // A channel known to have waiters is full for a newcomer (the acquire script would answer `queued`): it joins the
+    // wait candidates without a store call, like one found full, and the tier is ordered without it. Not when the
+    // request cannot wait: then nothing of this instance's would ask the store about the channel again (no enqueue,
+    // and maybe no release), and a mark whose queue drained meanwhile would turn every request away; the acquire
+    // answers `queued` or takes the slot, and its reply puts the mark right.
+    const open = tier.filter((c) => {
+      if (!isBounded(c) || storeDown || !canWait || !engine.store.queued(c.id) || cooling(c)) return true;
+      saturated.push(c);
+      waitPool.add(c);
+      return false;
+    });
+    let order = orderTier(open, loads, cooling, engine.random, spread);
+    // Every channel of the tier filtered as cooling by a cached snapshot: read the tier fresh once (a cooldown may
+    // have ended). With the cache off every read is fresh already.
+    if (order.size === 0 && settings.load_cache_enabled && !storeDown) {
+      const tierBounded = open.filter(isBounded);
+      if (tierBounded.some(cooling)) {
+        const fresh = await withAbort(engine, view.readFresh(tierBounded.map((c) => c.id)), signal);
+        if (fresh) {
+          for (const [id, load] of fresh) loads.set(id, load);
+          order = orderTier(open, loads, cooling, engine.random, spread);
+        }
+      }
+    }
+
+    let c = order.next();
+    while (c) {
+      if (!isBounded(c)) return tickets.unlimited(c);
+      if (storeDown || budget <= 0) {
+        if (!storeDown) waitPool.add(c);
+        c = order.next();
+        continue;
+      }
+      const batch = nextBatch(c, order, Math.min(budget, engine.store.maxChannelsPerAcquire), loads);
+      c = batch.after;
+      if (batch.expected) view.reserve(batch.expected.id, 1);
+      let outcome: { replies: AcquireReply[]; lease?: Lease };
+      try {
+        outcome = await tryAcquire(engine, batch.channels, settings, share);
+      } catch (err) {
+        if (!(err instanceof StoreUnavailableError)) throw err;
+        storeDown = err;
+        c ??= order.next();
+        continue;
+      } finally {
+        if (batch.expected) view.reserve(batch.expected.id, -1);
+      }
+      if (signal?.aborted) {
+        if (outcome.lease) void engine.leases.release(outcome.lease);
+        throw engine.capacityError('aborted', candidates, saturated);
+      }
+      budget -= outcome.replies.length;
+      if (!asked) {
+        asked = true;
+        engine.recorder.firstTries++;
+        const first = outcome.replies[0];
+        if (first === 'full' || first === 'queued') engine.recorder.firstTriesFull++;
+      }
+      outcome.replies.forEach((reply, k) => {
+        const channel = batch.channels[k]!;
+        if (reply === 'full' || reply === 'queued') {
+          saturated.push(channel);
+          waitPool.add(channel);
+          view.noteFull(channel.id, channel.maxConcurrency!);
+          loads.set(channel.id, { ...loads.get(channel.id)!, active: channel.maxConcurrency! });
+        } else if (reply === 'cooling') {
+          view.noteCooling(channel.id, settings.load_cache_ttl_ms);
+        }
+      });
+      if (outcome.lease) {
+        return tickets.bounded(batch.channels[outcome.replies.length - 1]!, outcome.lease, 0, signal);
+      }
+      c ??= order.next();
+    }
+  }
+
+  if (storeDown) throw storeDown;
+  if (waitPool.size > 0 && canWait) {
+    // The view as it is now (the passes that queued since this one's loads were taken counted in), ties shuffled.
+    const shown = prepared.viewless ? undefined : view.peek(ids, false, true);
+    return waitForSlot(
+      engine,
+      waitQueues([...waitPool], shown ?? loads, engine.random),
+      shown,
+      prepared,
+      saturated,
+      settings,
+      attempt,
+    );
+  }
+  throw engine.capacityError('full', candidates, saturated);
+}
+
+/** Shared work seen through the caller's signal: an abort surfaces as CapacityError 'aborted'. */
+async function withAbort<T>(engine: Engine, work: Promise<T>, signal?: AbortSignal): Promise<T> {
+  try {
+    return await abortable(work, signal);
+  } catch (err) {
+    if (signal?.aborted) throw engine.capacityError('aborted', [], []);
+    throw err;
+  }
+}

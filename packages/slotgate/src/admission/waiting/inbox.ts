@@ -1,0 +1,84 @@
+/**
+ * This instance's waiters, by token, and the grants the store sends them. A waiter opens its mailbox before it
+ * enqueues, so a grant that arrives before the enqueue's own reply is kept. A grant for a registration nobody stands
+ * in any more (timed out, gave up, left that queue, moved to a new token) is given back at once and passes on.
+ */
+import { pushTo, removeFrom } from '../../core/collections.js';
+import type { Grant, QueueListener } from '../../store/store.js';
+
+export interface Mailbox {
+  /** The channels granted to this waiter and not taken yet, oldest first. */
+  readonly granted: string[];
+  /** Of those, the grants that are full leases already (this instance's own release made them). */
+  readonly leased: Map<string, { ttlMs: number; since: number }>;
+  /** Set when the store's subscription came back after a loss: the waiter should poll its queues now. */
+  recheck: boolean;
+  /** Called when a grant or a recheck arrives (the waiter's current sleep should end). */
+  onGrant: (() => void) | undefined;
+}
+
+export class Inbox implements QueueListener {
+  private readonly boxes = new Map<string, Mailbox>();
+  /** The tokens queued on each channel, for the local counts. */
+  private readonly byChannel = new Map<string, string[]>();
+
+  constructor(private readonly giveBack: (channelId: string, token: string) => void) {}
+
+  open(token: string): Mailbox {
+    const box: Mailbox = { granted: [], leased: new Map(), recheck: false, onGrant: undefined };
+    this.boxes.set(token, box);
+    return box;
+  }
+
+  /** Delivers the grants of another token of the same waiter (a registration it moved) to its mailbox. */
+  attach(token: string, box: Mailbox): void {
+    this.boxes.set(token, box);
+  }
+
+  /** The waiter is queued on the channel under this token (it counts there in this instance's loads). */
+  joined(channelId: string, token: string): void {
+    pushTo(this.byChannel, channelId, token);
+  }
+
+  left(channelId: string, token: string): void {
+    removeFrom(this.byChannel, channelId, token);
+  }
+
+  close(token: string): void {
+    this.boxes.delete(token);
+  }
+
+  grant(grant: Grant): void {
+    const { channelId, token } = grant;
+    const box = this.boxes.get(token);
+    if (!box || !this.byChannel.get(channelId)?.includes(token)) return this.giveBack(channelId, token);
+    box.granted.push(channelId);
+    if (grant.kind === 'lease') box.leased.set(channelId, { ttlMs: grant.ttlMs, since: grant.since });
+    box.onGrant?.();
+  }
+
+  queued(): void {
+    // the store keeps what it learns of queues; nothing to do for the waiters
+  }
+
+  resync(): void {
+    for (const box of this.boxes.values()) {
+      box.recheck = true;
+      box.onGrant?.();
+    }
+  }
+
+  /** Wakes every waiter (the candidate sets changed: each resolves its own again). */
+  wake(): void {
+    for (const box of this.boxes.values()) box.onGrant?.();
+  }
+
+  /** Waiters of this instance queued on the channel. */
+  count(channelId: string): number {
+    return this.byChannel.get(channelId)?.length ?? 0;
+  }
+
+  channels(): IterableIterator<string> {
+    return this.byChannel.keys();
+  }
+}

@@ -1,0 +1,102 @@
+/**
+ * The store's Redis topology as operations see it: how the store reaches Redis (one node, a Cluster, a Sentinel-managed
+ * primary) and the health of each node it writes to — every master of a Cluster, or the one node a single or Sentinel
+ * connection is on — each PINGed under a time-out. Addresses only (host:port): no password or user name ever appears.
+ */
+import type { Cluster, Redis } from 'ioredis';
+import { within, type Clock } from '../../../core/clock.js';
+import { isCluster } from './connection.js';
+
+/** How the store reaches Redis. */
+export type TopologyKind = 'single' | 'cluster' | 'sentinel';
+
+export interface NodeHealth {
+  /** host:port (IPv6 in brackets); a Sentinel connection not on a node yet: the primary's name. */
+  address: string;
+  /** 'master' (a Cluster master, a Sentinel primary), 'replica', or 'standalone' (a single node). */
+  role: 'master' | 'replica' | 'standalone';
+  healthy: boolean;
+  /** Round-trip time of the PING, when it answered. */
+  latencyMs?: number;
+  /** Why it is not healthy. */
+  error?: string;
+}
+
+export function topologyKindOf(client: Redis | Cluster): TopologyKind {
+  if (isCluster(client)) return 'cluster';
+  // a client made for a Sentinel set carries its sentinels; the connection alone looks like one node
+  return client.options.sentinels?.length ? 'sentinel' : 'single';
+}
+
+const hostPort = (host: string | undefined, port: number | undefined) =>
+  `${host?.includes(':') ? `[${host}]` : (host ?? '?')}:${port ?? '?'}`;
+
+/** The node a connection is on: its socket's peer once connected (a Sentinel's primary), else what it was given. */
+function addressOf(client: Redis): string {
+  const stream = (client as unknown as { stream?: { remoteAddress?: string; remotePort?: number } }).stream;
+  if (stream?.remoteAddress) return hostPort(stream.remoteAddress, stream.remotePort);
+  if (client.options.sentinels?.length) return client.options.name ?? '?';
+  return hostPort(client.options.host, client.options.port);
+}
+
+/** PING under a time-out: a client call on a Redis that is down can take seconds to fail otherwise. */
+export async function ping(
+  client: Redis | Cluster,
+  clock: Clock,
+  timeoutMs: number,
+): Promise<Pick<NodeHealth, 'healthy' | 'latencyMs' | 'error'>> {
+  const t0 = performance.now();
+  try {
+    const answered = await within(clock, client.ping(), timeoutMs);
+    if (answered === undefined) return { healthy: false, error: 'ping timed out' };
+    return { healthy: true, latencyMs: Number((performance.now() - t0).toFixed(2)) };
+  } catch (err) {
+    return { healthy: false, error: (err as Error).message };
+  }
+}
+
+/** Every master of a Cluster (its seed nodes, unhealthy, before it knows any), or the one node, each PINGed. */
+export async function nodeHealth(
+  client: Redis | Cluster,
+  clock: Clock,
+  timeoutMs: number,
+): Promise<NodeHealth[]> {
+  if (isCluster(client)) {
+    const masters = client.nodes('master');
+    if (masters.length === 0) {
+      const seeds = (client as unknown as { startupNodes: { host?: string; port?: number }[] }).startupNodes;
+      return seeds.map(({ host, port }) => ({
+        address: hostPort(host, port),
+        role: 'master' as const,
+        healthy: false,
+        error: 'no cluster slots known',
+      }));
+    }
+    const healths = await Promise.all(
+      masters.map(async (node) => ({
+        address: hostPort(node.options.host, node.options.port),
+        role: 'master' as const,
+        ...(await ping(node, clock, timeoutMs)),
+      })),
+    );
+    // a master that went down leaves the client's node list but still owns its slots in the slot map: report it
+    // down instead of leaving it out (its channels fail closed meanwhile)
+    const listed = new Set(masters.map((n) => `${n.options.host}:${n.options.port}`));
+    const owners = new Set<string>();
+    for (const owner of client.slots) if (owner?.[0] && !listed.has(owner[0])) owners.add(owner[0]);
+    for (const key of owners) {
+      const cut = key.lastIndexOf(':');
+      healths.push({
+        address: hostPort(key.slice(0, cut), Number(key.slice(cut + 1))),
+        role: 'master',
+        healthy: false,
+        error: 'no connection to a master that serves slots',
+      });
+    }
+    return healths;
+  }
+  const kind = topologyKindOf(client);
+  const role = kind === 'single' ? 'standalone' : client.options.role === 'slave' ? 'replica' : 'master';
+  const health = await ping(client, clock, timeoutMs);
+  return [{ address: addressOf(client), role, ...health }];
+}

@@ -1,0 +1,190 @@
+/**
+ * Settings overrides shared through Redis: they live in one hash, next to a record of their last change (a version,
+ * the Redis time, the instance: settings-record.ts); a change is announced on a pub/sub channel, and every instance
+ * re-reads both on the announcement, on every reconnect, and periodically as the fallback for a lost message. A hash
+ * whose content does not validate is rejected whole: the instance keeps what it has.
+ *
+ * A Redis that comes back empty (restarted without persistence) has lost the overrides, but not every instance has:
+ * an instance that finds no record, or one older than the last it read, keeps the overrides in force and puts back
+ * what it last read. A reset is recorded with a version of its own, so the highest version wins wherever the copies
+ * come from, and a reset is never undone by an instance that had not seen it yet.
+ */
+import type { Cluster, Redis } from 'ioredis';
+import type { Clock, Timer } from '../../../core/clock.js';
+import { randomInstanceId } from '../../../core/ids.js';
+import { type Purpose } from '../../store.js';
+import {
+  NO_ORIGIN,
+  type OverridesOrigin,
+  type SharedSettings,
+  type SharedSettingsOptions,
+} from '../../fleet.js';
+import type { KeyBuilder } from '../keys.js';
+import { SETTINGS_SCRIPTS } from '../scripts.js';
+import {
+  decide,
+  fieldValues,
+  isRecorded,
+  originOf,
+  restoreArgs,
+  type RecordedSnapshot,
+  type SettingsSnapshot,
+} from './settings-record.js';
+import { subscriberOf, type Subscriber } from '../connection/connection.js';
+
+export interface RedisSharedSettingsDeps {
+  client: Redis | Cluster;
+  keys: KeyBuilder;
+  count: (purpose: Purpose, n: number) => void;
+  clock: Clock;
+}
+
+export class RedisSharedSettings<T extends object> implements SharedSettings<T> {
+  private subscriber: Subscriber | undefined;
+  private timer: Timer | undefined;
+  private closed = false;
+  /** The overrides last handed to onOverrides, as JSON. */
+  private last = '';
+  /** The last read whose record matched its content: what this instance puts back after a store loss. */
+  private known: RecordedSnapshot | undefined;
+  private current: OverridesOrigin = NO_ORIGIN;
+  private refreshing: Promise<void> | undefined;
+  private again = false;
+  private readonly instanceId: string;
+
+  constructor(
+    private readonly deps: RedisSharedSettingsDeps,
+    private readonly opts: SharedSettingsOptions<T>,
+  ) {
+    this.instanceId = opts.instanceId ?? randomInstanceId();
+  }
+
+  get origin(): OverridesOrigin {
+    return this.current;
+  }
+
+  private get keys(): string[] {
+    return [this.deps.keys.settings(), this.deps.keys.settingsRecord()];
+  }
+
+  private async read(): Promise<SettingsSnapshot> {
+    this.deps.count('settings', 1);
+    return SETTINGS_SCRIPTS.read.call(this.deps.client, this.keys, []);
+  }
+
+  /** Runs lua/writeSettings-2.lua: the version recorded, 0 or -1 (see there). */
+  private async record(change: string, known: number, digest: string, fields: string[]): Promise<number> {
+    this.deps.count('settings', 1);
+    const by = change === 'external' ? '' : this.instanceId;
+    const args = [this.deps.keys.settingsChannel(), change, by, known, digest, ...fields];
+    return SETTINGS_SCRIPTS.write.call(this.deps.client, this.keys, args);
+  }
+
+  async write(update: T): Promise<void> {
+    const valid = this.opts.parse(update);
+    const fields = Object.entries(valid).flatMap(([k, v]) => [k, JSON.stringify(v)]);
+    if (fields.length === 0) return;
+    // An update builds on the newest overrides this instance has read: a store that lost them gets them back first.
+    for (let attempt = 0; attempt < 2; attempt++) {
+      const known = this.known;
+      if ((await this.record('update', known?.record.version ?? 0, '', fields)) > 0) return;
+      if (known) await this.restore(known);
+    }
+    throw new Error('settings update not written: the store keeps losing the overrides it is written on');
+  }
+
+  async reset(): Promise<void> {
+    await this.record('reset', this.known?.record.version ?? 0, '', []);
+  }
+
+  async start(): Promise<void> {
+    await this.refresh();
+    const subscriber = subscriberOf(this.deps.client);
+    subscriber.on('error', (err: Error) => this.opts.onError?.(err));
+    subscriber.on('message', () => void this.refresh());
+    // After a reconnect, messages sent meanwhile are lost, and a restarted Redis may have lost the overrides too.
+    subscriber.on('ready', () => void this.refresh());
+    subscriber.subscribe(this.deps.keys.settingsChannel()).catch((err: Error) => this.opts.onError?.(err));
+    this.subscriber = subscriber;
+    this.scheduleReread();
+  }
+
+  /** The fallback for a lost announcement: a re-read every `rereadMs`. */
+  private scheduleReread(): void {
+    if (this.closed) return;
+    this.timer = this.deps.clock.setTimer(() => {
+      void this.refresh();
+      this.scheduleReread();
+    }, this.opts.rereadMs ?? 5000);
+  }
+
+  /** One read at a time: a refresh asked for during one runs once more after it, so the newest read applies last. */
+  private refresh(): Promise<void> {
+    if (this.refreshing) {
+      this.again = true;
+      return this.refreshing;
+    }
+    const run = async () => {
+      // A few passes at most: a store that disagrees with itself waits for the next announcement or re-read.
+      for (let pass = 0; pass < 3 && (pass === 0 || this.again) && !this.closed; pass++) {
+        this.again = false;
+        try {
+          await this.sync();
+        } catch (err) {
+          this.opts.onError?.(err as Error);
+        }
+      }
+    };
+    this.refreshing = run().finally(() => (this.refreshing = undefined));
+    return this.refreshing;
+  }
+
+  private async sync(): Promise<void> {
+    const snapshot = await this.read();
+    const action = decide(this.known, snapshot);
+    if (action === 'restore') {
+      // Keep the overrides in force; the next read sees the restored ones (or a newer version restored elsewhere).
+      if (!(await this.restore(this.known!))) this.again = true;
+      return;
+    }
+    const overrides = this.opts.parse(fieldValues(snapshot.fields));
+    if (isRecorded(snapshot)) {
+      this.known = snapshot;
+      this.current = originOf(snapshot.record);
+    } else {
+      this.current = action === 'record' ? { ...NO_ORIGIN, change: 'external' } : NO_ORIGIN;
+    }
+    const text = JSON.stringify(overrides);
+    if (text !== this.last) {
+      this.last = text;
+      this.opts.onOverrides(overrides);
+    }
+    // Changed outside the scripts (by hand, or by an older release): recorded once, by whichever instance gets there
+    // first; its announcement brings every instance the record.
+    if (action === 'record')
+      await this.record('external', snapshot.record?.version ?? 0, snapshot.digest, []);
+  }
+
+  /** Puts back the overrides `known` holds; true when this instance did (false: the store has them or newer). */
+  private async restore(known: RecordedSnapshot): Promise<boolean> {
+    this.deps.count('settings', 1);
+    const args = [this.deps.keys.settingsChannel(), this.instanceId, ...restoreArgs(known)];
+    const at = await SETTINGS_SCRIPTS.restore.call(this.deps.client, this.keys, args);
+    if (at <= 0) return false;
+    const origin = {
+      ...originOf(known.record),
+      restoredAt: new Date(at).toISOString(),
+      restoredBy: this.instanceId,
+    };
+    this.current = origin;
+    this.opts.onRestore?.(this.opts.parse(fieldValues(known.fields)), origin);
+    return true;
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    this.timer?.cancel();
+    this.subscriber?.disconnect();
+    this.subscriber = undefined;
+  }
+}

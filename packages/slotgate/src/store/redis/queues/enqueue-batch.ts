@@ -1,0 +1,85 @@
+/**
+ * The registrations asked for in one job (a waiter joining two queues, the waiters one reply flight resumed) go out
+ * together when the job ends, each standing as of its request's arrival measured then: one asked for early in the job
+ * would otherwise stand later for having waited for the others. On one node they share one enqueueWaiter call (one
+ * EVALSHA and one TIME for all); on Cluster each is a call of its own, its keys in one channel's hash slot.
+ */
+import type { Cluster, Redis } from 'ioredis';
+import { preciseNow, type Clock } from '../../../core/clock.js';
+import { clampArrivalLead, type EnqueueReply } from '../../store.js';
+import { isCluster } from '../connection/connection.js';
+import { SCRIPTS } from '../scripts.js';
+
+/** Registrations one call carries at most. */
+const MAX_PER_CALL = 100;
+/** The arguments of one registration: its arrival lead (µs) is the last. */
+export const ENQUEUE_ARGS = 7;
+
+type Arg = string | number;
+
+interface Pending {
+  keys: string[];
+  args: Arg[];
+  /** When its request arrived, on the clock's precise reading. */
+  arrivedAt: number;
+  resolve: (reply: EnqueueReply) => void;
+  reject: (err: unknown) => void;
+}
+
+export class EnqueueBatch {
+  private pending: Pending[] = [];
+
+  constructor(
+    private readonly client: Redis | Cluster,
+    private readonly clock: Clock,
+    /** Counts one `wait` command. */
+    private readonly count: () => void,
+  ) {}
+
+  /** Sends the registration with the others of this job; `args` without the arrival lead. */
+  send(keys: string[], args: Arg[], arrivedAt: number): Promise<EnqueueReply> {
+    if (args.length !== ENQUEUE_ARGS - 1)
+      throw new RangeError(`enqueueWaiter takes ${ENQUEUE_ARGS} arguments`);
+    return new Promise((resolve, reject) => {
+      this.pending.push({ keys, args, arrivedAt, resolve, reject });
+      if (this.pending.length === 1) queueMicrotask(() => this.flush());
+    });
+  }
+
+  private flush(): void {
+    const all = this.pending;
+    this.pending = [];
+    const now = preciseNow(this.clock);
+    for (const e of all) e.args.push(Math.round(1000 * clampArrivalLead(now - e.arrivedAt)));
+    const perCall = isCluster(this.client) ? 1 : MAX_PER_CALL;
+    for (let i = 0; i < all.length; i += perCall) this.call(all.slice(i, i + perCall));
+  }
+
+  private call(batch: Pending[]): void {
+    this.count();
+    const sent =
+      batch.length === 1
+        ? SCRIPTS.enqueueWaiter.call(this.client, batch[0]!.keys, batch[0]!.args).then((reply) => [reply])
+        : SCRIPTS.enqueueWaiters.call(
+            this.client,
+            batch.flatMap((e) => e.keys),
+            batch.flatMap((e) => e.args),
+          );
+    sent.then(
+      (replies) => {
+        if (replies.length !== batch.length) {
+          const err = new TypeError(
+            `enqueueWaiter answered ${replies.length} of ${batch.length} registrations`,
+          );
+          return batch.forEach((e) => e.reject(err));
+        }
+        batch.forEach((e, j) => {
+          const reply = replies[j]!;
+          if (reply instanceof Error) e.reject(reply);
+          else e.resolve(reply);
+        });
+      },
+      (err: unknown) => batch.forEach((e) => e.reject(err)),
+    );
+  }
+}

@@ -1,0 +1,137 @@
+/**
+ * The wait queues in Redis: one FIFO queue per channel (lua/enqueueWaiter-n.lua and its companions). A waiter
+ * registers, is granted a slot by the release that frees one (queues/release-call.ts), polls now and then for a lost
+ * message, and leaves; every call under the store's time bound.
+ */
+import type { Cluster, Redis } from 'ioredis';
+import { preciseNow, type Clock } from '../../../core/clock.js';
+import {
+  clampArrivalLead,
+  type EnqueueOptions,
+  type EnqueueReply,
+  type Purpose,
+  type WaiterRef,
+  type WaiterState,
+} from '../../store.js';
+import type { Deadlines } from '../connection/deadlines.js';
+import type { KeyBuilder } from '../keys.js';
+import { SCRIPTS } from '../scripts.js';
+import { EnqueueBatch } from './enqueue-batch.js';
+import { MAX_REGISTRATION_LIVE_MS, memberLifetime, type Members } from './members.js';
+import type { QueueHints } from './queue-hints.js';
+
+export interface QueueDeps {
+  client: Redis | Cluster;
+  keys: KeyBuilder;
+  deadlines: Deadlines;
+  count: (purpose: Purpose, n: number) => void;
+  clock: Clock;
+  /** How long a grant waits for its instance to claim it before the slot passes on. */
+  claimMs: number;
+  hints: QueueHints;
+  members: Members;
+}
+
+export class RedisQueues {
+  private readonly batch: EnqueueBatch;
+
+  constructor(private readonly deps: QueueDeps) {
+    this.batch = new EnqueueBatch(deps.client, deps.clock, () => deps.count('wait', 1));
+  }
+
+  private keysOf(channelId: string): string[] {
+    return [this.deps.keys.slots(channelId), this.deps.keys.queue(channelId)];
+  }
+
+  /** The grant parameters every queue script takes (claim deadline, lease TTL, grants prefix, channel id). */
+  private grantArgs(channelId: string, leaseTtlMs: number): (string | number)[] {
+    return [this.deps.claimMs, leaseTtlMs, this.deps.keys.grants(), channelId];
+  }
+
+  enqueue(w: WaiterRef, options: EnqueueOptions): Promise<EnqueueReply> {
+    const member = this.deps.members.remember(w, Math.min(MAX_REGISTRATION_LIVE_MS, options.ttlMs));
+    const arrivedAt = preciseNow(this.deps.clock) - clampArrivalLead(options.arrivedMsAgo ?? 0);
+    const args = [member, ...this.grantArgs(w.channelId, options.leaseTtlMs), options.maxWaiting];
+    return this.register(w, options, () => this.batch.send(this.keysOf(w.channelId), args, arrivedAt));
+  }
+
+  /** `from`'s registration becomes `to`'s in its place (lua/requeueWaiter-2.lua), with `from`'s lifetime. */
+  async requeue(from: WaiterRef, to: WaiterRef, options: EnqueueOptions): Promise<EnqueueReply> {
+    const { members, client, count } = this.deps;
+    const fromMember = members.of(from);
+    const member = members.remember(to, memberLifetime(fromMember));
+    const args = [
+      fromMember,
+      member,
+      ...this.grantArgs(to.channelId, options.leaseTtlMs),
+      options.maxWaiting,
+    ];
+    try {
+      return await this.register(
+        to,
+        options,
+        () => {
+          count('wait', 1);
+          return SCRIPTS.requeueWaiter.call(client, this.keysOf(to.channelId), args);
+        },
+        fromMember,
+      );
+    } finally {
+      members.forget(from.channelId, from.token);
+    }
+  }
+
+  private async register(
+    w: WaiterRef,
+    options: EnqueueOptions,
+    send: () => Promise<EnqueueReply>,
+    fromMember?: string,
+  ): Promise<EnqueueReply> {
+    const { hints, members, deadlines } = this.deps;
+    const stamp = hints.stamp();
+    try {
+      const reply = await deadlines.run('wait_register', send);
+      if (reply !== 'queued') members.forget(w.channelId, w.token);
+      if (reply === 'granted') hints.clear(w.channelId, stamp);
+      else hints.mark(w.channelId);
+      return reply;
+    } catch (err) {
+      // Uncertain, like an acquire: the script may still run, and the caller, told it failed, will never leave. One
+      // detached removal behind it undoes it (a grant it made passes on); the registration's expiry is the backstop.
+      this.leave(w, options.leaseTtlMs).catch(() => {});
+      if (fromMember) this.leaveMember(w.channelId, fromMember, options.leaseTtlMs, true).catch(() => {});
+      throw err;
+    }
+  }
+
+  async poll(w: WaiterRef, leaseTtlMs: number): Promise<WaiterState> {
+    const { members, client, count, deadlines } = this.deps;
+    count('wait', 1);
+    const args = [members.of(w), ...this.grantArgs(w.channelId, leaseTtlMs)];
+    const state = await deadlines.run('wait_poll', () =>
+      SCRIPTS.pollWaiter.call(client, this.keysOf(w.channelId), args),
+    );
+    if (state !== 'queued') members.forget(w.channelId, w.token);
+    return state;
+  }
+
+  leave(w: WaiterRef, leaseTtlMs: number, givingUp = true): Promise<boolean> {
+    const member = this.deps.members.of(w);
+    this.deps.members.forget(w.channelId, w.token);
+    return this.leaveMember(w.channelId, member, leaseTtlMs, givingUp);
+  }
+
+  private leaveMember(
+    channelId: string,
+    member: string,
+    leaseTtlMs: number,
+    givingUp: boolean,
+  ): Promise<boolean> {
+    const { client, count, deadlines } = this.deps;
+    count('wait', 1);
+    const args = [member, ...this.grantArgs(channelId, leaseTtlMs), givingUp ? 1 : 0];
+    return deadlines.run('wait_unregister', () =>
+      SCRIPTS.leaveQueue.call(client, this.keysOf(channelId), args),
+    );
+  }
+}

@@ -1,0 +1,84 @@
+/** The arguments of one acquireSlots call for a group of acquire requests, and the reading of its reply. */
+import type { AcquireOptions, AcquireReply, AcquireTarget } from '../../store.js';
+import type { KeyBuilder } from '../keys.js';
+import { splitAcquireReply } from '../scripts.js';
+
+export interface AcquireRequest {
+  targets: readonly AcquireTarget[];
+  opts: AcquireOptions;
+}
+
+export interface ScriptCall<R> {
+  keys: string[];
+  args: (string | number)[];
+  /** The reply, read from the script's raw result. */
+  read(raw: unknown): R;
+}
+
+/** Channels a coalesced call may try in total: bounds the time one script holds Redis. */
+export const MAX_CHANNELS_PER_CALL = 200;
+
+/** The call for requests that share a lease TTL and a cooldown setting (lua/acquireSlots-n.lua). */
+export function acquireCall(
+  keys: KeyBuilder,
+  claimMs: number,
+  requests: readonly AcquireRequest[],
+  parse: (raw: unknown) => AcquireReply[],
+): ScriptCall<AcquireReply[][]> {
+  const { leaseTtlMs, checkCooldown } = requests[0]!.opts;
+  const index = new Map<string, number>();
+  const callKeys: string[] = [];
+  const channelArgs: (number | string)[] = [];
+  const requestArgs: (string | number)[] = [];
+  for (const { targets, opts } of requests) {
+    requestArgs.push(opts.token);
+    targets.forEach((t, i) => {
+      let c = index.get(t.channelId);
+      if (c === undefined) {
+        index.set(t.channelId, (c = index.size + 1));
+        callKeys.push(keys.slots(t.channelId), keys.cooldown(t.channelId), keys.queue(t.channelId));
+        channelArgs.push(t.max, t.channelId);
+      }
+      requestArgs.push(i === targets.length - 1 ? -c : c);
+    });
+  }
+  return {
+    keys: callKeys,
+    args: [
+      leaseTtlMs,
+      checkCooldown ? 1 : 0,
+      index.size,
+      claimMs,
+      keys.grants(),
+      ...channelArgs,
+      ...requestArgs,
+    ],
+    read: (raw) => splitAcquireReply(parse(raw), requests),
+  };
+}
+
+/**
+ * Splits a turn's acquires into calls: requests with the same lease TTL and cooldown setting (normally all of them),
+ * trying at most `max` channels in total per call (a lone request may exceed it).
+ */
+export function groupAcquires<Q extends { request: AcquireRequest }>(
+  queue: readonly Q[],
+  max: number,
+): Q[][] {
+  const open = new Map<string, { group: Q[]; weight: number }>();
+  const groups: Q[][] = [];
+  for (const q of queue) {
+    const key = `${q.request.opts.leaseTtlMs}:${q.request.opts.checkCooldown}`;
+    let current = open.get(key);
+    const w = q.request.targets.length;
+    if (current && current.weight + w > max) current = undefined;
+    if (!current) {
+      current = { group: [], weight: 0 };
+      open.set(key, current);
+      groups.push(current.group);
+    }
+    current.group.push(q);
+    current.weight += w;
+  }
+  return groups;
+}
