@@ -22,7 +22,7 @@ describe('MemoryStore: where a registration stands', () => {
     const store = new MemoryStore({ clock, claimMs: CLAIM_MS });
     const grants: string[] = [];
     const listening = store.listen('m', {
-      grant: (_, token) => grants.push(token),
+      grant: ({ token }) => void grants.push(token),
       queued: () => {},
       resync: () => {},
     });
@@ -41,7 +41,7 @@ describe('MemoryStore: where a registration stands', () => {
     expect(
       await store.enqueue({ channelId: 'p', token: 'm:2', max: 1 }, { ...opts, arrivedMsAgo: 0.5 }),
     ).toBe('queued');
-    expect(await store.release({ channelId: 'p', token: 'm:h', ttlMs: 60_000 })).toBe(true);
+    expect(await store.release({ channelId: 'p', token: 'm:h' }, 60_000).done).toBe(true);
     expect(grants).toEqual(['m:1']);
     await listening.stop();
     await store.close();

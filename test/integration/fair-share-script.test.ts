@@ -10,7 +10,7 @@ import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from
 import { Redis } from 'ioredis';
 import { KeyBuilder } from '../../packages/slotgate/src/store/redis/keys.js';
 import { SCRIPTS } from '../../packages/slotgate/src/store/redis/scripts.js';
-import { redisMs } from '../../packages/slotgate/src/store/redis/redis-time.js';
+import { redisMs } from '../../packages/slotgate/src/store/redis/loads/redis-offset.js';
 import { redisUrl, uniquePrefix } from '../helpers/redis.js';
 
 const ID = 'fair';
@@ -73,7 +73,7 @@ async function release(holder: string): Promise<string[]> {
   const reply = await SCRIPTS.releaseSlot.call(
     client,
     [keys.slots(ID), keys.queue(ID)],
-    [holder, 5_000, LEASE_TTL_MS, keys.grants(), ID, RELEASER, '0', ''],
+    [holder, 5_000, LEASE_TTL_MS, keys.grants(), ID, RELEASER],
   );
   expect(reply.removed).toBe(true);
   return reply.local;

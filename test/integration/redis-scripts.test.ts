@@ -9,10 +9,10 @@ import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from
 import { Redis } from 'ioredis';
 import { fixFindings } from '../../packages/slotgate/src/store/redis/doctor/check.js';
 import { KeyBuilder, encodeChannelId } from '../../packages/slotgate/src/store/redis/keys.js';
-import { MAX_REGISTRATION_LIVE_MS } from '../../packages/slotgate/src/store/redis/queues/queues.js';
+import { MAX_REGISTRATION_LIVE_MS } from '../../packages/slotgate/src/store/redis/queues/members.js';
 import { RedisStore } from '../../packages/slotgate/src/store/redis/redis-store.js';
 import { SCRIPTS, loadLua } from '../../packages/slotgate/src/store/redis/scripts.js';
-import { redisMs } from '../../packages/slotgate/src/store/redis/redis-time.js';
+import { redisMs } from '../../packages/slotgate/src/store/redis/loads/redis-offset.js';
 import { redisUrl, uniquePrefix } from '../helpers/redis.js';
 import { useCleanups } from '../helpers/cleanups.js';
 
@@ -74,19 +74,12 @@ interface Target {
 
 /**
  * Raw acquire of several requests in one call (the store's coalesced form): returns the flat list of numeric codes
- * (1 acquired, 0 full, 2 cooling, 3 queued), each request's codes ending at its first 1 or after its channels. Every
- * channel asks for an extension of its key's expiry unless `extend` is false.
+ * (1 acquired, 0 full, 2 cooling, 3 queued), each request's codes ending at its first 1 or after its channels.
  */
 async function acquireMany(
   requests: { token: string; targets: Target[] }[],
   ttlMs: number,
-  {
-    check = true,
-    extend = true,
-    gt = false,
-    claimMs = CLAIM_MS,
-    now,
-  }: { check?: boolean; extend?: boolean; gt?: boolean; claimMs?: number; now?: number } = {},
+  { check = true, claimMs = CLAIM_MS }: { check?: boolean; claimMs?: number } = {},
 ): Promise<number[]> {
   const index = new Map<string, number>();
   const k: string[] = [];
@@ -98,7 +91,7 @@ async function acquireMany(
       if (!index.has(t.id)) {
         index.set(t.id, index.size + 1);
         k.push(keys.slots(t.id), keys.cooldown(t.id), keys.queue(t.id));
-        channelArgs.push(t.max, extend ? (gt ? 2 : 1) : 0, t.id);
+        channelArgs.push(t.max, t.id);
       }
       requestArgs.push(i === targets.length - 1 ? -index.get(t.id)! : index.get(t.id)!);
     });
@@ -109,22 +102,15 @@ async function acquireMany(
     index.size,
     claimMs,
     keys.grants(),
-    now ?? '',
     ...channelArgs,
     ...requestArgs,
   ]);
   return codes.map((c) => CODE[c]);
 }
 
-/** Raw acquire of one request: its codes (`gt`: the extension asked as `PEXPIRE … GT`, Redis 7). */
-async function acquire(
-  targets: Target[],
-  token: string,
-  ttlMs: number,
-  check = true,
-  gt = false,
-): Promise<number[]> {
-  return acquireMany([{ token, targets }], ttlMs, { check, gt });
+/** Raw acquire of one request: its codes. */
+async function acquire(targets: Target[], token: string, ttlMs: number, check = true): Promise<number[]> {
+  return acquireMany([{ token, targets }], ttlMs, { check });
 }
 
 /** Fills the channel (max = the number of tokens) with live leases. */
@@ -165,29 +151,23 @@ const queueArgs = (id: string, first: string, o: Omit<QueueOptions, 'liveMs'>) =
   id,
 ];
 
-/**
- * Registers a waiter under the member `max|liveMs|token`. `check` false is the caller's word that the queue key
- * outlives the registration (ARGV[7] "0"): its expiry is then checked only where the queue forms anew.
- */
+/** Registers a waiter under the member `max|liveMs|token`. */
 function enqueue(
   id: string,
   token: string,
   max: number,
-  { maxWaiting = 10, check = true, ...o }: QueueOptions & { maxWaiting?: number; check?: boolean } = {},
+  { maxWaiting = 10, ...o }: QueueOptions & { maxWaiting?: number } = {},
 ) {
   return SCRIPTS.enqueueWaiter.call(client, queueKeys(id), [
     ...queueArgs(id, member(token, max, o.liveMs), o),
     maxWaiting,
-    check ? 1 : 0,
+    0,
   ]);
 }
 
-/**
- * releaseSlot as another instance's release (none of the waiters is the releaser's), its store not knowing the slots
- * key's expiry: whether the slot was held.
- */
+/** releaseSlot as another instance's release (none of the waiters is the releaser's): whether the slot was held. */
 async function releaseSlot(id: string, token: string, o: Omit<QueueOptions, 'liveMs'> = {}) {
-  const reply = await SCRIPTS.releaseSlot.call(client, queueKeys(id), [...queueArgs(id, token, o), '', 0]);
+  const reply = await SCRIPTS.releaseSlot.call(client, queueKeys(id), [...queueArgs(id, token, o), '']);
   expect(reply.local).toEqual([]);
   return reply.removed;
 }
@@ -297,35 +277,21 @@ async function channelKeys(id: string): Promise<string[]> {
 }
 
 /**
- * Every message published on this test's grants channels, as "<instance> <kind> <token/channel…>", in order; a grant
- * ("G\n<claim deadline>\n<token>\n<channel>") reads "g <token> <channel>", its deadline kept in `deadlines` (token →
- * Redis ms). `settle` publishes a marker after everything the test ran and returns the messages once the marker is
- * back: Redis delivers a connection's messages in publish order, so none published before it is missing.
+ * Every message published on this test's grants channels, as "<instance> <kind> <token/channel…>", in order.
+ * `settle` publishes a marker after everything the test ran and returns the messages once the marker is back: Redis
+ * delivers a connection's messages in publish order, so none published before it is missing.
  */
-async function grantsFeed(): Promise<{
-  settle(): Promise<string[]>;
-  deadlines: Map<string, number>;
-  formed: number[];
-}> {
+async function grantsFeed(): Promise<{ settle(): Promise<string[]> }> {
   const sub = new Redis(redisUrl(), { maxRetriesPerRequest: 1 });
   cleanups.push(() => sub.disconnect());
   const channelPrefix = keys.grants();
   const seen: string[] = [];
-  const deadlines = new Map<string, number>();
-  const formed: number[] = [];
   sub.on('pmessage', (_pattern: string, channel: string, message: string) => {
-    const [kind, ...rest] = message.split('\n');
-    if (kind === 'G') deadlines.set(rest[1]!, Number(rest.shift()));
-    if (kind === 'Q') formed.push(Number(rest.shift()));
-    seen.push(
-      `${channel.slice(channelPrefix.length)} ${[kind === 'G' || kind === 'Q' ? kind.toLowerCase() : kind, ...rest].join(' ')}`,
-    );
+    seen.push(`${channel.slice(channelPrefix.length)} ${message.split('\n').join(' ')}`);
   });
   await sub.psubscribe(`${channelPrefix}*`);
   let markers = 0;
   return {
-    deadlines,
-    formed,
     async settle() {
       const marker = `~ marker ${++markers}`;
       await client.publish(`${channelPrefix}~`, `marker ${markers}`);
@@ -355,34 +321,13 @@ describe('acquire script', () => {
     expect(score).toBeLessThanOrEqual(after + 45_000);
   });
 
-  it("scores the lease at the caller's estimate of now + ttl when given one, and reads no TIME for it", async () => {
-    const calls = async () => {
-      const info = await client.info('commandstats');
-      return Number(/cmdstat_time:calls=(\d+)/.exec(info)?.[1] ?? 0);
-    };
-    const t = await redisNow();
-    const given = t + 5_000;
-    await client.zadd(keys.slots('b'), t + 60_000, 'y:1');
-    const before = await calls();
-    expect(
-      await acquireMany([{ token: 'x:1', targets: [{ id: 'a', max: 3 }] }], 45_000, { now: given }),
-    ).toEqual([1]);
-    expect(await calls()).toBe(before);
-    expect(Number(await client.zscore(keys.slots('a'), 'x:1'))).toBe(given + 45_000);
-    // a full set is still swept by Redis's own clock: an estimate never makes a live member look expired
-    expect(
-      await acquireMany([{ token: 'x:2', targets: [{ id: 'b', max: 1 }] }], 45_000, { now: given }),
-    ).toEqual([0]);
-    expect(await calls()).toBe(before + 1);
-  });
-
   it('on missing keys creates the slots set with an expiry and never creates the cooldown key', async () => {
     expect(await client.exists(keys.slots('new'), keys.cooldown('new'))).toBe(0);
     expect(await acquire([{ id: 'new', max: 2 }], 'x:1', 30_000)).toEqual([1]);
     expect(await client.exists(keys.cooldown('new'))).toBe(0);
     const pttl = await client.pttl(keys.slots('new'));
-    expect(pttl).toBeGreaterThan(25_000);
-    expect(pttl).toBeLessThanOrEqual(30_000);
+    expect(pttl).toBeGreaterThan(30_000);
+    expect(pttl).toBeLessThanOrEqual(37_500);
   });
 
   it('drops expired members when the set looks full and admits into the freed place', async () => {
@@ -423,27 +368,6 @@ describe('acquire script', () => {
     expect(await members(keys.slots('c'))).toEqual(['x:1']);
     // the cooldown itself is left as it was
     expect(await client.get(keys.cooldown('c'))).toBe('upstream 429');
-  });
-
-  it('needs no ZCARD for a first channel whose slots key is missing (the EXISTS counts it), one when it is there', async () => {
-    const zcards = async () => {
-      const info = await client.info('commandstats');
-      return Number(/cmdstat_zcard:calls=(\d+)/.exec(info)?.[1] ?? 0);
-    };
-    await client.set(keys.cooldown('cool'), 'x', 'PX', 60_000);
-    const targets = [
-      { id: 'z', max: 1 },
-      { id: 'cool', max: 1 },
-      { id: 'f', max: 1 },
-    ];
-    let before = await zcards();
-    // a missing first channel, with a cooling one in the same call (the EXISTS count still tells them apart)
-    expect(await acquire(targets, 'x:1', 60_000)).toEqual([1]);
-    expect(await zcards()).toBe(before);
-    before = await zcards();
-    // there now, and full: counted; the cooling one is skipped; the third (not first: counted) admits
-    expect(await acquire(targets, 'x:2', 60_000)).toEqual([0, 2, 1]);
-    expect(await zcards()).toBe(before + 2);
   });
 
   it('multi-channel acquire walks in order and stops at the first admission', async () => {
@@ -529,25 +453,24 @@ describe('acquire script', () => {
   });
 });
 
-describe('acquire script: key expiry requests', () => {
-  it('without the extension flag an existing key keeps its expiry; with it the key is extended to TTL', async () => {
+describe('acquire script: key expiry', () => {
+  it('an admission extends a key with less than a TTL left to 1.25 TTL, and leaves one with more', async () => {
     await acquire([{ id: 'x', max: 9 }], 'x:1', 60_000);
     await client.pexpire(keys.slots('x'), 10_000);
-    expect(
-      await acquireMany([{ token: 'x:2', targets: [{ id: 'x', max: 9 }] }], 60_000, { extend: false }),
-    ).toEqual([1]);
-    expect(await client.pttl(keys.slots('x'))).toBeLessThanOrEqual(10_000);
-    expect(await acquireMany([{ token: 'x:3', targets: [{ id: 'x', max: 9 }] }], 60_000)).toEqual([1]);
-    expect(await client.pttl(keys.slots('x'))).toBeGreaterThan(50_000);
+    expect(await acquire([{ id: 'x', max: 9 }], 'x:2', 60_000)).toEqual([1]);
+    const extended = await client.pttl(keys.slots('x'));
+    expect(extended).toBeGreaterThan(70_000);
+    expect(extended).toBeLessThanOrEqual(75_000);
+    await client.pexpire(keys.slots('x'), 65_000);
+    expect(await acquire([{ id: 'x', max: 9 }], 'x:3', 60_000)).toEqual([1]);
+    expect(await client.pttl(keys.slots('x'))).toBeLessThanOrEqual(65_000);
   });
 
-  it('an empty key always gets an expiry with its first lease, whatever the flag', async () => {
-    expect(
-      await acquireMany([{ token: 'e:1', targets: [{ id: 'e', max: 2 }] }], 30_000, { extend: false }),
-    ).toEqual([1]);
+  it('an empty key gets an expiry with its first lease', async () => {
+    expect(await acquire([{ id: 'e', max: 2 }], 'e:1', 30_000)).toEqual([1]);
     const pttl = await client.pttl(keys.slots('e'));
-    expect(pttl).toBeGreaterThan(25_000);
-    expect(pttl).toBeLessThanOrEqual(30_000);
+    expect(pttl).toBeGreaterThan(30_000);
+    expect(pttl).toBeLessThanOrEqual(37_500);
   });
 });
 
@@ -787,30 +710,6 @@ describe('grants: a freed slot goes to the oldest live waiter', () => {
     expect(score).toBeGreaterThanOrEqual(before + 2_500);
     expect(score).toBeLessThanOrEqual(after + 2_500);
     expect(await feed.settle()).toEqual(['h q d', 'gw-1:host g gw-1:host:7 d']);
-    // the message names the claim deadline: the grant's score, on the Redis clock
-    expect(feed.deadlines.get('gw-1:host:7')).toBe(score);
-  });
-
-  it("a release given the caller's estimate of now scores its grant from it and reads no TIME; a sweep still does", async () => {
-    const timeCalls = async () =>
-      Number(/cmdstat_time:calls=(\d+)/.exec(await client.info('commandstats'))?.[1] ?? 0);
-    await hold('rg', 'h:1');
-    expect(await enqueue('rg', 'w:1', 1)).toBe('queued');
-    expect(await enqueue('rg', 'w:2', 1)).toBe('queued');
-    const given = (await redisNow()) + 5_000;
-    const release = (token: string) =>
-      SCRIPTS.releaseSlot.call(client, queueKeys('rg'), [...queueArgs('rg', token, {}), '', 0, given]);
-    let before = await timeCalls();
-    expect((await release('h:1')).removed).toBe(true);
-    expect(await timeCalls()).toBe(before);
-    expect(Number(await client.zscore(keys.slots('rg'), 'w:1'))).toBe(given + CLAIM_MS);
-    // a release that finds the set full before any grant (a lease it did not hold) sweeps it by Redis's own clock:
-    // w:1's grant, scored 5 s past it, stays
-    before = await timeCalls();
-    expect((await release('none:1')).removed).toBe(false);
-    expect(await timeCalls()).toBe(before + 1);
-    expect(await members(keys.slots('rg'))).toEqual(['w:1']);
-    expect(await members(keys.queue('rg'))).toEqual([member('w:2', 1)]);
   });
 
   it("a release by a waiter's own instance grants it a full lease, named in the reply, with no message", async () => {
@@ -822,10 +721,9 @@ describe('grants: a freed slot goes to the oldest live waiter', () => {
     const reply = await SCRIPTS.releaseSlot.call(client, queueKeys('own'), [
       ...queueArgs('own', 'gw:1', {}),
       'gw',
-      0,
     ]);
     const after = await redisNow();
-    expect(reply).toEqual({ removed: true, checked: true, emptied: false, local: ['gw:2'] }); // other:1 waits
+    expect(reply).toEqual({ removed: true, waiting: true, local: ['gw:2'] }); // other:1 waits
     const score = Number(await client.zscore(keys.slots('own'), 'gw:2'));
     expect(score).toBeGreaterThanOrEqual(before + LEASE_TTL_MS); // a full lease: no claim needed
     expect(score).toBeLessThanOrEqual(after + LEASE_TTL_MS);
@@ -833,9 +731,8 @@ describe('grants: a freed slot goes to the oldest live waiter', () => {
     const next = await SCRIPTS.releaseSlot.call(client, queueKeys('own'), [
       ...queueArgs('own', 'gw:2', {}),
       'gw',
-      0,
     ]);
-    expect(next).toEqual({ removed: true, checked: true, emptied: true, local: [] }); // no live waiter left
+    expect(next).toEqual({ removed: true, waiting: false, local: [] }); // no live waiter left
     expect(Number(await client.zscore(keys.slots('own'), 'other:1'))).toBeLessThanOrEqual(
       (await redisNow()) + CLAIM_MS,
     );
@@ -1121,24 +1018,6 @@ describe('acquireSlots with a queue: no barging', () => {
     expect(await members(keys.slots('free'))).toEqual(['r:2']);
   });
 
-  it('one channel tells its cooldown and its queue apart from the first EXISTS alone', async () => {
-    await hold('cq', 'h:1');
-    expect(await enqueue('cq', 'w:1', 1)).toBe('queued');
-    await client.zrem(keys.slots('cq'), 'h:1');
-    await client.set(keys.cooldown('cq'), 'x', 'PX', 30_000);
-    // cooling first: no grant is made by a request that does not look at the queue
-    expect(await acquire([{ id: 'cq', max: 1 }], 'n:1', 60_000)).toEqual([2]);
-    expect(await client.exists(keys.slots('cq'))).toBe(0);
-    // with the cooldown check off the queue is seen: its waiter gets the slot, the request is full
-    expect(await acquire([{ id: 'cq', max: 1 }], 'n:2', 60_000, false)).toEqual([0]);
-    expect(await members(keys.slots('cq'))).toEqual(['w:1']);
-    // cooling, no queue left
-    expect(await acquire([{ id: 'cq', max: 5 }], 'n:3', 60_000)).toEqual([2]);
-    // neither: admitted
-    await client.del(keys.cooldown('cq'));
-    expect(await acquire([{ id: 'cq', max: 5 }], 'n:4', 60_000)).toEqual([1]);
-  });
-
   it('a queue of expired waiters only is dropped and the request admitted', async () => {
     await hold('old', 'h:1');
     expect(await enqueue('old', 'w:1', 1, { liveMs: 100 })).toBe('queued');
@@ -1313,19 +1192,12 @@ describe('requeueWaiter script', () => {
   });
 });
 
-describe('queue news: the "Q" message', () => {
+describe('queue news: the "q" message', () => {
   it('reaches each instance holding a slot once, when the queue forms, and again when it forms anew', async () => {
     const feed = await grantsFeed();
     await hold('qn', 'a:1', 'a:2', 'b:1');
-    const before = await redisNow();
     expect(await enqueue('qn', 'w:1', 3)).toBe('queued');
-    const after = await redisNow();
     expect(await feed.settle()).toEqual(['a q qn', 'b q qn']);
-    // it says when the queue formed, on the Redis clock (ms), the same for every instance told
-    expect(feed.formed).toHaveLength(2);
-    expect(feed.formed[0]).toBe(feed.formed[1]);
-    expect(feed.formed[0]).toBeGreaterThanOrEqual(before);
-    expect(feed.formed[0]).toBeLessThanOrEqual(after);
     expect(await enqueue('qn', 'w:2', 3)).toBe('queued'); // the queue was there: nobody is told again
     expect(await feed.settle()).toEqual(['a q qn', 'b q qn']);
     expect(await leaveQueue('qn', 'w:1', 3)).toBe(false);
@@ -1373,7 +1245,7 @@ describe('key expiry: set, and only ever extended', () => {
 
   it('acquire with a short TTL then a long TTL extends the slots key', async () => {
     await acquire([{ id: 'k', max: 5 }], 'short:1', 1_000);
-    expect(await client.pttl(keys.slots('k'))).toBeLessThanOrEqual(1_000);
+    expect(await client.pttl(keys.slots('k'))).toBeLessThanOrEqual(1_250);
     await acquire([{ id: 'k', max: 5 }], 'long:1', 600_000);
     expect(await client.pttl(keys.slots('k'))).toBeGreaterThan(590_000);
   });
@@ -1383,24 +1255,8 @@ describe('key expiry: set, and only ever extended', () => {
     expect(await client.pttl(keys.slots('k'))).toBe(-1);
     await acquire([{ id: 'k', max: 5 }], 'x:1', 20_000);
     const pttl = await client.pttl(keys.slots('k'));
-    expect(pttl).toBeGreaterThan(15_000);
-    expect(pttl).toBeLessThanOrEqual(20_000);
-  });
-
-  it('with PEXPIRE … GT (Redis 7): extends, never shortens, and gives a key without expiry one', async () => {
-    const major = Number(/redis_version:(\d+)/.exec(await client.info('server'))![1]);
-    expect(major).toBeGreaterThanOrEqual(7); // the harness's redis-server (Debian's) has GT
-    await acquire([{ id: 'g', max: 5 }], 'short:1', 1_000, true, true);
-    await acquire([{ id: 'g', max: 5 }], 'long:1', 600_000, true, true);
-    expect(await client.pttl(keys.slots('g'))).toBeGreaterThan(590_000);
-    await acquire([{ id: 'g', max: 5 }], 'short:2', 1_000, true, true);
-    expect(await client.pttl(keys.slots('g'))).toBeGreaterThan(590_000);
-    await client.zadd(keys.slots('n'), '+inf', 'planted');
-    expect(await client.pttl(keys.slots('n'))).toBe(-1);
-    await acquire([{ id: 'n', max: 5 }], 'x:1', 20_000, true, true);
-    const pttl = await client.pttl(keys.slots('n'));
-    expect(pttl).toBeGreaterThan(15_000);
-    expect(pttl).toBeLessThanOrEqual(20_000);
+    expect(pttl).toBeGreaterThan(20_000);
+    expect(pttl).toBeLessThanOrEqual(25_000);
   });
 
   it('a full or cooling acquire does not touch the expiry', async () => {
@@ -1424,7 +1280,7 @@ describe('key expiry: set, and only ever extended', () => {
   it('renew with only lost leases leaves the key expiry alone', async () => {
     await acquire([{ id: 'k', max: 5 }], 'x:1', 2_000);
     expect(await renew([['k', 'ghost:1']], 600_000)).toEqual([1]);
-    expect(await client.pttl(keys.slots('k'))).toBeLessThanOrEqual(2_000);
+    expect(await client.pttl(keys.slots('k'))).toBeLessThanOrEqual(2_500);
   });
 
   it('enqueue extends the queue key to twice the registration lifetime when below 1.5 of it, never shortening it', async () => {
@@ -1447,21 +1303,6 @@ describe('key expiry: set, and only ever extended', () => {
     const long = await client.pttl(keys.queue('k'));
     expect(long).toBeGreaterThan(2 * MAX_LIVE_MS - 4_000);
     expect(long).toBeLessThanOrEqual(2 * MAX_LIVE_MS);
-  });
-
-  it('an enqueue told its queue key outlives it checks no expiry behind a live waiter, but does where the queue forms', async () => {
-    await hold('kc', 'h:1');
-    const unchecked = (token: string, liveMs: number) => enqueue('kc', token, 1, { liveMs, check: false });
-    // the queue forms with this waiter: its key is new, so its expiry is set whatever the caller said
-    expect(await unchecked('w:1', 8_000)).toBe('queued');
-    expect(await client.pttl(keys.queue('kc'))).toBeGreaterThan(15_000);
-    // behind a live waiter: left as it is
-    await client.pexpire(keys.queue('kc'), 1_000);
-    expect(await unchecked('w:2', 8_000)).toBe('queued');
-    expect(await client.pttl(keys.queue('kc'))).toBeLessThanOrEqual(1_000);
-    // and checked when asked
-    expect(await enqueue('kc', 'w:3', 1, { liveMs: 8_000 })).toBe('queued');
-    expect(await client.pttl(keys.queue('kc'))).toBeGreaterThan(15_000);
   });
 
   it('a registration is live for the lifetime its member names past its arrival: a release drops one that ran out and grants the next live one', async () => {
@@ -1490,48 +1331,6 @@ describe('key expiry: set, and only ever extended', () => {
     await setUp('ls', 6_000, 5_000);
     expect(await members(keys.slots('ls'))).toEqual(['w:2']);
     expect(await client.exists(keys.queue('ls'))).toBe(0);
-  });
-
-  it("a release told the slots key's expiry is known skips its PTTL, unless the key was empty", async () => {
-    const trusted = (id: string, token: string) =>
-      SCRIPTS.releaseSlot.call(client, queueKeys(id), [
-        ...queueArgs(id, token, { leaseTtlMs: 60_000 }),
-        '',
-        1,
-      ]);
-    // a full channel of 2 with a waiter: the grant lands in a key that holds the other lease, whose expiry is known
-    await hold('kt', 'h:1', 'h:2');
-    expect(await enqueue('kt', 'w:1', 2)).toBe('queued');
-    await client.pexpire(keys.slots('kt'), 1_000);
-    expect(await trusted('kt', 'h:2')).toEqual({ removed: true, checked: false, emptied: true, local: [] });
-    expect(await members(keys.slots('kt'))).toEqual(['h:1', 'w:1']);
-    expect(await client.pttl(keys.slots('kt'))).toBeLessThanOrEqual(1_000);
-    // a channel of 1: the release empties the key, and the grant creates it again: its expiry is always set
-    await hold('ke', 'h:1');
-    expect(await enqueue('ke', 'w:1', 1)).toBe('queued');
-    expect(await trusted('ke', 'h:1')).toEqual({ removed: true, checked: true, emptied: true, local: [] });
-    expect(await members(keys.slots('ke'))).toEqual(['w:1']);
-    expect(await client.pttl(keys.slots('ke'))).toBeGreaterThan(70_000);
-    // untold, it checks (and says so)
-    await hold('ku', 'h:1', 'h:2');
-    expect(await enqueue('ku', 'w:1', 2)).toBe('queued');
-    await client.pexpire(keys.slots('ku'), 1_000);
-    expect(await releaseSlot('ku', 'h:2', { leaseTtlMs: 60_000 })).toBe(true);
-    expect(await client.pttl(keys.slots('ku'))).toBeGreaterThan(70_000);
-  });
-
-  it('a queue that forms anew over run-out registrations gets its key checked even when the caller said it was covered', async () => {
-    await hold('kn', 'h:1');
-    // a dead registration left in a key about to expire (its waiter's instance died without leaving)
-    await plantExpiredWaiter('kn', member('dead:1', 1));
-    await client.pexpire(keys.queue('kn'), 1_000);
-    expect(await enqueue('kn', 'w:1', 1, { liveMs: 8_000, check: false })).toBe('queued');
-    expect(await members(keys.queue('kn'))).toEqual([member('w:1', 1, 8_000)]);
-    // twice the lifetime: the key outlives the new registration (its arrival + 8 s) by a lifetime, and another
-    // store's hint that it has 1.5 lifetimes holds
-    const pttl = await client.pttl(keys.queue('kn'));
-    expect(pttl).toBeGreaterThan(15_000);
-    expect(pttl).toBeLessThanOrEqual(16_000);
   });
 
   it('a queue-full enqueue leaves the expiries as they were', async () => {
@@ -1741,7 +1540,7 @@ describe('Cluster: every script call stays within one hash slot', () => {
     expect(await store.pollWaiter(waiter, 60_000)).toBe('queued');
     const moved = { ...waiter, token: 'w:2' };
     expect(await store.requeue(waiter, moved, wait)).toBe('queued');
-    expect(await store.release({ channelId: id, token: 'c:1' })).toBe(true); // through the queue: a grant
+    expect(await store.release({ channelId: id, token: 'c:1' }, 60_000).done).toBe(true); // a grant
     expect(await store.leaveQueue(moved, 60_000)).toBe(true);
     expect(
       await store.renew(
@@ -1781,10 +1580,12 @@ describe('Cluster: every script call stays within one hash slot', () => {
       mode: 'full',
       counts: new Map([[id, { active: 1, waiting: 0 }]]),
       keepMs: 60_000,
-      sweep: 1,
       read: [id, other],
     });
-    expect(read.loads.get(id)).toMatchObject({ active: 1, waiting: 0 });
+    expect(read.get(id)).toMatchObject({ active: 1, waiting: 0 });
+    // the direct reads: the loads and the holders, one channel per call
+    expect([...(await store.readLoads([id, other])).keys()]).toEqual([id, other]);
+    expect([...(await store.readHolders([id, other])).keys()]).toEqual([id, other]);
 
     const tags = new Set([encodeChannelId(id), encodeChannelId(other), hashTag(keys.loadSummary())]);
     for (const k of [keys.loadCounts(), keys.loadCooling(), keys.loadSnapshot(50)])

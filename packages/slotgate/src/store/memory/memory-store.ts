@@ -114,7 +114,7 @@ export class MemoryStore implements SlotStore {
   }
 
   /** Sent at once: nothing to withdraw. */
-  release(lease: LeaseRef): PendingRelease {
+  release(lease: LeaseRef, _leaseTtlMs?: number): PendingRelease {
     this.counts.release++;
     const set = this.slots.get(lease.channelId);
     const removed = set?.members.delete(lease.token) ?? false;
