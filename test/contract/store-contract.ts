@@ -630,14 +630,14 @@ export function runStoreContract(
     it('sums what every instance reports, per channel, and reads any channel (0 for none) in one exchange', async () => {
       await exchange({
         instanceId: 'A',
-        mode: 'full',
+        mode: 'changes',
         counts: counts({ x: [2, 1], y: [1, 0] }),
         keepMs: 60_000,
         read: [],
       });
       const b = await exchange({
         instanceId: 'B',
-        mode: 'full',
+        mode: 'changes',
         counts: counts({ x: [3, 0] }),
         keepMs: 60_000,
         read: ['x', 'y', 'z'],
@@ -649,14 +649,14 @@ export function runStoreContract(
     it("a change replaces the instance's earlier count (absolute, so an exchange sent twice changes nothing)", async () => {
       await exchange({
         instanceId: 'A',
-        mode: 'full',
+        mode: 'changes',
         counts: counts({ x: [2, 0] }),
         keepMs: 60_000,
         read: [],
       });
       await exchange({
         instanceId: 'B',
-        mode: 'full',
+        mode: 'changes',
         counts: counts({ x: [1, 0] }),
         keepMs: 60_000,
         read: [],
@@ -678,28 +678,28 @@ export function runStoreContract(
       expect(shown(none)).toEqual({ x: [1, 0] });
     });
 
-    it('a full report zeroes the channels it no longer names; leaving takes everything out', async () => {
+    it('a count of zero takes the channel out; leaving takes everything out', async () => {
       await exchange({
         instanceId: 'A',
-        mode: 'full',
+        mode: 'changes',
         counts: counts({ x: [2, 0], y: [1, 1] }),
         keepMs: 60_000,
         read: [],
       });
       await exchange({
         instanceId: 'B',
-        mode: 'full',
+        mode: 'changes',
         counts: counts({ y: [1, 0] }),
         keepMs: 60_000,
         read: [],
       });
-      const full = await exchange({
+      const zeroed = await exchange({
         instanceId: 'A',
-        mode: 'full',
-        counts: counts({ x: [1, 0] }),
+        mode: 'changes',
+        counts: counts({ x: [1, 0], y: [0, 0] }),
         read: ['x', 'y'],
       });
-      expect(shown(full)).toEqual({ x: [1, 0], y: [1, 0] });
+      expect(shown(zeroed)).toEqual({ x: [1, 0], y: [1, 0] });
       const left = await exchange({ instanceId: 'A', mode: 'leave', counts: new Map(), read: ['x', 'y'] });
       expect(shown(left)).toEqual({ x: [0, 0], y: [1, 0] });
     });
@@ -707,14 +707,14 @@ export function runStoreContract(
     it('an instance that stops exchanging lapses: reads leave its counts out; its next exchange puts them all back', async () => {
       await exchange({
         instanceId: 'dead',
-        mode: 'full',
+        mode: 'changes',
         counts: counts({ x: [3, 1], y: [1, 0] }),
         keepMs: 300,
         read: [],
       });
       await exchange({
         instanceId: 'live',
-        mode: 'full',
+        mode: 'changes',
         counts: counts({ x: [1, 0] }),
         keepMs: 60_000,
         read: [],
@@ -803,7 +803,7 @@ export function runStoreContract(
       const ids = Array.from({ length: 300 }, (_, i) => `c${i}`);
       await exchange({
         instanceId: 'A',
-        mode: 'full',
+        mode: 'changes',
         counts: counts({ c1: [1, 0] }),
         keepMs: 60_000,
         read: [],
@@ -870,8 +870,13 @@ export function runStoreContract(
       await exchange({ instanceId: 'C', mode: 'changes', counts: counts({ z: [2, 0] }), read: [] });
       await f.sleep(30);
       expect(await read('B', 10)).toEqual({ x: [5, 1], y: [4, 0], z: [2, 0] });
-      // after a full report (which zeroes every channel it does not name), the reporter's own part is exact too
-      await exchange({ instanceId: 'A', mode: 'full', counts: counts({ y: [1, 0] }), read: [] });
+      // after a report that zeroes a channel, the reporter's own part is exact too
+      await exchange({
+        instanceId: 'A',
+        mode: 'changes',
+        counts: counts({ x: [0, 0], y: [1, 0] }),
+        read: [],
+      });
       expect(await read('A', long)).toEqual({ x: [0, 0], y: [1, 0], z: [1, 0] });
       expect(await read('B', long)).toEqual({ x: [2, 0], y: [0, 0], z: [1, 0] });
     });

@@ -1577,7 +1577,7 @@ describe('Cluster: every script call stays within one hash slot', () => {
     // the load summary: all its keys under one hash tag of their own (redis.md, "The load summary")
     const read = await store.exchangeLoads({
       instanceId: 'c',
-      mode: 'full',
+      mode: 'changes',
       counts: new Map([[id, { active: 1, waiting: 0 }]]),
       keepMs: 60_000,
       read: [id, other],

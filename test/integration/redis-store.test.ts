@@ -802,8 +802,20 @@ describe('the load summary: versions of an instance counts', () => {
     JSON.parse((await cc.client.hget(store.keys.loadCounts(), id))!) as unknown[];
 
   it('a snapshot holding an older write than the last (landed late) shows the sums as they are, and the field is put right', async () => {
-    await store.exchangeLoads({ instanceId: 'V', mode: 'full', counts: mine(2), keepMs: 60_000, read: [] });
-    await store.exchangeLoads({ instanceId: 'W', mode: 'full', counts: mine(1), keepMs: 60_000, read: [] });
+    await store.exchangeLoads({
+      instanceId: 'V',
+      mode: 'changes',
+      counts: mine(2),
+      keepMs: 60_000,
+      read: [],
+    });
+    await store.exchangeLoads({
+      instanceId: 'W',
+      mode: 'changes',
+      counts: mine(1),
+      keepMs: 60_000,
+      read: [],
+    });
     // an older write of V lands after its last: the same tag, a version V no longer remembers, other counts
     const last = await field('V');
     const tag = String(last[0]).split('.')[0];
@@ -831,14 +843,14 @@ describe('the load summary built by the reader (many instance × channel counts)
     try {
       await s.exchangeLoads({
         instanceId: 'A',
-        mode: 'full',
+        mode: 'changes',
         counts: counts({ x: 2 }),
         keepMs: 60_000,
         read: [],
       });
       await s.exchangeLoads({
         instanceId: 'B',
-        mode: 'full',
+        mode: 'changes',
         counts: counts({ x: 1, y: 1 }),
         keepMs: 60_000,
         read: [],

@@ -25,7 +25,10 @@ describe('layering', () => {
     [`${lib}/admission/x.ts`, `import { Redis } from 'ioredis';`],
     [`${lib}/admission/x.ts`, `import Fastify from 'fastify';`],
     [`${lib}/index.ts`, `export { createGateway } from 'slotgate-gateway';`],
-    ['packages/gateway/src/x.ts', `import { LeaseManager } from '../../slotgate/src/admission/leases/lease-manager.js';`],
+    [
+      'packages/gateway/src/x.ts',
+      `import { LeaseManager } from '../../slotgate/src/admission/leases/lease-manager.js';`,
+    ],
     ['packages/gateway/src/x.ts', `import { KeyBuilder } from 'slotgate/store';`],
   ])('%s may not: %s', async (file, code) => {
     expect(await restricted(file, code)).toHaveLength(1);

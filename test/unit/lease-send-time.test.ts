@@ -6,7 +6,11 @@
  */
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { ManualClock } from '../../packages/slotgate/src/core/clock.js';
-import { fenceMarginMs, LeaseManager, type Lease } from '../../packages/slotgate/src/admission/leases/lease-manager.js';
+import {
+  fenceMarginMs,
+  LeaseManager,
+  type Lease,
+} from '../../packages/slotgate/src/admission/leases/lease-manager.js';
 import { MemoryStore } from '../../packages/slotgate/src/store/memory/memory-store.js';
 import type { RestartListener, SlotStore } from '../../packages/slotgate/src/store/store.js';
 import { flush, track } from './manual-time.js';
@@ -129,7 +133,7 @@ describe('a lease’s local expiry runs from the send of the call that confirmed
     expect(sent.reclaim).toHaveLength(1);
     const sentAt = sent.reclaim[0]!;
     await clock.advance(LATE_MS);
-    expect(m.hasLocal).toBe(false);
+    expect(lease.local).toBe(false);
     expect((await inner.readLoads(['a'])).get('a')!.active).toBe(1);
     await expectDatedFrom(lease, sentAt, state);
   });

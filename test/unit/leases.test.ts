@@ -12,12 +12,7 @@ import {
   type LeaseManagerOptions,
 } from '../../packages/slotgate/src/admission/leases/lease-manager.js';
 import { MemoryStore } from '../../packages/slotgate/src/store/memory/memory-store.js';
-import {
-  sentRelease,
-  type AcquireTarget,
-  type LeaseRef,
-  type SlotStore,
-} from '../../packages/slotgate/src/store/store.js';
+import type { AcquireTarget, LeaseRef, SlotStore } from '../../packages/slotgate/src/store/store.js';
 
 let clock: ManualClock;
 let inner: MemoryStore;
@@ -50,12 +45,14 @@ function manager(options: Partial<LeaseManagerOptions> = {}): LeaseManager {
   return m;
 }
 
-type Overrides = Partial<
-  Pick<SlotStore, 'acquireFirst' | 'release' | 'releaseDeferred' | 'renew' | 'reclaim' | 'claim'>
->;
+type Overrides = Partial<Pick<SlotStore, 'acquireFirst' | 'renew' | 'reclaim'>> & {
+  /** A release sent at once: its answer (the stub makes it a release that cannot be withdrawn). */
+  release?: (lease: LeaseRef) => Promise<boolean>;
+};
 
 /** A store that behaves like `inner` except for the overridden operations. */
 function stub(overrides: Overrides): SlotStore {
+  const { release } = overrides;
   return {
     kind: 'memory',
     maxChannelsPerAcquire: 50,
@@ -63,10 +60,9 @@ function stub(overrides: Overrides): SlotStore {
       return inner.commands;
     },
     acquireFirst: overrides.acquireFirst ?? ((t, o) => inner.acquireFirst(t, o)),
-    release: overrides.release ?? ((l) => inner.release(l)),
-    releaseDeferred:
-      overrides.releaseDeferred ??
-      ((l) => sentRelease(overrides.release ? overrides.release(l) : inner.release(l))),
+    release: release
+      ? (l) => ({ done: release(l), withdrawable: false, withdraw: () => false })
+      : (l, ttl) => inner.release(l, ttl),
     renew: overrides.renew ?? ((l, ttl) => inner.renew(l, ttl)),
     reclaim: overrides.reclaim ?? ((l, ttl, restore) => inner.reclaim(l, ttl, restore)),
     onRestart: () => () => {},
@@ -76,13 +72,12 @@ function stub(overrides: Overrides): SlotStore {
     leaveQueue: (w) => inner.leaveQueue(w),
     requeue: (f, t, o) => inner.requeue(f, t, o),
     listen: (id, l) => inner.listen(id, l),
-    claim: overrides.claim ?? ((l, ttl) => inner.claim(l, ttl)),
     queued: (id) => inner.queued(id),
     readLoads: (ids) => inner.readLoads(ids),
+    exchangeLoads: (e) => inner.exchangeLoads(e),
     readHolders: (ids) => inner.readHolders(ids),
     setCooldown: (...a) => inner.setCooldown(...a),
     clearCooldown: (id) => inner.clearCooldown(id),
-    readCooldown: (id) => inner.readCooldown(id),
     health: () => inner.health(),
     sharedSettings: (o) => inner.sharedSettings(o),
     presence: inner.presence,
@@ -151,13 +146,12 @@ describe('tokens and local counts', () => {
 });
 
 describe('lease deadline', () => {
-  it('runs from when the store built the acquire call (onSent), not from its reply: never past the lease in the store', async () => {
+  it('runs from before the call, not from its reply: never past the lease in the store', async () => {
     // a store that builds the call 300 ms after it was asked (a reconnect's check, say) and answers 700 ms later
-    // (Redis busy): the lease was scored when the call ran, no earlier than when it was built
     const slow = stub({
       acquireFirst: async (t, o) => {
         await clock.advance(300);
-        const reply = inner.acquireFirst(t, o); // MemoryStore builds (and calls onSent) at once
+        const reply = inner.acquireFirst(t, o);
         await clock.advance(700);
         return reply;
       },
@@ -166,22 +160,8 @@ describe('lease deadline', () => {
     const start = clock.now();
     const outcome = await m.acquireFirst([{ channelId: 'a', max: 1 }], true);
     expect(clock.now()).toBe(start + 1000);
-    expect(outcome.lease!.expiresAt).toBe(start + 300 + 60_000);
-    expect(outcome.lease!.acquiredAt).toBe(start + 1000);
-  });
-
-  it('runs from before the call with a store that does not say when it built it', async () => {
-    const silent = stub({
-      acquireFirst: async (t, o) => {
-        const reply = inner.acquireFirst(t, { ...o, onSent: undefined });
-        await clock.advance(700);
-        return reply;
-      },
-    });
-    const m = manager({ store: silent });
-    const start = clock.now();
-    const outcome = await m.acquireFirst([{ channelId: 'a', max: 1 }], true);
     expect(outcome.lease!.expiresAt).toBe(start + 60_000);
+    expect(outcome.lease!.acquiredAt).toBe(start + 1000);
   });
 
   it('a grant taken over from its own release runs from when that release was sent', async () => {
@@ -190,7 +170,7 @@ describe('lease deadline', () => {
     await clock.advance(400);
     const lease = m.adopt('a', 'inst:w', 1, 60_000, start);
     expect(lease.expiresAt).toBe(start + 60_000);
-    expect(m.adopt('b', 'inst:v', 1, 60_000).expiresAt).toBe(clock.now() + 60_000);
+    expect(m.adopt('b', 'inst:v', 1, 60_000, clock.now()).expiresAt).toBe(clock.now() + 60_000);
   });
 });
 
@@ -226,7 +206,7 @@ describe('release', () => {
       release: async (l) => {
         calls++;
         if (calls <= 3) throw new Error(`boom ${calls}`);
-        return inner.release(l);
+        return inner.release(l).done;
       },
     });
     const m = manager({ store });
@@ -313,10 +293,9 @@ describe('uncertain acquire', () => {
     expect((error as StoreUnavailableError).cause).toBe(cause);
     await flush();
     expect(released).toEqual([
-      // with the lease TTL: a release that grants the slot keeps the key alive as long as an acquire would
-      { channelId: 'a', token: 'inst:1', ttlMs: 60_000 },
-      { channelId: 'b', token: 'inst:1', ttlMs: 60_000 },
-      { channelId: 'c', token: 'inst:1', ttlMs: 60_000 },
+      { channelId: 'a', token: 'inst:1' },
+      { channelId: 'b', token: 'inst:1' },
+      { channelId: 'c', token: 'inst:1' },
     ]);
     expect(events).toEqual([
       { type: 'acquire_uncertain', channelIds: ['a', 'b', 'c'], token: 'inst:1', cleaned: true },
@@ -624,6 +603,7 @@ describe('claim', () => {
       max: 1,
       expiresAt: now + 60_000,
       ttlMs: 60_000,
+      local: false,
       lost: expect.any(AbortSignal),
     });
     expect(inner.commands.renew - renewals).toBe(1);
@@ -665,220 +645,6 @@ describe('claim', () => {
     expect(await activeIn('h')).toBe(0);
   });
 
-  describe('ahead of its answer (a grant known to hold its slot a while: claimAhead)', () => {
-    /** A store whose claims wait until the test answers them. */
-    function slowClaims() {
-      const answers: ((held: boolean | Error) => void)[] = [];
-      const store = stub({
-        claim: (l, ttl) =>
-          new Promise<boolean>((resolve, reject) =>
-            answers.push((held) =>
-              held instanceof Error ? reject(held) : void inner.claim(l, ttl).then((h) => resolve(h && held)),
-            ),
-          ),
-      });
-      return { store, answers };
-    }
-
-    /** A grant held `heldForMs` ahead of its claim, on a manager whose claims wait until the test answers them. */
-    async function heldAhead(heldForMs: number) {
-      const { store, answers } = slowClaims();
-      const m = manager({ store });
-      const token = await granted(m, 'g');
-      return { m, answers, token, lease: m.claimAhead('g', token, 1, heldForMs)! };
-    }
-
-    it('holds the slot at once, expiring with the grant, and a confirmed claim makes it a full lease', async () => {
-      const { m, answers, token, lease } = await heldAhead(3_000);
-      const at = clock.now();
-      expect(lease).toMatchObject({ channelId: 'g', token, max: 1, expiresAt: at + 3_000 });
-      expect([m.size, m.localCount('g'), answers.length]).toEqual([1, 1, 1]);
-      await clock.advance(100);
-      answers[0]!(true);
-      await flush();
-      expect(lease.expiresAt).toBe(at + 60_000); // from when the claim was sent
-      await clock.advance(10_000); // past the grant's own deadline: not fenced
-      expect([lease.lost.aborted, m.size]).toEqual([false, 1]);
-      expect(events).toEqual([]);
-    });
-
-    it('a claim that finds the grant gone loses the lease: its signal fires', async () => {
-      const { m, answers, token, lease } = await heldAhead(3_000);
-      answers[0]!(false);
-      await flush();
-      expect(lease.lost.aborted).toBe(true);
-      expect(lease.lost.reason).toBeInstanceOf(LeaseLostError);
-      expect([m.size, m.localCount('g')]).toEqual([0, 0]);
-      expect(events).toEqual([{ type: 'lease_lost', channelId: 'g', token, reason: 'missing' }]);
-    });
-
-    it('a claim that fails is tried again at once, as a renewal of that lease alone, which confirms it', async () => {
-      const { m, answers, lease } = await heldAhead(3_000);
-      const renewals = inner.commands.renew;
-      await clock.advance(500);
-      answers[0]!(new Error('connection lost'));
-      await flush();
-      expect(inner.commands.renew - renewals).toBe(1); // at once, not a third of the TTL (20 s) later
-      expect(lease.expiresAt).toBe(clock.now() + 60_000);
-      await clock.advance(5_000);
-      expect([lease.lost.aborted, m.size]).toEqual([false, 1]);
-    });
-
-    it('the try again is its own call: a renewal already on its way, which predates the lease, does not stand for it', async () => {
-      const slow: (() => void)[] = [];
-      let renewCalls = 0;
-      const store = stub({
-        renew: (l, ttl) =>
-          ++renewCalls > 1
-            ? inner.renew(l, ttl)
-            : new Promise((resolve) => slow.push(() => void inner.renew(l, ttl).then(resolve))),
-        claim: () => Promise.reject(new Error('connection reset')),
-      });
-      const m = manager({ store });
-      await take(m, 'o'); // another lease: renewals every 20 s
-      await clock.advance(20_000); // a renewal goes out, and answers late
-      expect(renewCalls).toBe(1);
-      const token = await granted(m, 'g');
-      const lease = m.claimAhead('g', token, 1, 3_000)!; // claimed at once; the claim fails at once
-      await flush();
-      expect(renewCalls).toBe(2); // that lease alone, renewed
-      slow[0]!();
-      await flush();
-      await clock.advance(3_000);
-      expect([lease.lost.aborted, m.size]).toEqual([false, 2]);
-    });
-
-    it('a claim sent late in a long hold that times out still leaves a renewal the time to confirm it before the fence', async () => {
-      // the store's time bound rejects the claim 1 s after it was sent; the hold (4 s) is fenced 1 s before its end
-      const timedOut: (() => void)[] = [];
-      const store = stub({
-        claim: () => new Promise<boolean>((_, reject) => timedOut.push(() => reject(new Error('timed out')))),
-      });
-      const m = manager({ store });
-      const token = await granted(m, 'g');
-      const lease = m.claimAhead('g', token, 1, 4_000)!;
-      const renewals = inner.commands.renew;
-      await clock.advance(1_000); // the claim goes out
-      expect(timedOut.length).toBe(1);
-      await clock.advance(1_000);
-      timedOut[0]!();
-      await flush();
-      expect(inner.commands.renew - renewals).toBe(1); // renewed at once: confirmed 1 s before the fence
-      await clock.advance(5_000);
-      expect([lease.lost.aborted, m.size]).toEqual([false, 1]);
-    });
-
-    it('unconfirmed (the claim and the renewals fail), it is fenced a margin before its short expiry', async () => {
-      const { answers } = slowClaims();
-      const failing = stub({
-        claim: () =>
-          new Promise((resolve, reject) =>
-            answers.push((held) => (held instanceof Error ? reject(held) : resolve(held))),
-          ),
-        renew: async () => {
-          throw new Error('connection lost');
-        },
-      });
-      const m = manager({ store: failing });
-      const token = await granted(m, 'g');
-      const lease = m.claimAhead('g', token, 1, 3_000)!;
-      answers[0]!(new Error('connection lost'));
-      await flush();
-      await clock.advance(1_999); // the margin is a tenth of the lease TTL, at most 1 s
-      expect(lease.lost.aborted).toBe(false);
-      await clock.advance(1);
-      expect(lease.lost.aborted).toBe(true);
-      expect(m.size).toBe(0);
-    });
-
-    it('fenced before its claim confirmed it, the token is removed: no full lease is left that nobody holds', async () => {
-      const { m, answers, lease } = await heldAhead(3_000);
-      await clock.advance(2_000); // fenced (its claim still unanswered)
-      expect(lease.lost.aborted).toBe(true);
-      answers[0]!(true); // the claim made it a full lease after all
-      await flush();
-      expect(await activeIn('g')).toBe(0);
-      expect(m.size).toBe(0);
-    });
-
-    it('a hold too short to outlast its fence margin and a claim round trip is declined: the caller claims first', async () => {
-      const { store, answers } = slowClaims();
-      const m = manager({ store });
-      const token = await granted(m, 'g');
-      expect(m.claimAhead('g', token, 1, 1_999)).toBeUndefined(); // 1 s margin (TTL 60 s) + 1 s for the claim
-      expect([m.size, answers.length]).toEqual([0, 0]);
-      expect(m.claimAhead('g', token, 1, 2_000)).toBeDefined();
-    });
-
-    it('a longer hold claims only when the fence margin and two claim round trips are all that is left of it', async () => {
-      const { m, answers, lease } = await heldAhead(4_000); // claimed 4 000 - 1 000 (margin) - 2 × 1 000 = 1 s from now
-      await clock.advance(999);
-      expect(answers.length).toBe(0);
-      await clock.advance(1);
-      expect(answers.length).toBe(1);
-      answers[0]!(true);
-      await flush();
-      expect(lease.expiresAt).toBe(clock.now() + 60_000); // from when the claim was sent
-      await clock.advance(10_000);
-      expect([lease.lost.aborted, m.size]).toEqual([false, 1]);
-    });
-
-    it('a lease given back before its claim is due never claims: its release takes the grant out', async () => {
-      const { m, answers, lease } = await heldAhead(4_000);
-      await clock.advance(500);
-      expect(await activeIn('g')).toBe(1);
-      await m.release(lease)!.done;
-      expect(await activeIn('g')).toBe(0);
-      await clock.advance(5_000);
-      expect([answers.length, m.size, lease.lost.aborted]).toEqual([0, 0, false]);
-      expect(events).toEqual([]);
-    });
-
-    it('a claim that fell due while its lease was released is sent when a handoff takes the lease back', async () => {
-      const claims: string[] = [];
-      let heldBack: string | undefined;
-      const store = stub({
-        claim: (l, ttl) => {
-          claims.push(l.token);
-          return inner.claim(l, ttl);
-        },
-        // the granted lease's release is held to the end of the turn, where a handoff withdraws it
-        releaseDeferred: (l) =>
-          l.token === heldBack
-            ? { done: Promise.resolve(true), held: true, withdraw: () => true }
-            : sentRelease(inner.release(l)),
-      });
-      const m = manager({ store });
-      const token = (heldBack = await granted(m, 'g'));
-      const lease = m.claimAhead('g', token, 1, 4_000)!;
-      await clock.advance(999);
-      const release = m.release(lease)!;
-      await clock.advance(1); // the claim falls due while the lease is released
-      expect(claims).toEqual([]);
-      expect(release.withdraw()).toBe(true);
-      expect(claims).toEqual([token]);
-      await flush();
-      expect(lease.expiresAt).toBe(clock.now() + 60_000);
-      expect([lease.lost.aborted, m.size]).toEqual([false, 1]);
-    });
-
-    it('a lease released before its claim answers stays released', async () => {
-      const { m, answers, lease } = await heldAhead(3_000);
-      await m.release(lease)!.done;
-      answers[0]!(true);
-      await flush();
-      expect([m.size, lease.lost.aborted, await activeIn('g')]).toEqual([0, false, 0]);
-    });
-
-    it('with fencing off it holds nothing (the caller claims first): nothing would end a request on a lost grant', async () => {
-      const { store, answers } = slowClaims();
-      const m = manager({ store, fencing: () => ({ enabled: false, reclaim: true }) });
-      const token = await granted(m, 'g');
-      expect(m.claimAhead('g', token, 1, 3_000)).toBeUndefined();
-      expect([m.size, answers.length]).toEqual([0, 0]);
-    });
-  });
-
   it('a closed manager claims nothing', async () => {
     const m = manager();
     const token = await granted(m, 'c');
@@ -909,7 +675,7 @@ describe('close', () => {
     const store = stub({
       release: async (l) => {
         await new Promise<void>((r) => (finish = r));
-        return inner.release(l);
+        return inner.release(l).done;
       },
     });
     const m = manager({ store });

@@ -1,10 +1,10 @@
 /**
- * The load view's side of the load summary (packages/slotgate/src/admission/load-summary.ts and the summary rounds of
- * load-view.ts) on a MemoryStore given an `exchangeLoads` and a ManualClock. The fake summary records every exchange
- * (with the clock's time it went out) and answers from an in-test summary: per instance, the counts it last reported;
- * a channel's load is their sum. Like lua/exchangeLoads-5.lua, a `changes` exchange with a keep from an instance the
- * summary does not know puts nothing in and answers `resync`. The test can make the next exchanges fail, answer
- * `resync: true` (the summary lost its data), or be held (applied when sent, answered when the test says).
+ * The load view's side of the load summary (packages/slotgate/src/admission/loads/summary-reports.ts and the rounds
+ * of load-view.ts) on a MemoryStore given a fake `exchangeLoads` and a ManualClock. The fake records every exchange
+ * (with the clock's time it went out) and answers from an in-test summary that works as RedisStore's does: each
+ * exchange writes the instance's whole counts (its last ones with the exchange's changes applied), so a summary that
+ * lost an instance's counts has them all back at its next write. The test can make the next exchanges fail, or be
+ * held (applied when sent, answered when the test says).
  */
 import { describe, expect, it } from 'vitest';
 import { LoadView } from '../../packages/slotgate/src/admission/loads/load-view.js';
@@ -14,7 +14,6 @@ import { MemoryStore } from '../../packages/slotgate/src/store/memory/memory-sto
 import type {
   ChannelLoad,
   LoadExchange,
-  LoadExchangeReply,
   OwnCounts,
   SlotStore,
 } from '../../packages/slotgate/src/store/store.js';
@@ -27,43 +26,41 @@ interface Recorded {
   mode: LoadExchange['mode'];
   counts: Record<string, OwnCounts>;
   keepMs?: number;
-  sweep?: number;
   read: string[];
 }
 
-type Behaviour = 'answer' | 'fail' | 'resync' | 'hold';
+type Behaviour = 'answer' | 'fail' | 'hold';
 
 function fakeSummary(store: SlotStore, clock: ManualClock) {
-  const mine = new Map<string, Map<string, OwnCounts>>();
-  const registered = new Set<string>();
+  /** What the summary holds: per instance, its counts as last written. */
+  const held = new Map<string, Map<string, OwnCounts>>();
+  /** What each instance's store last wrote (RedisStore keeps it: loads/reported-counts.ts). */
+  const last = new Map<string, Map<string, OwnCounts>>();
   const summary = {
     exchanges: [] as Recorded[],
-    /** The `maxAgeMs` and `fresh` of each exchange, in the same order (kept apart: most tests are about the rest). */
-    ages: [] as { maxAgeMs?: number; fresh?: boolean }[],
+    /** The `maxAgeMs` of each exchange, in the same order (kept apart: most tests are about the rest). */
+    ages: [] as { maxAgeMs?: number }[],
     /** How the next exchanges go, one entry each (then: answered at once). */
     next: [] as Behaviour[],
     /** Held exchanges: already applied, their replies waiting for `answer` (or `fail`). */
     held: [] as { answer(): void; fail(): void }[],
-    registered,
-    /** The summary's figure of the channel: the sum of every instance's last reported counts. */
+    /** The summary's figure of the channel: the sum of every instance's counts. */
     total(id: string): OwnCounts {
       let active = 0;
       let waiting = 0;
-      for (const own of mine.values()) {
+      for (const own of held.values()) {
         active += own.get(id)?.active ?? 0;
         waiting += own.get(id)?.waiting ?? 0;
       }
       return { active, waiting };
     },
-    /** The summary loses an instance's counts and registration (its keys were deleted, say). */
+    /** The summary loses an instance's counts (its keys were deleted, say). */
     lose(instanceId: string): void {
-      mine.delete(instanceId);
-      registered.delete(instanceId);
+      held.delete(instanceId);
     },
-    /** Another instance's counts, as if it had reported them (and registered). */
+    /** Another instance's counts, as if it had reported them. */
     put(instanceId: string, counts: Record<string, OwnCounts>): void {
-      mine.set(instanceId, new Map(Object.entries(counts)));
-      registered.add(instanceId);
+      held.set(instanceId, new Map(Object.entries(counts)));
     },
   };
   const loadsOf = (ids: readonly string[]) =>
@@ -73,44 +70,27 @@ function fakeSummary(store: SlotStore, clock: ManualClock) {
         { ...summary.total(id), coolingDown: false, cooldownRemainingMs: 0 },
       ]),
     );
-
-  const apply = (ex: LoadExchange, behaviour: Behaviour): LoadExchangeReply => {
-    if (behaviour === 'resync') {
-      // the summary lost its data: nothing of anyone's is left, nothing of this exchange is put in
-      mine.clear();
-      registered.clear();
-      return { loads: loadsOf(ex.read), resync: true };
-    }
-    let resync = false;
-    if (ex.keepMs !== undefined && ex.mode !== 'leave') {
-      const known = registered.has(ex.instanceId);
-      registered.add(ex.instanceId);
-      resync = !known && ex.mode === 'changes';
-    }
-    if (ex.mode === 'leave') {
-      mine.delete(ex.instanceId);
-      registered.delete(ex.instanceId);
-    } else if (!resync) {
-      const own = ex.mode === 'full' ? new Map<string, OwnCounts>() : new Map(mine.get(ex.instanceId) ?? []);
-      for (const [id, counts] of ex.counts) own.set(id, { ...counts });
-      mine.set(ex.instanceId, own);
-    }
-    return { loads: loadsOf(ex.read), resync };
+  const apply = (ex: LoadExchange): void => {
+    const own = ex.mode === 'leave' ? new Map<string, OwnCounts>() : new Map(last.get(ex.instanceId) ?? []);
+    for (const [id, counts] of ex.counts) own.set(id, { ...counts });
+    last.set(ex.instanceId, own);
+    if (ex.mode === 'leave') held.delete(ex.instanceId);
+    else if (ex.counts.size > 0 || ex.keepMs !== undefined) held.set(ex.instanceId, new Map(own));
   };
 
-  store.exchangeLoads = (ex: LoadExchange): Promise<LoadExchangeReply> => {
-    const { onSent: _onSent, counts, read, maxAgeMs, fresh, ...rest } = ex;
-    summary.ages.push({ maxAgeMs, ...(fresh ? { fresh } : {}) });
+  store.exchangeLoads = (ex: LoadExchange): Promise<Map<string, ChannelLoad>> => {
+    const { counts, read, maxAgeMs, ...rest } = ex;
+    summary.ages.push({ maxAgeMs });
     summary.exchanges.push({
       at: clock.now(),
       ...rest,
       counts: Object.fromEntries([...counts].map(([id, c]) => [id, { ...c }])),
       read: [...read],
     });
-    ex.onSent?.();
     const behaviour = summary.next.shift() ?? 'answer';
     if (behaviour === 'fail') return Promise.reject(new Error('summary down'));
-    const reply = apply(ex, behaviour);
+    apply(ex);
+    const reply = loadsOf(ex.read);
     if (behaviour !== 'hold') return Promise.resolve(reply);
     return new Promise((resolve, reject) => {
       summary.held.push({ answer: () => resolve(reply), fail: () => reject(new Error('summary down')) });
@@ -133,9 +113,9 @@ function fixture(options: FixtureOptions = {}) {
   const memory = new MemoryStore({ clock });
   const readLoadsCalls: string[][] = [];
   const realRead = memory.readLoads.bind(memory);
-  memory.readLoads = (ids, opts) => {
+  memory.readLoads = (ids) => {
     readLoadsCalls.push([...ids]);
-    return realRead(ids, opts);
+    return realRead(ids);
   };
   const store: SlotStore = memory;
   const summary = fakeSummary(store, clock);
@@ -174,7 +154,6 @@ const load = (active: number, waiting = 0): ChannelLoad => ({
 const own = (active: number, waiting = 0): OwnCounts => ({ active, waiting });
 
 const LEASE = 60_000; // lease_ttl_ms by default: a keep every 15 s
-const SWEEP = 4;
 
 describe('reports of this instance’s own counts', () => {
   it('a change with no read is reported within one TTL, not before, in one exchange with the absolute count', async () => {
@@ -189,10 +168,9 @@ describe('reports of this instance’s own counts', () => {
       {
         at: t0 + 200,
         instanceId: 'i1',
-        mode: 'full',
+        mode: 'changes',
         counts: { x: own(1) },
         keepMs: LEASE,
-        sweep: SWEEP,
         read: [],
       },
     ]);
@@ -223,10 +201,9 @@ describe('reports of this instance’s own counts', () => {
       {
         at: t0 + 50,
         instanceId: 'i1',
-        mode: 'full',
+        mode: 'changes',
         counts: { x: own(1) },
         keepMs: LEASE,
-        sweep: SWEEP,
         read: ['y'],
       },
     ]);
@@ -255,7 +232,7 @@ describe('reads through the summary', () => {
     expect(await v.read(['c'])).toEqual(new Map([['c', load(1, 3)]]));
     const plain = { instanceId: 'i1', mode: 'changes', counts: {} } as const;
     expect(summary.exchanges).toStrictEqual([
-      { at: t0, ...plain, sweep: SWEEP, read: ['a', 'b'] },
+      { at: t0, ...plain, read: ['a', 'b'] },
       { at: t0 + 100, ...plain, read: ['c', 'a', 'b'] },
     ]);
 
@@ -292,7 +269,7 @@ describe('reads through the summary', () => {
     await elapse(clock, 200);
     await v.read(['a']);
     expect(summary.exchanges.slice(3)).toStrictEqual([
-      { at: t0 + 10_300, ...plain, sweep: SWEEP, read: ['a', 'b', 'c'] }, // (a sweep every 5 s)
+      { at: t0 + 10_300, ...plain, read: ['a', 'b', 'c'] }, // (a sweep every 5 s)
       { at: t0 + 10_500, ...plain, read: ['a'] },
     ]);
     expect(v.counters).toMatchObject({ hits: 3, misses: 5, fetches: 5, reports: 0 });
@@ -317,7 +294,7 @@ describe('report rounds', () => {
     await elapse(clock, 200);
     expect(summary.exchanges.map((e) => [e.at - t0, e.mode, e.read])).toStrictEqual([
       [0, 'changes', ['x', 'y']],
-      [210, 'full', ['x', 'y']],
+      [210, 'changes', ['x', 'y']],
       [450, 'changes', ['x', 'y']],
       [850, 'changes', []],
     ]);
@@ -333,7 +310,7 @@ describe('how old the summary’s counts may be', () => {
     await v.read(['a']);
     expect(summary.ages).toEqual([{ maxAgeMs: 50 }]);
     expect(await v.readFresh(['a'])).toEqual(new Map([['a', load(1)]]));
-    expect(summary.ages[1]).toEqual({ maxAgeMs: 50, fresh: true });
+    expect(summary.ages[1]).toEqual({ maxAgeMs: 0 });
     update({ load_cache_ttl_ms: 1000 });
     await elapse(clock, 1001);
     await v.read(['a']);
@@ -353,14 +330,13 @@ describe('two instances on one summary', () => {
     expect(await a.read(['x'])).toEqual(new Map([['x', load(0)]]));
     await elapse(clock, 100); // +200: B's report
     expect(summary.exchanges).toStrictEqual([
-      { at: t0 + 100, instanceId: 'A', mode: 'changes', counts: {}, sweep: SWEEP, read: ['x'] },
+      { at: t0 + 100, instanceId: 'A', mode: 'changes', counts: {}, read: ['x'] },
       {
         at: t0 + 200,
         instanceId: 'B',
-        mode: 'full',
+        mode: 'changes',
         counts: { x: own(2) },
         keepMs: LEASE,
-        sweep: SWEEP,
         read: [],
       },
     ]);
@@ -385,7 +361,7 @@ describe('two instances on one summary', () => {
     await elapse(clock, 11);
     expect(summary.exchanges.slice(3)).toStrictEqual([
       { at: t0 + 500, instanceId: 'B', mode: 'changes', counts: { x: own(1) }, read: [] },
-      { at: t0 + 510, instanceId: 'A', mode: 'full', counts: { x: own(1) }, keepMs: LEASE, read: ['x'] },
+      { at: t0 + 510, instanceId: 'A', mode: 'changes', counts: { x: own(1) }, keepMs: LEASE, read: ['x'] },
     ]);
     expect(summary.total('x')).toEqual(own(2));
     expect(await a.read(['x'])).toEqual(new Map([['x', load(2)]])); // B's 1 + A's 1, A's not counted twice
@@ -414,10 +390,9 @@ describe('two instances on one summary', () => {
       {
         at: t0,
         instanceId: 'A',
-        mode: 'full',
+        mode: 'changes',
         counts: { x: own(1) },
         keepMs: LEASE,
-        sweep: SWEEP,
         read: ['x'],
       },
       { at: t0 + 200, instanceId: 'A', mode: 'changes', counts: { x: own(2) }, read: ['x'] },
@@ -434,8 +409,8 @@ describe('failures and resyncs', () => {
     a.noteActive('x', 1);
     summary.next.push('fail');
     await elapse(clock, 200);
-    const first = { instanceId: 'i1', mode: 'full', counts: { x: own(1) }, keepMs: LEASE } as const;
-    expect(summary.exchanges).toStrictEqual([{ at: t0 + 200, ...first, sweep: SWEEP, read: [] }]);
+    const first = { instanceId: 'i1', mode: 'changes', counts: { x: own(1) }, keepMs: LEASE } as const;
+    expect(summary.exchanges).toStrictEqual([{ at: t0 + 200, ...first, read: [] }]);
     await elapse(clock, 999);
     expect(summary.exchanges).toHaveLength(1);
     await elapse(clock, 1); // +1200: the full report again, keep included
@@ -468,77 +443,22 @@ describe('failures and resyncs', () => {
     expect(summary.total('x')).toEqual(own(2, 1));
   });
 
-  it('a keep whose reply is lost (applied, then failed) is followed by a full report: it may have been the one to find the instance unknown', async () => {
+  it("a summary that lost this instance's counts has them all back at its next write, a change or a keep", async () => {
     const { clock, summary, view } = fixture();
     const a = view('i1');
     a.noteActive('x', 1);
     a.noteActive('x', 1);
-    await elapse(clock, 200); // the first report: full, with a keep
+    await elapse(clock, 200);
     expect(summary.total('x')).toEqual(own(2));
     summary.lose('i1');
     a.noteActive('y', 1);
-    await elapse(clock, 200); // y's change alone, no keep due: put in as a change
+    await elapse(clock, 200); // y's change alone: the store writes the instance's whole counts
     expect(summary.total('y')).toEqual(own(1));
-    expect(summary.total('x')).toEqual(own(0));
-    // the keep (every quarter lease TTL) registers i1 again and answers resync, but its reply is lost
-    summary.next.push('hold');
-    await elapse(clock, LEASE / 4);
-    const keep = summary.exchanges.at(-1)!;
-    expect(keep).toMatchObject({ mode: 'changes', keepMs: LEASE });
-    summary.held.shift()!.fail();
-    await flush();
-    await elapse(clock, 1000); // the retry: a full report, which puts x back
-    expect(summary.exchanges.at(-1)).toMatchObject({
-      mode: 'full',
-      counts: { x: own(2), y: own(1) },
-      keepMs: LEASE,
-    });
     expect(summary.total('x')).toEqual(own(2));
-    expect(summary.total('y')).toEqual(own(1));
-  });
-
-  it('resync: true → the next exchange, at once, is a full report of every channel held or waited on', async () => {
-    const { clock, summary, view, t0 } = fixture();
-    summary.put('other', { x: own(3) });
-    const a = view('i1');
-    a.noteActive('x', 1);
-    a.noteWaiter('y', 1);
-    a.noteActive('z', 1);
-    a.noteActive('z', -1);
-    await elapse(clock, 200);
-    expect(summary.exchanges).toStrictEqual([
-      {
-        at: t0 + 200,
-        instanceId: 'i1',
-        mode: 'full',
-        counts: { x: own(1), y: own(0, 1) }, // z is back at 0: a full report leaves it out
-        keepMs: LEASE,
-        sweep: SWEEP,
-        read: [],
-      },
-    ]);
-    a.noteActive('x', 1); // its report would go out at +400
-    await elapse(clock, 100);
-    summary.next.push('resync');
-    // the summary lost everything (the other instance's 3 too): the reply holds nothing of this instance either
-    expect(await a.read(['x'])).toEqual(new Map([['x', load(2)]]));
-    await elapse(clock, 1);
-    expect(summary.exchanges.slice(1)).toStrictEqual([
-      { at: t0 + 300, instanceId: 'i1', mode: 'changes', counts: { x: own(2) }, read: ['x'] },
-      {
-        at: t0 + 300,
-        instanceId: 'i1',
-        mode: 'full',
-        counts: { x: own(2), y: own(0, 1) },
-        keepMs: LEASE,
-        read: [],
-      },
-    ]);
+    summary.lose('i1');
+    await elapse(clock, LEASE / 4); // the keep
+    expect(summary.exchanges.at(-1)).toMatchObject({ counts: {}, keepMs: LEASE });
     expect(summary.total('x')).toEqual(own(2));
-    expect(summary.total('y')).toEqual(own(0, 1));
-    expect(await a.read(['x'])).toEqual(new Map([['x', load(2)]]));
-    await elapse(clock, 1000); // nothing left to report, the next keep is 15 s away
-    expect(summary.exchanges).toHaveLength(3);
   });
 });
 
@@ -555,10 +475,9 @@ describe('the registration', () => {
       {
         at: t0 + 200,
         instanceId: 'i1',
-        mode: 'full',
+        mode: 'changes',
         counts: { x: own(1) },
         keepMs: 5000,
-        sweep: SWEEP,
         read: [],
       },
       { at: t0 + 1100, ...base, read: ['y'] },
@@ -566,11 +485,11 @@ describe('the registration', () => {
       // later keeps read nothing: no pass since
       { at: t0 + 2700, ...base, keepMs: 5000, read: [] },
       { at: t0 + 3950, ...base, keepMs: 5000, read: [] },
-      { at: t0 + 5200, ...base, keepMs: 5000, sweep: SWEEP, read: [] },
+      { at: t0 + 5200, ...base, keepMs: 5000, read: [] },
       { at: t0 + 6450, ...base, keepMs: 5000, read: [] },
     ]);
     expect(a.counters.reports).toBe(6);
-    expect(summary.registered.has('i1')).toBe(true);
+    expect(summary.total('x')).toEqual(own(1));
   });
 
   it('a keep timer that fires before its time by the clock puts the keep off, and the keeps go on', async () => {
@@ -581,14 +500,14 @@ describe('the registration', () => {
     // the first timer (200 ms) fired at 199 with a change due; each keep timer fires 1 ms early, finds no keep due
     // yet and puts it off by the 1 ms left
     expect(summary.exchanges.map((e) => [e.at - t0, e.mode, e.keepMs])).toStrictEqual([
-      [199, 'full', 5000],
+      [199, 'changes', 5000],
       [1449, 'changes', 5000],
       [2699, 'changes', 5000],
       [3949, 'changes', 5000],
     ]);
   });
 
-  it('an instance that never held anything never sends a keep nor a full report, and is never registered', async () => {
+  it('an instance that never held anything never sends a keep', async () => {
     const { clock, summary, view, t0 } = fixture({ settings: { lease_ttl_ms: 5000 } });
     const a = view('i1');
     for (let i = 0; i <= 10; i++) {
@@ -600,65 +519,29 @@ describe('the registration', () => {
       Array.from({ length: 11 }, (_, i) => ({
         at: t0 + i * 1000,
         ...plain,
-        ...(i % 5 === 0 ? { sweep: SWEEP } : {}),
       })),
     );
-    // told to resync (the summary lost its data), it still has nothing to report: no full report of nothing
-    summary.next.push('resync');
-    await elapse(clock, 1000);
-    await a.read(['x']);
-    await elapse(clock, 5000);
-    expect(summary.exchanges.slice(11)).toStrictEqual([{ at: t0 + 11_000, ...plain }]);
-    expect(summary.registered.has('i1')).toBe(false);
   });
 });
 
-describe('load_summary_enabled', () => {
-  it('false: rounds read readLoads and no exchange goes out; on again: the next exchange is a full report', async () => {
-    const { clock, summary, view, update, readLoadsCalls, t0 } = fixture();
+describe('load_cache_enabled = false (the rollback switch)', () => {
+  it('reads readLoads and sends no exchange; back on, the changes made meanwhile go out with the next exchange', async () => {
+    const { clock, summary, view, update, readLoadsCalls } = fixture();
     const a = view('i1');
     a.noteActive('x', 1);
     await elapse(clock, 200);
-    expect(summary.exchanges).toHaveLength(1); // full, x = 1
-    update({ load_summary_enabled: false });
+    expect(summary.exchanges).toHaveLength(1);
+    update({ load_cache_enabled: false });
     a.noteActive('x', 1);
     a.noteWaiter('y', 1);
     await a.read(['x', 'z']);
     expect(readLoadsCalls).toEqual([['x', 'z']]);
-    await elapse(clock, 20_000); // past the change's TTL and the keep due at +15 200
+    await elapse(clock, 20_000);
     expect(summary.exchanges).toHaveLength(1);
-    expect(a.counters.reports).toBe(1);
-
-    update({ load_summary_enabled: true });
+    update({ load_cache_enabled: true });
     expect(await a.read(['x'])).toEqual(new Map([['x', load(2)]]));
-    expect(summary.exchanges.slice(1)).toStrictEqual([
-      {
-        at: t0 + 20_200,
-        instanceId: 'i1',
-        mode: 'full',
-        counts: { x: own(2), y: own(0, 1) },
-        keepMs: LEASE,
-        sweep: SWEEP,
-        read: ['x'],
-      },
-    ]);
+    expect(summary.exchanges.at(-1)).toMatchObject({ counts: { x: own(2), y: own(0, 1) }, keepMs: LEASE });
     expect(readLoadsCalls).toHaveLength(1);
-  });
-
-  it('off from the start (or load_cache_enabled false): no exchange at all', async () => {
-    const { clock, summary, view, update, readLoadsCalls } = fixture({
-      settings: { load_summary_enabled: false },
-    });
-    const a = view('i1');
-    a.noteActive('x', 1);
-    await a.read(['x']);
-    await elapse(clock, 1000);
-    update({ load_summary_enabled: true, load_cache_enabled: false });
-    a.noteActive('x', 1);
-    await a.read(['x']);
-    await elapse(clock, 1000);
-    expect(readLoadsCalls).toEqual([['x'], ['x']]);
-    expect(summary.exchanges).toEqual([]);
   });
 });
 
@@ -674,10 +557,9 @@ describe('close', () => {
       {
         at: t0 + 200,
         instanceId: 'i1',
-        mode: 'full',
+        mode: 'changes',
         counts: { x: own(1) },
         keepMs: LEASE,
-        sweep: SWEEP,
         read: [],
       },
       { at: t0 + 300, instanceId: 'i1', mode: 'leave', counts: {}, read: [] },
@@ -712,7 +594,7 @@ describe('close', () => {
     summary.held[0]!.answer();
     await elapse(clock, 2000);
     expect(summary.exchanges).toHaveLength(2);
-    expect(summary.exchanges[1]).toMatchObject({ mode: 'full', counts: { x: own(1) } });
+    expect(summary.exchanges[1]).toMatchObject({ mode: 'changes', counts: { x: own(1) } });
     expect(summary.total('x')).toEqual(own(1));
   });
 
@@ -733,7 +615,7 @@ describe('close', () => {
     expect(first.value).toEqual(new Map([['x', load(1)]]));
     expect(second.value).toEqual(new Map([['y', load(0)]]));
     expect(summary.exchanges.map((e) => [e.mode, e.read])).toEqual([
-      ['full', ['x']],
+      ['changes', ['x']],
       ['leave', []],
     ]);
     expect(summary.total('x')).toEqual(own(0));

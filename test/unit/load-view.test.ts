@@ -21,22 +21,24 @@ interface HeldRead {
   fail(): void;
 }
 
-/** Records every `readLoads` call; `mode` decides whether it answers at once, is held, or fails. */
+/**
+ * Records every store read (`exchangeLoads`, the cached rounds; `readLoads`, the direct reads of the rollback switch);
+ * `mode` decides whether it answers at once, is held, or fails.
+ */
 function controlReads(store: MemoryStore) {
-  const real = store.readLoads.bind(store);
   const reads = {
     calls: [] as string[][],
     mode: 'answer' as 'answer' | 'hold' | 'fail' | 'throw',
     held: [] as HeldRead[],
   };
-  store.readLoads = (ids, opts) => {
+  const control = (ids: readonly string[], real: () => Promise<Loads>): Promise<Loads> => {
     reads.calls.push([...ids]);
-    if (reads.mode === 'answer') return real(ids, opts);
+    if (reads.mode === 'answer') return real();
     if (reads.mode === 'fail') return Promise.reject(new Error('store down'));
     if (reads.mode === 'throw') throw new Error('store broken');
     return new Promise<Loads>((resolve, reject) => {
       let sent: Promise<Loads> | undefined;
-      const send = () => (sent ??= real(ids, opts));
+      const send = () => (sent ??= real());
       reads.held.push({
         ids: [...ids],
         send: () => void send(),
@@ -45,6 +47,10 @@ function controlReads(store: MemoryStore) {
       });
     });
   };
+  const readLoads = store.readLoads.bind(store);
+  const exchangeLoads = store.exchangeLoads.bind(store);
+  store.readLoads = (ids) => control(ids, () => readLoads(ids));
+  store.exchangeLoads = (exchange) => control(exchange.read, () => exchangeLoads(exchange));
   return reads;
 }
 
@@ -77,6 +83,7 @@ function fixture(options: FixtureOptions = {}) {
       waiting: (id) => local.waiting.get(id) ?? 0,
       coolingMs: (id) => local.cooling.get(id) ?? 0,
     },
+    instanceId: () => 'me',
     ...(options.fetchTimeoutMs !== undefined ? { fetchTimeoutMs: options.fetchTimeoutMs } : {}),
     ...(options.maxConcurrentFetches !== undefined
       ? { maxConcurrentFetches: options.maxConcurrentFetches }
@@ -143,23 +150,30 @@ describe('the snapshot cache', () => {
       fetches: 1,
       directReads: 0,
       reports: 0,
-      recentHits: 0,
     });
 
     await clock.advance(1);
     expect((await view.read(['a'])).get('a')).toEqual(load(3));
-    expect(reads.calls).toEqual([['a', 'b'], ['a']]);
+    // a round also re-reads every channel wanted lately: one exchange whatever the channel count
+    expect(reads.calls).toEqual([
+      ['a', 'b'],
+      ['a', 'b'],
+    ]);
     expect(view.counters).toMatchObject({ hits: 2, misses: 2, fetches: 2 });
   });
 
-  it('fetches a channel at most once per TTL, however many id sets contain it', async () => {
+  it('fetches once per TTL however many id sets contain a channel; a round re-reads what was wanted lately', async () => {
     const { reads, view } = fixture();
     await view.read(['a', 'b']);
     await view.read(['b', 'c']);
     await view.read(['c', 'a', 'b']);
     await view.read(['d', 'a']);
     await view.read(['d']);
-    expect(reads.calls).toEqual([['a', 'b'], ['c'], ['d']]);
+    expect(reads.calls).toEqual([
+      ['a', 'b'],
+      ['c', 'a', 'b'],
+      ['d', 'a', 'b', 'c'],
+    ]);
     expect(view.counters).toMatchObject({ hits: 2, misses: 3, fetches: 3 });
   });
 
@@ -338,7 +352,8 @@ describe('the fetch bound and the fallback', () => {
     expect(view.counters).toMatchObject({ misses: 2, fetches: 2, fallbacks: 1 });
     reads.mode = 'answer';
     expect(await view.read(['b'])).toEqual(new Map([['b', load(0)]]));
-    expect(reads.calls).toEqual([['a'], ['b'], ['b']]);
+    // (a round also re-reads what was wanted lately: one command whatever the channel count)
+    expect(reads.calls).toEqual([['a'], ['b', 'a'], ['b', 'a']]);
   });
 
   it('a store that throws at once (no promise) falls back and gives its fetch slot back', async () => {
@@ -405,29 +420,6 @@ describe('local correction', () => {
     view.noteWaiter('a', -1);
     expect(view.peek(['a'])).toEqual(new Map([['a', load(0, 0)]]));
     expect(reads.calls).toHaveLength(1);
-  });
-
-  it('a change already in the store when the read went out is not counted again on top of the result', async () => {
-    const { clock, store, reads, view } = await snapshotOfA(0);
-    // This instance takes a slot: the store has it, and the view is told.
-    const [mine] = await take(store, 'a', 1, 'me');
-    view.noteActive('a', 1);
-    expect(shown(view)).toBe(1);
-    await clock.advance(200);
-    expect((await view.read(['a'])).get('a')!.active).toBe(1);
-
-    // A held read: its base is taken when it goes out (onSent), not when it was queued.
-    await clock.advance(200);
-    reads.mode = 'hold';
-    const pending = view.read(['a']);
-    await flush();
-    await take(store, 'a', 1, 'me'); // queued before the read went out: the store's answer includes it
-    view.noteActive('a', 1);
-    reads.held[0]!.send(); // the store reads 2 now
-    await store.release({ channelId: 'a', token: mine! }); // after it went out: not in the answer
-    view.noteActive('a', -1);
-    reads.held[0]!.answer();
-    expect((await pending).get('a')!.active).toBe(1);
   });
 
   it('reserve shows a slot as taken while a try is out, and never becomes part of a fetched base', async () => {
@@ -499,95 +491,6 @@ describe('peek', () => {
     expect(view.peek(['a'], true, true)).toBeDefined();
     expect(view.counters.hits).toBe(2);
     expect(reads.calls).toEqual([['a', 'b']]);
-  });
-});
-
-describe('peekRecent', () => {
-  it('answers a snapshot past the TTL but under 5 TTLs old at once, refreshing it in one background round', async () => {
-    const { clock, store, reads, view } = fixture();
-    await view.read(['a', 'b']);
-    await take(store, 'a', 2);
-    // at the TTL peek answers nothing: the pass asks peekRecent
-    await clock.advance(200);
-    reads.mode = 'hold';
-    expect(view.peek(['a', 'b'])).toBeUndefined();
-    // past the TTL: the old counts at once, while one round (held here) reads them again
-    expect(view.peekRecent(['a', 'b'])).toEqual(
-      new Map([
-        ['a', load(0)],
-        ['b', load(0)],
-      ]),
-    );
-    await flush();
-    expect(reads.calls).toEqual([
-      ['a', 'b'],
-      ['a', 'b'],
-    ]);
-    // a second pass meanwhile joins that round: no read of its own
-    expect(view.peekRecent(['b'])).toEqual(new Map([['b', load(0)]]));
-    expect(reads.calls).toHaveLength(2);
-    expect(view.counters).toMatchObject({ recentHits: 2, misses: 2, coalesced: 1, hits: 0 });
-    reads.held.shift()!.answer();
-    await flush();
-    // the round answered: the next pass finds the new counts fresh
-    expect(view.peek(['a', 'b'])?.get('a')).toEqual(load(2));
-  });
-
-  it('answers nothing where a channel shows waiters or a cooldown: the pass reads those first', async () => {
-    const { clock, store, reads, view } = fixture();
-    await view.read(['a', 'b', 'c']);
-    await clock.advance(300);
-    view.noteWaiter('b', 1); // this instance's own waiter, shown at once (local correction)
-    expect(view.peekRecent(['a', 'b'])).toBeUndefined();
-    view.noteCooling('c', 5000);
-    expect(view.peekRecent(['c'])).toBeUndefined();
-    expect(view.peekRecent(['a'])).toBeDefined();
-    await flush();
-    expect(reads.calls).toEqual([['a', 'b', 'c'], ['a']]);
-    expect(view.counters).toMatchObject({ recentHits: 1 });
-    // a waiter of another instance, in the snapshot read
-    await store.acquireFirst([{ channelId: 'd', max: 1 }], {
-      token: 'h:1',
-      leaseTtlMs: 60_000,
-      checkCooldown: false,
-    });
-    await store.enqueue(
-      { channelId: 'd', token: 'w:1', max: 1 },
-      { maxWaiting: 10, ttlMs: 60_000, leaseTtlMs: 60_000 },
-    );
-    await view.read(['d']);
-    await clock.advance(300);
-    expect(view.peekRecent(['d'])).toBeUndefined();
-  });
-
-  it('reaches back at most 1 s past the TTL, whatever the TTL', async () => {
-    const { clock, reads, view } = fixture({ settings: { load_cache_ttl_ms: 5000 } });
-    await view.read(['a']);
-    reads.mode = 'hold'; // the refresh never answers
-    await clock.advance(5999);
-    expect(view.peekRecent(['a'])).toBeDefined();
-    await clock.advance(1);
-    expect(view.peekRecent(['a'])).toBeUndefined();
-  });
-
-  it('answers nothing for a snapshot 5 TTLs old or older, a channel never read, or with the cache off', async () => {
-    const { clock, reads, view, update } = fixture();
-    expect(view.peekRecent(['a'])).toBeUndefined();
-    await view.read(['a', 'b']);
-    await clock.advance(999);
-    expect(view.peekRecent(['a', 'c'])).toBeUndefined();
-    expect(reads.calls).toHaveLength(1);
-    expect(view.peekRecent(['a'])).toBeDefined();
-    await flush();
-    expect(reads.calls).toHaveLength(2);
-    await clock.advance(1000);
-    expect(view.peekRecent(['a'])).toBeUndefined(); // 1,000 ms = 5 TTLs
-    expect(view.peekRecent(['b'])).toBeUndefined(); // b was not in the refresh: 1,999 ms old
-    update({ load_cache_enabled: false });
-    expect(view.peekRecent([])).toBeUndefined();
-    await clock.advance(1);
-    expect(view.peekRecent(['a'])).toBeUndefined();
-    expect(reads.calls).toHaveLength(2);
   });
 });
 

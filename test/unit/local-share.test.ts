@@ -9,7 +9,7 @@ import type { Candidate } from '../../packages/slotgate/src/core/channel.js';
 import { ManualClock } from '../../packages/slotgate/src/core/clock.js';
 import { StoreUnavailableError } from '../../packages/slotgate/src/core/errors.js';
 import { MemoryStore } from '../../packages/slotgate/src/store/memory/memory-store.js';
-import { sentRelease, type SlotStore } from '../../packages/slotgate/src/store/store.js';
+import type { SlotStore } from '../../packages/slotgate/src/store/store.js';
 import { elapse } from './manual-time.js';
 
 const FAILING = new Set([
@@ -18,13 +18,12 @@ const FAILING = new Set([
   'renew',
   'reclaim',
   'enqueue',
-  'claim',
   'pollWaiter',
   'leaveQueue',
   'readLoads',
+  'exchangeLoads',
   'setCooldown',
   'clearCooldown',
-  'readCooldown',
 ]);
 
 /** The store as one instance sees it: every call fails while `down.value` is true. */
@@ -37,8 +36,9 @@ function behind(store: MemoryStore, down: { value: boolean }): SlotStore {
       return (...args: unknown[]) => {
         if (prop === 'health')
           return Promise.resolve(down.value ? { healthy: false, error: 'down' } : { healthy: true });
-        if (down.value && prop === 'releaseDeferred') {
-          return sentRelease(Promise.reject(new StoreUnavailableError('release', 'down')));
+        if (down.value && prop === 'release') {
+          const done = Promise.reject(new StoreUnavailableError('release', 'down'));
+          return { done, withdrawable: false, withdraw: () => false };
         }
         if (down.value && FAILING.has(String(prop))) {
           return Promise.reject(new StoreUnavailableError(String(prop), 'redis down'));

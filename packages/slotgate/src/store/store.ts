@@ -150,11 +150,8 @@ export interface OwnCounts {
 export interface LoadExchange {
   /** Whose counts these are: the summary keeps them apart per instance, and drops them once they lapse. */
   instanceId: string;
-  /**
-   * `changes`: the counts given replace this instance's earlier counts of those channels. `full`: they replace
-   * everything it reported before. `leave`: everything it reported is taken out.
-   */
-  mode: 'changes' | 'full' | 'leave';
+  /** `changes`: the counts given replace this instance's earlier counts of those channels; `leave`: all go. */
+  mode: 'changes' | 'leave';
   /** This instance's own counts (absolute), of the channels it reports. */
   counts: ReadonlyMap<string, OwnCounts>;
   /** The counts stay this long from now unless renewed; undefined leaves their lapse time as it is. */

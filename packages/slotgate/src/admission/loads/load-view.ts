@@ -82,8 +82,6 @@ export class LoadView {
   private readonly fetchSlots: Semaphore;
   private readonly fetchTimeoutMs: number;
   private readonly reports: SummaryReports;
-  /** Whether reads were cached when last asked: turned back on, the summary gets a full report. */
-  private cached = true;
   private closed = false;
 
   constructor(private readonly opts: LoadViewOptions) {
@@ -95,7 +93,6 @@ export class LoadView {
       settings: opts.settings,
       instanceId: opts.instanceId,
       counts: (id) => this.local.own(id),
-      held: () => this.local.held(),
       flush: () => this.flush(),
       leaveTimeoutMs: this.fetchTimeoutMs,
     });
@@ -104,14 +101,6 @@ export class LoadView {
   /** Whether reads are cached from the load summary, which every instance reads alike (passes spread their picks). */
   get sharedLoads(): boolean {
     return this.opts.settings().load_cache_enabled;
-  }
-
-  /** Whether reads are cached now; turned back on, this instance's next report to the summary is full. */
-  private cacheOn(): boolean {
-    const on = this.opts.settings().load_cache_enabled;
-    if (on && !this.cached) this.reports.resync();
-    this.cached = on;
-    return on;
   }
 
   /**
@@ -139,7 +128,7 @@ export class LoadView {
   async read(ids: readonly string[], signal?: AbortSignal): Promise<Map<string, ChannelLoad>> {
     const result = new Map<string, ChannelLoad>();
     if (ids.length === 0) return result;
-    if (!this.cacheOn()) return this.readDirect(ids, signal);
+    if (!this.opts.settings().load_cache_enabled) return this.readDirect(ids, signal);
     const settings = this.opts.settings();
     const now = this.opts.clock.now();
     this.lastWantedAt = now;
@@ -270,7 +259,7 @@ export class LoadView {
 
   /** A report is due and no read carried it: a round of its own, which also refreshes what was wanted lately. */
   private flush(): void {
-    if (this.closed || !this.cacheOn() || !this.reports.due) return;
+    if (this.closed || !this.opts.settings().load_cache_enabled || !this.reports.due) return;
     this.counters.reports++;
     void this.startRound([], false, true);
   }

@@ -39,11 +39,6 @@ export class LocalCorrection {
     return { ...(this.net.get(id) ?? ZERO) };
   }
 
-  /** The channels where this instance holds or waits now. */
-  held(): string[] {
-    return [...this.net].filter(([, n]) => n.active > 0 || n.waiting > 0).map(([id]) => id);
-  }
-
   /** This instance took (+1, when the store admitted it) or gave back (-1) a slot on the channel. */
   noteActive(id: string, change: 1 | -1): void {
     this.localNet(id).active += change;
