@@ -735,7 +735,7 @@ export function runStoreContract(
       });
       expect(shown(lapsed)).toEqual({ x: [1, 0], y: [0, 0] });
       // the lapsed instance comes back: a change of one channel puts all of its counts in again (no resync needed)
-      const back = await exchange({
+      await exchange({
         instanceId: 'dead',
         mode: 'changes',
         counts: counts({ x: [2, 0] }),

@@ -14,7 +14,7 @@ const [target, prefix, channel] = process.argv.slice(2) as [string, string, stri
 const store = new RedisStore({ ...(JSON.parse(target) as StoreTarget), prefix });
 const admission = createAdmission({
   store,
-  settings: { wait_timeout_ms: 60_000, max_waiting_per_channel: 20, wait_interval_ms: 5000 },
+  settings: { wait_timeout_ms: 60_000, max_waiting_per_channel: 20, safety_poll_ms: 10_000 },
 });
 void admission.acquire({ candidates: [{ id: channel, maxConcurrency: 1 }] });
 while ((admission.stats().channels[channel]?.waiting ?? 0) === 0) await sleep(10);

@@ -12,13 +12,14 @@ import { CapacityError, StoreUnavailableError } from '../../packages/slotgate/sr
 import { admissionSettings } from '../../packages/slotgate/src/core/settings.js';
 import type { Candidate } from '../../packages/slotgate/src/core/channel.js';
 import { RedisStore } from '../../packages/slotgate/src/store/redis/redis-store.js';
-import type { ChannelLoad, SlotStore } from '../../packages/slotgate/src/store/store.js';
+import type { ChannelLoad, LoadExchange, SlotStore } from '../../packages/slotgate/src/store/store.js';
 import { countingClient, redisUrl, uniquePrefix, type CountingClient } from '../helpers/redis.js';
 import { RedisServer } from '../helpers/redis-server.js';
 import { useCleanups } from '../helpers/cleanups.js';
 import { answered, until } from '../helpers/until.js';
 
-const LOAD_READ_COMMANDS = ['time', 'zcount', 'pttl'];
+/** What a load read sends: a summary exchange (a GET of the snapshot, a script call, an HSET, a TIME). */
+const LOAD_READ_COMMANDS = ['time', 'get', 'hset', 'pexpire'];
 const bounded = (n: number, max: number, prefix = 'ch'): Candidate[] =>
   Array.from({ length: n }, (_, i) => ({ id: `${prefix}${i}`, maxConcurrency: max }));
 
@@ -27,20 +28,17 @@ describe('admission on Redis', () => {
   let prefix: string;
   let store: RedisStore;
   let admission: AdmissionEngine;
-  const loadReads = () => LOAD_READ_COMMANDS.reduce((n, c) => n + counter.count(c), 0);
+  const loadReads = () => store.commands.load_read;
   const others = useCleanups();
 
-  /**
-   * One instance on a counting client. These tests pin the per-channel load read (`load_summary_enabled: false`,
-   * what the cost items name); the load summary's own tests set it on.
-   */
+  /** One instance on a counting client. */
   async function setup(settings: Record<string, unknown> = {}, extra: Record<string, unknown> = {}) {
     counter = await countingClient();
     prefix = uniquePrefix('adm');
     store = new RedisStore({ client: counter.client, prefix });
     admission = createAdmission({
       store,
-      settings: { load_summary_enabled: false, ...settings },
+      settings,
       ...extra,
     }) as AdmissionEngine;
     await store.ready(); // the epoch check of a new connection, not counted below
@@ -52,7 +50,7 @@ describe('admission on Redis', () => {
     const otherStore = new RedisStore({ url: redisUrl(), prefix });
     const other = createAdmission({
       store: otherStore,
-      settings: { load_summary_enabled: false, ...settings },
+      settings,
       ...(instanceId ? { instanceId } : {}),
     });
     others.push(() => otherStore.close());
@@ -73,14 +71,14 @@ describe('admission on Redis', () => {
     const candidates = bounded(3, 4);
     const first = await admission.acquire({ candidates });
     await first.release();
-    expect(counter.count('time')).toBe(1);
     const afterFirst = loadReads();
+    const commands = { ...store.commands };
     for (let i = 0; i < 5; i++) await (await admission.acquire({ candidates })).release();
     expect(loadReads() - afterFirst).toBe(0);
     expect(admission.stats().loadView.hits).toBe(5);
-    // each pass still decides ownership live: one acquire script and one release per pass
-    expect(counter.count('evalsha') + counter.count('eval')).toBe(6);
-    expect(counter.count('zrem')).toBe(6);
+    // each pass still decides ownership live: one acquire script and one release script per pass
+    expect(store.commands.acquire - commands.acquire).toBe(5);
+    expect(store.commands.release - commands.release).toBe(5);
   });
 
   it("passes that waited for the same fetch see each other's reservations: no pass tries a channel already taken", async () => {
@@ -105,41 +103,40 @@ describe('admission on Redis', () => {
     for (const ids of [['a'], ['b', 'c'], ['d', 'a'], ['c', 'b', 'a'], ['a', 'b', 'c', 'd']])
       await view.read(ids);
     expect(counter.sent).toEqual([]);
-    await view.read(['a', 'e']); // only the new channel is fetched, in one round trip (clock reading still fresh)
-    expect(counter.count('zcount')).toBe(2);
-    expect(counter.count('time')).toBe(0);
-    expect(counter.pipelines.filter((n) => n > 1)).toEqual([3]);
+    // a new channel: one round, one command (the summary's shared snapshot), whatever the channel count
+    await view.read(['a', 'e']);
+    expect(counter.sent).toHaveLength(1); // a GET of the shared snapshot, or the script call that builds it
+    expect(view.counters.fetches).toBe(2);
   });
 
   it('load_cache_enabled = false reads Redis on every selection (item 2)', async () => {
     await setup({ load_cache_enabled: false });
     const candidates = bounded(2, 4);
     for (let i = 0; i < 5; i++) await (await admission.acquire({ candidates })).release();
-    // one store read per selection: 2 ZCOUNT + 1 PTTL per channel (TIME only to seed the clock estimate)
-    expect(counter.count('zcount')).toBe(5 * 2 * 2);
-    expect(counter.count('pttl')).toBe(5 * 2);
-    expect(counter.count('time')).toBe(1);
+    // one read-only script call per selection, over the channels' own keys
+    expect(loadReads()).toBe(5);
     expect(admission.stats().loadView.directReads).toBe(5);
-    // switching back on at run time uses the cache again: one more read for 3 selections
+    // switching back on at run time uses the cache again: one round for 3 selections
     admission.updateSettings({ load_cache_enabled: true, load_cache_ttl_ms: 5000 });
+    const fetches = admission.stats().loadView.fetches;
     for (let i = 0; i < 3; i++) await (await admission.acquire({ candidates })).release();
-    expect(counter.count('zcount')).toBe(6 * 2 * 2);
+    expect(admission.stats().loadView.fetches - fetches).toBe(1);
+    expect(admission.stats().loadView.directReads).toBe(5);
   });
 
   it('16 concurrent misses for one candidate set coalesce into one fetch (item 3)', async () => {
     await setup({ load_cache_ttl_ms: 5000 });
     const ids = bounded(10, 4).map((c) => c.id);
     const results = await Promise.all(Array.from({ length: 16 }, () => admission.loadView.read(ids)));
-    expect(counter.count('time')).toBe(1);
-    expect(counter.count('zcount')).toBe(20);
+    expect(admission.stats().loadView.fetches).toBe(1);
     expect(results.every((r) => r.size === 10)).toBe(true);
     const lv = admission.stats().loadView;
     expect(lv.misses).toBe(1);
     expect(lv.coalesced).toBe(15);
   });
 
-  it('125 bounded channels are read in batches of at most 50 and all take part in selection (item 4, I3)', async () => {
-    await setup({ load_cache_ttl_ms: 5000 });
+  it('125 bounded channels are read directly in batches of at most 50 and all take part in selection (item 4, I3)', async () => {
+    await setup({ load_cache_enabled: false });
     const candidates = bounded(125, 1);
     // fill all but the last channel
     for (const c of candidates.slice(0, 124)) {
@@ -154,9 +151,9 @@ describe('admission on Redis', () => {
     counter.reset();
     const ticket = await admission.acquire({ candidates });
     expect(ticket.channel.id).toBe('ch124');
-    // explicit load pipelines (auto-pipelining shows up as pipelines of single commands)
-    expect(counter.pipelines.filter((n) => n > 1)).toEqual([150, 150, 75]);
-    expect(counter.count('time')).toBe(1);
+    // three read-only script calls of 50, 50 and 25 channels, then one acquire call
+    expect(counter.count('evalsha')).toBe(4);
+    expect(loadReads()).toBe(3);
     // the free channel sorted first by load: one acquire call, one channel tried
     expect(admission.stats().acquireAttempts).toBe(1);
     await ticket.release();
@@ -179,7 +176,7 @@ describe('admission on Redis', () => {
   });
 
   it('20 concurrent waiters with max waiting 3: exactly 3 wait, 17 get queue_full at once (item 6, I6)', async () => {
-    await setup({ max_waiting_per_channel: 3, wait_timeout_ms: 2000, wait_interval_ms: 50 });
+    await setup({ max_waiting_per_channel: 3, wait_timeout_ms: 2000, safety_poll_ms: 2500 });
     const candidates = bounded(1, 1);
     const holder = await admission.acquire({ candidates });
     const attempts = Array.from({ length: 20 }, () =>
@@ -204,7 +201,7 @@ describe('admission on Redis', () => {
 
   it('budget exhaustion recovers through waiting (item 7)', async () => {
     // A safety poll far away (wait_interval_ms × 20, at most 5 s): the grant made by a release is what serves it.
-    await setup({ max_acquire_attempts: 2, wait_interval_ms: 4000, wait_timeout_ms: 10_000 });
+    await setup({ max_acquire_attempts: 2, safety_poll_ms: 10_000, wait_timeout_ms: 10_000 });
     const candidates = bounded(4, 1);
     const holders = await Promise.all(candidates.map(() => admission.acquire({ candidates })));
     expect(new Set(holders.map((t) => t.channel.id)).size).toBe(4);
@@ -267,15 +264,15 @@ describe('admission on Redis', () => {
     ];
     for (let i = 0; i < 1000; i++) await (await admission.acquire({ candidates: unlimited })).release();
     expect(counter.sent).toEqual([]);
-    // in a mixed set only the bounded channel is read and acquired
+    // in a mixed set only the bounded channel is read (one summary round) and acquired
     const mixed: Candidate[] = [...unlimited, { id: 'b', maxConcurrency: 1, priority: 5 }];
     await (await admission.acquire({ candidates: mixed })).release();
-    expect(counter.count('zcount')).toBe(2);
-    expect(counter.count('pttl')).toBe(1);
+    expect(admission.stats().loadView.fetches).toBe(1);
+    expect(store.commands.acquire).toBeGreaterThanOrEqual(1);
   });
 
   it('abort while waiting removes the waiter registration and never leaves a lease', async () => {
-    await setup({ wait_timeout_ms: 5000, wait_interval_ms: 50 });
+    await setup({ wait_timeout_ms: 5000, safety_poll_ms: 2500 });
     const candidates = bounded(1, 1);
     const holder = await admission.acquire({ candidates });
     const ac = new AbortController();
@@ -318,7 +315,7 @@ describe('admission on Redis', () => {
   });
 
   it('stats count the same commands the client sent', async () => {
-    await setup({ wait_interval_ms: 10, wait_timeout_ms: 200 });
+    await setup({ safety_poll_ms: 2000, wait_timeout_ms: 200 });
     const base = { ...admission.stats().commands }; // the epoch check, sent before the counter was reset
     const candidates = bounded(3, 1);
     const tickets = [];
@@ -338,11 +335,10 @@ describe('admission on Redis', () => {
     const total = Object.values(c).reduce((a, b) => a + b, 0);
     expect(c.release).toBe(3);
     expect(total).toBe(counter.sent.length);
-    expect(c.load_read).toBe(counter.count('time') + counter.count('zcount') + counter.count('pttl'));
-    // the cooldown key, and its end noted in the load summary
+    // the cooldown key and its end noted in the load summary; everything else is a script call or a summary read
     expect(c.cooldown).toBe(counter.count('set') + counter.count('hset') + counter.count('pexpire'));
-    expect(c.acquire + c.wait + c.release + c.renew).toBe(
-      counter.count('evalsha') + counter.count('eval') + counter.count('zrem'),
+    expect(c.acquire + c.wait + c.release + c.renew + c.load_read).toBe(
+      counter.count('evalsha') + counter.count('eval') + counter.count('get') + counter.count('time'),
     );
     expect(c.acquire).toBeGreaterThanOrEqual(4);
     // the waiter: two queues joined in one call (a single node coalesces the registrations sent together), two left
@@ -350,8 +346,8 @@ describe('admission on Redis', () => {
     expect(c.wait).toBe(3);
   });
 
-  describe('the load summary (load_summary_enabled)', () => {
-    const summaryOn = { load_summary_enabled: true };
+  describe('the load summary', () => {
+    const summaryOn = {};
     /** What the summary holds of a channel (active, waiting), as an exchange reads it. */
     async function summaryOf(id: string): Promise<[number, number]> {
       // each instance's field: [version, lapse time, channel, packed count, …]
@@ -437,12 +433,12 @@ describe('admission on Redis', () => {
       for (const t of held) await t.release();
     });
 
-    it('the rollback switch still reads channel by channel, summary or not', async () => {
-      await setup({ ...summaryOn, load_cache_enabled: false });
+    it('the rollback switch reads the channels directly, never the summary', async () => {
+      await setup({ load_cache_enabled: false });
       for (let i = 0; i < 3; i++) await (await admission.acquire({ candidates: bounded(2, 4) })).release();
-      expect(counter.count('zcount')).toBe(3 * 2 * 2);
-      expect(counter.count('hmget')).toBe(0);
       expect(admission.stats().loadView.directReads).toBe(3);
+      expect(admission.stats().loadView.fetches).toBe(3);
+      expect(counter.count('get') + counter.count('hset')).toBe(0);
     });
   });
 
@@ -480,7 +476,7 @@ describe('admission on Redis', () => {
       expect(admission.stats().liveLeases).toBe(1);
       // the new holder's release removes the slot, exactly once (sent at the end of the turn)
       await second.release();
-      await expect.poll(() => counter.count('zrem')).toBe(1);
+      await expect.poll(() => store.commands.release).toBe(1);
       expect(await slotMembers('ch0')).toEqual([]);
       expect(admission.stats().liveLeases).toBe(0);
     });
@@ -512,9 +508,9 @@ describe('admission on Redis', () => {
       expect(second.token).toBe(first.token);
       expect(third.token).not.toBe(first.token);
       expect(admission.stats().handoffs).toBe(1);
-      // the second release and the third acquire went out together: one ZREM, one script call
-      expect(counter.count('zrem')).toBe(1);
-      expect(counter.count('evalsha')).toBe(1);
+      // the second release and the third acquire went out together: one release call, one acquire call
+      expect(counter.count('evalsha')).toBe(2);
+      expect(counter.pipelines).toContain(2);
       expect(await slotMembers('ch0')).toEqual([third.token]);
       await third.release();
     });
@@ -570,7 +566,7 @@ describe('admission on Redis', () => {
     });
 
     it('a waiting request of this instance is served by the grant its release makes, never by a handoff', async () => {
-      await setup({ load_cache_ttl_ms: 5000, wait_interval_ms: 2000, wait_timeout_ms: 4000 });
+      await setup({ load_cache_ttl_ms: 5000, safety_poll_ms: 10_000, wait_timeout_ms: 4000 });
       const candidates = bounded(1, 1);
       const holder = await admission.acquire({ candidates });
       const waiting = admission.acquire({ candidates });
@@ -654,7 +650,7 @@ describe('admission on Redis', () => {
       expect(counter.count('evalsha')).toBe(1);
       expect(admission.stats().acquireAttempts).toBe(1);
       await expect.poll(() => slotMembers('ch0')).toEqual([]);
-      expect(counter.count('zrem')).toBe(1);
+      expect(counter.count('evalsha')).toBe(2); // and one release
       expect(admission.stats().liveLeases).toBe(0);
       expect(admission.stats().outcomes.capacity_aborted).toBe(1);
     });
@@ -676,8 +672,7 @@ describe('admission on Redis', () => {
       const first = await admission.acquire({ candidates });
       counter.reset();
       const second = await sentThroughRedis(first, () => admission.acquire({ candidates }));
-      expect(counter.count('zrem')).toBe(1);
-      expect(counter.count('evalsha')).toBe(1);
+      expect(counter.count('evalsha')).toBe(2); // one release, one acquire
       await second.release();
     });
   });
@@ -690,11 +685,11 @@ describe('load view fetch bound', () => {
     const gate = new Promise<void>((r) => (open = r));
     let calls = 0;
     const store: SlotStore = Object.create(real, {
-      readLoads: {
-        value: async (ids: readonly string[]): Promise<Map<string, ChannelLoad>> => {
+      exchangeLoads: {
+        value: async (exchange: LoadExchange): Promise<Map<string, ChannelLoad>> => {
           calls++;
           await gate;
-          return real.readLoads(ids);
+          return real.exchangeLoads(exchange);
         },
       },
     });
@@ -703,6 +698,7 @@ describe('load view fetch bound', () => {
       clock: systemClock,
       settings: () => admissionSettings.defaults,
       local: { active: (id) => (id === 'x' ? 3 : 0), waiting: () => 1, coolingMs: () => 0 },
+      instanceId: () => 'me',
       fetchTimeoutMs: 50,
     });
     const busy = [view.read(['a']), view.read(['b'])];

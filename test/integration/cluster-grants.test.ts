@@ -19,7 +19,7 @@ function instance(): { store: RedisStore; admission: Admission } {
   // safety polls 5–10 s apart (50 × wait_interval_ms, jittered): a grant seen before one is a message
   const admission = createAdmission({
     store,
-    settings: { wait_timeout_ms: 20_000, wait_interval_ms: 200, max_waiting_per_channel: 5 },
+    settings: { wait_timeout_ms: 20_000, safety_poll_ms: 10_000, max_waiting_per_channel: 5 },
   });
   cleanups.push(async () => {
     await admission.close();
@@ -119,6 +119,6 @@ describe('grants across the nodes of a Redis Cluster', () => {
     const members = await admin.zrange(store.keys.queue(id), 0, -1);
     expect(members.map((m) => m.slice(m.lastIndexOf('|') + 1))).toEqual(['cl:3', 'cl:1', 'cl:2']);
     for (const t of ['cl:1', 'cl:2', 'cl:3']) await store.leaveQueue(waiter(t), 60_000);
-    expect(await store.release({ channelId: id, token: 'cl:h', ttlMs: 60_000 })).toBe(true);
+    expect(await store.release({ channelId: id, token: 'cl:h' }, 60_000).done).toBe(true);
   });
 });

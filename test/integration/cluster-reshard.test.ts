@@ -128,7 +128,7 @@ describe('resharding a Redis Cluster under traffic', () => {
       maxConcurrency: MAX,
       // 36 acquirers for 10 slots: most wait in the queues, so grants (released on one master, announced by PUBLISH
       // through the cluster bus) carry the traffic
-      settings: { max_waiting_per_channel: 40, wait_interval_ms: 50, wait_timeout_ms: 10_000 },
+      settings: { max_waiting_per_channel: 40, safety_poll_ms: 2500, wait_timeout_ms: 10_000 },
       deadlineMs: 120_000,
     };
     const children: AcquirerProcess[] = Array.from({ length: PROCESSES }, () => startAcquirer(opts));

@@ -165,8 +165,8 @@ describe('Redis restarting empty while requests wait', () => {
 
   it('a waiter whose queue was lost joins again at its safety poll and is served: nobody is lost for good', async () => {
     const prefix = uniquePrefix('restart');
-    const a = instance(prefix, { url: server.url }, { wait_interval_ms: 50 }); // safety polls every second
-    const b = instance(prefix, { url: server.url }, { wait_interval_ms: 50 });
+    const a = instance(prefix, { url: server.url }, { safety_poll_ms: 2500 }); // safety polls every second
+    const b = instance(prefix, { url: server.url }, { safety_poll_ms: 2500 });
     const held: Ticket<Candidate> = await a.admission.acquire({ candidates: one });
     const bWaits = b.admission.acquire({ candidates: one });
     await queuedOn(b.admission);

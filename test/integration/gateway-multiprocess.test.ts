@@ -190,11 +190,11 @@ describe('two gateway processes on one Redis: settings', () => {
     // the rejected PUT had written or announced before it (one hash, one ordered pub/sub channel).
     const sentinel = await call(gwB, 'PUT', '/admin/settings', {
       token: ADMIN_TOKEN,
-      body: { wait_interval_ms: 77 },
+      body: { safety_poll_ms: 3850 },
     });
     const sentinelAt = performance.now();
     expect(sentinel.status, sentinel.text).toBe(200);
-    const bToA = await msUntilSettings(gwA, { wait_interval_ms: 77 }, sentinelAt);
+    const bToA = await msUntilSettings(gwA, { safety_poll_ms: 3850 }, sentinelAt);
     console.info(`settings propagation B→A: ${bToA.toFixed(1)} ms after the PUT returned`);
     expect(bToA).toBeLessThanOrEqual(1000);
 
@@ -203,7 +203,7 @@ describe('two gateway processes on one Redis: settings', () => {
         retry_times: 3,
         load_cache_ttl_ms: 200,
         wait_timeout_ms: 1234,
-        wait_interval_ms: 77,
+        safety_poll_ms: 3850,
       });
     }
     expect(await redis.hgetall(`${prefix}:v1:settings`)).toEqual({
@@ -258,7 +258,7 @@ describe.each(topologies())('two gateway processes on $name: concurrency', ({ ta
       // the 60 go through (on both gateways) and the rest is turned away with the gateway's 429 (queue full). Either
       // gateway alone has at most 30 waiters, so both get places whichever burst reaches Redis first (with
       // 20 places, the first burst's 26 waiters could take them all, as a FIFO queue should let them).
-      settings: { max_waiting_per_channel: 40, wait_interval_ms: 10, wait_timeout_ms: 5000 },
+      settings: { max_waiting_per_channel: 40, safety_poll_ms: 2000, wait_timeout_ms: 5000 },
     };
     const path = await writeConfig(dir.dir, `${prefix}.yaml`, config);
     const gateways = await Promise.all([

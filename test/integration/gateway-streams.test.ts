@@ -245,7 +245,7 @@ describe('gateway streams on Redis', () => {
         channels: [openai(up, 'alpha', { max_concurrency: 1 })],
         // A long first poll interval (2 to 4 s): the waiter is asleep when the stream's slot comes free, so a local
         // release wakes it and it could take the slot over at once if the gateway let it.
-        settings: { wait_timeout_ms: 15_000, wait_interval_ms: 4000 },
+        settings: { wait_timeout_ms: 15_000, safety_poll_ms: 10_000 },
       }),
     );
 

@@ -90,8 +90,8 @@ describe('lease renewal and expiry', () => {
     const kept = (await leases.acquireFirst([{ channelId: 'lost', max: 2 }], true)).lease!;
     const gone = (await leases.acquireFirst([{ channelId: 'lost', max: 2 }], true)).lease!;
     // e.g. an operator deleted both, and another instance took one of the two places
-    expect(await store.release(kept)).toBe(true);
-    expect(await store.release(gone)).toBe(true);
+    expect(await store.release(kept, 60_000).done).toBe(true);
+    expect(await store.release(gone, 60_000).done).toBe(true);
     const other = { token: 'other:1', leaseTtlMs: 60_000, checkCooldown: true };
     expect(await store.acquireFirst([{ channelId: 'lost', max: 2 }], other)).toEqual(['acquired']);
     const deadline = Date.now() + 3_000;

@@ -59,7 +59,7 @@ describe.each(topologies())('several processes on $name', ({ target }) => {
       maxConcurrency: MAX,
       // Queues with room for every acquirer, short polls and short waits: the burst goes through waiting, wait
       // time-outs and retries (each loop retries a CapacityError after a short pause), and ends in a few seconds.
-      settings: { max_waiting_per_channel: 20, wait_interval_ms: 10, wait_timeout_ms: 1000 },
+      settings: { max_waiting_per_channel: 20, safety_poll_ms: 2000, wait_timeout_ms: 1000 },
       deadlineMs: 15_000,
     };
     const started = Array.from({ length: PROCESSES }, () => startChild(opts));

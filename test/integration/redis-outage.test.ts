@@ -258,7 +258,7 @@ describe('Redis outages', () => {
       ['acquire', () => store.acquireFirst([{ channelId: 'down', max: 2 }], opts('down:1'))],
       ['load_read', () => store.readLoads(['down', 'b'])],
       ['wait_register', () => store.enqueue(waiter('down', 'w:1'), wait)],
-      ['release', () => store.release({ channelId: 'down', token: 'before:1' })],
+      ['release', () => store.release({ channelId: 'down', token: 'before:1' }, 60_000).done],
       ['renew', () => store.renew([{ channelId: 'down', token: 'before:1' }], 60_000)],
       ['cooldown', () => store.setCooldown('down', 1_000, 'x')],
     ];
@@ -295,7 +295,7 @@ describe('Redis outages', () => {
     const load = (await store.readLoads(['a'])).get('a')!;
     expect(load.waiting).toBe(1);
     expect(load.active).toBeGreaterThanOrEqual(1);
-    expect(await store.release({ channelId: 'a', token: 'after:1' })).toBe(true);
+    expect(await store.release({ channelId: 'a', token: 'after:1' }, 60_000).done).toBe(true);
     // whether the failed registration on `down` was dropped with ioredis's offline queue or ran after the reconnect,
     // its cleanup removal went the same way behind it: no waiter is left
     expect(await eventually(async () => (await admin.exists(store.keys.queue('down'))) === 0, 3_000)).toBe(

@@ -5,7 +5,6 @@
  */
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ManualClock } from '../../packages/slotgate/src/core/clock.js';
 import { KeyBuilder } from '../../packages/slotgate/src/store/redis/keys.js';
 import { RedisStore } from '../../packages/slotgate/src/store/redis/redis-store.js';
 import {

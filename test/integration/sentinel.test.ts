@@ -59,7 +59,7 @@ describe('a RedisStore on Sentinel', () => {
     expect(await store.acquireFirst([{ channelId: 'one', max: 1 }], { ...opts, token: 'x:2' })).toEqual([
       'full',
     ]);
-    expect(await store.release({ channelId: 'one', token: 'x:1', ttlMs: 5000 })).toBe(true);
+    expect(await store.release({ channelId: 'one', token: 'x:1' }, 5000).done).toBe(true);
 
     const admission = createAdmission({ store, settings: { lease_ttl_ms: 5000 } });
     cleanups.push(() => admission.close());

@@ -12,7 +12,7 @@ import { admissionSettings, type SettingsUpdate } from '../../packages/slotgate/
 import { KeyBuilder } from '../../packages/slotgate/src/store/redis/keys.js';
 import { RedisStore } from '../../packages/slotgate/src/store/redis/redis-store.js';
 import { Script } from '../../packages/slotgate/src/store/redis/scripts.js';
-import type { OverridesOrigin, SharedSettings } from '../../packages/slotgate/src/store/store.js';
+import type { OverridesOrigin, SharedSettings } from '../../packages/slotgate/src/store/fleet.js';
 import { RedisServer } from '../helpers/redis-server.js';
 import { uniquePrefix } from '../helpers/redis.js';
 import { useCleanups } from '../helpers/cleanups.js';

@@ -19,7 +19,7 @@ import { elapse, flush, track } from './manual-time.js';
 afterEach(closeEngines);
 
 const zero = { random: () => 0 };
-const LONG_WAIT = { wait_timeout_ms: 30_000, wait_interval_ms: 40, max_waiting_per_channel: 10 };
+const LONG_WAIT = { wait_timeout_ms: 30_000, safety_poll_ms: 2000, max_waiting_per_channel: 10 };
 
 /** A configuration that can be replaced, as a gateway's registry is on a reload: new objects each time. */
 function config(...channels: Candidate[]) {
@@ -400,9 +400,9 @@ function loseGrants(store: MemoryStore) {
   const control = { losing: true, lost: [] as [string, string][] };
   store.listen = (id, listener: QueueListener) =>
     listen(id, {
-      grant: (channelId, token, ttl) => {
-        if (control.losing) control.lost.push([channelId, token]);
-        else listener.grant(channelId, token, ttl);
+      grant: (grant) => {
+        if (control.losing) control.lost.push([grant.channelId, grant.token]);
+        else listener.grant(grant);
       },
       queued: (c) => listener.queued(c),
       resync: () => listener.resync(),

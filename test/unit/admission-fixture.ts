@@ -82,14 +82,14 @@ export async function hold(admission: Admission, channel: Candidate, n = 1): Pro
  */
 export function holdReleases(store: MemoryStore): void {
   const send = store.release.bind(store);
-  store.releaseDeferred = (lease): PendingRelease => {
+  store.release = (lease, ttlMs): PendingRelease => {
     let state: 'held' | 'withdrawn' | 'sent' = 'held';
     let settle!: (removed: boolean | Promise<boolean>) => void;
     const done = new Promise<boolean>((resolve) => (settle = resolve));
     setImmediate(() => {
       if (state !== 'held') return;
       state = 'sent';
-      settle(send(lease));
+      settle(send(lease, ttlMs).done);
     });
     const withdraw = () => {
       if (state !== 'held') return false;
@@ -97,6 +97,6 @@ export function holdReleases(store: MemoryStore): void {
       settle(true);
       return true;
     };
-    return { done, held: true, withdraw };
+    return { done, withdrawable: true, withdraw };
   };
 }

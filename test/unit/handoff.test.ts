@@ -35,13 +35,13 @@ afterEach(async () => {
 function holding() {
   const queued = new Map<string, { lease: LeaseRef; resolve: (v: boolean) => void }>();
   const store: SlotStore = Object.create(inner) as SlotStore;
-  store.releaseDeferred = (lease): PendingRelease => {
+  store.release = (lease): PendingRelease => {
     let resolve!: (v: boolean) => void;
     const done = new Promise<boolean>((r) => (resolve = r));
     queued.set(lease.token, { lease: { ...lease }, resolve });
     return {
       done,
-      held: true,
+      withdrawable: true,
       withdraw: () => {
         const q = queued.get(lease.token);
         if (!q) return false;
@@ -54,7 +54,7 @@ function holding() {
   const send = async () => {
     for (const [token, q] of [...queued]) {
       queued.delete(token);
-      q.resolve(await inner.release(q.lease));
+      q.resolve(await inner.release(q.lease).done);
     }
   };
   senders.push(send);
@@ -156,7 +156,7 @@ describe('Handoff', () => {
     const { leases, handoff } = setup(inner);
     const lease = await take(leases, 'a');
     const release = leases.release(lease)!;
-    expect(release.held).toBe(false);
+    expect(release.withdrawable).toBe(false);
     expect(handoff.park(lease, release)).toBe(false);
     expect(handoff.available).toBe(false);
     await release.done;

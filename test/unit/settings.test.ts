@@ -11,7 +11,9 @@ import {
   DEFAULT_SETTINGS,
   admissionSettings,
   type Settings,
+  type SettingsUpdate,
 } from '../../packages/slotgate/src/core/settings.js';
+import type { AdmissionEvent } from '../../packages/slotgate/src/admission/types.js';
 import { gatewaySettings } from '../../packages/gateway/src/settings.js';
 import { MemoryStore } from '../../packages/slotgate/src/store/memory/memory-store.js';
 import { elapse, flush, track } from './manual-time.js';
@@ -20,12 +22,11 @@ import { elapse, flush, track } from './manual-time.js';
 const SPEC_TABLE = {
   load_cache_enabled: [true],
   load_cache_ttl_ms: [200, 1, 5000],
-  load_summary_enabled: [true],
   max_acquire_attempts: [8, 1, 100],
   slot_handoff_enabled: [true],
   wait_enabled: [true],
   wait_timeout_ms: [5000, 0, 60000],
-  wait_interval_ms: [100, 1, 5000],
+  safety_poll_ms: [5000, 1000, 60000],
   max_waiting_per_channel: [0, 0, 10000],
   cooldown_enabled: [true],
   cooldown_seconds: [30, 1, 3600],
@@ -128,10 +129,10 @@ describe('validation of an update', () => {
     ['null', null],
     ['a boolean', true],
   ])('rejects %s for an integer key', (_, value) => {
-    const err = settingsError(() => parseSettingsUpdate({ wait_interval_ms: value }));
+    const err = settingsError(() => parseSettingsUpdate({ safety_poll_ms: value }));
     expect(err.issues).toHaveLength(1);
-    expect(err.issues[0]).toContain('`wait_interval_ms`');
-    expect(err.issues[0]).toContain('an integer in 1–5000');
+    expect(err.issues[0]).toContain('`safety_poll_ms`');
+    expect(err.issues[0]).toContain('an integer in 1000–60000');
   });
 
   it.each([
@@ -174,13 +175,55 @@ describe('validation of an update', () => {
       [Number.NaN, 'NaN'],
       [Number.POSITIVE_INFINITY, 'Infinity'],
     ] as const) {
-      const err = settingsError(() => parseSettingsUpdate({ wait_interval_ms: value }));
+      const err = settingsError(() => parseSettingsUpdate({ safety_poll_ms: value }));
       expect(err.issues[0]).toContain(`got ${shown}`);
     }
   });
 
   it('accepts an empty update', () => {
     expect(parseSettingsUpdate({})).toEqual({});
+  });
+});
+
+describe('keys of earlier releases', () => {
+  it('wait_interval_ms is a deprecated alias: it sets safety_poll_ms to 50 × its value within 2–10 s, with a warning', () => {
+    expect(admissionSettings.parse({ wait_interval_ms: 100 })).toEqual({ safety_poll_ms: 5000 });
+    expect(admissionSettings.parse({ wait_interval_ms: 1 })).toEqual({ safety_poll_ms: 2000 });
+    expect(admissionSettings.parse({ wait_interval_ms: 5000 })).toEqual({ safety_poll_ms: 10_000 });
+    // the new key wins when both are given
+    expect(admissionSettings.parse({ wait_interval_ms: 100, safety_poll_ms: 3000 })).toEqual({
+      safety_poll_ms: 3000,
+    });
+    // validated as it was
+    expect(settingsError(() => admissionSettings.parse({ wait_interval_ms: 0 })).issues).toEqual([
+      'Expected `wait_interval_ms` to be an integer in 1–5000, got 0',
+    ]);
+    expect(admissionSettings.warnings({ wait_interval_ms: 100 })).toEqual([
+      'Setting `wait_interval_ms` is deprecated: use `safety_poll_ms` (it sets safety_poll_ms = 5000)',
+    ]);
+  });
+
+  it('load_summary_enabled was removed: accepted and ignored, with a warning', () => {
+    expect(admissionSettings.parse({ load_summary_enabled: false, wait_enabled: true })).toEqual({
+      wait_enabled: true,
+    });
+    expect(admissionSettings.warnings({ load_summary_enabled: false })).toEqual([
+      expect.stringMatching(/^Setting `load_summary_enabled` was removed and is ignored: /),
+    ]);
+    expect(admissionSettings.warnings({ wait_enabled: true })).toEqual([]);
+  });
+
+  it('an engine given them emits settings_deprecated with the warnings', async () => {
+    const events: AdmissionEvent[] = [];
+    const admission = createAdmission({
+      store: new MemoryStore(),
+      settings: { wait_interval_ms: 40 } as SettingsUpdate,
+      onEvent: (e) => events.push(e),
+    });
+    expect(admission.settings.safety_poll_ms).toBe(2000);
+    admission.updateSettings({ load_summary_enabled: true });
+    expect(events.filter((e) => e.type === 'settings_deprecated').map((e) => e.type)).toHaveLength(2);
+    await admission.close();
   });
 });
 
@@ -200,12 +243,12 @@ describe('mergeSettings()', () => {
     const base = mergeSettings(DEFAULT_SETTINGS, {});
     let next: Settings;
     try {
-      next = mergeSettings(base, { wait_interval_ms: undefined, wait_enabled: undefined });
+      next = mergeSettings(base, { safety_poll_ms: undefined, wait_enabled: undefined });
     } catch (err) {
       expect(err).toBeInstanceOf(SettingsError); // rejecting the update is fine too
       return;
     }
-    expect(next.wait_interval_ms).toBe(base.wait_interval_ms);
+    expect(next.safety_poll_ms).toBe(base.safety_poll_ms);
     expect(next.wait_enabled).toBe(base.wait_enabled);
   });
 
@@ -240,11 +283,11 @@ describe('settings of an admission engine', () => {
     });
     const before: Settings = admission.settings;
     const err = settingsError(() =>
-      admission.updateSettings({ max_acquire_attempts: 2, wait_interval_ms: 0, unknown_key: 'x' }),
+      admission.updateSettings({ max_acquire_attempts: 2, safety_poll_ms: 0, unknown_key: 'x' }),
     );
     expect(err.issues).toEqual(
       expect.arrayContaining([
-        expect.stringContaining('`wait_interval_ms` to be an integer in 1–5000, got 0'),
+        expect.stringContaining('`safety_poll_ms` to be an integer in 1000–60000, got 0'),
         expect.stringContaining('`unknown_key`'),
       ]),
     );
@@ -294,7 +337,7 @@ describe('settings of an admission engine', () => {
     const admission = createAdmission({
       store,
       clock,
-      settings: { wait_timeout_ms: 50, wait_interval_ms: 10 },
+      settings: { wait_timeout_ms: 50, safety_poll_ms: 2000 },
       random: () => 0, // polls at +5, +15, +35, then at the deadline
     });
     const candidates = [full('solo')];

@@ -309,6 +309,15 @@ export class RedisStore implements SlotStore {
     await this.summary.clearCooldown(channelId);
   }
 
+  /** A channel's cooldown as stored: its reason and remaining time (-1: no expiry); null when it does not cool. */
+  async readCooldown(channelId: string): Promise<{ reason: string; remainingMs: number } | null> {
+    const key = this.keys.cooldown(channelId);
+    const [reason, pttl] = await this.run('cooldown', 2, () =>
+      Promise.all([this.client.get(key), this.client.pttl(key)]),
+    );
+    return reason === null || pttl === -2 ? null : { reason, remainingMs: pttl };
+  }
+
   get presence(): Presence {
     const { client, keys, count, clock } = this;
     return (this.presenceImpl ??= new RedisPresence({ client, keys, count, clock }));

@@ -179,7 +179,8 @@ export class RedisLoadSummary {
       // the fleet's sum without this instance's counts as the snapshot holds them, with them as it just reported them
       const packed = Number(view.counts.get(id) ?? 0) - (base.get(id) ?? 0) + (own?.counts.get(id) ?? 0);
       const { active, waiting } = unpackCounts(packed);
-      const end = this.noted.get(id)?.end ?? view.cooling.get(id) ?? 0;
+      // (a snapshot built now, for a read with no max age, holds this store's own cooldowns already)
+      const end = (maxAge > 0 ? this.noted.get(id)?.end : undefined) ?? view.cooling.get(id) ?? 0;
       const remaining = end > now ? end - now : 0;
       loads.set(id, { active, waiting, coolingDown: remaining > 0, cooldownRemainingMs: remaining });
     }
