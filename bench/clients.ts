@@ -5,11 +5,10 @@
  * functions of the records, so a run's and an ideal's go through the same code.
  */
 import { logNormalMs, seededRandom, seedOf, type HoldShape } from './draws.js';
-import { waitsOf } from './fairness.js';
-import { idealClosedLoop, type LoopWorker } from './ideal-clients.js';
+import { waitsOf, type RequestRecord } from './fairness.js';
+import { idealClosedLoop, type ClientPolicy, type LoopWorker } from './ideal-clients.js';
 import { highestOverlap } from './load.js';
 import type { ClientsScenario, ClientVariant } from './openloop.js';
-import type { ClientFigures, ClientPolicy, ClientsRecord, RequestRecord } from './records.js';
 import type { BenchClient, Contender } from './types.js';
 
 /** All the variants on a contender that knows clients; on the others the unnamed one (the rest would be the same). */
@@ -21,8 +20,8 @@ export const benchClients = (s: ClientsScenario, variant: ClientVariant): BenchC
   s.clients.map((c) => ({
     id: c.id,
     weight: c.weight,
-    ...(variant.limits[c.id] !== undefined ? { maxConcurrency: variant.limits[c.id]! } : {}),
-    ...(variant.unnamed ? { unnamed: true } : {}),
+    maxConcurrency: variant.limits[c.id],
+    unnamed: variant.unnamed,
   }));
 
 /** The holds of one worker, in order: its k-th admitted request holds the k-th. */
@@ -81,7 +80,7 @@ interface ClientInfo {
 export function clientFigures(
   records: readonly RequestRecord[],
   o: { clients: readonly ClientInfo[]; window: { from: number; to: number }; peaks: Record<string, number> },
-): ClientFigures[] {
+) {
   const { from, to } = o.window;
   const inWindow = (t: number) => t >= from && t < to;
   const busy = (r: RequestRecord) =>
@@ -99,7 +98,7 @@ export function clientFigures(
       client: c.id,
       workers: c.workers,
       weight: c.weight,
-      ...(c.limit !== undefined ? { limit: c.limit } : {}),
+      limit: c.limit,
       requests: arrived.length,
       admitted,
       admittedPerS: admitted / ((to - from) / 1000),
@@ -124,12 +123,12 @@ export function clientsRecord(
     records: readonly RequestRecord[];
     intervals: readonly Record<string, number[]>[];
   },
-): ClientsRecord {
+) {
   const clients = benchClients(s, variant).map((c, k) => ({
     id: c.id,
     workers: s.clients[k]!.workersPerInstance * run.instances,
     weight: c.weight ?? 1,
-    ...(c.maxConcurrency !== undefined ? { limit: c.maxConcurrency } : {}),
+    limit: c.maxConcurrency,
   }));
   const window = clientsWindow(s, run.durationS);
   const ideal = (policy: ClientPolicy) => {
@@ -138,7 +137,7 @@ export function clientsRecord(
       clients: clients.map((c) => ({
         id: c.id,
         weight: c.weight,
-        ...(c.limit !== undefined ? { maxConcurrency: c.limit } : {}),
+        maxConcurrency: c.limit,
       })),
       workers: loopWorkers(s, run.instances),
       endMs: window.to,
@@ -148,13 +147,16 @@ export function clientsRecord(
   };
   return {
     variant: { id: variant.id, label: variant.label },
-    ...(variant.judged !== undefined ? { judged: variant.judged } : {}),
+    judged: variant.judged,
     measured: s.measured,
     settleMs: s.settleMs,
     clients: clientFigures(run.records, { clients, window, peaks: highestOverlap(run.intervals) }),
     ideal: { 'weighted-fair': ideal('weighted-fair'), fifo: ideal('fifo') },
   };
 }
+
+export type ClientFigures = ReturnType<typeof clientFigures>[number];
+export type ClientsRecord = ReturnType<typeof clientsRecord>;
 
 /**
  * The measured client's p90 wait over the ideal weighted-fair scheduler's on the same loop; Infinity when it was

@@ -47,6 +47,10 @@ export function meanHoldMs(shape: HoldShape): number {
   );
 }
 
+export const holdText = (h: HoldShape): string =>
+  `log-normal holds (median ${h.medianMs} ms, σ ${h.sigma}, capped at ${h.capMs / 1000} s; mean ` +
+  `${Math.round(meanHoldMs(h))} ms)`;
+
 /** FNV-1a over the parts joined by ':': the seed of one worker's or engine's own stream. */
 export function seedOf(...parts: readonly (string | number)[]): number {
   let h = 0x811c9dc5;

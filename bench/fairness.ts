@@ -4,7 +4,31 @@
  * instances, slot utilisation, FIFO inversions among the requests that had to wait, and grant latency (admission −
  * the latest release on the channel: a polling contender's poll delay).
  */
-import { percentile, type FleetFigures, type RequestRecord, type Waits } from './records.js';
+import { percentile } from './load.js';
+
+/** One request as its instance saw it; times in ms on one time base for every process (children.ts, wallNow). */
+export interface RequestRecord {
+  instance: number;
+  arrival: number;
+  /** When it was admitted, or refused. */
+  outcome: number;
+  /** The channel it was admitted on; undefined when refused. */
+  channel?: string;
+  /** Why it was refused: the contender's reason, `in_flight_cap` (shed by the bench) or `error: …`. */
+  reason?: string;
+  client?: string;
+  hold: number;
+  /** Open loop: when the load generator handed it to its contender (the trace time plus the dispatch lag). */
+  dispatched?: number;
+  /** When the holder gave the slot back (admitted only). */
+  release?: number;
+}
+
+export interface Waits {
+  p50: number;
+  p90: number;
+  p99: number;
+}
 
 export const isAdmitted = (r: RequestRecord): boolean => r.channel !== undefined;
 
@@ -157,13 +181,13 @@ export interface FleetWindow {
 export function fleetFigures(
   records: readonly RequestRecord[],
   o: { slots: number; instances: number; window: FleetWindow },
-): FleetFigures {
+) {
   const { from, to } = o.window;
   const inWindow = (t: number) => t >= from && t < to;
   const waited = hadToWait(records, o.slots);
   const counted = records.map((r) => inWindow(r.arrival));
   const waitOf = (r: RequestRecord) => r.outcome - r.arrival;
-  const perInstance: FleetFigures['perInstance'] = Array.from({ length: o.instances }, (_, i) => {
+  const perInstance = Array.from({ length: o.instances }, (_, i) => {
     const mine = records.filter((r, k) => counted[k] && r.instance === i);
     const waits = mine
       .filter(isAdmitted)
@@ -210,8 +234,10 @@ export function fleetFigures(
     overtaken,
     inversionRatio: waiters ? overtaken / waiters : NaN,
     overtakerGapMs,
-    ...(byDispatch !== undefined ? { overtakenByDispatch: byDispatch } : {}),
+    overtakenByDispatch: byDispatch,
     grantLatency: { count: grants.length, p50: percentile(grants, 0.5), p99: percentile(grants, 0.99) },
     utilisation: utilisation(records, o.slots, o.window.utilisation.from, o.window.utilisation.to),
   };
 }
+
+export type FleetFigures = ReturnType<typeof fleetFigures>;

@@ -1,16 +1,43 @@
 /** The fleet scenarios' markdown: parameters above each scenario's tables, the ideal schedulers first, the legend. */
-import { measuredRatio } from './clients.js';
-import { meanHoldMs } from './draws.js';
-import { columns, counts, fmt, highestText, ms, pct, slash, table, type Column } from './format.js';
+import { measuredRatio, type ClientFigures, type ClientsRecord } from './clients.js';
+import { holdText, meanHoldMs } from './draws.js';
+import { columns, counts, fmt, highestText, ms, pct, slash, type Column } from './format.js';
 import { arrivalRate, type ClientsScenario, type FleetScenario } from './openloop.js';
-import type { ClientFigures, ClientsRecord, FleetFigures, Meta, RunRecord } from './records.js';
-import { COLUMNS, COST } from './report.js';
+import type { FleetFigures } from './fairness.js';
+import type { Meta, RunRecord } from './records.js';
+import { COLUMNS, COST, purposeTable, serverCommandTable } from './report.js';
 
-const machine = (meta: Meta) => `Redis: ${meta.redis}. Node ${meta.node}, ${meta.cpu}.`;
+/** A fleet scenario's section: its parameters, then its runs side by side, the ideal schedulers first. */
+export function fleetSection(
+  s: FleetScenario,
+  runs: readonly RunRecord[],
+  meta: Meta,
+  suffix: string,
+): string {
+  const cost: Column<RunRecord>[] = [
+    ['Redis cost', (r) => r.label],
+    COLUMNS.instances,
+    ['admissions', (r) => fmt(r.admissions, 0)],
+    ...COST,
+    ['measured over s', (r) => fmt(r.windowS, 1)],
+  ];
+  return [
+    `\n## ${s.title} (${s.id})${suffix}`,
+    `${paramsLine(s, runs[0]!)} Redis: ${meta.redis}. Node ${meta.node}, ${meta.cpu}.`,
+    s.kind === 'clients' && clientsTable(runs),
+    [fleetTable(s, runs), ...notes(runs)].join('\n'),
+    fleetInstanceTable(runs),
+    columns(runs, cost),
+    serverCommandTable(runs),
+    purposeTable(runs),
+  ]
+    .filter(Boolean)
+    .join('\n\n');
+}
 
-export function fleetParamsLine(s: FleetScenario, runs: readonly RunRecord[], meta: Meta): string {
-  const durationS = runs[0]!.params.durationS;
-  if (s.kind === 'clients') return clientsParamsLine(s, durationS, meta);
+function paramsLine(s: FleetScenario, r: RunRecord): string {
+  const durationS = r.params.durationS;
+  if (s.kind === 'clients') return clientsParamsLine(s, durationS);
   const slots = s.channels * s.max;
   const base =
     `**${s.title}** — ${s.channels} bounded channels × max ${s.max} (${slots} slots), one candidate set (all ` +
@@ -19,49 +46,41 @@ export function fleetParamsLine(s: FleetScenario, runs: readonly RunRecord[], me
     return (
       `${base}, closed loop: ${s.workers} workers per instance, each acquire → hold ${s.holdMs} ms → release ` +
       `(5 ms back-off after a refusal), instance i starting i × ${s.staggerMs} ms after the first; admissions ` +
-      `counted over the ${durationS} s in which all run; slotgate's queues hold up to ${s.maxWaiting} per channel. ` +
-      machine(meta)
+      `counted over the ${durationS} s in which all run; slotgate's queues hold up to ${s.maxWaiting} per channel.`
     );
   }
-  const mean = meanHoldMs(s.hold);
   return (
     `${base}, open loop: Poisson arrivals at ${fmt(arrivalRate(s), 1)}/s in total = ${s.loadPct} % of capacity ` +
-    `(slots / mean hold = ${fmt(slots / (mean / 1000), 1)}/s), dealt round-robin; log-normal hold (median ` +
-    `${s.hold.medianMs} ms, σ ${s.hold.sigma}, capped at ${s.hold.capMs / 1000} s; mean ${fmt(mean, 0)} ms); wait ` +
-    `time-out ${s.waitTimeoutMs / 1000} s for every contender ` +
+    `(slots / mean hold = ${fmt(slots / (meanHoldMs(s.hold) / 1000), 1)}/s), dealt round-robin; ` +
+    `${holdText(s.hold)}; wait time-out ${s.waitTimeoutMs / 1000} s for ` +
+    'every contender ' +
     (s.maxWaiting !== undefined
       ? `(slotgate's queues hold up to ${s.maxWaiting} per channel, so only the time-out refuses, as in the ideal)`
       : "(slotgate's default queue bound: a full queue is a 429 at once; no ideal beside it)") +
-    `; ${durationS} s of arrivals (${runs[0]!.fleet?.figures.requests ?? '?'} requests, seed ${s.seed}: the same ` +
-    `trace for every contender, instance count and the ideal); each instance sheds arrivals above ` +
-    `${fmt(s.maxInFlight, 0)} in flight. Utilisation from 1 s to the last arrival. ${machine(meta)}`
+    `; ${durationS} s of arrivals (${r.fleet?.figures.requests ?? '?'} requests, seed ${s.seed}: the same trace for ` +
+    `every contender, instance count and the ideal); each instance sheds arrivals above ${fmt(s.maxInFlight, 0)} ` +
+    'in flight. Utilisation from 1 s to the last arrival.'
   );
 }
 
-function clientsParamsLine(s: ClientsScenario, durationS: number, meta: Meta): string {
-  const clients = s.clients
-    .map(
-      (c) =>
-        `${c.id}: ${c.workersPerInstance} per instance (${c.workersPerInstance * s.instances[0]!} in all), weight ${c.weight}`,
-    )
-    .join('; ');
+function clientsParamsLine(s: ClientsScenario, durationS: number): string {
+  const workers = s.clients.map(
+    (c) => `${c.id}: ${c.workersPerInstance} per instance (${c.workersPerInstance * s.instances[0]!} in all)`,
+  );
   const limits = (v: ClientsScenario['variants'][number]) =>
     Object.entries(v.limits)
       .map(([id, n]) => `${id} maxConcurrency ${n}`)
       .join(', ') || 'no maxConcurrency';
   return (
     `**${s.title}** — 1 bounded channel × max ${s.max}, ${s.instances.join(' / ')} instances (one process each), ` +
-    `closed-loop workers of every client (5 ms back-off after a 429). Workers: ${clients}. Log-normal holds (median ` +
-    `${s.hold.medianMs} ms, σ ${s.hold.sigma}, capped at ${s.hold.capMs / 1000} s; mean ${fmt(meanHoldMs(s.hold), 0)} ` +
-    `ms), each worker's from its own seeded stream (seed ${s.seed}), the same in every run and in the ideal ` +
-    `schedulers. Wait time-out ${s.waitTimeoutMs / 1000} s, queues of up to ${s.maxWaiting} per channel and per ` +
-    `limited client. Figures over requests arriving in a ${durationS} s window after ${s.settleMs / 1000} s of ` +
-    `settling. Variants: ${s.variants.map((v) => `"${v.label}" (${limits(v)})`).join(', ')}; peers without clients ` +
-    `run the first. Ideal schedulers: the same loop in memory with each variant's limits. ${machine(meta)}`
+    `closed-loop workers of every client, weights 1 (5 ms back-off after a 429). Workers: ${workers.join('; ')}. ` +
+    `${holdText(s.hold)}, each worker's from its own seeded stream (seed ${s.seed}), the same in every run and in ` +
+    `the ideal schedulers. Wait time-out ${s.waitTimeoutMs / 1000} s, queues of up to ${s.maxWaiting} per channel ` +
+    `and per limited client. Figures over requests arriving in a ${durationS} s window after ` +
+    `${s.settleMs / 1000} s of settling. Variants: ${s.variants.map((v) => `"${v.label}" (${limits(v)})`).join(', ')}; ` +
+    "peers without clients run the first. Ideal schedulers: the same loop in memory with each variant's limits."
   );
 }
-
-const versus = (a: number, b: number) => `${a - b >= 0 ? '+' : '−'}${ms(Math.abs(a - b))}`;
 
 /** A row's figures, and its run (absent for an ideal scheduler). */
 interface Row {
@@ -71,82 +90,77 @@ interface Row {
   r?: RunRecord;
 }
 
+const versus = (a: number, b: number) => `${a - b >= 0 ? '+' : '−'}${ms(Math.abs(a - b))}`;
+const ofRun = (cell: (r: RunRecord) => string) => (x: Row) => (x.r ? cell(x.r) : '–');
+const inversions = ({ f }: Row) =>
+  f.waiters
+    ? `${pct(f.inversionRatio)} (${fmt(f.overtaken, 0)})` +
+      (f.overtaken ? `, ≤ ${ms(f.overtakerGapMs)} ms later` : '') +
+      (f.overtakenByDispatch !== undefined ? `; by dispatch ${fmt(f.overtakenByDispatch, 0)}` : '')
+    : '–';
+
 /** Waits, 429s, FIFO order, grant latency and utilisation: the ideal first (open loop), then every run. */
 export function fleetTable(s: FleetScenario, runs: readonly RunRecord[]): string {
   const ideal = runs.find((r) => r.fleet?.ideal)?.fleet?.ideal;
-  const ofRun = (cell: (r: RunRecord) => string) => (x: Row) => (x.r ? cell(x.r) : '–');
-  const cols: Column<Row>[] = [
+  const vsIdeal = ({ f, r }: Row) =>
+    ideal && r ? `${versus(f.wait.p50, ideal.wait.p50)} / ${versus(f.wait.p90, ideal.wait.p90)}` : '0 / 0';
+  // clients2 starts every worker at once and asks again right after each release: "had to wait" then hangs on how
+  // the first arrivals race the first admissions, so the columns built on it are left out (and shedding, lag)
+  const open = s.kind === 'open';
+  const queued = s.kind !== 'clients';
+  const cols: [string, (x: Row) => string, boolean?][] = [
     ['contender', (x) => x.name],
     ['instances', (x) => x.instances],
     ['requests', (x) => fmt(x.f.requests, 0)],
     ['admitted', (x) => fmt(x.f.admitted, 0)],
     [
       '429 ratio (reasons)',
-      ({ f }) => `${pct(f.refusalRatio)}${counts(f.refusals) ? ` (${counts(f.refusals)})` : ''}`,
+      ({ f }) => pct(f.refusalRatio) + (counts(f.refusals) ? ` (${counts(f.refusals)})` : ''),
     ],
     ['wait p50 / p90 / p99 ms', ({ f }) => slash([f.wait.p50, f.wait.p90, f.wait.p99], ms)],
+    ['p50 / p90 vs ideal ms', vsIdeal, open],
     ['slot utilisation', (x) => pct(x.f.utilisation)],
+    ['had to wait', (x) => fmt(x.f.waiters, 0), queued],
+    ['FIFO inversions', inversions, queued],
+    [
+      'grant latency p50 / p99 ms',
+      ({ f: { grantLatency: g } }) => (g.count ? slash([g.p50, g.p99], ms) : '–'),
+      queued,
+    ],
     [
       'event-loop delay p99 / max ms',
       ofRun((r) => slash([r.fleet!.loopDelayP99Ms, r.fleet!.loopDelayMaxMs], ms)),
     ],
     ['highest/max (all processes)', ofRun((r) => highestText(r.highest, r.params.max))],
+    ['shed at cap', ofRun((r) => `${r.fleet!.capHits}`), queued],
+    ['dispatch lag p99 / max ms', ofRun((r) => slash([r.fleet!.lagP99Ms, r.fleet!.lagMaxMs], ms)), queued],
   ];
-  if (s.kind === 'open') {
-    const vs = ({ f, r }: Row) =>
-      ideal && r ? `${versus(f.wait.p50, ideal.wait.p50)} / ${versus(f.wait.p90, ideal.wait.p90)}` : '0 / 0';
-    cols.splice(6, 0, ['p50 / p90 vs ideal ms', vs]);
-  }
-  // clients2 starts every worker at once and asks again right after each release: "had to wait" then hangs on how
-  // the first arrivals race the first admissions, so the columns built on it are left out, as is the open loop's
-  // shedding and lag
-  if (s.kind !== 'clients') {
-    const inversions = ({ f }: Row) =>
-      f.waiters
-        ? `${pct(f.inversionRatio)} (${fmt(f.overtaken, 0)})` +
-          (f.overtaken ? `, ≤ ${ms(f.overtakerGapMs)} ms later` : '') +
-          (f.overtakenByDispatch !== undefined ? `; by dispatch ${fmt(f.overtakenByDispatch, 0)}` : '')
-        : '–';
-    cols.splice(
-      -2,
-      0,
-      ['had to wait', (x) => fmt(x.f.waiters, 0)],
-      ['FIFO inversions', inversions],
-      [
-        'grant latency p50 / p99 ms',
-        ({ f }) => (f.grantLatency.count ? slash([f.grantLatency.p50, f.grantLatency.p99], ms) : '–'),
-      ],
-    );
-    cols.push(
-      ['shed at cap', ofRun((r) => `${r.fleet!.capHits}`)],
-      ['dispatch lag p99 / max ms', ofRun((r) => slash([r.fleet!.lagP99Ms, r.fleet!.lagMaxMs], ms))],
-    );
-  }
   const rows: Row[] = [
-    ...(s.kind === 'open' && ideal
-      ? [{ name: 'ideal FIFO (same trace, in memory)', instances: 'any', f: ideal }]
-      : []),
+    ...(open && ideal ? [{ name: 'ideal FIFO (same trace, in memory)', instances: 'any', f: ideal }] : []),
     ...runs.map((r) => ({ name: r.label, instances: String(r.params.instances), f: r.fleet!.figures, r })),
   ];
-  return columns(rows, cols);
+  return columns(
+    rows,
+    cols.filter(([, , shown]) => shown !== false).map(([header, cell]): Column<Row> => [header, cell]),
+  );
 }
 
 /** Notes under a scenario's tables when a run hit the in-flight cap or its instances fell behind the trace. */
-export function fleetNotes(runs: readonly RunRecord[]): string[] {
-  const notes: string[] = [];
+function notes(runs: readonly RunRecord[]): string[] {
   const list = (rs: RunRecord[], v: (r: RunRecord) => string) =>
     rs.map((r) => `${r.label} ×${r.params.instances}: ${v(r)}`).join('; ');
   const capped = runs.filter((r) => r.fleet!.capHits > 0);
-  if (capped.length)
-    notes.push(
-      `> **The in-flight cap was hit** (\`in_flight_cap\` 429s): ${list(capped, (r) => `${r.fleet!.capHits}`)}.`,
-    );
   const late = runs.filter((r) => r.fleet!.lagP99Ms > 20);
-  if (late.length)
-    notes.push(
-      `> Dispatch lag p99 above 20 ms (a busy machine: waits include it): ${list(late, (r) => `${ms(r.fleet!.lagP99Ms)} ms`)}.`,
-    );
-  return notes;
+  return [
+    ...(capped.length
+      ? [`> **The in-flight cap was hit**: ${list(capped, (r) => `${r.fleet!.capHits}`)}.`]
+      : []),
+    ...(late.length
+      ? [
+          `> Dispatch lag p99 above 20 ms (waits include it): ${list(late, (r) => `${ms(r.fleet!.lagP99Ms)} ms`)}.`,
+        ]
+      : []),
+  ];
 }
 
 /** Per instance: admitted, 429 ratio and waits, and the fairness across instances (the ideal's before its runs). */
@@ -162,100 +176,69 @@ export function fleetInstanceTable(runs: readonly RunRecord[]): string {
     rows.push({ name: r.label, r, f: r.fleet!.figures });
   }
   type P = FleetFigures['perInstance'][number];
-  const each = (v: (p: P) => number, f: (n: number) => string) => (x: (typeof rows)[number]) =>
-    slash(x.f.perInstance.map(v), f);
+  const each = (
+    header: string,
+    v: (p: P) => number,
+    f: (n: number) => string,
+  ): Column<(typeof rows)[number]> => [header, (x) => slash(x.f.perInstance.map(v), f)];
   return columns(rows, [
     ['per instance', (x) => x.name],
     ['instances', (x) => x.r.params.instances],
-    [
+    each(
       'admitted',
-      each(
-        (p) => p.admitted,
-        (n) => fmt(n, 0),
-      ),
-    ],
-    [
+      (p) => p.admitted,
+      (n) => fmt(n, 0),
+    ),
+    each(
       '429 ratio',
-      each(
-        (p) => p.refusalRatio,
-        (n) => pct(n),
-      ),
-    ],
-    ['wait p50 ms', each((p) => p.wait.p50, ms)],
-    ['wait p90 ms', each((p) => p.wait.p90, ms)],
-    ['wait p99 ms', each((p) => p.wait.p99, ms)],
+      (p) => p.refusalRatio,
+      (n) => pct(n),
+    ),
+    each('wait p50 ms', (p) => p.wait.p50, ms),
+    each('wait p90 ms', (p) => p.wait.p90, ms),
+    each('wait p99 ms', (p) => p.wait.p99, ms),
     ["Jain's index", (x) => fmt(x.f.jain, 4)],
     ['min/max share', (x) => fmt(x.f.share, 3)],
   ]);
 }
 
-/** What the fleet runs cost Redis, as the closed-loop scenarios report it. */
-export function fleetCostTable(runs: readonly RunRecord[]): string {
-  return columns(runs, [
-    ['Redis cost', (r) => r.label],
-    COLUMNS.instances,
-    ['admissions', (r) => fmt(r.admissions, 0)],
-    ...COST,
-    ['measured over s', (r) => fmt(r.windowS, 1)],
-  ]);
-}
-
-const IDEAL_LABEL = { 'weighted-fair': 'ideal weighted-fair', fifo: 'ideal FIFO' } as const;
-
 /** clients2, one row per client: the ideal schedulers of each variant's loop first, then every run. */
-export function clientsTable(runs: readonly RunRecord[]): string {
-  const withClients = runs.filter((r) => r.fleet?.clients);
-  const rows: string[][] = [];
+function clientsTable(runs: readonly RunRecord[]): string {
+  type ClientRow = { name: string; c: ClientsRecord; f: ClientFigures; ratio: number; r?: RunRecord };
+  const rows: ClientRow[] = [];
   const add = (name: string, c: ClientsRecord, figures: readonly ClientFigures[], r?: RunRecord) => {
-    const ratio = measuredRatio(c, figures);
-    for (const f of figures) {
-      rows.push([
-        name,
-        f.client,
-        fmt(f.workers, 0),
-        f.limit !== undefined ? fmt(f.limit, 0) : '–',
-        fmt(f.admitted, 0),
-        fmt(f.admittedPerS, 1),
-        fmt(f.refused, 0),
-        slash([f.wait.p50, f.wait.p90, f.wait.p99], ms),
-        pct(f.slotShare),
-        `${f.highest}/${f.limit ?? '–'}${f.limit !== undefined && f.highest > f.limit ? ' **OVER**' : ''}`,
-        f.client !== c.measured
-          ? ''
-          : ratio === Infinity
-            ? 'starved (0 admitted in the window)'
-            : `${fmt(ratio, 2)} ×`,
-        r ? highestText(r.highest, r.params.max) : '–',
-      ]);
-    }
+    for (const f of figures) rows.push({ name, c, f, ratio: measuredRatio(c, figures), r });
   };
   const seen = new Set<string>();
-  for (const r of withClients) {
+  for (const r of runs) {
     const c = r.fleet!.clients!;
-    const key = `${c.variant.id}×${r.params.instances}`;
-    if (seen.has(key)) continue;
-    seen.add(key);
-    for (const policy of ['weighted-fair', 'fifo'] as const)
-      add(`${IDEAL_LABEL[policy]} (${c.variant.label}; in memory)`, c, c.ideal[policy]);
+    if (seen.has(`${c.variant.id}×${r.params.instances}`)) continue;
+    seen.add(`${c.variant.id}×${r.params.instances}`);
+    add(`ideal weighted-fair (${c.variant.label}; in memory)`, c, c.ideal['weighted-fair']);
+    add(`ideal FIFO (${c.variant.label}; in memory)`, c, c.ideal.fifo);
   }
-  for (const r of withClients) add(r.label, r.fleet!.clients!, r.fleet!.clients!.clients, r);
-  return table(
-    [
-      'run',
-      'client',
-      'workers',
-      'limit',
-      'admitted',
-      'admissions/s',
-      '429s',
-      'wait p50 / p90 / p99 ms',
-      'share of slot-time',
-      'highest in flight/limit (all processes)',
-      'p90 ÷ ideal weighted-fair',
-      'channel highest/max',
-    ],
-    rows,
-  );
+  for (const r of runs) add(r.label, r.fleet!.clients!, r.fleet!.clients!.clients, r);
+  const over = (f: ClientFigures) => (f.limit !== undefined && f.highest > f.limit ? ' **OVER**' : '');
+  const ratio = ({ c, f, ratio }: ClientRow) =>
+    f.client !== c.measured
+      ? ''
+      : ratio === Infinity
+        ? 'starved (0 admitted in the window)'
+        : `${fmt(ratio, 2)} ×`;
+  return columns(rows, [
+    ['run', (x) => x.name],
+    ['client', (x) => x.f.client],
+    ['workers', (x) => fmt(x.f.workers, 0)],
+    ['limit', (x) => (x.f.limit !== undefined ? fmt(x.f.limit, 0) : '–')],
+    ['admitted', (x) => fmt(x.f.admitted, 0)],
+    ['admissions/s', (x) => fmt(x.f.admittedPerS, 1)],
+    ['429s', (x) => fmt(x.f.refused, 0)],
+    ['wait p50 / p90 / p99 ms', ({ f }) => slash([f.wait.p50, f.wait.p90, f.wait.p99], ms)],
+    ['share of slot-time', (x) => pct(x.f.slotShare)],
+    ['highest in flight/limit (all processes)', ({ f }) => `${f.highest}/${f.limit ?? '–'}${over(f)}`],
+    ['p90 ÷ ideal weighted-fair', ratio],
+    ['channel highest/max', ({ r }) => (r ? highestText(r.highest, r.params.max) : '–')],
+  ]);
 }
 
 export const fleetLegend = (): string =>

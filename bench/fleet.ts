@@ -6,12 +6,12 @@
  */
 import { clientRunsOf, clientsRecord, clientsWindow } from './clients.js';
 import { meanHoldMs } from './draws.js';
-import { fleetFigures, type FleetWindow } from './fairness.js';
+import { fleetFigures, type FleetWindow, type RequestRecord } from './fairness.js';
 import { idealFifo } from './ideal.js';
 import { highestOverlap } from './load.js';
 import { arrivalRate, traceOf, type ClientVariant, type FleetScenario } from './openloop.js';
 import { runOnWorkers, type RunBody, type WorkerPool } from './pool.js';
-import { addCounts, newNamespace, sum, type RequestRecord, type RunRecord } from './records.js';
+import { addCounts, newNamespace, sum, type RunRecord } from './records.js';
 import type { RedisUnderTest } from './redis.js';
 import { summarize } from './run.js';
 import { channelsOf } from './scenarios.js';
@@ -79,8 +79,8 @@ export async function runFleet(
       channels,
       sets: [channels],
       instances: [i],
-      ...(s.maxWaiting !== undefined ? { maxWaiting: s.maxWaiting } : {}),
-      ...(s.kind !== 'fair' ? { waitTimeoutMs: s.waitTimeoutMs } : {}),
+      maxWaiting: s.maxWaiting,
+      waitTimeoutMs: s.kind === 'fair' ? undefined : s.waitTimeoutMs,
       warmup: { ms: warmupMs, acquirers: 2, holdMs: 0 },
     })),
     run: workload,
@@ -93,8 +93,8 @@ export async function runFleet(
       ...x,
       arrival: x.arrival - startAt,
       outcome: x.outcome - startAt,
-      ...(x.dispatched !== undefined ? { dispatched: x.dispatched - startAt } : {}),
-      ...(x.release !== undefined ? { release: x.release - startAt } : {}),
+      dispatched: x.dispatched && x.dispatched - startAt,
+      release: x.release && x.release - startAt,
     })),
   );
   if (s.kind === 'open' && records.length !== trace.length)
@@ -153,7 +153,7 @@ export async function runFleet(
       socketWrites: sum(results.map((r) => r.socketWrites)),
       clientCpuMs: sum(results.map((r) => r.clientCpuMs)),
       highest: highestOverlap(results.map((r) => r.intervals)),
-      ...(results.some((r) => r.purposes) ? { purposes } : {}),
+      purposes: results.some((r) => r.purposes) ? purposes : undefined,
     },
   );
   record.fleet = {
@@ -168,7 +168,7 @@ export async function runFleet(
         }
       : {}),
     figures,
-    ...(ideal ? { ideal } : {}),
+    ideal,
     ...(s.kind === 'clients'
       ? {
           clients: clientsRecord(s, variant!, {

@@ -1,4 +1,8 @@
-/** The fleet simulator's markdown: its parameters, the cells side by side, the detail table and the legend. */
+/**
+ * The fleet simulator's markdown (its parameters, the cells side by side, the detail table and the legend) and its
+ * plot: Redis CPU % against N, one line per channel count, one panel per contender on one y scale.
+ */
+import { holdText } from './draws.js';
 import { FLEETSIM_SHAPE, type FleetSimOptions, type SimRecord } from './fleetsim.js';
 import { columns, counts, fmt, ms, pct, type Column } from './format.js';
 
@@ -10,15 +14,13 @@ export function simSection(
   suffix: string,
 ): string {
   const shape = FLEETSIM_SHAPE;
-  const h = shape.hold;
   const cell = { ...records[0]!.cell, workers: o.workers };
   const params =
     `**Fleet simulator** — N admission engines (instances), each a slotgate session with its own connection, ` +
     `spread over up to ${cell.workers} worker processes, on ${where}. C bounded channels of max ${cell.max}, in ` +
     `${cell.sets} overlapping candidate sets of the size in the table (seeded draws, the same for every N and ` +
     `contender). Open loop: Poisson arrivals of ${shape.ratePerInstance}/s per instance, each offering a uniformly ` +
-    `drawn set, log-normal holds (median ${h.medianMs} ms, σ ${h.sigma}, capped at ${h.capMs / 1000} s; mean ` +
-    `${fmt(cell.meanHoldMs, 0)} ms), wait time-out ${cell.waitTimeoutMs / 1000} s, other settings at their defaults ` +
+    `drawn set, ${holdText(shape.hold)}, wait time-out ${cell.waitTimeoutMs / 1000} s, other settings at their defaults ` +
     `(load_cache_ttl_ms = ${cell.ttlMs} ms). ${cell.durationS} s measured per run from the first arrival; seed ` +
     `${shape.seed}: each engine replays the same arrivals for both contenders. Contenders: \`slotgate\` (defaults) ` +
     `and \`slotgate-rollback\` (load_cache_enabled = false).`;
@@ -88,3 +90,71 @@ const simLegend = (): string =>
     '- Detail: **load rounds** = load-view store reads, **report-only exchanges** = summary exchanges that only put ' +
       "in an instance's counts; **worker CPU %** near 100 % per process means the generator may have been the limit.",
   ].join('\n');
+
+const COLORS = ['#1f77b4', '#d62728', '#2ca02c', '#9467bd', '#ff7f0e', '#8c564b'];
+const esc = (s: string) => s.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;');
+
+/** 0, a round step, … up to at least max. */
+function ticks(max: number): number[] {
+  if (!(max > 0)) return [0, 1];
+  const raw = max / 5;
+  const mag = 10 ** Math.floor(Math.log10(raw));
+  const step = [1, 2, 2.5, 5, 10].map((m) => m * mag).find((s) => s >= raw)!;
+  const out: number[] = [];
+  for (let v = 0; v < max + step; v += step) out.push(v);
+  return out;
+}
+
+export function simSvg(rows: readonly SimRecord[], title: string, subtitle: string): string {
+  const [W, H, oy, w, h] = [1000, 450, 80, 380, 250];
+  const cs = [...new Set(rows.map((r) => r.cell.channels))].sort((a, b) => a - b);
+  const xs = [...new Set(rows.map((r) => r.cell.instances))].sort((a, b) => a - b);
+  const yTicks = ticks(Math.max(0, ...rows.map((r) => r.f.redisCpuPct)));
+  const top = yTicks.at(-1)!;
+  const [minX, maxX] = [xs[0]!, xs.at(-1)!];
+  const py = (y: number) => oy + h - (y / top) * h;
+  const panel = (contender: string, ox: number) => {
+    const px = (x: number) => ox + (maxX === minX ? w / 2 : ((x - minX) / (maxX - minX)) * w);
+    const out = [
+      `<text x="${ox + w / 2}" y="${oy - 14}" text-anchor="middle" font-weight="bold">Redis CPU % — ${esc(contender)}</text>`,
+      `<rect x="${ox}" y="${oy}" width="${w}" height="${h}" fill="none" stroke="#333"/>`,
+      `<text x="${ox + w / 2}" y="${oy + h + 36}" text-anchor="middle">instances N</text>`,
+      ...yTicks.map(
+        (v) =>
+          `<line x1="${ox}" y1="${py(v)}" x2="${ox + w}" y2="${py(v)}" stroke="#ddd"/>` +
+          `<text x="${ox - 6}" y="${py(v) + 4}" text-anchor="end">${fmt(v, 1)}</text>`,
+      ),
+      ...xs.map((x) => `<text x="${px(x)}" y="${oy + h + 18}" text-anchor="middle">${x}</text>`),
+    ];
+    cs.forEach((c, i) => {
+      const points = rows
+        .filter((r) => r.contender === contender && r.cell.channels === c)
+        .sort((a, b) => a.cell.instances - b.cell.instances)
+        .map((r) => `${px(r.cell.instances).toFixed(1)},${py(r.f.redisCpuPct).toFixed(1)}`);
+      const color = COLORS[i % COLORS.length]!;
+      out.push(`<polyline points="${points.join(' ')}" fill="none" stroke="${color}" stroke-width="2"/>`);
+      for (const p of points) {
+        const [cx, cy] = p.split(',');
+        out.push(`<circle cx="${cx}" cy="${cy}" r="3.5" fill="${color}"/>`);
+      }
+    });
+    return out.join('\n');
+  };
+  const legend = cs.map((c, i) => {
+    const [x, color] = [80 + i * 200, COLORS[i % COLORS.length]!];
+    return (
+      `<line x1="${x}" y1="410" x2="${x + 24}" y2="410" stroke="${color}" stroke-width="3"/>` +
+      `<text x="${x + 30}" y="414">C = ${fmt(c, 0)} channels</text>`
+    );
+  });
+  return [
+    `<svg xmlns="http://www.w3.org/2000/svg" width="${W}" height="${H}" viewBox="0 0 ${W} ${H}" ` +
+      `font-family="Helvetica, Arial, sans-serif" font-size="12">`,
+    `<rect width="${W}" height="${H}" fill="white"/>`,
+    `<text x="${W / 2}" y="22" text-anchor="middle" font-size="15" font-weight="bold">${esc(title)}</text>`,
+    `<text x="${W / 2}" y="40" text-anchor="middle" fill="#555">${esc(subtitle)}</text>`,
+    ...[...new Set(rows.map((r) => r.contender))].map((c, i) => panel(c, 80 + i * 500)),
+    ...legend,
+    '</svg>',
+  ].join('\n');
+}

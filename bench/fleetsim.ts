@@ -8,10 +8,10 @@
 import { DEFAULT_SETTINGS } from 'slotgate';
 import { loadContender } from './contenders/index.js';
 import { exponentialMs, logNormalMs, meanHoldMs, seededRandom, seedOf, type HoldShape } from './draws.js';
-import { jain } from './fairness.js';
-import { highestOverlap } from './load.js';
+import { jain, type RequestRecord } from './fairness.js';
+import { highestOverlap, percentile } from './load.js';
 import { runOnWorkers, WorkerPool } from './pool.js';
-import { newNamespace, percentile, sum, type RequestRecord } from './records.js';
+import { newNamespace, sum } from './records.js';
 import { commandDelta, type RedisUnderTest } from './redis.js';
 import { channelsOf } from './scenarios.js';
 import type { Arrival } from './worker.js';
@@ -282,7 +282,7 @@ async function runCell(
       commands: sum(Object.values(serverCommands)),
       cpuMs: (after.cpuSeconds - before.cpuSeconds) * 1000,
       windowMs: after.at - before.at,
-      ...(nodeCpuMs ? { nodeCpuMs } : {}),
+      nodeCpuMs,
     },
     clientCpuMs: sum(results.map((r) => r.clientCpuMs)),
     lagP99Ms: Math.max(0, ...results.map((r) => r.lagP99Ms)),

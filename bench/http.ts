@@ -47,7 +47,7 @@ function histogramQuantile(before: HistogramSnapshot, after: HistogramSnapshot, 
 
 export async function runHttp(
   redis: RedisUnderTest,
-  contender: { id: 'slotgate' | 'slotgate-rollback'; label: string },
+  contender: { id: string; label: string },
   scenario: Scenario,
   instances: number,
   durationS: number,

@@ -6,7 +6,9 @@
  * only then joins the channel's waiters, as slotgate's acquire does. Workers ask again at once until `endMs`; no
  * wait time-out (the scenario's is set long enough not to be reached).
  */
-import type { ClientPolicy, RequestRecord } from './records.js';
+import type { RequestRecord } from './fairness.js';
+
+export type ClientPolicy = 'fifo' | 'weighted-fair';
 
 export interface SimClient {
   id: string;

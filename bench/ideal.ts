@@ -5,7 +5,7 @@
  * the deadline and the next request looks at the same slots.
  */
 import type { TraceRequest } from './openloop.js';
-import type { RequestRecord } from './records.js';
+import type { RequestRecord } from './fairness.js';
 import type { BenchChannel } from './types.js';
 
 export function idealFifo(

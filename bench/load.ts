@@ -135,7 +135,7 @@ export async function runLoad(opts: LoadOptions): Promise<LoadResult> {
     highest,
     oversold,
     windowS: opts.durationMs / 1000,
-    ...(intervals ? { intervals } : {}),
+    intervals,
   };
 }
 
@@ -164,4 +164,9 @@ export function highestOverlap(
     highest[id] = top;
   }
   return highest;
+}
+
+export function percentile(sorted: readonly number[], q: number): number {
+  if (sorted.length === 0) return NaN;
+  return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil(q * sorted.length) - 1))]!;
 }

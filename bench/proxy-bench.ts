@@ -19,7 +19,7 @@ import autocannon from 'autocannon';
 import { freePort } from '../test/helpers/redis-server.js';
 import { forkChild } from './children.js';
 import { fmt, table } from './format.js';
-import { percentile } from './records.js';
+import { percentile } from './load.js';
 
 export type NodeSpec =
   | { role: 'upstream'; delayMs: number; chunks: number }
@@ -280,7 +280,7 @@ export async function runProxyBench(options: ProxyBenchOptions = {}): Promise<Pr
               p50Ms: r.latency.p50,
               p99Ms: r.latency.p99,
               failed: r.non2xx + r.errors,
-              ...(cpu ? { cpuUsPerRequest: (cpuAfter - cpuBefore) / ok } : {}),
+              cpuUsPerRequest: cpu ? (cpuAfter - cpuBefore) / ok : undefined,
             },
           ]);
         }

@@ -1,82 +1,10 @@
 /**
- * What runs leave behind (printed as tables, written as JSON), and the small helpers every part of the bench shares.
- * Types only and leaf functions: every other module may import this one, and it imports none of them.
+ * What a run leaves behind (printed as tables, written as JSON), and the small helpers every part of the bench
+ * shares. Only types come in from the figures' modules (fairness.ts, clients.ts), so any module may import this one.
  */
 import { randomBytes } from 'node:crypto';
-
-/** One request as its instance saw it; times in ms on one time base for every process (children.ts, wallNow). */
-export interface RequestRecord {
-  instance: number;
-  arrival: number;
-  /** When it was admitted, or refused. */
-  outcome: number;
-  /** The channel it was admitted on; undefined when refused. */
-  channel?: string;
-  /** Why it was refused: the contender's reason, `in_flight_cap` (shed by the bench) or `error: …`. */
-  reason?: string;
-  client?: string;
-  hold: number;
-  /** Open loop: when the load generator handed it to its contender (the trace time plus the dispatch lag). */
-  dispatched?: number;
-  /** When the holder gave the slot back (admitted only). */
-  release?: number;
-}
-
-export interface Waits {
-  p50: number;
-  p90: number;
-  p99: number;
-}
-
-/** The fleet figures of one run, or of an ideal scheduler on the same trace (fairness.ts). */
-export interface FleetFigures {
-  requests: number;
-  admitted: number;
-  refusals: Record<string, number>;
-  refusalRatio: number;
-  wait: Waits;
-  perInstance: { requests: number; admitted: number; refusalRatio: number; wait: Waits }[];
-  jain: number;
-  share: number;
-  waiters: number;
-  overtaken: number;
-  inversionRatio: number;
-  overtakerGapMs: number;
-  /** The same waiters overtaken by a request dispatched after them; undefined unless every record has a dispatch. */
-  overtakenByDispatch?: number;
-  grantLatency: { count: number; p50: number; p99: number };
-  utilisation: number;
-}
-
-export type ClientPolicy = 'fifo' | 'weighted-fair';
-
-/** One client's figures in a clients run (clients.ts). */
-export interface ClientFigures {
-  client: string;
-  workers: number;
-  weight: number;
-  limit?: number;
-  requests: number;
-  admitted: number;
-  admittedPerS: number;
-  refused: number;
-  wait: Waits;
-  /** Its held slot-time inside the window over every client's. */
-  slotShare: number;
-  /** The most of its requests holding slots at once, across every instance. */
-  highest: number;
-}
-
-export interface ClientsRecord {
-  variant: { id: string; label: string };
-  judged?: string;
-  /** The client whose wait is compared with the ideal weighted-fair scheduler's. */
-  measured: string;
-  settleMs: number;
-  clients: ClientFigures[];
-  /** The ideal schedulers on the same closed loop, with the variant's limits. */
-  ideal: Record<ClientPolicy, ClientFigures[]>;
-}
+import type { ClientsRecord } from './clients.js';
+import type { FleetFigures } from './fairness.js';
 
 /** What a fleet run (fleet.ts) adds to its RunRecord. */
 export interface FleetRecord {
@@ -186,11 +114,6 @@ export const sum = (values: Iterable<number>): number => {
   for (const v of values) s += v;
   return s;
 };
-
-export function percentile(sorted: readonly number[], q: number): number {
-  if (sorted.length === 0) return NaN;
-  return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil(q * sorted.length) - 1))]!;
-}
 
 /** Adds each count of `from` into `into`. */
 export function addCounts(into: Record<string, number>, from: Record<string, number> | undefined): void {

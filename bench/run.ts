@@ -3,9 +3,9 @@
  * RunRecord every run ends in: server-side commands and CPU from INFO deltas over the window, round trips and CPU
  * of the contender's processes, latencies, refusals, and the highest concurrency the holders saw per channel.
  */
-import { runLoad, highestOverlap, type LoadResult } from './load.js';
+import { highestOverlap, percentile, runLoad, type LoadResult } from './load.js';
 import { runOnWorkers, type WorkerPool } from './pool.js';
-import { addCounts, newNamespace, percentile, sum, type InstanceFigures, type RunRecord } from './records.js';
+import { addCounts, newNamespace, sum, type InstanceFigures, type RunRecord } from './records.js';
 import {
   clientMeter,
   commandDelta,
@@ -60,8 +60,8 @@ export function summarize(
     oversold: Object.entries(extra.highest)
       .filter(([, n]) => n > base.params.max)
       .map(([channel, n]) => ({ channel, highest: n, max: base.params.max })),
-    ...(extra.purposes ? { purposes: extra.purposes } : {}),
-    ...(extra.instances ? { instances: extra.instances } : {}),
+    purposes: extra.purposes,
+    instances: extra.instances,
   };
   if (after.perNode) {
     record.topology = 'cluster';
@@ -180,7 +180,7 @@ export async function runScaleOut(
     p50Ms: percentile(r.load!.latencies, 0.5),
     p99Ms: percentile(r.load!.latencies, 0.99),
     refusals: sum(Object.values(r.load!.refusals)),
-    ...(r.purposes ? { purposes: r.purposes } : {}),
+    purposes: r.purposes,
   }));
   return summarize(
     {
@@ -204,7 +204,7 @@ export async function runScaleOut(
       clientCpuMs: sum(results.map((r) => r.clientCpuMs)),
       highest: highestOverlap(results.map((r) => r.intervals)),
       instances: perInstance,
-      ...(results.some((r) => r.purposes) ? { purposes } : {}),
+      purposes: results.some((r) => r.purposes) ? purposes : undefined,
     },
   );
 }

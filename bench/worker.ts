@@ -15,8 +15,8 @@ import { sendToParent as send, serveParent, sleepUntil, wallNow } from './childr
 import { holdStream } from './clients.js';
 import { loadContender } from './contenders/index.js';
 import type { HoldShape } from './draws.js';
-import { monotonicUs, runLoad, type LoadResult } from './load.js';
-import { percentile, type RequestRecord } from './records.js';
+import { monotonicUs, percentile, runLoad, type LoadResult } from './load.js';
+import type { RequestRecord } from './fairness.js';
 import { clientMeter, RoundTripCounter, type ProcessFigures } from './redis.js';
 import { Refused, type Admitted, type BenchChannel, type BenchClient, type Session } from './types.js';
 
@@ -93,8 +93,8 @@ async function onSetup(m: WorkerSetup): Promise<void> {
         channels: m.channels,
         namespace: m.namespace,
         client: () => counter.client(m.redisUrl),
-        ...(m.waitTimeoutMs !== undefined ? { waitTimeoutMs: m.waitTimeoutMs } : {}),
-        ...(m.maxWaiting !== undefined ? { maxWaiting: m.maxWaiting } : {}),
+        waitTimeoutMs: m.waitTimeoutMs,
+        maxWaiting: m.maxWaiting,
       }),
     ),
   );
@@ -127,8 +127,8 @@ async function onRun(m: WorkerRun): Promise<WorkerResult> {
       instance: instances[k]!,
       arrival,
       hold,
-      ...(client ? { client: client.id } : {}),
-      ...(dispatched !== undefined ? { dispatched } : {}),
+      client: client?.id,
+      dispatched,
     };
     let admitted: Admitted;
     try {
@@ -241,7 +241,7 @@ async function onRun(m: WorkerRun): Promise<WorkerResult> {
     records,
     intervals,
     clientIntervals,
-    ...(load ? { load } : {}),
+    load,
     capHits,
     lagP99Ms: percentile(lags, 0.99) || 0,
     lagMaxMs: lags.at(-1) ?? 0,

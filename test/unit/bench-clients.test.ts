@@ -14,10 +14,15 @@ import {
   measuredRatio,
   variantsFor,
 } from '../../bench/clients.js';
-import { idealClosedLoop, type LoopWorker, type SimClient } from '../../bench/ideal-clients.js';
+import {
+  idealClosedLoop,
+  type ClientPolicy,
+  type LoopWorker,
+  type SimClient,
+} from '../../bench/ideal-clients.js';
 import { highestOverlap } from '../../bench/load.js';
 import { findFleetScenario, type ClientsScenario } from '../../bench/openloop.js';
-import type { ClientPolicy, RequestRecord } from '../../bench/records.js';
+import type { RequestRecord } from '../../bench/fairness.js';
 
 /** The peak of one key over lists of intervals, as the sweep counts a client or a channel. */
 const peakInFlight = (lists: number[][]) => highestOverlap(lists.map((flat) => ({ k: flat }))).k ?? 0;

@@ -13,10 +13,10 @@ import {
   jain,
   minMaxShare,
   utilisation,
+  type RequestRecord,
 } from '../../bench/fairness.js';
 import { idealFifo } from '../../bench/ideal.js';
 import { arrivalRate, makeTrace } from '../../bench/openloop.js';
-import type { RequestRecord } from '../../bench/records.js';
 
 const admitted = (arrival: number, outcome: number, channel: string, release: number, instance = 0) =>
   ({ instance, arrival, outcome, channel, hold: release - outcome, release }) satisfies RequestRecord;

@@ -17,7 +17,7 @@ import {
   type CellInput,
   type SimCell,
 } from '../../bench/fleetsim.js';
-import type { RequestRecord } from '../../bench/records.js';
+import type { RequestRecord } from '../../bench/fairness.js';
 
 describe('candidate sets', () => {
   it('are 10 channels at C = 50 and C / 20 above, never more than C', () => {
