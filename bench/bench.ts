@@ -1,6 +1,6 @@
 /**
  * `npm run bench`: the chosen scenarios against the chosen contenders on one Redis, and on a Redis Cluster, in one
- * run: markdown on stdout as each scenario finishes (progress on stderr), JSON and SVG in the output directory. An
+ * run: markdown on stdout as each scenario finishes (progress on stderr), every record as JSON in the output directory. An
  * oversell anywhere fails the run (exit 1) after the tables and files are written.
  */
 import { mkdir, writeFile } from 'node:fs/promises';
@@ -11,7 +11,7 @@ import { openCluster } from './cluster-redis.js';
 import { ALL_IDS, loadContender } from './contenders/index.js';
 import { fleetLegend, fleetSection } from './fleet-report.js';
 import { runFleet } from './fleet.js';
-import { simSection, simSvg } from './fleetsim-report.js';
+import { simSection } from './fleetsim-report.js';
 import { FLEETSIM_ID, runFleetSim, type FleetSimOptions, type SimRecord } from './fleetsim.js';
 import { runHttp } from './http.js';
 import { FLEET_SCENARIOS, findFleetScenario, type FleetScenario } from './openloop.js';
@@ -53,7 +53,7 @@ export interface BenchOptions {
   /** Seed nodes (host:port) of a cluster to measure instead of a private one. */
   clusterNodes?: readonly string[];
   fleetsim?: Partial<FleetSimOptions>;
-  /** Directory for the JSON and SVG files; none written when undefined. */
+  /** Directory for the JSON file; none written when undefined. */
   outDir?: string;
   out?: (text: string) => void;
   progress?: (text: string) => void;
@@ -153,7 +153,6 @@ export async function runBench(options: BenchOptions = {}) {
 
   const records: RunRecord[] = [];
   const simRecords: SimRecord[] = [];
-  const plots: { name: string; svg: string }[] = [];
   const failures: string[] = [];
   let oversell: OversellError | undefined;
   const limitMs = (Math.max(d.load, d.scale, d.http, d.open) * 3 + 60) * 1000;
@@ -240,9 +239,6 @@ export async function runBench(options: BenchOptions = {}) {
     if (done.records.length === 0) return;
     simRecords.push(...done.records);
     out(simSection(done.records, sim, on.label, suffix));
-    const subtitle = `${on.label} · ${sim.durationS} s per cell`;
-    const svg = simSvg(done.records, `Redis CPU against fleet size and channel count${suffix}`, subtitle);
-    plots.push({ name: on.topology === 'cluster' ? 'fleetsim-cluster' : 'fleetsim', svg });
   };
 
   try {
@@ -274,7 +270,6 @@ export async function runBench(options: BenchOptions = {}) {
       const runs = records.map((r) => ({ ...r, figures: figures(r) }));
       const fleetsim = simRecords.length ? { fleetsim: simRecords } : {};
       await write('.json', `${JSON.stringify({ meta, runs, ...fleetsim, failures }, null, 2)}\n`);
-      for (const plot of plots) await write(`.${plot.name}.svg`, plot.svg);
       out(`\nWrote ${files.join(', ')}.`);
     }
     if (oversell) {

@@ -3,7 +3,7 @@
  * child's side of the channel, and the clock they share (wall time at monotonic resolution, one time base for every
  * process of the machine).
  */
-import { fork, type ChildProcess } from 'node:child_process';
+import { fork } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 
 export const wallNow = (): number => performance.timeOrigin + performance.now();
@@ -32,7 +32,6 @@ export function serveParent<M>(handle: (message: M) => Promise<void>): void {
 }
 
 export interface Child {
-  proc: ChildProcess;
   send(message: unknown): void;
   /** The next message of this type (rejects on an error message or an early exit). */
   next<T>(type: string, timeoutMs?: number): Promise<T>;
@@ -93,7 +92,6 @@ export function forkChild(name: string): Child {
     deliver();
   });
   return {
-    proc,
     send: (message) => proc.send(message as object),
     next<T>(type: string, timeoutMs = 60_000) {
       return new Promise<T>((resolve, reject) => {

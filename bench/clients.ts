@@ -147,7 +147,6 @@ export function clientsRecord(
   };
   return {
     variant: { id: variant.id, label: variant.label },
-    judged: variant.judged,
     measured: s.measured,
     settleMs: s.settleMs,
     clients: clientFigures(run.records, { clients, window, peaks: highestOverlap(run.intervals) }),

@@ -25,7 +25,7 @@ export function fleetSection(
     `\n## ${s.title} (${s.id})${suffix}`,
     `${paramsLine(s, runs[0]!)} Redis: ${meta.redis}. Node ${meta.node}, ${meta.cpu}.`,
     s.kind === 'clients' && clientsTable(runs),
-    [fleetTable(s, runs), ...notes(runs)].join('\n'),
+    fleetTable(s, runs),
     fleetInstanceTable(runs),
     columns(runs, cost),
     serverCommandTable(runs),
@@ -145,24 +145,6 @@ export function fleetTable(s: FleetScenario, runs: readonly RunRecord[]): string
   );
 }
 
-/** Notes under a scenario's tables when a run hit the in-flight cap or its instances fell behind the trace. */
-function notes(runs: readonly RunRecord[]): string[] {
-  const list = (rs: RunRecord[], v: (r: RunRecord) => string) =>
-    rs.map((r) => `${r.label} ×${r.params.instances}: ${v(r)}`).join('; ');
-  const capped = runs.filter((r) => r.fleet!.capHits > 0);
-  const late = runs.filter((r) => r.fleet!.lagP99Ms > 20);
-  return [
-    ...(capped.length
-      ? [`> **The in-flight cap was hit**: ${list(capped, (r) => `${r.fleet!.capHits}`)}.`]
-      : []),
-    ...(late.length
-      ? [
-          `> Dispatch lag p99 above 20 ms (waits include it): ${list(late, (r) => `${ms(r.fleet!.lagP99Ms)} ms`)}.`,
-        ]
-      : []),
-  ];
-}
-
 /** Per instance: admitted, 429 ratio and waits, and the fairness across instances (the ideal's before its runs). */
 export function fleetInstanceTable(runs: readonly RunRecord[]): string {
   const rows: { name: string; r: RunRecord; f: FleetFigures }[] = [];
@@ -237,7 +219,6 @@ function clientsTable(runs: readonly RunRecord[]): string {
     ['share of slot-time', (x) => pct(x.f.slotShare)],
     ['highest in flight/limit (all processes)', ({ f }) => `${f.highest}/${f.limit ?? '–'}${over(f)}`],
     ['p90 ÷ ideal weighted-fair', ratio],
-    ['channel highest/max', ({ r }) => (r ? highestText(r.highest, r.params.max) : '–')],
   ]);
 }
 

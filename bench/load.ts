@@ -14,8 +14,6 @@ export interface LoadOptions {
   acquirers: number;
   holdMs: number;
   durationMs: number;
-  /** Sleep after a refusal or an error. @default 5 */
-  backoffMs?: number;
   /** Record every hold as [start, end] µs on the monotonic clock, per channel (multi-process oversell check). */
   recordIntervals?: boolean;
   /** Called right before the first acquire and right when the window ends (snapshots). */
@@ -26,19 +24,14 @@ export interface LoadOptions {
 }
 
 export interface LoadResult {
-  /** Admissions inside the measurement window. */
+  /** Inside the measurement window: admissions, refusals and other errors by reason, their latencies (sorted, ms). */
   admissions: number;
   refusals: Record<string, number>;
-  /** Errors other than a refusal (store unavailable, …), by name. */
   errors: Record<string, number>;
-  /** Time to admission, ms, of the passes admitted in the window (sorted). */
   latencies: number[];
-  /** Time to a refusal, ms (sorted). */
   refusalLatencies: number[];
   /** Highest number of holders seen at once on each channel (this process). */
   highest: Record<string, number>;
-  /** Holders that found the channel already at its max. */
-  oversold: number;
   windowS: number;
   /** channel → flat [start, end, start, end, …] in µs on the monotonic clock (recordIntervals). */
   intervals?: Record<string, number[]>;
@@ -48,9 +41,6 @@ export const monotonicUs = (): number => Number(process.hrtime.bigint() / 1000n)
 
 export async function runLoad(opts: LoadOptions): Promise<LoadResult> {
   const { session, candidateSets, holdMs } = opts;
-  const backoffMs = opts.backoffMs ?? 5;
-  const maxOf = new Map<string, number>();
-  for (const set of candidateSets) for (const c of set) maxOf.set(c.id, c.max);
   const inFlight = new Map<string, number>();
   const highest: Record<string, number> = {};
   const refusals: Record<string, number> = {};
@@ -59,7 +49,6 @@ export async function runLoad(opts: LoadOptions): Promise<LoadResult> {
   const refusalLatencies: number[] = [];
   const intervals: Record<string, number[]> | undefined = opts.recordIntervals ? {} : undefined;
   let admissions = 0;
-  let oversold = 0;
 
   if (opts.startAt !== undefined) {
     const wait = opts.startAt - (performance.timeOrigin + performance.now());
@@ -92,7 +81,7 @@ export async function runLoad(opts: LoadOptions): Promise<LoadResult> {
             errors[name] = (errors[name] ?? 0) + 1;
           }
         }
-        await sleep(backoffMs);
+        await sleep(5);
         continue;
       }
       const t1 = performance.now();
@@ -100,7 +89,6 @@ export async function runLoad(opts: LoadOptions): Promise<LoadResult> {
       const n = (inFlight.get(id) ?? 0) + 1;
       inFlight.set(id, n);
       if (n > (highest[id] ?? 0)) highest[id] = n;
-      if (n > (maxOf.get(id) ?? Infinity)) oversold++;
       const holdStart = intervals ? monotonicUs() : 0;
       if (t1 <= deadline) {
         admissions++;
@@ -133,7 +121,6 @@ export async function runLoad(opts: LoadOptions): Promise<LoadResult> {
     latencies,
     refusalLatencies,
     highest,
-    oversold,
     windowS: opts.durationMs / 1000,
     intervals,
   };

@@ -41,7 +41,7 @@ interface Flags {
 await new Command('bench')
   .description(
     'What slotgate costs a Redis, next to what you would use instead: markdown tables with their parameters on ' +
-      'stdout, JSON + SVG in --out. Needs redis-server on the PATH unless --redis/REDIS_URL is given.',
+      'stdout, every record as JSON in --out. Needs redis-server on the PATH unless --redis/REDIS_URL is given.',
   )
   .option(
     '--only <ids>',
@@ -94,7 +94,7 @@ await new Command('bench')
     parse('an integer in 1–16', (v) => (/^([1-9]|1[0-6])$/.test(v) ? Number(v) : undefined)),
     2,
   )
-  .option('--out <dir>', 'directory for the JSON and SVG files', 'bench/results')
+  .option('--out <dir>', 'directory for the JSON file', 'bench/results')
   .action(async (o: Flags) => {
     try {
       const report = await runBench({

@@ -1,8 +1,7 @@
 /**
- * The fleet scenarios, run on several instances (worker processes): the open loop (one seeded trace of Poisson
- * arrivals with log-normal holds, dealt round-robin to the instances, the same for every contender, instance count
- * and the ideal scheduler), the closed-loop fairness run fair2, and clients2 (clients of very different demand on
- * one channel).
+ * The fleet scenarios, on several instances (worker processes): the open loop (one seeded trace of Poisson arrivals
+ * with log-normal holds, dealt round-robin, the same for every contender, instance count and the ideal scheduler),
+ * the closed-loop fairness run fair2, and clients2 (clients of very different demand on one channel).
  */
 import { exponentialMs, logNormalMs, meanHoldMs, seededRandom, type HoldShape } from './draws.js';
 
@@ -30,7 +29,6 @@ export interface OpenScenario extends FleetBase {
 
 export interface FairScenario extends FleetBase {
   kind: 'fair';
-  /** Closed-loop workers per instance. */
   workers: number;
   holdMs: number;
   /** Instance i starts i × staggerMs after the first; shares are counted once all of them run. */
@@ -41,7 +39,6 @@ export interface FairScenario extends FleetBase {
 export interface ClientSpec {
   id: string;
   workersPerInstance: number;
-  /** Its share of a saturated channel (what the ideal weighted-fair scheduler weighs). */
   weight: number;
 }
 
@@ -53,8 +50,6 @@ export interface ClientVariant {
   limits: Readonly<Record<string, number>>;
   /** Not named to the contender: its queue serves them in arrival order whatever the client. */
   unnamed?: boolean;
-  /** Why this variant is the one the fair share between clients is read on. */
-  judged?: string;
 }
 
 export interface ClientsScenario extends FleetBase {
@@ -70,7 +65,7 @@ export interface ClientsScenario extends FleetBase {
   settleMs: number;
   /** Long enough that the ideal schedulers, which have none, would not reach it. */
   waitTimeoutMs: number;
-  /** Waiting requests allowed per channel, and per limited client. */
+  /** Per channel, and per limited client. */
   maxWaiting: number;
   variants: readonly ClientVariant[];
 }
@@ -143,12 +138,7 @@ export const FLEET_SCENARIOS: readonly FleetScenario[] = [
     maxWaiting: 64, // every worker of both instances can wait, on the channel and in a client's own queue
     variants: [
       { id: 'fifo', label: 'clients unnamed: FIFO, no client limit', limits: {}, unnamed: true },
-      {
-        id: 'fair',
-        label: 'clients named: fair share, no client limit',
-        limits: {},
-        judged: 'the fair share between clients (weights 1)',
-      },
+      { id: 'fair', label: 'clients named: fair share, no client limit', limits: {} },
       { id: 'heavy3', label: 'clients named, heavy limited to 3', limits: { heavy: 3 } },
     ],
   },

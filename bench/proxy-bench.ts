@@ -48,22 +48,20 @@ const FASTIFY = 'Fastify + undici pass-through';
 export type Mode = 'json' | 'stream';
 export const MODES: readonly Mode[] = ['json', 'stream'];
 
+/** The defaults are in runProxyBench; proxy-overhead.ts lists them. */
 export interface ProxyBenchOptions {
-  /** @default 50 */
   connections?: number;
-  /** Measured seconds per contender and mode. @default 5 */
+  /** Measured seconds per contender and mode. */
   durationS?: number;
-  /** @default 2 */
   warmupS?: number;
-  /** @default 1 */
   rounds?: number;
-  /** Sequential requests per contender and mode at low load. @default 400 */
+  /** Sequential requests per contender and mode at low load. */
   lowRequests?: number;
-  /** The upstream's time to its answer (JSON) or first chunk (SSE). @default 5 */
+  /** The upstream's time to its answer (JSON) or first chunk (SSE). */
   upstreamDelayMs?: number;
-  /** SSE chunks in a streamed answer, each in its own event-loop turn. @default 5 */
+  /** SSE chunks in a streamed answer, each in its own event-loop turn. */
   chunks?: number;
-  /** Also measure slotgate with an unlimited channel (max_concurrency 0). @default true */
+  /** Also measure slotgate with an unlimited channel (max_concurrency 0). */
   unlimited?: boolean;
   /** slotgate's store: this Redis instead of the embedded one. */
   redisUrl?: string;
@@ -76,7 +74,6 @@ export interface ThroughputRow {
   requestsPerS: number;
   p50Ms: number;
   p99Ms: number;
-  /** Non-2xx answers and connection errors in the median round. */
   failed: number;
   /** The contender's own process CPU (user + system) per answered request, µs; undefined for Portkey's. */
   cpuUsPerRequest?: number;
@@ -103,7 +100,7 @@ interface Contender {
   label: string;
   url: string;
   headers: Record<string, string>;
-  /** The CPU time its process has used so far, µs. */
+  /** The CPU its process has used so far, µs. */
   cpuUs?(): Promise<number>;
   close(): Promise<void>;
 }

@@ -1,7 +1,4 @@
-/**
- * A contender is one way to bound per-channel concurrency through Redis (slotgate, its rollback mode,
- * redis-semaphore, Bottleneck), set up against the Redis under test and asked for slots by many acquirers.
- */
+/** A contender: one way to bound per-channel concurrency through Redis, asked for slots by many acquirers. */
 import type { Cluster, Redis } from 'ioredis';
 
 export interface BenchChannel {
@@ -25,7 +22,7 @@ export class Refused extends Error {
 export interface SetupContext {
   redisUrl: string;
   channels: readonly BenchChannel[];
-  /** Every key the contender writes contains it. */
+  /** In every key the contender writes. */
   namespace: string;
   /**
    * A new client on the Redis under test with slotgate's RedisStore options for every contender; its writes count as

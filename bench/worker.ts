@@ -1,13 +1,7 @@
 /**
- * One process of a multi-instance run (scale-out, the fleet scenarios, the fleet simulator), kept in a pool by
- * pool.ts. It hosts one contender session per instance it is given and serves run after run:
- *
- *   { type: 'setup', … }  sessions set up and warmed up → { type: 'ready' }
- *   { type: 'run', … }    the closed or open loop from startAt → { type: 'result', … }
- *   { type: 'close' }     sessions closed → { type: 'closed' }
- *
- * Every request is recorded (records.ts, RequestRecord) and every hold kept as an interval on the machine's monotonic
- * clock, so the parent can sweep all processes together for oversell.
+ * One process of a multi-instance run (scale-out, fleet scenarios, fleetsim), kept in a pool (pool.ts): one contender
+ * session per instance it hosts; setup → ready, run → result, close → closed. Every request is recorded and every
+ * hold kept as an interval on the machine's monotonic clock, so the parent can sweep all processes for oversell.
  */
 import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -28,7 +22,7 @@ export interface WorkerSetup {
   channels: BenchChannel[];
   /** Candidate sets; an arrival names one by index, the closed loops use the first. */
   sets: BenchChannel[][];
-  /** The instance numbers this process hosts, one session each. */
+  /** The instances this process hosts, one session each. */
   instances: number[];
   waitTimeoutMs?: number;
   maxWaiting?: number;
@@ -71,7 +65,6 @@ export interface WorkerResult extends ProcessFigures {
   clientIntervals: Record<string, number[]>;
   /** Mode 'load': what runLoad measured. */
   load?: LoadResult;
-  /** Arrivals shed because `maxInFlight` requests were already in flight. */
   capHits: number;
   /** How late arrivals were dispatched after their time, and how late the event loop ran a 1 ms timer, ms. */
   lagP99Ms: number;
@@ -123,13 +116,7 @@ async function onRun(m: WorkerRun): Promise<WorkerResult> {
     client?: BenchClient,
     dispatched?: number,
   ): Promise<RequestRecord> => {
-    const base = {
-      instance: instances[k]!,
-      arrival,
-      hold,
-      client: client?.id,
-      dispatched,
-    };
+    const base = { instance: instances[k]!, arrival, hold, client: client?.id, dispatched };
     let admitted: Admitted;
     try {
       admitted = await sessions[k]!.acquire(set, client);
@@ -191,15 +178,8 @@ async function onRun(m: WorkerRun): Promise<WorkerResult> {
           lags.push(dispatched - arrival);
           if (inFlight >= (m.maxInFlight ?? Infinity)) {
             capHits++;
-            const instance = instances[a.session]!;
-            records.push({
-              instance,
-              arrival,
-              outcome: wallNow(),
-              reason: 'in_flight_cap',
-              hold: 0,
-              dispatched,
-            });
+            const shed = { arrival, outcome: wallNow(), reason: 'in_flight_cap', hold: 0, dispatched };
+            records.push({ instance: instances[a.session]!, ...shed });
             continue;
           }
           inFlight++;
