@@ -74,7 +74,7 @@ function clientsParamsLine(s: ClientsScenario, durationS: number): string {
   return (
     `**${s.title}** — 1 bounded channel × max ${s.max}, ${s.instances.join(' / ')} instances (one process each), ` +
     `closed-loop workers of every client, weights 1 (5 ms back-off after a 429). Workers: ${workers.join('; ')}. ` +
-    `${holdText(s.hold)}, each worker's from its own seeded stream (seed ${s.seed}), the same in every run and in ` +
+    `Holds: ${holdText(s.hold)}, each worker's from its own seeded stream (seed ${s.seed}), the same in every run and in ` +
     `the ideal schedulers. Wait time-out ${s.waitTimeoutMs / 1000} s, queues of up to ${s.maxWaiting} per channel ` +
     `and per limited client. Figures over requests arriving in a ${durationS} s window after ` +
     `${s.settleMs / 1000} s of settling. Variants: ${s.variants.map((v) => `"${v.label}" (${limits(v)})`).join(', ')}; ` +

@@ -79,7 +79,7 @@ const TABLES: Record<Scenario['kind'], RunColumn[]> = {
     ...COST,
     [
       'load_read cmds/s per instance',
-      perInstance((i, r) => (i.purposes ? (i.purposes.load_read ?? 0) / r.windowS : NaN)),
+      (r) => (r.purposes ? perInstance((i, x) => (i.purposes?.load_read ?? 0) / x.windowS)(r) : '–'),
     ],
     COLUMNS.p50,
     COLUMNS.p99,
