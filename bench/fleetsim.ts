@@ -261,7 +261,7 @@ async function runCell(
       sets: sets.map((set) => set.map((i) => channels[i]!)),
       instances,
       waitTimeoutMs: cell.waitTimeoutMs,
-      warmup: { ms: 300, acquirers: 1, holdMs: 0 },
+      warmup: { ms: 1, acquirers: 1, holdMs: 0 }, // about one acquire per engine: connections, scripts
     })),
     run: (w, at) => ({ mode: 'open', arrivals: arrivals(w), windowEndAt: at + durationMs }),
     windowMs: durationMs,
