@@ -1,9 +1,9 @@
 /**
- * Child processes of the benchmark: its sibling modules, forked with an IPC channel and run from source by tsx; the
- * child's side of the channel; and the clock they share (performance.timeOrigin + performance.now(): wall time at
- * monotonic resolution, one time base for every process of the machine).
+ * Child processes of the bench: its sibling modules forked with an IPC channel and run from source by tsx, the
+ * child's side of the channel, and the clock they share (wall time at monotonic resolution, one time base for every
+ * process of the machine).
  */
-import { fork, type ChildProcess } from 'node:child_process';
+import { fork } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 
 export const wallNow = (): number => performance.timeOrigin + performance.now();
@@ -17,10 +17,7 @@ export const sendToParent = (message: unknown): Promise<void> =>
     process.send!(message, undefined, {}, (err) => (err ? reject(err) : resolve())),
   );
 
-/**
- * In a child: handles the parent's messages one by one as they come; a failure goes to the parent as
- * { type: 'error', message } and ends the child, as does the parent going away.
- */
+/** In a child: handles the parent's messages; a failure goes to the parent as { type: 'error' } and ends the child. */
 export function serveParent<M>(handle: (message: M) => Promise<void>): void {
   process.on('message', (message: M) => {
     handle(message).catch(async (err: unknown) => {
@@ -35,7 +32,6 @@ export function serveParent<M>(handle: (message: M) => Promise<void>): void {
 }
 
 export interface Child {
-  proc: ChildProcess;
   send(message: unknown): void;
   /** The next message of this type (rejects on an error message or an early exit). */
   next<T>(type: string, timeoutMs?: number): Promise<T>;
@@ -96,7 +92,6 @@ export function forkChild(name: string): Child {
     deliver();
   });
   return {
-    proc,
     send: (message) => proc.send(message as object),
     next<T>(type: string, timeoutMs = 60_000) {
       return new Promise<T>((resolve, reject) => {

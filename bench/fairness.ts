@@ -1,21 +1,12 @@
 /**
- * The fleet figures, computed from what happened to each request — pure functions of the records, so the ideal
- * scheduler's records and the contenders' go through the same code:
- *
- * - per instance: admitted, 429 ratio, wait percentiles (wait = admitted − arrival);
- * - across instances: Jain's fairness index over the admitted counts and min/max share (equal demand);
- * - slot utilisation: busy slot-time inside a window / (slots × window);
- * - FIFO inversions: of the requests that had to wait (every slot of the candidate set held at their arrival, or an
- *   earlier waiter still waiting), the
- *   share overtaken — a later arrival admitted while they were still waiting (each overtaken waiter counts once);
- * - grant latency: for each admission that had to wait, on channel c at time t, t − the latest release on c at or
- *   before t (a polling contender's poll delay; 0 for a scheduler that grants on release).
- *
- * Every fleet scenario offers one candidate set (all its channels) to every request.
+ * The fleet figures, as pure functions of every request's record, so an ideal scheduler's records and a
+ * contender's go through the same code: per-instance admissions and waits, Jain's index and the min/max share across
+ * instances, slot utilisation, FIFO inversions among the requests that had to wait, and grant latency (admission −
+ * the latest release on the channel: a polling contender's poll delay).
  */
 import { percentile } from './load.js';
 
-/** One request as the instance saw it; times in ms on one time base (performance.timeOrigin + performance.now()). */
+/** One request as its instance saw it; times in ms on one time base for every process (children.ts, wallNow). */
 export interface RequestRecord {
   instance: number;
   arrival: number;
@@ -23,19 +14,20 @@ export interface RequestRecord {
   outcome: number;
   /** The channel it was admitted on; undefined when refused. */
   channel?: string;
-  /** Why it was refused: the contender's reason, `in_flight_cap` (shed by the benchmark) or `error: …`. */
+  /** Why it was refused: the contender's reason, `in_flight_cap` (shed by the bench) or `error: …`. */
   reason?: string;
-  /** The client it was for (the clients scenario). */
   client?: string;
-  /** The hold it was given (ms). */
   hold: number;
-  /**
-   * Open loop: when the load generator handed it to the contender, in the instance's own process (the trace's arrival
-   * plus the dispatch lag): the earliest the contender could see it.
-   */
+  /** Open loop: when the load generator handed it to its contender (the trace time plus the dispatch lag). */
   dispatched?: number;
   /** When the holder gave the slot back (admitted only). */
   release?: number;
+}
+
+export interface Waits {
+  p50: number;
+  p90: number;
+  p99: number;
 }
 
 export const isAdmitted = (r: RequestRecord): boolean => r.channel !== undefined;
@@ -86,11 +78,9 @@ export function hadToWait(records: readonly RequestRecord[], slots: number): boo
 }
 
 /**
- * Waiters (the records flagged in `waited`) and how many of them were overtaken: a record that arrived later was
- * admitted strictly before the waiter's outcome (its admission, or its refusal). `overtakerGapMs`: how much later
- * than the waiter the latest-arriving of its overtakers arrived, the largest over the overtaken waiters (0 when none
- * was): a request reaches its instance, and that instance's registration reaches Redis, a few milliseconds apart,
- * so arrivals that close on different instances can reach the queue in either order.
+ * Waiters (the records flagged in `waited`) and how many of them a later arrival overtook (admitted strictly before
+ * the waiter's outcome). `overtakerGapMs`: the largest arrival gap between an overtaken waiter and its latest
+ * overtaker: arrivals a few ms apart on different instances can reach Redis in either order.
  */
 export function fifoInversions(
   records: readonly RequestRecord[],
@@ -173,48 +163,11 @@ export function utilisation(
   return busy / (slots * (to - from));
 }
 
-export interface Waits {
-  p50: number;
-  p90: number;
-  p99: number;
-}
-
 export const waitsOf = (sorted: readonly number[]): Waits => ({
   p50: percentile(sorted, 0.5),
   p90: percentile(sorted, 0.9),
   p99: percentile(sorted, 0.99),
 });
-
-export interface InstanceFleetFigures {
-  requests: number;
-  admitted: number;
-  refusalRatio: number;
-  wait: Waits;
-}
-
-export interface FleetFigures {
-  requests: number;
-  admitted: number;
-  refusals: Record<string, number>;
-  refusalRatio: number;
-  wait: Waits;
-  perInstance: InstanceFleetFigures[];
-  jain: number;
-  share: number;
-  waiters: number;
-  overtaken: number;
-  /** overtaken / waiters */
-  inversionRatio: number;
-  /** The largest arrival gap between an overtaken waiter and a later arrival admitted before it (fifoInversions). */
-  overtakerGapMs: number;
-  /**
-   * The same waiters overtaken by a request dispatched to its contender after them (fifoInversions on the dispatch
-   * times): what the contender itself put out of order. Undefined unless every record has its dispatch time.
-   */
-  overtakenByDispatch?: number;
-  grantLatency: { count: number; p50: number; p99: number };
-  utilisation: number;
-}
 
 export interface FleetWindow {
   /** Requests arriving in [from, to) count (arrival, wait, 429, FIFO); admissions in it count for the shares. */
@@ -228,13 +181,13 @@ export interface FleetWindow {
 export function fleetFigures(
   records: readonly RequestRecord[],
   o: { slots: number; instances: number; window: FleetWindow },
-): FleetFigures {
+) {
   const { from, to } = o.window;
   const inWindow = (t: number) => t >= from && t < to;
   const waited = hadToWait(records, o.slots);
   const counted = records.map((r) => inWindow(r.arrival));
   const waitOf = (r: RequestRecord) => r.outcome - r.arrival;
-  const perInstance: InstanceFleetFigures[] = Array.from({ length: o.instances }, (_, i) => {
+  const perInstance = Array.from({ length: o.instances }, (_, i) => {
     const mine = records.filter((r, k) => counted[k] && r.instance === i);
     const waits = mine
       .filter(isAdmitted)
@@ -281,8 +234,10 @@ export function fleetFigures(
     overtaken,
     inversionRatio: waiters ? overtaken / waiters : NaN,
     overtakerGapMs,
-    ...(byDispatch !== undefined ? { overtakenByDispatch: byDispatch } : {}),
+    overtakenByDispatch: byDispatch,
     grantLatency: { count: grants.length, p50: percentile(grants, 0.5), p99: percentile(grants, 0.99) },
     utilisation: utilisation(records, o.slots, o.window.utilisation.from, o.window.utilisation.to),
   };
 }
+
+export type FleetFigures = ReturnType<typeof fleetFigures>;

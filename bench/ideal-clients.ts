@@ -1,31 +1,28 @@
 /**
- * The ideal schedulers of the clients scenario: the same closed loop as the instances run (the same workers per
- * client, each with its own hold sequence), on one channel, in memory, with no Redis, no network and no polling. A slot
- * given back at t goes at t to a waiter:
- *
- * - weighted-fair: the waiter whose client holds the fewest slots relative to its weight (held / weight), the oldest
- *   first among equals — what issue #15 asks of a fair share;
- * - fifo: the oldest waiter, whatever its client — a channel queue today.
- *
- * A limited client's request first takes one of the client's own slots (maxConcurrency of them, in the client's
- * arrival order), and only then joins the channel's waiters, as slotgate's acquire does; "oldest" is the order in
- * which requests joined the channel's waiters. A worker asks again the moment it gives its slot back (no think time),
- * until `endMs`; every worker asks at 0, in the workers' order. There is no wait time-out (the scenario's is set long
- * enough not to be reached).
+ * The ideal schedulers of clients2: the same closed loop as the instances run (the same workers per client, each
+ * with its own hold sequence), on one channel, in memory. A slot given back at t goes at t to a waiter:
+ * weighted-fair, to the one whose client holds the fewest slots relative to its weight (the oldest among equals);
+ * fifo, to the oldest whatever its client. A limited client's request first takes one of its client's own slots and
+ * only then joins the channel's waiters, as slotgate's acquire does. Workers ask again at once until `endMs`; no
+ * wait time-out (the scenario's is set long enough not to be reached).
  */
 import type { RequestRecord } from './fairness.js';
-import type { LoopWorker } from './clients.js';
 
 export type ClientPolicy = 'fifo' | 'weighted-fair';
 
 export interface SimClient {
   id: string;
   weight: number;
-  /** > 0: at most this many of its requests in flight (waiting for the channel or holding it); undefined: no limit. */
   maxConcurrency?: number;
 }
 
-/** A request of the closed loop, with its client. */
+/** A worker of the closed loop: its client, instance and hold stream. */
+export interface LoopWorker {
+  client: string;
+  instance: number;
+  holds: () => number;
+}
+
 export interface ClientRecord extends RequestRecord {
   client: string;
 }

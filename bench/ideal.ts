@@ -1,14 +1,11 @@
 /**
- * The ideal a contender is held against: a perfect first-come-first-served scheduler over the same slots, fed the
- * same trace (arrival times and holds), with the same wait time-out — a multi-server FIFO queue with abandonment,
- * in memory, with no Redis, no network and no polling. A slot given back at t goes at t to the longest waiter.
- *
- * With one patience for everyone, FIFO order means service starts never decrease in arrival order, so each request
- * in turn takes the slot that comes free first (or waits until it does); if that is not before its deadline, it
- * leaves at the deadline without taking a slot and the next request looks at the same slots.
+ * The ideal FIFO scheduler set beside the open-loop runs: the same trace through a multi-server FIFO queue with
+ * abandonment, in memory. With one patience for everyone, service starts never decrease in arrival order, so each
+ * request in turn takes the slot that comes free first, unless that is not before its deadline: then it leaves at
+ * the deadline and the next request looks at the same slots.
  */
-import type { RequestRecord } from './fairness.js';
 import type { TraceRequest } from './openloop.js';
+import type { RequestRecord } from './fairness.js';
 import type { BenchChannel } from './types.js';
 
 export function idealFifo(

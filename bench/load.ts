@@ -1,8 +1,8 @@
 /**
- * The load: N concurrent acquirers, each in a loop — acquire on a candidate set, hold the slot `holdMs`, release;
- * after a refusal, back off 5 ms and try again. Every contender runs through this same loop. The holders count how
- * many of them hold each channel at once (oversell is a holder above the channel's max), and can record each hold
- * as an interval on the machine-wide monotonic clock so a parent can find overlaps across processes.
+ * The closed loop of W1–W4 and scale-out: N concurrent acquirers, each acquire → hold `holdMs` → release, 5 ms
+ * back-off after a refusal, the same loop for every contender. The holders count how many of them hold each channel
+ * at once (above max is an oversell), and can record each hold as an interval on the machine-wide monotonic clock so
+ * a parent can sweep several processes together.
  */
 import { performance } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -14,8 +14,6 @@ export interface LoadOptions {
   acquirers: number;
   holdMs: number;
   durationMs: number;
-  /** Sleep after a refusal or an error. @default 5 */
-  backoffMs?: number;
   /** Record every hold as [start, end] µs on the monotonic clock, per channel (multi-process oversell check). */
   recordIntervals?: boolean;
   /** Called right before the first acquire and right when the window ends (snapshots). */
@@ -26,31 +24,23 @@ export interface LoadOptions {
 }
 
 export interface LoadResult {
-  /** Admissions inside the measurement window. */
+  /** Inside the measurement window: admissions, refusals and other errors by reason, their latencies (sorted, ms). */
   admissions: number;
   refusals: Record<string, number>;
-  /** Errors other than a refusal (store unavailable, …), by name. */
   errors: Record<string, number>;
-  /** Time to admission, ms, of the passes admitted in the window (sorted). */
   latencies: number[];
-  /** Time to a refusal, ms (sorted). */
   refusalLatencies: number[];
   /** Highest number of holders seen at once on each channel (this process). */
   highest: Record<string, number>;
-  /** Holders that found the channel already at its max. */
-  oversold: number;
   windowS: number;
   /** channel → flat [start, end, start, end, …] in µs on the monotonic clock (recordIntervals). */
   intervals?: Record<string, number[]>;
 }
 
-const monotonicUs = () => Number(process.hrtime.bigint() / 1000n);
+export const monotonicUs = (): number => Number(process.hrtime.bigint() / 1000n);
 
 export async function runLoad(opts: LoadOptions): Promise<LoadResult> {
   const { session, candidateSets, holdMs } = opts;
-  const backoffMs = opts.backoffMs ?? 5;
-  const maxOf = new Map<string, number>();
-  for (const set of candidateSets) for (const c of set) maxOf.set(c.id, c.max);
   const inFlight = new Map<string, number>();
   const highest: Record<string, number> = {};
   const refusals: Record<string, number> = {};
@@ -59,7 +49,6 @@ export async function runLoad(opts: LoadOptions): Promise<LoadResult> {
   const refusalLatencies: number[] = [];
   const intervals: Record<string, number[]> | undefined = opts.recordIntervals ? {} : undefined;
   let admissions = 0;
-  let oversold = 0;
 
   if (opts.startAt !== undefined) {
     const wait = opts.startAt - (performance.timeOrigin + performance.now());
@@ -92,7 +81,7 @@ export async function runLoad(opts: LoadOptions): Promise<LoadResult> {
             errors[name] = (errors[name] ?? 0) + 1;
           }
         }
-        await sleep(backoffMs);
+        await sleep(5);
         continue;
       }
       const t1 = performance.now();
@@ -100,7 +89,6 @@ export async function runLoad(opts: LoadOptions): Promise<LoadResult> {
       const n = (inFlight.get(id) ?? 0) + 1;
       inFlight.set(id, n);
       if (n > (highest[id] ?? 0)) highest[id] = n;
-      if (n > (maxOf.get(id) ?? Infinity)) oversold++;
       const holdStart = intervals ? monotonicUs() : 0;
       if (t1 <= deadline) {
         admissions++;
@@ -133,41 +121,33 @@ export async function runLoad(opts: LoadOptions): Promise<LoadResult> {
     latencies,
     refusalLatencies,
     highest,
-    oversold,
     windowS: opts.durationMs / 1000,
-    ...(intervals ? { intervals } : {}),
+    intervals,
   };
 }
 
 /**
- * Highest number of holds overlapping at one instant on each channel, from the intervals of several processes.
- * A hold ends before its release is sent and the next holder's starts after its admission came back, so on one
- * machine's monotonic clock a legitimate successor never overlaps its predecessor; at equal times an end counts
- * first.
+ * Highest number of intervals open at once per key (channel, or client), over flat [start, end, …] lists of several
+ * processes on one clock; at equal times an end counts first. A hold ends before its release is sent and the next
+ * holder's starts after its admission came back, so a legitimate successor never overlaps its predecessor.
  */
-export function highestOverlap(all: readonly Record<string, number[]>[]): Record<string, number> {
-  const byChannel = new Map<string, number[][]>();
+export function highestOverlap(
+  all: readonly Readonly<Record<string, readonly number[]>>[],
+): Record<string, number> {
+  const events = new Map<string, [number, number][]>();
   for (const intervals of all) {
     for (const [id, flat] of Object.entries(intervals)) {
-      const list = byChannel.get(id) ?? [];
-      list.push(flat);
-      byChannel.set(id, list);
+      const list = events.get(id) ?? [];
+      for (let i = 0; i + 1 < flat.length; i += 2) list.push([flat[i]!, 1], [flat[i + 1]!, -1]);
+      events.set(id, list);
     }
   }
   const highest: Record<string, number> = {};
-  for (const [id, lists] of byChannel) {
-    const events: number[] = [];
-    // encode: time * 2 + (0 for an end, 1 for a start) keeps ends before starts at equal times after sorting
-    for (const flat of lists) {
-      for (let i = 0; i < flat.length; i += 2) events.push(flat[i]! * 2 + 1, flat[i + 1]! * 2);
-    }
-    events.sort((a, b) => a - b);
+  for (const [id, list] of events) {
+    list.sort((a, b) => a[0] - b[0] || a[1] - b[1]);
     let current = 0;
     let top = 0;
-    for (const e of events) {
-      current += e % 2 === 1 ? 1 : -1;
-      if (current > top) top = current;
-    }
+    for (const [, step] of list) top = Math.max(top, (current += step));
     highest[id] = top;
   }
   return highest;

@@ -1,62 +1,73 @@
 /**
- * The fleet scenarios and the traces they replay. An open-loop scenario is one seeded trace: Poisson arrivals
- * (exponential gaps) at a share of the candidate set's capacity, each with a log-normal hold (the shape of LLM
- * streams), dealt round-robin to the instances as a load balancer would. The same trace goes to every contender and
- * every instance count, and to the ideal scheduler (ideal.ts), so their figures compare request for request.
- * The closed-loop fairness scenario is the measured case: two instances, the second starting later. The clients
- * scenario (clients.ts) shares one channel between clients of very different demand.
+ * The fleet scenarios, on several instances (worker processes): the open loop (one seeded trace of Poisson arrivals
+ * with log-normal holds, dealt round-robin, the same for every contender, instance count and the ideal scheduler),
+ * the closed-loop fairness run fair2, and clients2 (clients of very different demand on one channel).
  */
-import type { ClientsScenario } from './clients.js';
-import type { BenchChannel } from './types.js';
-// Internal (not public API): the library's seeded PRNG, as scenarios.ts uses it.
-import { seededRandom } from '../packages/slotgate/src/core/order.js';
+import { exponentialMs, logNormalMs, meanHoldMs, seededRandom, type HoldShape } from './draws.js';
 
-export type Random = () => number;
-
-/** A log-normal hold time: `medianMs · e^(sigma · Z)`, Z standard normal, cut at `capMs`. */
-export interface HoldShape {
-  medianMs: number;
-  sigma: number;
-  capMs: number;
-}
-
-export interface OpenScenario {
-  kind: 'open';
+interface FleetBase {
   id: string;
   title: string;
   channels: number;
   max: number;
   instances: number[];
-  /** Offered load in % of capacity (capacity = slots / mean hold). */
+}
+
+export interface OpenScenario extends FleetBase {
+  kind: 'open';
+  /** Offered load in % of capacity (slots / mean hold). */
   loadPct: number;
   hold: HoldShape;
   seed: number;
   /** How long a request may wait for a slot before it is a 429 (every contender is set up with it). */
   waitTimeoutMs: number;
-  /** Requests in flight (waiting or holding) per instance above which the benchmark sheds arrivals itself. */
+  /** Requests in flight per instance above which the bench sheds arrivals itself. */
   maxInFlight: number;
-  /**
-   * Waiting requests allowed per channel (SetupContext.maxWaiting); undefined: slotgate's default bound (max waiting
-   * = max(32, 8 × max concurrency)), which refuses where the ideal scheduler (no bound) waits, so no ideal is shown
-   * beside it.
-   */
+  /** Waiting requests allowed per channel; undefined: slotgate's default bound, and no ideal beside it. */
   maxWaiting: number | undefined;
 }
 
-export interface FairScenario {
+export interface FairScenario extends FleetBase {
   kind: 'fair';
-  id: string;
-  title: string;
-  channels: number;
-  max: number;
-  instances: number[];
-  /** Closed-loop workers per instance. */
   workers: number;
   holdMs: number;
   /** Instance i starts i × staggerMs after the first; shares are counted once all of them run. */
   staggerMs: number;
-  /** Waiting requests allowed per channel (SetupContext.maxWaiting). */
   maxWaiting: number;
+}
+
+export interface ClientSpec {
+  id: string;
+  workersPerInstance: number;
+  weight: number;
+}
+
+/** One way of running the same clients: named or not to the contender, some of them limited. */
+export interface ClientVariant {
+  id: string;
+  label: string;
+  /** Client id → maxConcurrency across every instance. */
+  limits: Readonly<Record<string, number>>;
+  /** Not named to the contender: its queue serves them in arrival order whatever the client. */
+  unnamed?: boolean;
+}
+
+export interface ClientsScenario extends FleetBase {
+  kind: 'clients';
+  /** One channel: the ideal schedulers simulate one. */
+  channels: 1;
+  clients: readonly ClientSpec[];
+  /** The client whose wait is set beside the ideal weighted-fair scheduler's (the light one). */
+  measured: string;
+  hold: HoldShape;
+  seed: number;
+  /** Requests arriving in the first settleMs (the queue forming) are left out of the figures. */
+  settleMs: number;
+  /** Long enough that the ideal schedulers, which have none, would not reach it. */
+  waitTimeoutMs: number;
+  /** Per channel, and per limited client. */
+  maxWaiting: number;
+  variants: readonly ClientVariant[];
 }
 
 export type FleetScenario = OpenScenario | FairScenario | ClientsScenario;
@@ -84,8 +95,7 @@ export const FLEET_SCENARIOS: readonly FleetScenario[] = [
     instances: [2],
     loadPct: 200,
     maxWaiting: undefined,
-    title:
-      "Open loop at 200 % on 2 instances with slotgate's default queue bound (the set-up of issue #11's figures)",
+    title: "Open loop at 200 % on 2 instances with slotgate's default queue bound",
   },
   {
     ...OPEN,
@@ -120,21 +130,15 @@ export const FLEET_SCENARIOS: readonly FleetScenario[] = [
       { id: 'light', workersPerInstance: 1, weight: 1 },
     ],
     measured: 'light',
-    hold: HOLD, // LLM-like, as in the open loop: log-normal, median 200 ms, σ 0.8, capped at 2 s (mean ≈ 270 ms)
+    hold: HOLD,
     seed: 15,
     settleMs: 3000,
     // FIFO: ~38 waiters ahead × 270 ms / 4 slots ≈ 2.6 s; heavy limited to 3: its own queue ≈ 37 × 270 / 3 ≈ 3.3 s
     waitTimeoutMs: 10_000,
     maxWaiting: 64, // every worker of both instances can wait, on the channel and in a client's own queue
     variants: [
-      // the requests not named to the contender: a plain FIFO queue (slotgate before Stage 11's fair shares)
       { id: 'fifo', label: 'clients unnamed: FIFO, no client limit', limits: {}, unnamed: true },
-      {
-        id: 'fair',
-        label: 'clients named: fair share, no client limit',
-        limits: {},
-        judged: 'the fair share between clients (weights 1)',
-      },
+      { id: 'fair', label: 'clients named: fair share, no client limit', limits: {} },
       { id: 'heavy3', label: 'clients named, heavy limited to 3', limits: { heavy: 3 } },
     ],
   },
@@ -144,50 +148,7 @@ export function findFleetScenario(id: string): FleetScenario | undefined {
   return FLEET_SCENARIOS.find((s) => s.id.toLowerCase() === id.toLowerCase());
 }
 
-export function fleetChannels(s: Pick<FleetScenario, 'channels' | 'max'>): BenchChannel[] {
-  return Array.from({ length: s.channels }, (_, i) => ({ id: `c${i}`, max: s.max }));
-}
-
-/** An exponential gap in ms between arrivals of a Poisson stream of `ratePerS` arrivals per second. */
-export function exponentialMs(random: Random, ratePerS: number): number {
-  return (-Math.log(1 - random()) / ratePerS) * 1000;
-}
-
-/** A standard normal value (Box–Muller; one of the pair, so each call takes two uniforms). */
-export function standardNormal(random: Random): number {
-  const u = 1 - random(); // (0, 1]: log(0) never happens
-  return Math.sqrt(-2 * Math.log(u)) * Math.cos(2 * Math.PI * random());
-}
-
-export function logNormalMs(random: Random, shape: HoldShape): number {
-  return Math.min(shape.capMs, shape.medianMs * Math.exp(shape.sigma * standardNormal(random)));
-}
-
-/** erf by Abramowitz–Stegun 7.1.26 (absolute error < 1.5e-7), enough for a mean in ms. */
-function erf(x: number): number {
-  const t = 1 / (1 + 0.3275911 * Math.abs(x));
-  const y =
-    1 -
-    ((((1.061405429 * t - 1.453152027) * t + 1.421413741) * t - 0.284496736) * t + 0.254829592) *
-      t *
-      Math.exp(-x * x);
-  return x >= 0 ? y : -y;
-}
-
-const normalCdf = (x: number) => 0.5 * (1 + erf(x / Math.SQRT2));
-
-/** E[min(X, cap)] for the log-normal X of `shape`, ms. */
-export function meanHoldMs(shape: HoldShape): number {
-  const mu = Math.log(shape.medianMs);
-  const s = shape.sigma;
-  const lnCap = Math.log(shape.capMs);
-  return (
-    Math.exp(mu + (s * s) / 2) * normalCdf((lnCap - mu - s * s) / s) +
-    shape.capMs * (1 - normalCdf((lnCap - mu) / s))
-  );
-}
-
-/** Arrivals per second at `loadPct` % of the capacity of `slots` slots. */
+/** Arrivals per second at `loadPct` % of the capacity of the scenario's slots. */
 export function arrivalRate(s: Pick<OpenScenario, 'channels' | 'max' | 'loadPct' | 'hold'>): number {
   return ((s.channels * s.max) / (meanHoldMs(s.hold) / 1000)) * (s.loadPct / 100);
 }
@@ -200,8 +161,8 @@ export interface TraceRequest {
 }
 
 /**
- * The trace of an open-loop run: arrivals in [0, durationMs) and their holds, each from its own seeded stream (so
- * the holds are the same sequence at every load), request k to instance k mod `instances`.
+ * Arrivals in [0, durationMs) and their holds, each from its own seeded stream (so the holds are the same sequence
+ * at every load), request k to instance k mod `instances`.
  */
 export function makeTrace(o: {
   seed: number;
@@ -219,13 +180,11 @@ export function makeTrace(o: {
   return trace;
 }
 
-/** The trace of an open-loop scenario (the same for every instance count but for the dealing). */
-export function traceOf(s: OpenScenario, durationS: number, instances: number): TraceRequest[] {
-  return makeTrace({
+export const traceOf = (s: OpenScenario, durationS: number, instances: number): TraceRequest[] =>
+  makeTrace({
     seed: s.seed,
     ratePerS: arrivalRate(s),
     durationMs: durationS * 1000,
     hold: s.hold,
     instances,
   });
-}

@@ -1,17 +1,28 @@
 /**
- * One process of `npm run bench:proxy` (forked by proxy-bench.ts), so that the load generator, the upstream and
- * the proxy under test each have their own event loop:
- *   { type: 'start', role: 'upstream', upstreamDelayMs, chunks } → { type: 'listening', url } (the channel's base URL)
- *   { type: 'start', role: 'minimal' | 'slotgate', target, ... }  → { type: 'listening', url }
- *   { type: 'cpu' }                                                → { type: 'cpu', micros } (process.cpuUsage(), µs)
- *   { type: 'stop' }                                               → { type: 'stopped' }, exits
+ * One server in a process of its own, so that the load generator, the upstream and the server under test each have
+ * their own event loop: bench:proxy's upstream and proxies (proxy-bench.ts), and the HTTP scenario's gateway
+ * instances (http.ts), which count their Redis round trips.
+ *   { type: 'start', spec } → { type: 'listening', url }
+ *   { type: 'cpu' }         → { type: 'cpu', micros } (process.cpuUsage(), µs)
+ *   { type: 'counters' }    → { type: 'counters', counters } (the gateway role)
+ *   { type: 'stop' }        → { type: 'stopped' }, exits
  */
+import { RedisStore, type AdmissionStats } from 'slotgate';
 import { createGateway, parseConfig } from 'slotgate-gateway';
 import { FakeUpstream, sseData, type Part } from '../test/helpers/fake-upstream.js';
 import { sendToParent, serveParent } from './children.js';
 import { startFastifyProxy } from './fastify-proxy.js';
 import { startMinimalProxy } from './minimal-proxy.js';
 import { CLIENT_TOKEN, MODEL, type NodeSpec } from './proxy-bench.js';
+import { RoundTripCounter } from './redis.js';
+
+export interface GatewayCounters {
+  stats: AdmissionStats;
+  requests: number;
+  writes: number;
+  /** process.cpuUsage() of the gateway's process, µs */
+  cpuUs: number;
+}
 
 const ANSWER = {
   id: 'bench',
@@ -66,22 +77,60 @@ async function startSlotgate(spec: Extract<NodeSpec, { role: 'slotgate' }>) {
   return { url: await gateway.listen(), close: () => gateway.close() };
 }
 
-let running: { url: string; close(): Promise<void> } | undefined;
+/** The HTTP scenario's gateway: `openai` channels c0… on the upstream (keyed `key-<id>`), a counted RedisStore. */
+async function startGateway(spec: Extract<NodeSpec, { role: 'gateway' }>) {
+  const config = parseConfig(
+    {
+      server: { host: '127.0.0.1', port: 0, log_level: 'silent', shutdown_timeout_ms: 2000 },
+      redis: { url: spec.redisUrl, prefix: spec.namespace },
+      channels: spec.channels.map((id) => ({
+        id,
+        type: 'openai',
+        base_url: spec.target,
+        key: `key-${id}`,
+        models: ['bench'],
+        max_concurrency: spec.max,
+      })),
+      settings: { load_cache_enabled: spec.cache },
+    },
+    '<bench>',
+  );
+  const counter = new RoundTripCounter();
+  const client = counter.client(spec.redisUrl);
+  const store = new RedisStore({ client, prefix: spec.namespace, timeoutMs: config.redis!.timeout_ms });
+  const gateway = await createGateway({ config, store, logger: false });
+  counters = () => {
+    const cpu = process.cpuUsage();
+    const { requests, writes } = counter;
+    return { stats: gateway.admission.stats(), requests, writes, cpuUs: cpu.user + cpu.system };
+  };
+  return {
+    url: await gateway.listen(),
+    async close() {
+      await gateway.close();
+      await store.close();
+      await client.quit().catch(() => client.disconnect());
+    },
+  };
+}
 
-serveParent<{ type: 'start'; spec: NodeSpec } | { type: 'cpu' } | { type: 'stop' }>(async (message) => {
+let running: { url: string; close(): Promise<void> } | undefined;
+let counters: (() => GatewayCounters) | undefined;
+
+type Message = { type: 'start'; spec: NodeSpec } | { type: 'cpu' } | { type: 'counters' } | { type: 'stop' };
+
+serveParent<Message>(async (message) => {
   if (message.type === 'cpu') {
     const { user, system } = process.cpuUsage();
     await sendToParent({ type: 'cpu', micros: user + system });
+  } else if (message.type === 'counters') {
+    await sendToParent({ type: 'counters', counters: counters!() });
   } else if (message.type === 'start') {
     const { spec } = message;
-    running =
-      spec.role === 'upstream'
-        ? await startUpstream(spec.delayMs, spec.chunks)
-        : spec.role === 'minimal'
-          ? await startMinimalProxy(spec.target)
-          : spec.role === 'fastify'
-            ? await startFastifyProxy(spec.target)
-            : await startSlotgate(spec);
+    if (spec.role === 'upstream') running = await startUpstream(spec.delayMs, spec.chunks);
+    else if (spec.role === 'gateway') running = await startGateway(spec);
+    else if (spec.role === 'slotgate') running = await startSlotgate(spec);
+    else running = await (spec.role === 'minimal' ? startMinimalProxy : startFastifyProxy)(spec.target);
     await sendToParent({ type: 'listening', url: running.url });
   } else {
     await running?.close();

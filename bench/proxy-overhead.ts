@@ -39,7 +39,7 @@ const result = await runProxyBench({
   lowRequests: num('low-requests', flags['low-requests']),
   upstreamDelayMs: num('upstream-delay', flags['upstream-delay']),
   unlimited: !flags['no-unlimited'],
-  ...(flags.redis ? { redisUrl: flags.redis } : {}),
+  redisUrl: flags.redis,
   progress: (line) => process.stderr.write(`bench:proxy: ${line}\n`),
 });
 console.log(proxyBenchReport(result));

@@ -1,44 +1,59 @@
 /**
- * The Redis the benchmark measures — a private redis-server (the tests' launcher, test/helpers/redis-server.ts), or
- * one given by URL — and the two instruments on it: server-side deltas from INFO (commandstats, which counts the
- * commands run inside Lua scripts too, and used_cpu_user + used_cpu_sys), and client-side round trips (socket
- * writes of every ioredis client the contenders open).
+ * The Redis the bench measures (a private redis-server, or one given by URL) and its instruments: server-side deltas
+ * from INFO (commandstats, which counts the commands run inside Lua scripts too, and CPU), and client-side round
+ * trips and socket writes of every ioredis client a contender opens.
  */
 import { Redis, type Cluster } from 'ioredis';
 // Internal: every contender's clients get the options slotgate's RedisStore gives its own (not public API).
 import { clusterClient, defaultRedisOptions } from '../packages/slotgate/src/store/redis/connection/connection.js';
 import { parseCommandstats, RedisServer } from '../test/helpers/redis-server.js';
+import { addCounts, deltaOf } from './records.js';
+import type { Session } from './types.js';
 
-export interface ServerSnapshot {
+export interface NodeSnapshot {
+  /** host:port */
+  node: string;
   /** calls per command name (INFO commandstats) */
   commands: Record<string, number>;
-  /** used_cpu_user + used_cpu_sys, seconds */
+  /** used_cpu_user + used_cpu_sys */
   cpuSeconds: number;
+}
+
+export interface ServerSnapshot extends Omit<NodeSnapshot, 'node'> {
   at: number;
   /** On a cluster: each master's own figures (the sums above are over them). */
   perNode?: NodeSnapshot[];
 }
 
-export interface NodeSnapshot {
-  /** host:port */
-  node: string;
-  commands: Record<string, number>;
-  cpuSeconds: number;
-}
-
 export interface RedisUnderTest {
-  /** A redis:// URL, or on a cluster `redis-cluster://host:port,…` (clusterTarget): what benchClient connects to. */
+  /** A redis:// URL, or on a cluster `redis-cluster://host:port,…`: what benchClient connects to. */
   url: string;
   topology: 'single' | 'cluster';
-  /** e.g. "private redis-server 7.0.15 on 127.0.0.1 (this machine)" */
   label: string;
-  version: string;
-  /** A private server: nothing else talks to it, so INFO deltas are the contenders' alone. */
-  isPrivate: boolean;
   snapshot(): Promise<ServerSnapshot>;
   /** Deletes the keys a run left behind (outside any measurement window). */
   cleanup(namespace: string): Promise<void>;
   close(): Promise<void>;
+}
+
+export async function nodeSnapshot(client: Redis, node: string): Promise<NodeSnapshot> {
+  const [stats, cpu] = await Promise.all([client.info('commandstats'), client.info('cpu')]);
+  const user = Number(/used_cpu_user:([\d.]+)/.exec(cpu)?.[1] ?? 0);
+  const sys = Number(/used_cpu_sys:([\d.]+)/.exec(cpu)?.[1] ?? 0);
+  return { node, commands: parseCommandstats(stats), cpuSeconds: user + sys };
+}
+
+export const versionOf = async (client: Redis): Promise<string> =>
+  /redis_version:(\S+)/.exec(await client.info('server'))?.[1] ?? '?';
+
+/** Deletes the keys of `namespace` on a shared server, one at a time (a cluster master holds many slots). */
+export async function deleteNamespace(client: Redis, namespace: string): Promise<void> {
+  let cursor = '0';
+  do {
+    const [next, keys] = await client.scan(cursor, 'MATCH', `*${namespace}*`, 'COUNT', 1000);
+    cursor = next;
+    for (const key of keys) await client.del(key);
+  } while (cursor !== '0');
 }
 
 /** The Redis at `url`, or a private redis-server started for the run. */
@@ -53,35 +68,15 @@ export async function openRedis(url?: string): Promise<RedisUnderTest> {
     url = own.url;
   }
   const admin = new Redis(url, { maxRetriesPerRequest: 1 });
-  const server = await admin.info('server');
-  const version = /redis_version:(\S+)/.exec(server)?.[1] ?? '?';
-  const host = new URL(url).hostname;
+  const version = await versionOf(admin);
   return {
     url,
     topology: 'single',
-    version,
-    isPrivate: own !== undefined,
     label: own
       ? `private redis-server ${version} on 127.0.0.1 (same machine)`
-      : `redis ${version} at ${host} (given URL; other clients' traffic would count too)`,
-    async snapshot() {
-      const [stats, cpu] = await Promise.all([admin.info('commandstats'), admin.info('cpu')]);
-      const user = Number(/used_cpu_user:([\d.]+)/.exec(cpu)?.[1] ?? 0);
-      const sys = Number(/used_cpu_sys:([\d.]+)/.exec(cpu)?.[1] ?? 0);
-      return { commands: parseCommandstats(stats), cpuSeconds: user + sys, at: performance.now() };
-    },
-    async cleanup(namespace) {
-      if (own) {
-        await admin.flushall();
-        return;
-      }
-      let cursor = '0';
-      do {
-        const [next, keys] = await admin.scan(cursor, 'MATCH', `*${namespace}*`, 'COUNT', 1000);
-        cursor = next;
-        if (keys.length) await admin.del(...keys);
-      } while (cursor !== '0');
-    },
+      : `redis ${version} at ${new URL(url).hostname} (given URL; other clients' traffic would count too)`,
+    snapshot: async () => ({ ...(await nodeSnapshot(admin, url)), at: performance.now() }),
+    cleanup: (namespace) => (own ? admin.flushall().then(() => {}) : deleteNamespace(admin, namespace)),
     async close() {
       admin.disconnect();
       await own?.stop();
@@ -90,7 +85,7 @@ export async function openRedis(url?: string): Promise<RedisUnderTest> {
 }
 
 /** Server-side commands between two snapshots, without the INFO calls the measurement itself made. */
-export function commandDelta(before: ServerSnapshot, after: ServerSnapshot): Record<string, number> {
+export function commandDelta(before: Pick<NodeSnapshot, 'commands'>, after: Pick<NodeSnapshot, 'commands'>) {
   const delta: Record<string, number> = {};
   for (const [name, calls] of Object.entries(after.commands)) {
     const d = calls - (before.commands[name] ?? 0);
@@ -101,7 +96,7 @@ export function commandDelta(before: ServerSnapshot, after: ServerSnapshot): Rec
 
 const CLUSTER_SCHEME = 'redis-cluster://';
 
-/** The target string of a cluster: its seed nodes (host:port) behind a scheme of the benchmark's own. */
+/** The target string of a cluster: its seed nodes (host:port) behind a scheme of the bench's own. */
 export const clusterTarget = (nodes: readonly string[]): string => `${CLUSTER_SCHEME}${nodes.join(',')}`;
 
 /** A client on `url` with slotgate's RedisStore options: on a cluster target, the store's own Cluster client. */
@@ -112,18 +107,10 @@ export function benchClient(url: string): Redis | Cluster {
 }
 
 /**
- * Counts, on every ioredis client a contender opens, two things:
- *
- * - `requests` (the round trips the contender's code asks for): each command method it calls counts 1 (a Lua script
- *   defined with defineCommand too), and each explicit pipeline or MULTI counts 1 when it is executed, however many
- *   commands it carries. What the client does by itself (ready check, NOSCRIPT → EVAL retry, auto-pipeline flushes)
- *   is not counted. This is independent of how the event loop happens to batch concurrent requests.
- * - `writes` (socket writes): ioredis writes each command, pipeline and auto-pipelined batch with one `write`, so this
- *   is the number of request flights actually sent; with auto-pipelining, concurrent requests of many acquirers share
- *   one write, so writes per admission falls as concurrency rises.
- *
- * The hooks sit on the client instance (and on every socket it opens) and on clients made with `duplicate()`
- * (Bottleneck's subscriber, slotgate's settings subscriber).
+ * Counts, on every client a contender opens (and their `duplicate()`s), the round trips its code asks for (each
+ * command call 1, a Lua script 1, an explicit pipeline or MULTI 1 however many commands it carries; ioredis's own
+ * ready checks, NOSCRIPT retries and auto-pipeline flushes not) and the socket writes, where auto-pipelining merges
+ * the concurrent requests of many acquirers into one.
  */
 export class RoundTripCounter {
   requests = 0;
@@ -207,14 +194,55 @@ export class RoundTripCounter {
     return client;
   }
 
-  snapshot(): { requests: number; writes: number } {
-    return { requests: this.requests, writes: this.writes };
-  }
-
-  /** A new client with slotgate's RedisStore options (a Cluster client on a cluster target), counted. */
+  /** A new client with slotgate's RedisStore options, counted. */
   client(url: string): Redis | Cluster {
     const client = benchClient(url);
     client.on('error', () => {}); // surfaced per command
     return this.watch(client);
   }
+}
+
+/** What one process measures on its side of a window: round trips, socket writes, CPU, the sessions' counters. */
+export interface ProcessFigures {
+  roundTrips: number;
+  socketWrites: number;
+  clientCpuMs: number;
+  /** Summed over the sessions. */
+  purposes?: Record<string, number>;
+  /** Per session, in their order. */
+  counters?: Record<string, number>[];
+}
+
+/** Takes the process figures of `sessions` (whose clients `counter` watches) between start() and end(). */
+export function clientMeter(counter: RoundTripCounter, sessions: readonly Session[]) {
+  let rt = { requests: 0, writes: 0 };
+  let cpu = process.cpuUsage();
+  let before: (Record<string, number> | undefined)[] = [];
+  let after: (Record<string, number> | undefined)[] = [];
+  return {
+    start(): void {
+      rt = { requests: counter.requests, writes: counter.writes };
+      cpu = process.cpuUsage();
+      before = sessions.map((s) => s.counters?.());
+    },
+    end(): void {
+      rt = { requests: counter.requests - rt.requests, writes: counter.writes - rt.writes };
+      cpu = process.cpuUsage(cpu);
+      after = sessions.map((s) => s.counters?.());
+    },
+    figures(): ProcessFigures {
+      const counters = sessions.flatMap((_, k) => {
+        const d = deltaOf(before[k], after[k]);
+        return d ? [d] : [];
+      });
+      const purposes: Record<string, number> = {};
+      for (const c of counters) addCounts(purposes, c);
+      return {
+        roundTrips: rt.requests,
+        socketWrites: rt.writes,
+        clientCpuMs: (cpu.user + cpu.system) / 1000,
+        ...(counters.length ? { purposes, counters } : {}),
+      };
+    },
+  };
 }

@@ -1,55 +1,17 @@
 /**
- * What the benchmark prints and writes: markdown tables (parameters above each), a legend and a README-ready table
- * (the acceptance targets are in targets.ts).
+ * The closed-loop scenarios' markdown: each scenario's parameters above its tables, the contenders side by side,
+ * the cluster beside the single node, and the legend.
  */
-import type { RunRecord } from './run.js';
+import { columns, counts, fmt, highestText, type Column } from './format.js';
+import { sum, type Meta, type RunRecord } from './records.js';
 import type { Scenario } from './scenarios.js';
 
-export interface Meta {
-  startedAt: string;
-  totalS: number;
-  node: string;
-  cpu: string;
-  os: string;
-  redis: string;
-  /** The Redis Cluster of the cluster pass, when there was one. */
-  cluster?: string;
-  durations: { load: number; scale: number; http: number; open?: number; warmupMs: number };
-  contenders: { id: string; label: string; behaviour: string }[];
-  notes: string[];
-}
-
-export interface Figures {
-  admPerS: number;
-  serverCmds: number;
-  cmdsPerAdm: number;
-  cmdsPerS: number;
-  cpuUsPerAdm: number;
-  cpuPct: number;
-  rtPerAdm: number;
-  writesPerAdm: number;
-  /** CPU of the process(es) running the contender, µs per admission. */
-  clientCpuUsPerAdm: number;
-  refusals: number;
-  refusalRatio: number;
-  highestMax: number;
-  /** slotgate: client-side load-read commands per second per instance. */
-  loadReadPerSPerInstance: number;
-}
-
-const sum = (values: Iterable<number>) => {
-  let s = 0;
-  for (const v of values) s += v;
-  return s;
-};
-
-export function figures(r: RunRecord): Figures {
+export function figures(r: RunRecord) {
   const adm = Math.max(1, r.admissions);
   const serverCmds = sum(Object.values(r.serverCommands));
   const refusals = sum(Object.values(r.refusals));
   return {
     admPerS: r.admissions / r.windowS,
-    serverCmds,
     cmdsPerAdm: serverCmds / adm,
     cmdsPerS: serverCmds / r.windowS,
     cpuUsPerAdm: (r.redisCpuMs * 1000) / adm,
@@ -57,254 +19,202 @@ export function figures(r: RunRecord): Figures {
     rtPerAdm: r.roundTrips / adm,
     writesPerAdm: r.socketWrites / adm,
     clientCpuUsPerAdm: (r.clientCpuMs * 1000) / adm,
-    refusals,
     refusalRatio: refusals / Math.max(1, refusals + r.admissions),
-    highestMax: Math.max(0, ...Object.values(r.highest)),
+    /** slotgate: load-read commands per second per instance. */
     loadReadPerSPerInstance: r.purposes ? (r.purposes.load_read ?? 0) / r.windowS / r.params.instances : NaN,
   };
 }
+type Figures = ReturnType<typeof figures>;
 
-export const fmt = (n: number, digits = 1): string =>
-  Number.isFinite(n)
-    ? n.toLocaleString('en-US', { maximumFractionDigits: digits, minimumFractionDigits: 0 })
-    : '–';
-
-export function table(headers: readonly string[], rows: readonly (readonly (string | number)[])[]): string {
-  const line = (cells: readonly (string | number)[]) => `| ${cells.join(' | ')} |`;
-  return [line(headers), line(headers.map(() => '---')), ...rows.map(line)].join('\n');
-}
-
-function refusalText(r: RunRecord, f: Figures): string {
-  if (f.refusals === 0) return '0%';
-  const reasons = Object.entries(r.refusals)
-    .filter(([, v]) => v > 0)
-    .map(([k, v]) => `${k} ${v}`)
-    .join(', ');
-  return `${fmt(100 * f.refusalRatio, 2)}% (${reasons})`;
-}
-
-function highestText(r: RunRecord, f: Figures): string {
-  return `${f.highestMax}/${r.params.max}${r.oversold.length ? ' **OVERSOLD**' : ''}`;
-}
-
-export function paramsLine(s: Scenario, r: RunRecord, meta: Meta): string {
-  const p = r.params;
-  const who =
-    s.kind === 'http'
-      ? `${p.acquirers} HTTP connections in total (split evenly over the instances)`
-      : s.kind === 'scale'
-        ? `${p.acquirers} concurrent acquirers in total (split evenly over the instances)`
-        : `${p.acquirers} concurrent acquirers`;
-  const where =
-    s.kind === 'load'
-      ? '1 instance (the benchmark process)'
-      : `${s.instances.join(' / ')} instances (one process each)`;
-  return (
-    `**${s.title}** — ${p.channels} bounded channels × max ${p.max} (${p.channels * p.max} slots), ` +
-    `${p.candidateSets}, ${who}, hold ${p.holdMs} ms, ${p.durationS} s measured per run after a ` +
-    `${s.kind === 'http' ? '1 s' : `${meta.durations.warmupMs / 1000} s`} warm-up, ${where}` +
-    (s.kind === 'http' ? '' : ', 5 ms back-off after a refusal') +
-    `. Redis: ${meta.redis}. Node ${meta.node}, ${meta.cpu}.`
-  );
-}
-
-/** A table column: its header and its cell for one run. */
-interface Column {
-  header: string;
-  cell: (r: RunRecord, f: Figures) => string | number;
-}
-
-const column = (header: string, cell: Column['cell']): Column => ({ header, cell });
-/** The same cell under another header. */
-const renamed = (c: Column, header: string): Column => ({ ...c, header });
-
-const COLUMNS = {
-  contender: column('contender', (r) => r.label),
-  instances: column('instances', (r) => r.params.instances),
-  admPerS: column('admissions/s', (_, f) => fmt(f.admPerS, 0)),
-  cmdsPerAdm: column('Redis cmds/adm', (_, f) => fmt(f.cmdsPerAdm, 2)),
-  cmdsPerS: column('Redis cmds/s', (_, f) => fmt(f.cmdsPerS, 0)),
-  cpuUsPerAdm: column('Redis CPU µs/adm', (_, f) => fmt(f.cpuUsPerAdm, 1)),
-  cpuPct: column('Redis CPU %', (_, f) => fmt(f.cpuPct, 1)),
-  clientCpu: column('client CPU µs/adm', (_, f) => fmt(f.clientCpuUsPerAdm, 0)),
-  rtPerAdm: column('round trips/adm', (_, f) => fmt(f.rtPerAdm, 2)),
-  writesPerAdm: column('socket writes/adm', (_, f) => fmt(f.writesPerAdm, 3)),
-  p50: column('p50 ms', (r) => fmt(r.latency.p50, 2)),
-  p99: column('p99 ms', (r) => fmt(r.latency.p99, 2)),
-  refusals: column('429 ratio', refusalText),
-  highest: column('highest/max', highestText),
+type RunColumn = Column<RunRecord>;
+const of = (header: string, cell: (f: Figures) => string): RunColumn => [header, (r) => cell(figures(r))];
+const as = (c: RunColumn, header: string): RunColumn => [header, c[1]];
+const refusalText = (r: RunRecord) => {
+  const ratio = figures(r).refusalRatio;
+  return ratio === 0 ? '0%' : `${fmt(100 * ratio, 2)}% (${counts(r.refusals)})`;
 };
 
-function figureTable(runs: readonly RunRecord[], columns: readonly Column[]): string {
-  return table(
-    columns.map((c) => c.header),
-    runs.map((r) => {
-      const f = figures(r);
-      return columns.map((c) => c.cell(r, f));
-    }),
-  );
-}
+/** The columns the tables share: a table picks and orders them. */
+export const COLUMNS = {
+  contender: ['contender', (r) => r.label] as RunColumn,
+  instances: ['instances', (r) => r.params.instances] as RunColumn,
+  admPerS: of('admissions/s', (f) => fmt(f.admPerS, 0)),
+  writesPerAdm: of('socket writes/adm', (f) => fmt(f.writesPerAdm, 3)),
+  p50: ['p50 ms', (r) => fmt(r.latency.p50, 2)] as RunColumn,
+  p99: ['p99 ms', (r) => fmt(r.latency.p99, 2)] as RunColumn,
+  refusals: ['429 ratio', refusalText] as RunColumn,
+  highest: ['highest/max', (r) => highestText(r.highest, r.params.max)] as RunColumn,
+  loadRead: of('load_read cmds/s per instance', (f) => fmt(f.loadReadPerSPerInstance, 0)),
+};
 
-export function loadTable(runs: readonly RunRecord[]): string {
-  const c = COLUMNS;
-  return figureTable(runs, [
-    c.contender,
-    c.admPerS,
-    c.cmdsPerAdm,
-    c.cmdsPerS,
-    c.cpuUsPerAdm,
-    c.cpuPct,
-    c.clientCpu,
-    c.rtPerAdm,
-    c.writesPerAdm,
-    c.p50,
-    c.p99,
-    c.refusals,
-    c.highest,
-  ]);
+/** What a run cost Redis and the contender's processes, per admission and per second. */
+export const COST: RunColumn[] = [
+  of('Redis cmds/adm', (f) => fmt(f.cmdsPerAdm, 2)),
+  of('Redis cmds/s', (f) => fmt(f.cmdsPerS, 0)),
+  of('Redis CPU µs/adm', (f) => fmt(f.cpuUsPerAdm, 1)),
+  of('Redis CPU %', (f) => fmt(f.cpuPct, 1)),
+  of('client CPU µs/adm', (f) => fmt(f.clientCpuUsPerAdm, 0)),
+  of('round trips/adm', (f) => fmt(f.rtPerAdm, 2)),
+];
+
+const perInstance =
+  (v: (i: NonNullable<RunRecord['instances']>[number], r: RunRecord) => number) => (r: RunRecord) =>
+    (r.instances ?? []).map((i) => fmt(v(i, r), 0)).join(' / ') || '–';
+
+/** Each kind's table of its runs, after the contender column. */
+const TABLES: Record<Scenario['kind'], RunColumn[]> = {
+  load: [
+    COLUMNS.admPerS,
+    ...COST,
+    COLUMNS.writesPerAdm,
+    COLUMNS.p50,
+    COLUMNS.p99,
+    COLUMNS.refusals,
+    COLUMNS.highest,
+  ],
+  scale: [
+    COLUMNS.instances,
+    as(COLUMNS.admPerS, 'admissions/s total'),
+    ['admissions/s per instance', perInstance((i) => i.admissionsPerS)],
+    ...COST,
+    [
+      'load_read cmds/s per instance',
+      (r) => (r.purposes ? perInstance((i, x) => (i.purposes?.load_read ?? 0) / x.windowS)(r) : '–'),
+    ],
+    COLUMNS.p50,
+    COLUMNS.p99,
+    COLUMNS.refusals,
+    as(COLUMNS.highest, 'highest/max (all processes)'),
+  ],
+  http: [
+    COLUMNS.instances,
+    ['responses/s', (r) => fmt(r.http!.requests / r.windowS, 0)],
+    ['statuses', (r) => counts(r.http!.statuses)],
+    ['HTTP p50 / p99 ms', (r) => `${fmt(r.http!.p50Ms, 1)} / ${fmt(r.http!.p99Ms, 1)}`],
+    ['admission p50 / p99 ms (≤ bucket)', (r) => `${fmt(r.latency.p50, 1)} / ${fmt(r.latency.p99, 1)}`],
+    COLUMNS.admPerS,
+    ...COST.map((c) => (c[0] === 'client CPU µs/adm' ? as(c, 'gateway CPU µs/adm') : c)),
+    COLUMNS.loadRead,
+    as(COLUMNS.highest, 'upstream highest/max'),
+  ],
+};
+
+/** A closed-loop scenario's section: its parameters, then its runs side by side. */
+export function scenarioSection(s: Scenario, runs: readonly RunRecord[], meta: Meta, suffix: string): string {
+  const p = runs[0]!.params;
+  const split = s.kind === 'load' ? '' : ' in total (split evenly over the instances)';
+  const params =
+    `**${s.title}** — ${p.channels} bounded channels × max ${p.max} (${p.channels * p.max} slots), ` +
+    `${p.candidateSets}, ${p.acquirers} ${s.kind === 'http' ? 'HTTP connections' : 'concurrent acquirers'}${split}, ` +
+    `hold ${p.holdMs} ms, ${p.durationS} s measured per run after a ` +
+    `${s.kind === 'http' ? 1 : meta.durations.warmupMs / 1000} s warm-up, ` +
+    (s.kind === 'load'
+      ? '1 instance (the benchmark process)'
+      : `${s.instances.join(' / ')} instances (one process each)`) +
+    (s.kind === 'http' ? '' : ', 5 ms back-off after a refusal') +
+    `. Redis: ${meta.redis}. Node ${meta.node}, ${meta.cpu}.`;
+  const tables = [columns(runs, [COLUMNS.contender, ...TABLES[s.kind]]), purposeTable(runs)];
+  if (s.kind !== 'http') tables.push(serverCommandTable(runs));
+  return [`\n## ${s.title}${suffix}`, params, ...tables.filter(Boolean)].join('\n\n');
 }
 
 const PURPOSES = ['load_read', 'acquire', 'release', 'wait', 'renew', 'settings', 'cooldown'];
+const who: RunColumn[1] = (r) => `${r.label}${r.params.instances > 1 ? ` ×${r.params.instances}` : ''}`;
 
 export function purposeTable(runs: readonly RunRecord[]): string | undefined {
-  const withPurposes = runs.filter((r) => r.purposes);
-  if (withPurposes.length === 0) return undefined;
-  return table(
-    [
-      'slotgate commands by purpose',
-      'load_read cmds/s per instance',
-      'load fetch rounds/s per instance',
-      ...PURPOSES.map((p) => `${p} /adm`),
-      ...PURPOSES.map((p) => `${p} /s`),
-    ],
-    withPurposes.map((r) => {
-      const f = figures(r);
-      return [
-        `${r.label}${r.params.instances > 1 ? ` ×${r.params.instances}` : ''}`,
-        fmt(f.loadReadPerSPerInstance, 0),
-        fmt((r.purposes!.fetch_rounds ?? NaN) / r.windowS / r.params.instances, 1),
-        ...PURPOSES.map((p) => fmt((r.purposes![p] ?? 0) / Math.max(1, r.admissions), 3)),
-        ...PURPOSES.map((p) => fmt((r.purposes![p] ?? 0) / r.windowS, 0)),
-      ];
-    }),
-  );
+  const mine = runs.filter((r) => r.purposes);
+  if (mine.length === 0) return undefined;
+  const per = (p: string, unit: 'adm' | 's'): RunColumn => [
+    `${p} /${unit}`,
+    (r) =>
+      unit === 'adm'
+        ? fmt((r.purposes![p] ?? 0) / Math.max(1, r.admissions), 3)
+        : fmt((r.purposes![p] ?? 0) / r.windowS, 0),
+  ];
+  const rounds = (r: RunRecord) => (r.purposes!.fetch_rounds ?? NaN) / r.windowS / r.params.instances;
+  return columns(mine, [
+    ['slotgate commands by purpose', who],
+    COLUMNS.loadRead,
+    ['load fetch rounds/s per instance', (r) => fmt(rounds(r), 1)],
+    ...PURPOSES.map((p) => per(p, 'adm')),
+    ...PURPOSES.map((p) => per(p, 's')),
+  ]);
 }
 
 export function serverCommandTable(runs: readonly RunRecord[]): string {
   const names = [...new Set(runs.flatMap((r) => Object.keys(r.serverCommands)))].sort();
-  return table(
-    ['server-side commands per admission', ...names],
-    runs.map((r) => [
-      `${r.label}${r.params.instances > 1 ? ` ×${r.params.instances}` : ''}`,
-      ...names.map((n) => fmt((r.serverCommands[n] ?? 0) / Math.max(1, r.admissions), 2)),
-    ]),
+  const perAdm = (n: string): RunColumn => [
+    n,
+    (r) => fmt((r.serverCommands[n] ?? 0) / Math.max(1, r.admissions), 2),
+  ];
+  return columns(runs, [['server-side commands per admission', who], ...names.map(perAdm)]);
+}
+
+/** Every run made on both topologies (same scenario and contender), side by side, with what each master spent. */
+export function clusterTable(
+  runs: readonly RunRecord[],
+  notOnCluster: readonly string[] = [],
+): string | undefined {
+  const pairs = runs
+    .filter((r) => r.topology === 'cluster')
+    .map((c) => ({
+      c,
+      s: runs.find((r) => !r.topology && r.scenario === c.scenario && r.contender === c.contender),
+    }));
+  if (pairs.length === 0) return undefined;
+  type Pair = (typeof pairs)[number] | { c: undefined; label: string };
+  const perSlot = (r: RunRecord) => figures(r).admPerS / (r.params.channels * r.params.max);
+  const col = (header: string, f: (x: { c: RunRecord; s?: RunRecord }) => string): Column<Pair> => [
+    header,
+    (x) => (x.c ? f(x) : 'n/a'),
+  ];
+  const both = (header: string, f: (r: RunRecord) => string) =>
+    col(`${header} single / cluster`, ({ c, s }) => `${s ? f(s) : '–'} / ${f(c)}`);
+  const ratio = (header: string, f: (r: RunRecord) => number) =>
+    col(header, ({ c, s }) => fmt(s ? f(c) / f(s) : NaN, 2));
+  const perMaster = (
+    header: string,
+    f: (n: NonNullable<RunRecord['perNode']>[number], c: RunRecord) => number,
+    d: number,
+  ) =>
+    col(`cluster ${header} per master`, ({ c }) => (c.perNode ?? []).map((n) => fmt(f(n, c), d)).join(' / '));
+  return columns<Pair>(
+    [...pairs, ...notOnCluster.map((label) => ({ c: undefined, label }))],
+    [
+      ['scenario', (x) => (x.c ? x.c.scenario : '–')],
+      ['contender', (x) => (x.c ? x.c.label : x.label)],
+      both('admissions/s', (r) => fmt(figures(r).admPerS, 0)),
+      both('admissions/s per slot', (r) => fmt(perSlot(r), 1)),
+      ratio('per-slot ratio', perSlot),
+      both('Redis cmds/adm (all nodes)', (r) => fmt(figures(r).cmdsPerAdm, 2)),
+      ratio('cmds ratio', (r) => figures(r).cmdsPerAdm),
+      perMaster('cmds/adm', (n, c) => n.commands / Math.max(1, c.admissions), 2),
+      both('Redis CPU µs/adm (all nodes)', (r) => fmt(figures(r).cpuUsPerAdm, 1)),
+      perMaster('Redis CPU %', (n, c) => (n.cpuMs / (c.windowS * 1000)) * 100, 1),
+      both('p99 ms', (r) => fmt(r.latency.p99, 1)),
+      both('highest/max', (r) => highestText(r.highest, r.params.max)),
+    ],
   );
 }
 
-export function scaleTable(runs: readonly RunRecord[]): string {
-  const c = COLUMNS;
-  return figureTable(runs, [
-    c.contender,
-    c.instances,
-    renamed(c.admPerS, 'admissions/s total'),
-    column('admissions/s per instance', (r) =>
-      (r.instances ?? []).map((i) => fmt(i.admissionsPerS, 0)).join(' / '),
-    ),
-    c.cmdsPerS,
-    c.cmdsPerAdm,
-    c.cpuUsPerAdm,
-    c.cpuPct,
-    c.clientCpu,
-    column('load_read cmds/s per instance', (r) =>
-      r.instances?.some((i) => i.purposes)
-        ? r.instances.map((i) => fmt((i.purposes?.load_read ?? 0) / r.windowS, 0)).join(' / ')
-        : '–',
-    ),
-    c.rtPerAdm,
-    c.p50,
-    c.p99,
-    c.refusals,
-    renamed(c.highest, 'highest/max (all processes)'),
-  ]);
-}
-
-export function httpTable(runs: readonly RunRecord[]): string {
-  const c = COLUMNS;
-  return figureTable(runs, [
-    c.contender,
-    c.instances,
-    column('responses/s', (r) => fmt(r.http!.requests / r.windowS, 0)),
-    column('statuses', (r) =>
-      Object.entries(r.http!.statuses)
-        .map(([k, v]) => `${k}: ${v}`)
-        .join(', '),
-    ),
-    column('HTTP p50 / p99 ms', (r) => `${fmt(r.http!.p50Ms, 1)} / ${fmt(r.http!.p99Ms, 1)}`),
-    column('admission p50 / p99 ms (≤ bucket)', (r) => `${fmt(r.latency.p50, 1)} / ${fmt(r.latency.p99, 1)}`),
-    c.admPerS,
-    c.cmdsPerAdm,
-    c.cmdsPerS,
-    c.cpuUsPerAdm,
-    c.cpuPct,
-    renamed(c.clientCpu, 'gateway CPU µs/adm'),
-    c.rtPerAdm,
-    column('load_read cmds/s per instance', (_, f) => fmt(f.loadReadPerSPerInstance, 0)),
-    renamed(c.highest, 'upstream highest/max'),
-  ]);
-}
-
-/** The W1 / W2 / W4 table for the README, with the machine and parameters it was measured on. */
-export function readmeTable(runs: readonly RunRecord[], meta: Meta): string | undefined {
-  const picked = runs.filter((r) => ['W1', 'W2', 'W4'].includes(r.scenario));
-  if (picked.length === 0) return undefined;
-  const c = COLUMNS;
-  return [
-    `50 bounded channels × max 4, one candidate set, hold 20 ms (W4: 0), 150 acquirers (W2: 300), ` +
-      `${meta.durations.load} s per run, 1 instance; Redis: ${meta.redis}; Node ${meta.node}; ${meta.cpu}; ` +
-      `measured ${meta.startedAt.slice(0, 10)} with \`npm run bench\`.`,
-    '',
-    figureTable(picked, [
-      column('scenario', (r) => r.scenario),
-      c.contender,
-      c.admPerS,
-      c.cmdsPerAdm,
-      c.cpuUsPerAdm,
-      c.rtPerAdm,
-      column('p99 ms', (r) => fmt(r.latency.p99, 1)),
-      column('429', (_, f) => fmt(100 * f.refusalRatio, 1) + '%'),
-      column('highest/max', (r, f) => `${f.highestMax}/${r.params.max}`),
-    ]),
-  ].join('\n');
-}
-
 export function legend(meta: Meta): string {
-  const lines = [
+  return [
     '- **admissions/s**: slots granted inside the measured window, divided by its length.',
-    '- **Redis cmds/adm, cmds/s**: `INFO commandstats` delta over the window (server side; commands run inside Lua ' +
-      'scripts count, EVALSHA itself counts once; the INFO calls of the measurement are left out).',
-    '- **Redis CPU µs/adm, %**: `used_cpu_user + used_cpu_sys` delta of the Redis process over the window.',
-    "- **round trips/adm**: requests the contender's code sent to Redis, counted on its ioredis clients: each " +
-      'command call 1 (a Lua script 1), an explicit pipeline or MULTI 1 however many commands it carries; ' +
-      "ioredis's own traffic (ready check, NOSCRIPT retry) is not counted. Background work (renewal, heartbeats, " +
-      'settings re-reads) counts against the admissions of the window.',
-    "- **socket writes/adm**: `write` calls on those clients' sockets. Every contender gets the same ioredis options " +
-      "(slotgate RedisStore's: auto-pipelining on), which merges the concurrent requests of many acquirers into " +
-      'one write, so this falls as concurrency rises; it is the number of request flights actually sent.',
-    '- **p50 / p99 ms**: time from asking for a slot to holding it (admitted passes only; waiting included). ' +
-      "HTTP: the load generator's request latency, and the gateway's admission histogram (bucket upper bounds); " +
-      'with two instances the worse instance is shown.',
-    '- **429 ratio**: refused requests / (refused + admitted), with the reasons. After a refusal the acquirer ' +
-      'sleeps 5 ms and asks again.',
-    '- **highest/max**: the highest number of holders seen at once on any channel, counted by the holders ' +
-      '(across processes: hold intervals on the machine-wide monotonic clock, swept per channel; HTTP: counted by ' +
-      'the upstream). Above max is an oversell and fails the run. With hold 0 (W4) a holder gives the slot back at ' +
-      'once, so its holding window is empty and W4 shows 1/max: the holder-side check sees nothing there; the ' +
-      'other scenarios carry it.',
-    "- **load_read cmds/s per instance**: slotgate's own count of load-read commands (3 per channel per fetch + TIME).",
-    '',
-    'How each contender picks a channel and what it does when everything is full:',
+    '- **Redis cmds/adm, cmds/s**: `INFO commandstats` delta over the window (commands run inside Lua scripts count; ' +
+      'the INFO calls of the measurement do not). **Redis CPU**: `used_cpu_user + used_cpu_sys` delta.',
+    "- **round trips/adm**: requests the contender's code sent, counted on its ioredis clients (a Lua script 1, a " +
+      'pipeline or MULTI 1); background work counts against the admissions of the window. **socket writes/adm**: ' +
+      'writes on those sockets (auto-pipelining on for every contender), falling as concurrency rises.',
+    '- **p50 / p99 ms**: asking for a slot → holding it (waiting included). HTTP: the load generator, and the ' +
+      "gateway's admission histogram (bucket upper bounds; the worse instance).",
+    '- **429 ratio**: refused / (refused + admitted), with the reasons; the acquirer sleeps 5 ms and asks again.',
+    '- **highest/max**: the most holders seen at once on a channel (across processes: hold intervals swept on the ' +
+      'monotonic clock; HTTP: counted by the upstream). Above max is an oversell and fails the run. W4 holds 0 ms, ' +
+      'so it shows 1/max.',
+    "- **load_read**: slotgate's own count of load-read commands; **fetch rounds**: its load-view store reads.",
+    '- **cluster**: the same scenario and contender on the private 3-master cluster; ratios are cluster / single ' +
+      'node; per master: commands per admission and the share of one core.',
     '',
     ...meta.contenders.map((c) => `- **${c.label}**: ${c.behaviour}.`),
-  ];
-  return lines.join('\n');
+  ].join('\n');
 }

@@ -1,9 +1,6 @@
-/**
- * The scenarios of the benchmark. Every one prints its parameters beside its results.
- */
+/** The closed-loop scenarios (W1–W4, W1-75, scale, http); the fleet scenarios are in openloop.ts. */
+import { seededRandom } from './draws.js';
 import type { BenchChannel } from './types.js';
-// Internal (not public API): the library's seeded PRNG, reused rather than copied; it fixes W3's candidate sets.
-import { seededRandom as prng } from '../packages/slotgate/src/core/order.js';
 
 export type ScenarioKind = 'load' | 'scale' | 'http';
 
@@ -73,13 +70,14 @@ export function acquirersOf(s: Scenario, instances: number, i: number): number {
   return Math.floor(s.acquirers / instances) + (i < s.acquirers % instances ? 1 : 0);
 }
 
-export function channelsOf(s: Scenario): BenchChannel[] {
+/** Channels c0, c1, … of one max. */
+export function channelsOf(s: { channels: number; max: number }): BenchChannel[] {
   return Array.from({ length: s.channels }, (_, i) => ({ id: `c${i}`, max: s.max }));
 }
 
 export function candidateSetsOf(s: Scenario, channels: readonly BenchChannel[]): BenchChannel[][] {
   if (s.sets === 'one') return [[...channels]];
-  const random = prng(s.sets.seed);
+  const random = seededRandom(s.sets.seed);
   const sets: BenchChannel[][] = [];
   for (let k = 0; k < s.sets.count; k++) {
     const size = s.sets.min + Math.floor(random() * (s.sets.max - s.sets.min + 1));

@@ -1,4 +1,4 @@
-/** The contenders by id: slotgate in its three modes, and the peers it is measured against. */
+/** The contenders by id: slotgate in three modes, and the peers it is measured against. */
 import type { Contender } from '../types.js';
 import { contender as bottleneck } from './bottleneck.js';
 import { contender as redisSemaphore } from './redis-semaphore.js';

@@ -1,7 +1,4 @@
-/**
- * slotgate itself: one admission engine per instance on a RedisStore, the whole candidate set offered to every pass
- * (load-ordered, one acquire script per pass in the common case, bounded waiting when everything is full).
- */
+/** slotgate: one admission engine per session on a RedisStore, the whole candidate set offered to every pass. */
 import {
   CapacityError,
   ClientLimitError,
@@ -13,7 +10,7 @@ import {
 import type { BenchChannel, BenchClient, Contender, Session, SetupContext } from '../types.js';
 import { Refused } from '../types.js';
 
-/** The library's client of a bench client (its id and weight, and its limit when it has one), built once per client. */
+/** The library's client of a bench client, built once per client. */
 const clients = new WeakMap<BenchClient, Client>();
 function clientOf(c: BenchClient): Client {
   let client = clients.get(c);
@@ -85,10 +82,16 @@ function slotgate(cache: boolean, handoff = true): Contender {
             throw err;
           }
         },
-        purposes: () => {
-          const stats = admission.stats();
-          // commands by purpose, plus the load view's store reads (fetch rounds), which is not a command count
-          return { ...stats.commands, fetch_rounds: stats.loadView.fetches, handoffs: stats.handoffs };
+        counters: () => {
+          const s = admission.stats();
+          return {
+            ...s.commands,
+            fetch_rounds: s.loadView.fetches,
+            load_reports: s.loadView.reports,
+            handoffs: s.handoffs,
+            first_tries: s.firstTries,
+            first_tries_full: s.firstTriesFull,
+          };
         },
         async close() {
           await admission.close();

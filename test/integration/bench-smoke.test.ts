@@ -1,5 +1,5 @@
 /**
- * The benchmark harness (src/bench, bench/contenders) on the shared test Redis: one tiny run per contender proves
+ * The benchmark harness (bench/) on the shared test Redis: one tiny run per contender proves
  * each one admits, releases and is measured; a contender that admits max + 1 must fail the run (the oversell check
  * cannot pass vacuously); the cross-process overlap sweep counts what it should; and a tiny open-loop fleet run on
  * two worker processes reports every request and the ideal scheduler's figures next to its own; on the shared cluster
@@ -7,19 +7,19 @@
  * contenders briefly and reports a row for each (no speed is asserted).
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { runBench } from '../../bench/bench.js';
+import { openCluster } from '../../bench/cluster-redis.js';
 import { ALL_IDS, loadContender } from '../../bench/contenders/index.js';
 import { fleetInstanceTable, fleetTable } from '../../bench/fleet-report.js';
-import { fleetTargetMatrix } from '../../bench/fleet-targets.js';
-import { runFleet, WorkerPool } from '../../bench/fleet.js';
-import { traceOf, type OpenScenario } from '../../bench/openloop.js';
+import { runFleet } from '../../bench/fleet.js';
 import { highestOverlap } from '../../bench/load.js';
-import { openCluster } from '../../bench/cluster-redis.js';
-import { clusterTable, clusterTargets } from '../../bench/cluster-report.js';
-import { openRedis, type RedisUnderTest } from '../../bench/redis.js';
-import { runBench } from '../../bench/bench.js';
+import { traceOf, type OpenScenario } from '../../bench/openloop.js';
+import { WorkerPool } from '../../bench/pool.js';
 import { findPortkey, MODES, proxyBenchReport, runProxyBench } from '../../bench/proxy-bench.js';
-import { OversellError, runInProcess } from '../../bench/run.js';
-import { runScaleOut } from '../../bench/scale.js';
+import { OversellError } from '../../bench/records.js';
+import { openRedis, type RedisUnderTest } from '../../bench/redis.js';
+import { clusterTable } from '../../bench/report.js';
+import { runInProcess, runScaleOut } from '../../bench/run.js';
 import type { Scenario } from '../../bench/scenarios.js';
 import { Refused, type Contender } from '../../bench/types.js';
 import { clusterNodes, redisUrl } from '../helpers/redis.js';
@@ -69,7 +69,7 @@ afterAll(async () => {
 
 describe('bench harness', () => {
   it.each(ALL_IDS)('measures %s on a tiny run without oversell', async (id) => {
-    const contender = await loadContender(id);
+    const contender = loadContender(id);
     const r = await runInProcess(redis, contender, TINY, 1, { warmupMs: 100 });
     expect(r.admissions).toBeGreaterThan(20);
     expect(r.oversold).toEqual([]);
@@ -134,8 +134,17 @@ describe('bench harness', () => {
   });
 
   it('runs a scale-out with two worker processes and checks them together', async () => {
-    const contender = await loadContender('slotgate');
-    const r = await runScaleOut(redis, contender, { ...TINY, kind: 'scale', instances: [2] }, 2, 1, 0);
+    const contender = loadContender('slotgate');
+    const pool = new WorkerPool();
+    const r = await runScaleOut(
+      redis,
+      pool,
+      contender,
+      { ...TINY, kind: 'scale', instances: [2] },
+      2,
+      1,
+      0,
+    ).finally(() => pool.close());
     expect(r.instances).toHaveLength(2);
     expect(r.instances!.every((i) => i.admissions > 0)).toBe(true);
     expect(r.oversold).toEqual([]);
@@ -198,7 +207,6 @@ describe('bench harness', () => {
     expect(Object.values(r.serverCommands).reduce((a, b) => a + b, 0)).toBeGreaterThan(0);
     expect(fleetTable(scenario, [r])).toMatch(/ideal FIFO/);
     expect(fleetInstanceTable([r])).toMatch(/slotgate/);
-    expect(fleetTargetMatrix([r])).toMatch(/smoke-open×2 slotgate/);
   });
 
   it('runs slotgate and redis-semaphore on the cluster: commands of every master counted, side by side with one node', async () => {
@@ -228,13 +236,6 @@ describe('bench harness', () => {
     const side = clusterTable(runs, ['Bottleneck: n/a'])!;
     expect(side.split('\n')).toHaveLength(2 + 2 + 1); // header, rule, two pairs, the n/a row
     expect(side).toMatch(/Bottleneck: n\/a/);
-    const targets = clusterTargets(runs);
-    expect(targets.map((t) => t.target)).toEqual([
-      'Cluster, smoke: admissions/s per slot ≥ 0.9 × single node',
-      'Cluster, smoke: Redis commands per admission ≤ 1.5 × single node',
-      'Zero oversell on the cluster',
-    ]);
-    expect(targets.at(-1)!.verdict).toBe('PASS');
   });
 });
 
@@ -265,14 +266,6 @@ describe('bench:proxy', () => {
         if (!row.contender.startsWith('Portkey')) expect(row.failed, `${row.contender}, ${mode}`).toBe(0);
       }
     }
-    expect(r.targets.map((t) => t.target)).toEqual([
-      "json: slotgate requests/s ≥ 0.95 × the minimal proxy's",
-      "json: slotgate's added p50 at low load ≤ 1 ms (over direct)",
-      "json: slotgate's added p50 at low load ≤ 1 ms (over the minimal proxy)",
-      "stream: slotgate requests/s ≥ 0.95 × the minimal proxy's",
-      "stream: slotgate's added p50 at low load ≤ 1 ms (over direct)",
-      "stream: slotgate's added p50 at low load ≤ 1 ms (over the minimal proxy)",
-    ]);
     if (!findPortkey()) expect(r.notes.join('\n')).toMatch(/Portkey gateway: not measured/);
     const report = proxyBenchReport(r);
     expect(report).toMatch(/autocannon 2 connections/);

@@ -1,22 +1,31 @@
 /**
  * The clients scenario's pure parts (bench/): the ideal weighted-fair and FIFO schedulers of the closed loop on a tiny
- * case worked out by hand (with and without a client limit), the per-client peak sweep across instances, the
- * per-client figures on hand-made records, and the seeded hold streams the instances and the ideal share.
+ * case worked out by hand (with and without a client limit), the peak sweep across instances, the per-client figures
+ * on hand-made records, and the seeded hold streams the instances and the ideal share.
  */
 import { describe, expect, it } from 'vitest';
 import {
   clientFigures,
-  clientPeaks,
+  clientRunsOf,
   clientsRecord,
+  holdStream,
   intervalsByClient,
-  peakInFlight,
-} from '../../bench/clients-figures.js';
-import { measuredRatio } from '../../bench/clients-report.js';
-import { clientRunsOf, holdStream, loopWorkers, variantsFor, type LoopWorker } from '../../bench/clients.js';
+  loopWorkers,
+  measuredRatio,
+  variantsFor,
+} from '../../bench/clients.js';
+import {
+  idealClosedLoop,
+  type ClientPolicy,
+  type LoopWorker,
+  type SimClient,
+} from '../../bench/ideal-clients.js';
+import { highestOverlap } from '../../bench/load.js';
+import { findFleetScenario, type ClientsScenario } from '../../bench/openloop.js';
 import type { RequestRecord } from '../../bench/fairness.js';
-import { idealClosedLoop, type ClientPolicy, type SimClient } from '../../bench/ideal-clients.js';
-import { findFleetScenario } from '../../bench/openloop.js';
-import type { ClientsScenario } from '../../bench/clients.js';
+
+/** The peak of one key over lists of intervals, as the sweep counts a client or a channel. */
+const peakInFlight = (lists: number[][]) => highestOverlap(lists.map((flat) => ({ k: flat }))).k ?? 0;
 
 /** A worker whose every request holds `hold` ms. */
 const worker = (client: string, hold: number, instance = 0): LoopWorker => ({
@@ -115,7 +124,7 @@ describe('the ideal schedulers of the closed loop', () => {
       endMs: 30,
       policy: 'weighted-fair',
     });
-    expect(clientPeaks([intervalsByClient(records)])).toEqual({ A: 1, B: 1 });
+    expect(highestOverlap([intervalsByClient(records)])).toEqual({ A: 1, B: 1 });
   });
 
   it("joins a limited client's request to the channel's waiters when it gets the client's slot, not at its arrival", () => {
@@ -153,16 +162,13 @@ describe('the ideal schedulers of the closed loop', () => {
     const limited = clientsRecord(s, heavy3!, none);
     expect(heavy(limited.ideal.fifo).highest).toBe(3);
     expect(heavy(limited.ideal['weighted-fair']).limit).toBe(3);
-    expect(limited.judged).toBeUndefined();
-    expect(free.judged).toBeUndefined();
-    expect(clientsRecord(s, s.variants[1]!, none).judged).toBeDefined();
     // peers without clients run the unnamed variant only (the others would be the same run for them)
     expect(variantsFor(s, {}).map((v) => v.id)).toEqual(['fifo']);
     expect(variantsFor(s, { clients: true }).map((v) => v.id)).toEqual(['fifo', 'fair', 'heavy3']);
   });
 });
 
-describe('the per-client peak sweep', () => {
+describe('the peak sweep', () => {
   it('counts a client across instances on one clock, an interval ending at t closed before one starting at t', () => {
     expect(peakInFlight([[0, 10, 10, 20]])).toBe(1);
     expect(
@@ -174,7 +180,7 @@ describe('the per-client peak sweep', () => {
     ).toBe(3);
     expect(peakInFlight([])).toBe(0);
     expect(
-      clientPeaks([
+      highestOverlap([
         { heavy: [0, 10, 10, 20], light: [5, 15] },
         { heavy: [5, 12, 10, 11], light: [15, 16] },
       ]),

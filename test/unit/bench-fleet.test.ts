@@ -4,6 +4,7 @@
  * the statistical checks below always see the same numbers).
  */
 import { describe, expect, it } from 'vitest';
+import { exponentialMs, logNormalMs, meanHoldMs, seededRandom, type HoldShape } from '../../bench/draws.js';
 import {
   fifoInversions,
   fleetFigures,
@@ -15,16 +16,7 @@ import {
   type RequestRecord,
 } from '../../bench/fairness.js';
 import { idealFifo } from '../../bench/ideal.js';
-import {
-  arrivalRate,
-  exponentialMs,
-  logNormalMs,
-  makeTrace,
-  meanHoldMs,
-  type HoldShape,
-} from '../../bench/openloop.js';
-// Internal: the library's seeded PRNG, which the trace generators use.
-import { seededRandom } from '../../packages/slotgate/src/core/order.js';
+import { arrivalRate, makeTrace } from '../../bench/openloop.js';
 
 const admitted = (arrival: number, outcome: number, channel: string, release: number, instance = 0) =>
   ({ instance, arrival, outcome, channel, hold: release - outcome, release }) satisfies RequestRecord;

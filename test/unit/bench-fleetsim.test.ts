@@ -1,23 +1,23 @@
 /**
- * The fleet simulator's pure parts (bench/fleetsim-*.ts): the candidate sets and seeded arrivals, the per-TTL
- * arithmetic, a cell's figures from hand-made records, and the targets' verdicts.
+ * The fleet simulator's pure parts (bench/fleetsim.ts): the candidate sets and seeded arrivals, the per-TTL
+ * arithmetic, and a cell's figures from hand-made records.
  */
 import { describe, expect, it } from 'vitest';
-import { admittedShareJain, simFigures, type CellInput, type SimCell } from '../../bench/fleetsim-figures.js';
 import {
   FLEETSIM_SHAPE,
+  admittedShareJain,
   candidateSets,
   coverage,
   engineArrivals,
   enginesOf,
   offeredShare,
-  perChannelBound,
   perInstancePerTtl,
   setSize,
-} from '../../bench/fleetsim-shape.js';
-import type { SimFigures } from '../../bench/fleetsim-figures.js';
-import { evaluateSimTargets, orderingHolds, verdict, type SimRow } from '../../bench/fleetsim-targets.js';
-import type { EngineCounters, SimRecord } from '../../bench/fleetsim-worker.js';
+  simFigures,
+  type CellInput,
+  type SimCell,
+} from '../../bench/fleetsim.js';
+import type { RequestRecord } from '../../bench/fairness.js';
 
 describe('candidate sets', () => {
   it('are 10 channels at C = 50 and C / 20 above, never more than C', () => {
@@ -90,7 +90,6 @@ describe('per-TTL arithmetic', () => {
     // 10 instances, 10 s, TTL 200 ms: 50 TTLs each
     expect(perInstancePerTtl(1000, 10, 10_000, 200)).toBe(2);
     expect(perInstancePerTtl(151 * 50 * 100, 100, 10_000, 200)).toBe(151);
-    expect(perChannelBound(50)).toBe(151);
   });
 
   it('gives the offered load over the slots of the channels in sets', () => {
@@ -116,24 +115,15 @@ const cell: SimCell = {
   waitTimeoutMs: 3000,
   workers: 1,
 };
-const counters = (c: Partial<EngineCounters>): EngineCounters => ({
-  commands: 0,
-  loadRead: 0,
-  firstTries: 0,
-  firstTriesFull: 0,
-  fetches: 0,
-  reports: 0,
-  ...c,
-});
 
 describe("a cell's figures", () => {
-  const records: SimRecord[] = [
-    { instance: 0, arrival: 1000, outcome: 1010, channel: 0 },
-    { instance: 0, arrival: 1100, outcome: 1400, channel: 1 },
-    { instance: 1, arrival: 1200, outcome: 1230, channel: 0 },
-    { instance: 1, arrival: 1300, outcome: 1800, reason: 'wait_timeout' },
-    { instance: 1, arrival: 900, outcome: 1050, channel: 1 }, // arrived before the window, admitted in it
-    { instance: 0, arrival: 1900, outcome: 2100, channel: 0 }, // admitted after the window
+  const records: RequestRecord[] = [
+    { instance: 0, arrival: 1000, outcome: 1010, channel: 'c0', hold: 1 },
+    { instance: 0, arrival: 1100, outcome: 1400, channel: 'c1', hold: 1 },
+    { instance: 1, arrival: 1200, outcome: 1230, channel: 'c0', hold: 1 },
+    { instance: 1, arrival: 1300, outcome: 1800, reason: 'wait_timeout', hold: 1 },
+    { instance: 1, arrival: 900, outcome: 1050, channel: 'c1', hold: 1 }, // arrived before the window, admitted in it
+    { instance: 0, arrival: 1900, outcome: 2100, channel: 'c0', hold: 1 }, // admitted after the window
   ];
   const input: CellInput = {
     cell,
@@ -141,10 +131,10 @@ describe("a cell's figures", () => {
     endAt: 2000,
     records,
     // c0 held twice at once across two processes: one above max 1
-    intervals: [{ '0': [0, 100, 300, 400] }, { '0': [50, 150], '1': [0, 10] }],
+    intervals: [{ c0: [0, 100, 300, 400] }, { c0: [50, 150], c1: [0, 10] }],
     counters: [
-      counters({ loadRead: 10, firstTries: 3, firstTriesFull: 1 }),
-      counters({ loadRead: 30, firstTries: 1 }),
+      { load_read: 10, first_tries: 3, first_tries_full: 1 },
+      { load_read: 30, first_tries: 1 },
     ],
     server: { commands: 40, cpuMs: 100, windowMs: 1000 },
     clientCpuMs: 500,
@@ -172,7 +162,7 @@ describe("a cell's figures", () => {
   it('sweeps the hold intervals of every process for oversell', () => {
     const f = simFigures(input);
     expect([f.peak, f.oversell, f.oversoldChannels]).toEqual([2, 1, ['c0 (2/1)']]);
-    const apart = simFigures({ ...input, intervals: [{ '0': [0, 50] }, { '0': [50, 150] }] });
+    const apart = simFigures({ ...input, intervals: [{ c0: [0, 50] }, { c0: [50, 150] }] });
     expect([apart.peak, apart.oversell]).toEqual([1, 0]);
   });
 
@@ -181,75 +171,5 @@ describe("a cell's figures", () => {
     expect(admittedShareJain(records, 2)).toBeCloseTo(25 / 9 / (2 * (13 / 9)), 12);
     expect(admittedShareJain(records.slice(0, 4), 2)).toBeCloseTo((1.5 * 1.5) / (2 * 1.25), 12);
     expect(admittedShareJain([records[0]!], 3)).toBe(1); // instances with no arrival left out
-  });
-});
-
-describe('targets', () => {
-  const f = (x: Partial<SimFigures>): SimFigures =>
-    ({
-      admPerS: 1000,
-      redisCpuPct: 10,
-      cmdsPerAdm: 6,
-      oversell: 0,
-      loadReadPerInstPerTtl: 1.5,
-      firstTryFull: 0.2,
-      ...x,
-    }) as SimFigures;
-  const row = (
-    contender: string,
-    instances: number,
-    channels: number,
-    x: Partial<SimFigures> = {},
-  ): SimRow => ({
-    contender,
-    cell: { ...cell, instances, channels, coveredChannels: channels, ratePerS: instances * 10 },
-    f: f(x),
-  });
-
-  it('judges the ordering share against the per-channel view plus 10 % of it, 0.1 point at least', () => {
-    expect(orderingHolds(0.22, 0.2)).toBe(true);
-    expect(orderingHolds(0.221, 0.2)).toBe(false);
-    expect(orderingHolds(0.001, 0)).toBe(true);
-    expect(orderingHolds(0.002, 0)).toBe(false);
-    expect(orderingHolds(0.05, 0.2)).toBe(true); // better is not worse
-    expect(orderingHolds(NaN, 0.2)).toBe(false);
-  });
-
-  it('passes a run that meets every target and prints a missed one as missed', () => {
-    const good = [
-      row('slotgate', 100, 1000),
-      row('slotgate-per-channel', 100, 1000, { loadReadPerInstPerTtl: 90, cmdsPerAdm: 130 }),
-      row('slotgate', 100, 50),
-      row('slotgate-per-channel', 100, 50, { loadReadPerInstPerTtl: 40 }),
-    ];
-    const ok = evaluateSimTargets(good);
-    expect(ok.every((t) => t.pass === true)).toBe(true);
-    expect(ok.length).toBe(2 + 4 + 1 + 1);
-
-    const bad = evaluateSimTargets([
-      row('slotgate', 100, 1000, {
-        admPerS: 960,
-        redisCpuPct: 26,
-        cmdsPerAdm: 8.1,
-        loadReadPerInstPerTtl: 2.1,
-      }),
-      row('slotgate-per-channel', 100, 1000),
-      row('slotgate', 100, 50, { firstTryFull: 0.3, oversell: 1 }),
-      row('slotgate-per-channel', 100, 50),
-    ]);
-    expect(bad.map((t) => t.pass)).toEqual([true, false, false, false, false, true, false, false]);
-    expect(verdict(false)).toBe('**MISSED**');
-    expect(bad[2]!.measured).toBe('960/s');
-  });
-
-  it('says "not measured" for a target whose cells were not in the run', () => {
-    const t = evaluateSimTargets([row('slotgate', 10, 50), row('slotgate-per-channel', 10, 50)]);
-    expect(t.filter((x) => x.target.startsWith('N = 100 × C = 1,000')).map((x) => verdict(x.pass))).toEqual([
-      'not measured',
-      'not measured',
-      'not measured',
-      'not measured',
-    ]);
-    expect(evaluateSimTargets([]).every((x) => x.pass === undefined)).toBe(true);
   });
 });
