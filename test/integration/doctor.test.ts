@@ -11,11 +11,9 @@ import { once } from 'node:events';
 import { fileURLToPath } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Redis } from 'ioredis';
-import {
-  checkLeftovers,
-  fixFindings,
-  type Finding,
-} from '../../packages/slotgate/src/store/redis/doctor/check.js';
+import { checkLeftovers } from '../../packages/slotgate/src/store/redis/doctor/check.js';
+import { fixFindings } from '../../packages/slotgate/src/store/redis/doctor/fix.js';
+import type { Finding } from '../../packages/slotgate/src/store/redis/doctor/report.js';
 import { KeyBuilder } from '../../packages/slotgate/src/store/redis/keys.js';
 import { LeaseManager, type LeaseEvent } from '../../packages/slotgate/src/admission/leases/lease-manager.js';
 import { RedisStore } from '../../packages/slotgate/src/store/redis/redis-store.js';

@@ -209,7 +209,7 @@ describe('two gateway processes on one Redis: settings', () => {
     expect(await redis.hgetall(`${prefix}:v1:settings`)).toEqual({
       wait_timeout_ms: '1234',
       retry_times: '3',
-      wait_interval_ms: '77',
+      safety_poll_ms: '3850',
     });
   }, 40_000);
 });

@@ -7,7 +7,7 @@
 import { createHash } from 'node:crypto';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { Redis } from 'ioredis';
-import { fixFindings } from '../../packages/slotgate/src/store/redis/doctor/check.js';
+import { fixFindings } from '../../packages/slotgate/src/store/redis/doctor/fix.js';
 import { KeyBuilder, encodeChannelId } from '../../packages/slotgate/src/store/redis/keys.js';
 import { MAX_REGISTRATION_LIVE_MS } from '../../packages/slotgate/src/store/redis/queues/members.js';
 import { RedisStore } from '../../packages/slotgate/src/store/redis/redis-store.js';

@@ -440,4 +440,3 @@ describe('candidate validation', () => {
   });
 });
 
-describe('the load view in a pass', () => {});

@@ -69,11 +69,11 @@ export type {
   Presence,
   InstanceInfo,
 } from './store/fleet.js';
+export { checkLeftovers } from './store/redis/doctor/check.js';
 export {
-  checkLeftovers,
   OWNER_DEAD_AFTER_MS,
   formatReport as formatLeftoverReport,
   type DoctorReport,
   type Finding,
   type FindingKind,
-} from './store/redis/doctor/check.js';
+} from './store/redis/doctor/report.js';

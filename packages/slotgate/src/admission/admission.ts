@@ -3,16 +3,9 @@
  * handoff, tickets, stats) once, and hands every acquire to the pass (pass.ts, through in-force.ts, which follows a
  * configuration change), which decides with the functions of decide.ts and waits with waiting.ts.
  */
-import { isBounded, type Candidate } from '../core/channel.js';
+import type { Candidate } from '../core/channel.js';
 import { preciseNow, systemClock } from '../core/clock.js';
-import {
-  CLIENT_RESOURCE_PREFIX,
-  clientIdOf,
-  isClientResource,
-  isLimited,
-  validateClient,
-  type Client,
-} from '../core/client.js';
+import { isLimited, validateClient, type Client } from '../core/client.js';
 import { CapacityError, ClientLimitError, NoChannelError, StoreUnavailableError } from '../core/errors.js';
 import { admissionSettings, type Settings } from '../core/settings.js';
 import { LeaseManager } from './leases/lease-manager.js';
@@ -24,7 +17,8 @@ import type { Engine } from './engine.js';
 import { Handoff } from './leases/handoff.js';
 import { LoadView } from './loads/load-view.js';
 import { admitInForce } from './pass/follow-config.js';
-import { StatsRecorder, type AdmissionStats, type ChannelStats, type Outcome } from './stats.js';
+import { StatsRecorder, statsOf, type AdmissionStats, type Outcome } from './stats.js';
+import * as views from './views.js';
 import {
   ClientFallback,
   ClientSets,
@@ -294,97 +288,24 @@ export class AdmissionEngine implements Admission {
     await cleared.stored;
   }
 
-  async readLoads(channels: readonly Candidate[]): Promise<Map<string, ChannelLoad>> {
-    const bounded = channels.filter(isBounded).map((c) => c.id);
-    const loads = bounded.length
-      ? await this.engine.store.readLoads(bounded)
-      : new Map<string, ChannelLoad>();
-    return this.withUnlimited(channels, loads);
+  readLoads(channels: readonly Candidate[]): Promise<Map<string, ChannelLoad>> {
+    return views.readLoads(this.engine, channels);
   }
 
-  async viewLoads(channels: readonly Candidate[]): Promise<Map<string, ChannelLoad>> {
-    const loads = await this.engine.view.read(channels.filter(isBounded).map((c) => c.id));
-    return this.withUnlimited(channels, loads);
+  viewLoads(channels: readonly Candidate[]): Promise<Map<string, ChannelLoad>> {
+    return views.viewLoads(this.engine, channels);
   }
 
-  async readHolders(channels: readonly Candidate[]): Promise<Map<string, Map<string, number>>> {
-    const bounded = channels.filter(isBounded).map((c) => c.id);
-    const holders = bounded.length
-      ? await this.engine.store.readHolders(bounded)
-      : new Map<string, Map<string, number>>();
-    for (const c of channels) {
-      if (isBounded(c)) continue;
-      const active = this.engine.tickets.unlimitedActive.get(c.id) ?? 0;
-      holders.set(c.id, new Map(active > 0 ? [[this.instanceId, active]] : []));
-    }
-    return holders;
+  readHolders(channels: readonly Candidate[]): Promise<Map<string, Map<string, number>>> {
+    return views.readHolders(this.engine, this.instanceId, channels);
   }
 
-  async readClients(clients: readonly Client[]): Promise<Map<string, ChannelLoad>> {
-    for (const client of clients) validateClient(client);
-    const limited = clients.filter(isLimited);
-    const loads = limited.length
-      ? await this.engine.store.readLoads(limited.map((c) => CLIENT_RESOURCE_PREFIX + c.id))
-      : new Map<string, ChannelLoad>();
-    const byClient = new Map<string, ChannelLoad>();
-    for (const [id, load] of loads) byClient.set(clientIdOf(id), load);
-    return byClient;
-  }
-
-  /** Adds the unlimited channels' loads, which live in this process only. */
-  private withUnlimited(
-    channels: readonly Candidate[],
-    loads: Map<string, ChannelLoad>,
-  ): Map<string, ChannelLoad> {
-    const { tickets, cooldowns } = this.engine;
-    for (const c of channels) {
-      if (isBounded(c)) continue;
-      const cooling = cooldowns.localMs(c.id);
-      loads.set(c.id, {
-        active: tickets.unlimitedActive.get(c.id) ?? 0,
-        waiting: 0,
-        coolingDown: cooling > 0,
-        cooldownRemainingMs: cooling,
-      });
-    }
-    return loads;
+  readClients(clients: readonly Client[]): Promise<Map<string, ChannelLoad>> {
+    return views.readClients(this.engine, clients);
   }
 
   stats(): AdmissionStats {
-    const { leases, tickets, inbox, recorder: r, store, view, handoff } = this.engine;
-    const channels: Record<string, ChannelStats> = {};
-    const clients: Record<string, ChannelStats> = {};
-    const touch = (id: string) =>
-      isClientResource(id)
-        ? (clients[clientIdOf(id)] ??= { active: 0, waiting: 0 })
-        : (channels[id] ??= { active: 0, waiting: 0 });
-    for (const lease of leases.leases()) touch(lease.channelId).active++;
-    for (const [id, n] of tickets.unlimitedActive) touch(id).active += n;
-    for (const id of inbox.channels()) touch(id).waiting = inbox.count(id);
-    return {
-      instanceId: this.instanceId,
-      store: store.kind,
-      commands: { ...store.commands },
-      outcomes: { ...r.outcomes },
-      acquireAttempts: r.acquireAttempts,
-      acquireCalls: r.acquireCalls,
-      firstTries: r.firstTries,
-      firstTriesFull: r.firstTriesFull,
-      handoffs: handoff.count,
-      grants: r.grants,
-      admissionLatencyMs: r.admissionLatency.snapshot(),
-      waitTimeMs: r.waitTime.snapshot(),
-      loadView: { ...view.counters },
-      leasesLost: r.leasesLost,
-      liveLeases: leases.size,
-      localShare: {
-        mode: this.localShare.mode,
-        active: this.localShare.active,
-        admitted: this.localShare.admitted,
-      },
-      channels,
-      clients,
-    };
+    return statsOf(this.engine, this.instanceId, this.localShare);
   }
 
   async close(): Promise<void> {

@@ -20,67 +20,13 @@
  */
 import { describeResource } from '../../../core/client.js';
 import type { Cluster, Redis } from 'ioredis';
-import { chunk } from '../../../core/collections.js';
 import { instanceOfToken } from '../../../core/ids.js';
 import { KeyBuilder, SCHEMA_VERSION } from '../keys.js';
-import { redisMs } from '../loads/redis-offset.js';
 import { isCluster } from '../connection/connection.js';
-import { SCRIPTS } from '../scripts.js';
 import { memberLifetime } from '../queues/members.js';
-
-/** The claim deadline and lease TTL of the grants a fix makes (the defaults: the doctor knows no settings). */
-const CLAIM_MS = 5000;
-const LEASE_TTL_MS = 60_000;
-
-export type FindingKind =
-  'expired_members' | 'no_expiry' | 'cooldown_without_ttl' | 'wrong_type' | 'unknown_key' | 'dead_owner';
-
-/**
- * An instance whose heartbeat (every 5 s in the gateway) is older than this is dead: three missed heartbeats, the
- * age at which the gateway's instance list drops it too. The heartbeat's time is the instance's clock, compared with
- * the Redis clock: clocks apart by more than a few seconds make this check unreliable.
- */
-export const OWNER_DEAD_AFTER_MS = 15_000;
-
-export interface Finding {
-  key: string;
-  kind: FindingKind;
-  detail: string;
-  /** Expired members (for expired_members). */
-  members?: string[];
-  /** The Redis type found (for wrong_type and unknown_key): a fix deletes the key only while it still has it. */
-  type?: string;
-  /** dead_owner: the instance holding the slots, its last heartbeat's age, and when its last lease expires by itself. */
-  owner?: string;
-  silentMs?: number;
-  freesInMs?: number;
-  /** dead_owner: the channel, and each member's expiry score as reported (a fix releases only while unchanged). */
-  channelId?: string;
-  scores?: number[];
-}
-
-export interface DoctorReport {
-  prefix: string;
-  /** Nodes scanned: every master of a Cluster, else 1. */
-  nodes: number;
-  scanned: number;
-  findings: Finding[];
-  /** Keys under the prefix of another schema version: reported, never counted or touched. */
-  otherVersions: string[];
-  /**
-   * An older release's queue keys (`{<channel>}:queue` and `:waiters`, before the queue moved to `:fifo`): gateways of
-   * that release sharing this Redis still use them, and they expire by themselves. Reported, never touched.
-   */
-  olderQueues: string[];
-  /** Keys of another prefix that starts with this one (`<prefix>:<more>:v1:...`): reported, never touched. */
-  otherPrefixes: string[];
-  /**
-   * Only when no key was under the prefix: the prefixes of slotgate-shaped keys (`<prefix>:v<N>:...`) a bounded scan
-   * saw (at most PREFIX_HINTS of them, from at most HINT_SCAN_CALLS SCAN calls per node), to say where keys may be.
-   */
-  prefixesSeen?: string[];
-  fixed: number;
-}
+import { fixFindings } from './fix.js';
+import { heartbeatAges, redisNow } from './heartbeats.js';
+import { OWNER_DEAD_AFTER_MS, type DoctorReport, type Finding } from './report.js';
 
 const EXPECTED_TYPE = {
   slots: 'zset',
@@ -144,28 +90,6 @@ async function prefixesSeen(nodes: (Redis | Cluster)[]): Promise<string[]> {
     if (found.size >= PREFIX_HINTS) break;
   }
   return [...found].sort();
-}
-
-async function redisNow(client: Redis | Cluster): Promise<number> {
-  return redisMs(await client.time());
-}
-
-/** The age of each instance's last heartbeat (ms, against `now`), from the instance list. */
-async function heartbeatAges(
-  client: Redis | Cluster,
-  keys: KeyBuilder,
-  now: number,
-): Promise<Map<string, number>> {
-  const ages = new Map<string, number>();
-  for (const [id, value] of Object.entries(await client.hgetall(keys.instances()))) {
-    try {
-      const seen = Date.parse((JSON.parse(value) as { seen_at?: string }).seen_at ?? '');
-      if (Number.isFinite(seen)) ages.set(id, now - seen);
-    } catch {
-      // an entry that is not a heartbeat says nothing about its instance
-    }
-  }
-  return ages;
 }
 
 /** The live leases of one slots key held by dead owners: one finding per owner. */
@@ -321,38 +245,6 @@ export async function checkLeftovers(
 }
 
 /**
- * Undoes the findings that still stand, each in one script call that checks first (lua/fixLeftover-1.lua); returns
- * the number of removals and expiries set.
- */
-export async function fixFindings(
-  client: Redis | Cluster,
-  findings: readonly Finding[],
-  prefix = 'slotgate',
-): Promise<number> {
-  const keys = new KeyBuilder(prefix);
-  let fixed = 0;
-  for (const f of findings)
-    fixed += f.kind === 'dead_owner' ? await releaseDead(client, keys, f) : await fixOne(client, f);
-  return fixed;
-}
-
-/**
- * Releases a dead owner's slots (lua/releaseDeadOwner-2.lua) after reading its heartbeat once more: an owner heard from
- * since the report keeps them. Each slot goes only while its lease still has the expiry reported.
- */
-async function releaseDead(client: Redis | Cluster, keys: KeyBuilder, f: Finding): Promise<number> {
-  const ages = await heartbeatAges(client, keys, await redisNow(client));
-  if (!((ages.get(f.owner!) ?? -Infinity) > OWNER_DEAD_AFTER_MS)) return 0;
-  const id = f.channelId!;
-  const pairs = f.members!.flatMap((m, i) => [m, f.scores![i]!]);
-  return SCRIPTS.releaseDeadOwner.call(
-    client,
-    [keys.slots(id), keys.queue(id)],
-    [CLAIM_MS, LEASE_TTL_MS, keys.grants(), id, ...pairs],
-  );
-}
-
-/**
  * The members of a queue (`ZRANGE … WITHSCORES`: member, arrival µs, …) whose registration has run out at `now` (ms):
  * arrived longer ago than the lifetime the member names ("<max>|<lifetime ms>|<token>"). A member of another shape
  * has no lifetime: run out.
@@ -367,50 +259,3 @@ function ranOut(withScores: readonly string[], now: number): string[] {
   return out;
 }
 
-/** Expired members removed per script call, so one huge set never blocks Redis for long. */
-const FIX_BATCH = 500;
-
-async function fixOne(client: Redis | Cluster, f: Finding): Promise<number> {
-  const fix = (args: (string | number)[]) => SCRIPTS.fixLeftover.call(client, [f.key], [f.kind, ...args]);
-  if (f.kind !== 'expired_members') return fix([f.type ?? '']);
-  let n = 0;
-  for (const batch of chunk(f.members ?? [], FIX_BATCH)) n += await fix(batch);
-  return n;
-}
-
-export function formatReport(report: DoctorReport, fix: boolean): string {
-  const nodes = `${report.nodes} node${report.nodes === 1 ? '' : 's'}`;
-  const lines = [`slotgate doctor: prefix "${report.prefix}", ${report.scanned} key(s) scanned on ${nodes}`];
-  if (report.findings.length === 0) lines.push('clean: no leftover keys');
-  if (report.prefixesSeen?.length) {
-    const names = report.prefixesSeen.map((p) => `"${p}"`).join(', ');
-    lines.push(`  hint: no key under this prefix; keys were seen under ${names} (check with --prefix)`);
-  } else if (report.prefixesSeen) {
-    lines.push(
-      '  hint: no key under this prefix, nor a key of another slotgate prefix among those seen (is this the right Redis?)',
-    );
-  }
-  for (const f of report.findings)
-    lines.push(
-      `  ${f.kind === 'dead_owner' ? 'DEAD OWNER' : 'LEFTOVER'} ${f.kind.padEnd(20)} ${f.key}  — ${f.detail}`,
-    );
-  for (const key of report.otherVersions)
-    lines.push(`  note: ${key} belongs to another schema version; left alone`);
-  for (const key of report.olderQueues)
-    lines.push(`  note: ${key} is an older release's wait queue (it expires by itself); left alone`);
-  for (const key of report.otherPrefixes)
-    lines.push(
-      `  note: ${key} looks like a key of another prefix; left alone (check it with its own --prefix)`,
-    );
-  if (report.findings.length) {
-    lines.push(
-      fix
-        ? `fixed: ${report.fixed} removal(s) for ${report.findings.length} finding(s)`
-        : `${report.findings.length} finding(s); run again with --fix to remove exactly these` +
-            (report.findings.some((f) => f.kind === 'dead_owner')
-              ? " (and release the dead owners' slots)"
-              : ''),
-    );
-  }
-  return lines.join('\n');
-}

@@ -19,6 +19,7 @@ type Arg = string | number;
 
 interface Pending {
   keys: string[];
+  /** Its arguments without the arrival lead, which is added when the call goes out. */
   args: Arg[];
   /** When its request arrived, on the clock's precise reading. */
   arrivedAt: number;
@@ -50,20 +51,21 @@ export class EnqueueBatch {
     const all = this.pending;
     this.pending = [];
     const now = preciseNow(this.clock);
-    for (const e of all) e.args.push(Math.round(1000 * clampArrivalLead(now - e.arrivedAt)));
+    const leads = all.map((e) => Math.round(1000 * clampArrivalLead(now - e.arrivedAt)));
     const perCall = isCluster(this.client) ? 1 : MAX_PER_CALL;
-    for (let i = 0; i < all.length; i += perCall) this.call(all.slice(i, i + perCall));
+    for (let i = 0; i < all.length; i += perCall) this.call(all.slice(i, i + perCall), leads.slice(i, i + perCall));
   }
 
-  private call(batch: Pending[]): void {
+  private call(batch: Pending[], leads: number[]): void {
     this.count();
+    const args = batch.map((e, j) => [...e.args, leads[j]!]);
     const sent =
       batch.length === 1
-        ? SCRIPTS.enqueueWaiter.call(this.client, batch[0]!.keys, batch[0]!.args).then((reply) => [reply])
+        ? SCRIPTS.enqueueWaiter.call(this.client, batch[0]!.keys, args[0]!).then((reply) => [reply])
         : SCRIPTS.enqueueWaiters.call(
             this.client,
             batch.flatMap((e) => e.keys),
-            batch.flatMap((e) => e.args),
+            args.flat(),
           );
     sent.then(
       (replies) => {

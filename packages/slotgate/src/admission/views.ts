@@ -1,0 +1,57 @@
+/**
+ * What operators read of the channels and clients (admin views, dashboards, metrics): straight from the store, or
+ * through this instance's load view. Unlimited channels live in this process only.
+ */
+import { isBounded, type Candidate } from '../core/channel.js';
+import { CLIENT_RESOURCE_PREFIX, clientIdOf, isLimited, validateClient, type Client } from '../core/client.js';
+import type { ChannelLoad } from '../store/store.js';
+import type { Engine } from './engine.js';
+
+/** Adds the unlimited channels' loads (this instance's tickets and cooldowns). */
+function withUnlimited(engine: Engine, channels: readonly Candidate[], loads: Map<string, ChannelLoad>) {
+  const { tickets, cooldowns } = engine;
+  for (const c of channels) {
+    if (isBounded(c)) continue;
+    const cooling = cooldowns.localMs(c.id);
+    const active = tickets.unlimitedActive.get(c.id) ?? 0;
+    loads.set(c.id, { active, waiting: 0, coolingDown: cooling > 0, cooldownRemainingMs: cooling });
+  }
+  return loads;
+}
+
+const boundedIds = (channels: readonly Candidate[]) => channels.filter(isBounded).map((c) => c.id);
+
+/** Live loads straight from the store. */
+export async function readLoads(engine: Engine, channels: readonly Candidate[]): Promise<Map<string, ChannelLoad>> {
+  const ids = boundedIds(channels);
+  return withUnlimited(engine, channels, ids.length ? await engine.store.readLoads(ids) : new Map());
+}
+
+/** Loads through the load view (cached). */
+export async function viewLoads(engine: Engine, channels: readonly Candidate[]): Promise<Map<string, ChannelLoad>> {
+  return withUnlimited(engine, channels, await engine.view.read(boundedIds(channels)));
+}
+
+/** Who holds each channel's slots: instance id → slots held. */
+export async function readHolders(
+  engine: Engine,
+  instanceId: string,
+  channels: readonly Candidate[],
+): Promise<Map<string, Map<string, number>>> {
+  const ids = boundedIds(channels);
+  const holders = ids.length ? await engine.store.readHolders(ids) : new Map<string, Map<string, number>>();
+  for (const c of channels) {
+    if (isBounded(c)) continue;
+    const active = engine.tickets.unlimitedActive.get(c.id) ?? 0;
+    holders.set(c.id, new Map(active > 0 ? [[instanceId, active]] : []));
+  }
+  return holders;
+}
+
+/** Limited clients' slots: client id → in flight and waiting. */
+export async function readClients(engine: Engine, clients: readonly Client[]): Promise<Map<string, ChannelLoad>> {
+  for (const client of clients) validateClient(client);
+  const ids = clients.filter(isLimited).map((c) => CLIENT_RESOURCE_PREFIX + c.id);
+  const loads = ids.length ? await engine.store.readLoads(ids) : new Map<string, ChannelLoad>();
+  return new Map([...loads].map(([id, load]) => [clientIdOf(id), load]));
+}
