@@ -18,7 +18,7 @@ import { clientErrorHandler, requestId, timeoutOptions } from './http-options.js
 import type { HistoryOptions } from './history.js';
 import { logAccess, loggerOptions, noteError } from './logging.js';
 import type { GatewayMetrics } from './metrics.js';
-import type { ProxyResult } from './proxy/forward.js';
+import type { ProxyResult } from './proxy/context.js';
 import { shapeOf } from './proxy/request.js';
 import { registerAdminRoutes } from './routes/admin.js';
 import { registerClientRoutes } from './routes/client.js';
@@ -89,7 +89,7 @@ export function buildApp(deps: AppDeps): FastifyInstance {
     const shape = shapeOf(request.url);
     const httpError = fastifyHttpError(err, bodyLimit) ?? toHttpError(err);
     if (httpError.code === 'internal_error') request.log.error({ err }, 'internal error');
-    if (request.url.startsWith('/v1/')) deps.metrics.countResponse('gateway', httpError.status);
+    if (request.url.startsWith('/v1/')) deps.metrics.traffic.countResponse('gateway', httpError.status);
     noteError(request, httpError.code, err);
     if (reply.sent || reply.raw.headersSent) return;
     // frameworkErrors answer outside the hooks: the request id is set here for them
@@ -152,9 +152,9 @@ export function buildApp(deps: AppDeps): FastifyInstance {
     config: deps.config,
     upstream: deps.upstream,
     settings: deps.settings,
-    metrics: deps.metrics,
+    metrics: deps.metrics.traffic,
     onResult: (result) => {
-      deps.metrics.countResponse(result.source, result.status);
+      deps.metrics.traffic.countResponse(result.source, result.status);
       deps.onResult?.(result);
     },
   });
@@ -162,7 +162,7 @@ export function buildApp(deps: AppDeps): FastifyInstance {
   registerHealthRoutes(app, deps.ready);
   registerDashboardRoutes(app);
   registerMetricsRoute(app, deps.metrics);
-  registerAdminRoutes(app, deps);
+  registerAdminRoutes(app, { ...deps, metrics: deps.metrics.traffic });
   return app;
 }
 

@@ -20,4 +20,4 @@ export {
   type GatewaySettingsUpdate,
 } from './settings.js';
 export { GATEWAY_ERRORS, type GatewayErrorCode } from './http-errors.js';
-export type { ProxyResult } from './proxy/forward.js';
+export type { ProxyResult } from './proxy/context.js';

@@ -7,7 +7,7 @@ import type { Admission, SlotStore } from 'slotgate';
 import { buildApp, closeApp } from './app.js';
 import type { ConfigError, GatewayConfig } from './config.js';
 import type { HistoryOptions } from './history.js';
-import type { ProxyResult } from './proxy/forward.js';
+import type { ProxyResult } from './proxy/context.js';
 import { watchConfig, type Reloader } from './reload.js';
 import { GatewayRuntime } from './runtime.js';
 import type { GatewaySettings } from './settings.js';
@@ -49,10 +49,10 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
     admission: runtime.admission,
     registry: () => runtime.registry,
     config: () => runtime.config,
-    settings: () => runtime.settings,
-    putSettings: runtime.putSettings,
+    settings: () => runtime.settings.value,
+    putSettings: runtime.settings.put,
     status: runtime.status,
-    settingsSource: runtime.settingsSource,
+    settingsSource: runtime.settings.source,
     ready: runtime.ready,
     metrics: runtime.metrics,
     upstream: runtime.upstream,
@@ -85,7 +85,7 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
       return runtime.config;
     },
     get settings() {
-      return runtime.settings;
+      return runtime.settings.value;
     },
     reload: async () => reloader?.reload(),
     listen: () => app.listen({ host: runtime.config.server.host, port: runtime.config.server.port }),

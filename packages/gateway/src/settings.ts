@@ -23,6 +23,14 @@ export const gatewaySettings = defineSettings(GATEWAY_SETTINGS);
 export type GatewaySettings = SettingsOf<typeof GATEWAY_SETTINGS>;
 export type GatewaySettingsUpdate = Partial<GatewaySettings>;
 
+/** The settings in force: defaults < the config file's `settings` < the overrides shared through the store. */
+export function settingsInForce(
+  fromFile: GatewaySettingsUpdate,
+  overrides: GatewaySettingsUpdate = {},
+): GatewaySettings {
+  return gatewaySettings.merge(gatewaySettings.defaults, { ...fromFile, ...overrides });
+}
+
 const ADMISSION_KEYS = Object.keys(ADMISSION_SETTINGS) as (keyof typeof ADMISSION_SETTINGS)[];
 
 /** The admission engine's part of the gateway's settings. */

@@ -9,7 +9,7 @@ import { gatewaySettings, type GatewaySettings, type GatewaySettingsUpdate } fro
 import type { ChannelRegistry, GatewayChannel } from '../channels.js';
 import type { GatewayConfig } from '../config.js';
 import { HttpError, echo } from '../http-errors.js';
-import type { UpstreamMetrics } from '../metrics.js';
+import type { UpstreamMetrics } from '../metrics/traffic.js';
 import { kindOf, parseJson, presentedToken } from '../proxy/request.js';
 import { History, readAdmission, type HistoryOptions } from '../history.js';
 

@@ -1,6 +1,7 @@
 /** The OpenAI- and Anthropic-compatible POST routes: each forwards its body to an admitted channel. */
 import type { FastifyInstance } from 'fastify';
-import { proxyRequest, type ProxyContext } from '../proxy/forward.js';
+import type { ProxyContext } from '../proxy/context.js';
+import { proxyRequest } from '../proxy/forward.js';
 
 export const CLIENT_ROUTES = [
   '/v1/chat/completions',
