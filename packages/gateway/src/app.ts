@@ -12,7 +12,7 @@ import Fastify, {
 } from 'fastify';
 import type { Admission } from 'slotgate';
 import type { ChannelRegistry } from './channels.js';
-import type { GatewayConfig } from './config.js';
+import type { GatewayConfig } from './config-schema.js';
 import { HttpError, echo, errorBody, toHttpError } from './http-errors.js';
 import { clientErrorHandler, requestId, timeoutOptions } from './http-options.js';
 import type { HistoryOptions } from './history.js';

@@ -3,7 +3,7 @@
  * whole on every config reload and swapped in one assignment, so a request sees one consistent version.
  */
 import type { Candidate, Client } from 'slotgate';
-import type { ChannelConfig, TokenConfig } from './config.js';
+import type { ChannelConfig, TokenConfig } from './config-schema.js';
 import type { ApiShape } from './http-errors.js';
 
 /** The endpoints a channel type can serve: its own API's, and both for the in-process mock. */

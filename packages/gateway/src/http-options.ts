@@ -8,7 +8,7 @@ import { randomUUID } from 'node:crypto';
 import { STATUS_CODES, type IncomingMessage, type Server } from 'node:http';
 import type { Socket } from 'node:net';
 import type { FastifyBaseLogger, FastifyHttpOptions } from 'fastify';
-import type { GatewayConfig } from './config.js';
+import type { GatewayConfig } from './config-schema.js';
 import { HttpError, errorBody } from './http-errors.js';
 
 /** A client's `x-request-id` is kept only in this shape; anything else gets a fresh UUID. */

@@ -3,16 +3,8 @@
  * `slotgate` command instead; docs/api.md lists this surface.
  */
 export { createGateway, CLIENT_ROUTES, type Gateway, type GatewayOptions } from './server.js';
-export {
-  ConfigError,
-  loadConfigFile,
-  parseConfig,
-  parseConfigText,
-  type GatewayConfig,
-  type ChannelConfig,
-  type TokenConfig,
-  type MockConfig,
-} from './config.js';
+export { ConfigError, loadConfigFile, parseConfig, parseConfigText } from './config.js';
+export type { GatewayConfig, ChannelConfig, TokenConfig, MockConfig } from './config-schema.js';
 export {
   GATEWAY_SETTINGS,
   gatewaySettings,

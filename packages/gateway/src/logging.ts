@@ -11,7 +11,7 @@ import { Writable } from 'node:stream';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { pino, type Logger } from 'pino';
 import { CapacityError } from 'slotgate';
-import type { GatewayConfig } from './config.js';
+import type { GatewayConfig } from './config-schema.js';
 
 /** What the proxy learnt about a client API request, filled in as it goes; written out by the access line. */
 export interface AccessRecord {

@@ -8,7 +8,8 @@ import { watch } from 'node:fs';
 import { basename, dirname } from 'node:path';
 import type { FastifyBaseLogger } from 'fastify';
 import { ChannelRegistry } from './channels.js';
-import { ConfigError, loadConfigFile, type GatewayConfig } from './config.js';
+import { ConfigError, loadConfigFile } from './config.js';
+import type { GatewayConfig } from './config-schema.js';
 import type { GatewayMetrics } from './metrics.js';
 
 /** Changes to one file within this long make one reload: editors and deploy tools write in several steps. */

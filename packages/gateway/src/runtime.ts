@@ -15,7 +15,7 @@ import {
   type SlotStore,
 } from 'slotgate';
 import type { ChannelRegistry } from './channels.js';
-import type { GatewayConfig } from './config.js';
+import type { GatewayConfig } from './config-schema.js';
 import { redisConnection } from './config-redis.js';
 import { LiveSettings } from './live-settings.js';
 import { GatewayMetrics } from './metrics.js';

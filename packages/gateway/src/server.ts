@@ -5,7 +5,8 @@
 import type { FastifyInstance } from 'fastify';
 import type { Admission, SlotStore } from 'slotgate';
 import { buildApp, closeApp } from './app.js';
-import type { ConfigError, GatewayConfig } from './config.js';
+import type { ConfigError } from './config.js';
+import type { GatewayConfig } from './config-schema.js';
 import type { HistoryOptions } from './history.js';
 import type { ProxyResult } from './proxy/context.js';
 import { watchConfig, type Reloader } from './reload.js';

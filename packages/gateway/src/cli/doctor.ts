@@ -4,9 +4,7 @@
  * 2 when it cannot run.
  */
 import { checkLeftovers, formatLeftoverReport as formatReport } from 'slotgate';
-import { readFile } from 'node:fs/promises';
-import { parse as parseYaml } from 'yaml';
-import { ConfigError, parseConfig } from '../config.js';
+import { ConfigError, parseConfig, parseDocument, readConfigText } from '../config.js';
 import { describeRedis, redisConnection, type RedisConfig } from '../config-redis.js';
 import { doctorClient } from './doctor-client.js';
 import { redisTarget, UsageError, withTarget, type RedisFlags } from './redis-target.js';
@@ -24,22 +22,9 @@ const NO_REDIS =
   'give --redis URL, --cluster host:port[,...], --sentinel host:port[,...] --master NAME or --config FILE ' +
   '(or set REDIS_URL, REDIS_CLUSTER_NODES or REDIS_SENTINELS)';
 
-/**
- * The `redis` section of a config file, as written. Only this section is read and checked: the doctor needs no
- * channel key, so a host without those variables set can still run it.
- */
+/** A config file's `redis` section as written: the doctor needs no channel key, so their variables may be unset. */
 async function fileSection(path: string): Promise<unknown> {
-  let text: string;
-  try {
-    text = await readFile(path, 'utf8');
-  } catch (err) {
-    throw new ConfigError(path, [`cannot read the file: ${(err as NodeJS.ErrnoException).code ?? 'error'}`]);
-  }
-  try {
-    return (parseYaml(text) as { redis?: unknown } | null)?.redis;
-  } catch (err) {
-    throw new ConfigError(path, [`not valid YAML/JSON: ${(err as Error).message.split('\n')[0]}`]);
-  }
+  return (parseDocument(await readConfigText(path), path) as { redis?: unknown } | undefined)?.redis;
 }
 
 const isObject = (v: unknown): v is Record<string, unknown> =>

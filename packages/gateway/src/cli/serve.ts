@@ -1,12 +1,6 @@
 /** `slotgate serve`: runs the gateway until SIGTERM or SIGINT; SIGHUP reloads the config file. */
-import {
-  ConfigError,
-  loadConfigFile,
-  parseConfig,
-  parseConfigText,
-  readDemoConfigText,
-  type GatewayConfig,
-} from '../config.js';
+import { ConfigError, loadConfigFile, parseConfig, parseConfigText, readDemoConfigText } from '../config.js';
+import type { GatewayConfig } from '../config-schema.js';
 import { describeRedis } from '../config-redis.js';
 import { createGateway, type Gateway } from '../server.js';
 import { redisTarget, UsageError, withTarget, type RedisFlags, type TargetChoice } from './redis-target.js';
@@ -82,15 +76,9 @@ export async function serve(opts: ServeOptions, env: NodeJS.ProcessEnv = process
       : parseConfigText(await readDemoConfigText(), '<built-in demo>', env);
     config = withOverrides(config, opts, redis, env);
   } catch (err) {
-    if (err instanceof UsageError) {
-      console.error(`slotgate serve: ${err.message}`);
-      process.exit(2);
-    }
-    if (err instanceof ConfigError) {
-      console.error(`slotgate serve: ${err.message}`);
-      process.exit(2);
-    }
-    throw err;
+    if (!(err instanceof UsageError || err instanceof ConfigError)) throw err;
+    console.error(`slotgate serve: ${err.message}`);
+    process.exit(2);
   }
   const gateway = await createGateway({
     config,

@@ -1,7 +1,7 @@
 /** What the proxy's steps share: the gateway's parts they use, and what a request's result reports. */
 import type { Admission } from 'slotgate';
 import type { ChannelRegistry } from '../channels.js';
-import type { GatewayConfig } from '../config.js';
+import type { GatewayConfig } from '../config-schema.js';
 import type { UpstreamMetrics } from '../metrics/traffic.js';
 import type { GatewaySettings } from '../settings.js';
 import type { UpstreamClient } from '../upstream.js';

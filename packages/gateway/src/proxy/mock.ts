@@ -5,7 +5,8 @@
 import { Readable } from 'node:stream';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { ApiShape } from '../http-errors.js';
-import { mockSchema, type MockConfig } from '../config.js';
+import { mockSchema } from '../config-channels.js';
+import type { MockConfig } from '../config-schema.js';
 import type { UpstreamResponse } from '../upstream.js';
 
 /** A mock channel configured without a `mock` section: the schema's defaults. */

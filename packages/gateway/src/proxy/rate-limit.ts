@@ -2,7 +2,7 @@
  * Whether an upstream error answer starts a cooldown on its channel, and for how long. Pure functions of the answer,
  * the settings and the clock, so every header form is unit-tested without a server.
  */
-import type { GatewayConfig } from '../config.js';
+import type { GatewayConfig } from '../config-schema.js';
 import type { GatewaySettings } from '../settings.js';
 import type { UpstreamResponse } from '../upstream.js';
 

@@ -4,7 +4,7 @@
  */
 import type { FastifyBaseLogger } from 'fastify';
 import type { GatewayChannel } from '../channels.js';
-import type { GatewayConfig } from '../config.js';
+import type { GatewayConfig } from '../config-schema.js';
 import { HttpError } from '../http-errors.js';
 import type { RetryReason } from '../metrics/traffic.js';
 import type { GatewaySettings } from '../settings.js';

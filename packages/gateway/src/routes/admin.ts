@@ -7,7 +7,7 @@ import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { SlotgateError, StoreUnavailableError, type Admission } from 'slotgate';
 import { gatewaySettings, type GatewaySettings, type GatewaySettingsUpdate } from '../settings.js';
 import type { ChannelRegistry, GatewayChannel } from '../channels.js';
-import type { GatewayConfig } from '../config.js';
+import type { GatewayConfig } from '../config-schema.js';
 import { HttpError, echo } from '../http-errors.js';
 import type { UpstreamMetrics } from '../metrics/traffic.js';
 import { kindOf, parseJson, presentedToken } from '../proxy/request.js';
