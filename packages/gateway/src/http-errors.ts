@@ -1,7 +1,6 @@
 /**
- * The only error → HTTP status table of the gateway, and the two body shapes: OpenAI
- * `{"error":{"message","type","code"}}` and Anthropic `{"type":"error","error":{"type","message"}}`.
- * docs/errors.md is kept in step with GATEWAY_ERRORS by a test.
+ * The gateway's one error → HTTP status table (docs/errors.md follows it, checked by a test), and the two body shapes:
+ * OpenAI `{"error":{"message","type","code"}}` and Anthropic `{"type":"error","error":{"type","message"}}`.
  */
 import {
   CapacityError,
@@ -143,11 +142,7 @@ export const ECHO_MAX_CHARS = 200;
 /** Longest error message an answer carries; a longer one keeps its beginning and its end. */
 export const MESSAGE_MAX_CHARS = 1000;
 
-/**
- * Client input (a string or a parsed JSON value) as an error message shows it: as JSON, so a string is quoted and its
- * control characters escaped, cut to ECHO_MAX_CHARS with the full length noted: `"gpt-4o-mini"`,
- * `"xxxx…… (100002 characters)`.
- */
+/** Client input as an error message shows it: as JSON (quoted, control characters escaped), cut to ECHO_MAX_CHARS. */
 export function echo(input: unknown): string {
   const text = JSON.stringify(input) ?? String(input);
   if (text.length <= ECHO_MAX_CHARS) return text;
@@ -181,15 +176,10 @@ export class HttpError extends Error {
 /** Maps any error to the HTTP error the client sees. Messages of unknown errors are not echoed. */
 export function toHttpError(err: unknown): HttpError {
   if (err instanceof HttpError) return err;
-  if (err instanceof CapacityError) {
+  if (err instanceof CapacityError || err instanceof ClientLimitError) {
+    const code = err instanceof CapacityError ? 'channel_capacity_exhausted' : 'client_concurrency_exceeded';
     const seconds = Math.max(1, Math.ceil(err.retryAfterMs / 1000));
-    return new HttpError('channel_capacity_exhausted', `slotgate: ${err.message} [reason: ${err.reason}]`, {
-      'retry-after': String(seconds),
-    });
-  }
-  if (err instanceof ClientLimitError) {
-    const seconds = Math.max(1, Math.ceil(err.retryAfterMs / 1000));
-    return new HttpError('client_concurrency_exceeded', `slotgate: ${err.message} [reason: ${err.reason}]`, {
+    return new HttpError(code, `slotgate: ${err.message} [reason: ${err.reason}]`, {
       'retry-after': String(seconds),
     });
   }

@@ -4,6 +4,7 @@
  */
 import { createHash, timingSafeEqual } from 'node:crypto';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
+import { z } from 'zod';
 import { SlotgateError, StoreUnavailableError, type Admission } from 'slotgate';
 import { gatewaySettings, type GatewaySettings, type GatewaySettingsUpdate } from '../settings.js';
 import type { ChannelRegistry, GatewayChannel } from '../channels.js';
@@ -72,35 +73,38 @@ export function publicChannel(c: GatewayChannel): Record<string, unknown> {
 
 /** Longest `reason` a manual cooldown takes. */
 const REASON_MAX_CHARS = 200;
-const COOLDOWN_FIELDS = ['seconds', 'reason'];
+
+const cooldownBody = z.strictObject({
+  seconds: z.int().min(1).max(3600).optional(),
+  reason: z.string().min(1).max(REASON_MAX_CHARS).optional(),
+});
+const EXPECTED = { seconds: 'an integer in 1–3600', reason: `a string of 1–${REASON_MAX_CHARS} characters` };
 
 /**
  * The body of POST /admin/channels/:id/cooldown: none (or `{}`) for the default length, else a JSON object with
- * `seconds` (an integer in 1–3600) and/or `reason` (a string of 1–200 characters). Anything else is rejected whole.
+ * `seconds` and/or `reason`. Anything else is rejected whole.
  */
 export function cooldownRequest(raw: unknown, defaultSeconds: number): { seconds: number; reason: string } {
   const empty = raw === undefined || (Buffer.isBuffer(raw) && raw.length === 0);
   const body = empty ? {} : parseJson(raw);
-  const invalid = (message: string) => new HttpError('invalid_request_error', message);
-  if (body === null || typeof body !== 'object' || Array.isArray(body)) {
-    throw invalid(
-      `Expected the body to be a JSON object with \`seconds\` and/or \`reason\` (or no body), got ${kindOf(body)}`,
-    );
+  const result = cooldownBody.safeParse(body);
+  if (result.success) {
+    const { seconds = defaultSeconds, reason = 'set by admin' } = result.data;
+    return { seconds, reason };
   }
-  const unknown = Object.keys(body).filter((k) => !COOLDOWN_FIELDS.includes(k));
-  if (unknown.length > 0)
-    throw invalid(`Unknown field ${echo(unknown[0])} (valid fields: ${COOLDOWN_FIELDS.join(', ')})`);
-  const { seconds = defaultSeconds, reason = 'set by admin' } = body as {
-    seconds?: unknown;
-    reason?: unknown;
-  };
-  if (typeof seconds !== 'number' || !Number.isInteger(seconds) || seconds < 1 || seconds > 3600)
-    throw invalid(`Expected \`seconds\` to be an integer in 1–3600, got ${echo(seconds)}`);
-  if (typeof reason !== 'string' || reason.length === 0 || reason.length > REASON_MAX_CHARS)
+  const issues = result.error.issues;
+  const issue = issues.find((i) => i.code === 'unrecognized_keys') ?? issues[0]!;
+  const field = issue.path[0] as keyof typeof EXPECTED | undefined;
+  const invalid = (message: string) => new HttpError('invalid_request_error', message);
+  if (issue.code === 'unrecognized_keys')
+    throw invalid(`Unknown field ${echo(issue.keys[0])} (valid fields: seconds, reason)`);
+  if (field)
     throw invalid(
-      `Expected \`reason\` to be a string of 1–${REASON_MAX_CHARS} characters, got ${echo(reason)}`,
+      `Expected \`${field}\` to be ${EXPECTED[field]}, got ${echo((body as Record<string, unknown>)[field])}`,
     );
-  return { seconds, reason };
+  throw invalid(
+    `Expected the body to be a JSON object with \`seconds\` and/or \`reason\` (or no body), got ${kindOf(body)}`,
+  );
 }
 
 /**
