@@ -92,10 +92,7 @@ export class ChannelRegistry {
     return this.byId.get(id);
   }
 
-  /**
-   * The enabled channels serving `model` for `group` on an endpoint of API `shape` (exact model names, then `*`
-   * channels): `openai` channels for the OpenAI-style routes, `anthropic` ones for /v1/messages, `mock` ones for both.
-   */
+  /** The enabled channels serving `model` for `group` on API `shape`: exact model names first, then `*` channels. */
   candidates(group: string, model: string, shape: ApiShape): GatewayChannel[] {
     const exact = this.index.get(`${shape}\u0000${group}\u0000${model}`) ?? [];
     const any = this.wildcard.get(`${shape}\u0000${group}`) ?? [];
@@ -113,10 +110,7 @@ export class ChannelRegistry {
     return [...names].sort();
   }
 
-  /**
-   * The token's config and its client (one object per client, for the admission engine), or undefined. With no
-   * tokens configured, auth is off and callers are in `default`, with no client limit.
-   */
+  /** The key's caller, or undefined. With no tokens configured, auth is off: callers are anonymous, unlimited. */
   authenticate(key: string | undefined): Caller | undefined {
     if (this.tokens.size === 0) return ANONYMOUS;
     return key ? this.tokens.get(key) : undefined;

@@ -25,10 +25,7 @@ export class ConfigError extends Error {
 
 const ENV_REF = /^env:([A-Za-z_][A-Za-z0-9_]*)$/;
 
-/**
- * Paths whose values are secrets, or may hold secrets inside (a `channels` list written as a mapping, a token given as
- * a bare string, the whole document).
- */
+/** Paths whose values are secrets or may hold some (a `channels` list written as a mapping, the whole document). */
 const SECRET_PATH =
   /(^|\.)(key|token|url|base_url|headers\.[^.]+|(sentinel_)?(password|username))$|^(\(root\)|redis(\.cluster|\.sentinel)?|admin|tokens(\[\d+\])?|channels(\[\d+\])?(\.headers)?)$/;
 

@@ -1,7 +1,4 @@
-/**
- * slotgate-gateway: an OpenAI/Anthropic-compatible gateway on slotgate, for embedding and tests. Most users run the
- * `slotgate` command instead; docs/api.md lists this surface.
- */
+/** slotgate-gateway: an OpenAI/Anthropic-compatible gateway on slotgate, to embed; docs/api.md lists this surface. */
 export { createGateway, CLIENT_ROUTES, type Gateway, type GatewayOptions } from './server.js';
 export { ConfigError, loadConfigFile, parseConfig, parseConfigText } from './config.js';
 export type { GatewayConfig, ChannelConfig, TokenConfig, MockConfig } from './config-schema.js';

@@ -1,7 +1,6 @@
 /**
- * The gateway's Prometheus registry, composed of one part per metric family (metrics/*.ts). Parts that count as
- * requests go are built first (the engine reports admission latency to one); the parts read at scrape time follow.
- * docs/operations.md lists every metric.
+ * The gateway's Prometheus registry, one part per metric family (metrics/*.ts); the admission latency part is built
+ * before the engine, which reports to it. docs/operations.md lists every metric.
  */
 import { Counter, Registry, collectDefaultMetrics } from 'prom-client';
 import type { Admission, NodeHealth } from 'slotgate';
@@ -23,20 +22,19 @@ export interface MetricsSources {
 }
 
 export class GatewayMetrics {
-  readonly register = new Registry();
+  readonly register: Registry;
   readonly traffic = new TrafficMetrics();
-  readonly configReloadErrors = new Counter({
-    name: 'slotgate_config_reload_errors_total',
-    help: 'Config file reloads rejected (the previous configuration stayed in force)',
-    registers: [this.register],
-  });
+  readonly configReloadErrors: Counter;
 
   constructor(sources: MetricsSources, latency = new AdmissionLatency()) {
-    const register = this.register;
+    const register = (this.register = Registry.merge([latency.registry, this.traffic.registry]));
     // The standard process_* and nodejs_* names, unprefixed, so stock dashboards and alerts work unchanged.
     collectDefaultMetrics({ register });
-    latency.register(register);
-    this.traffic.register(register);
+    this.configReloadErrors = new Counter({
+      name: 'slotgate_config_reload_errors_total',
+      help: 'Config file reloads rejected (the previous configuration stayed in force)',
+      registers: [register],
+    });
     const stats = () => sources.admission().stats();
     registerAdmissionCounters(register, stats);
     registerStoreMetrics(register, { stats, ...sources });

@@ -1,7 +1,6 @@
 /**
- * Config reloads: the file is re-read on a change to its directory or on demand (SIGHUP), and put in force when it is
- * valid and differs from the configuration in force. A rejected file changes nothing; its error is recorded for
- * /admin/status and the metrics. `server` and `redis` are read once at start, so a change to them waits for a restart.
+ * Config reloads: on a change to the file's directory or on demand (SIGHUP), a valid file that differs is put in force;
+ * a rejected one changes nothing. `server` and `redis` are read once at start: a change to them waits for a restart.
  */
 import { createHash } from 'node:crypto';
 import { watch } from 'node:fs';

@@ -1,7 +1,6 @@
 /**
- * What the gateway runs on besides HTTP, built in dependency order: the configuration in force, the store (the
- * config's Redis, the in-process MemoryStore, or one given), the admission engine, the live settings, the presence
- * heartbeat, the metrics and the upstream client; plus the data of /admin/status and the order things close in.
+ * What the gateway runs on besides HTTP, built in dependency order: configuration, store, admission engine, live
+ * settings, presence, metrics, upstream client; plus the data of /admin/status and the order things close in.
  */
 import type { FastifyBaseLogger } from 'fastify';
 import {
@@ -108,10 +107,7 @@ export class GatewayRuntime {
     this.presence.start(log);
   }
 
-  /**
-   * After a reload put a new configuration in force: its settings apply, and the requests waiting for a slot resolve
-   * their candidates again under it (a lowered max, a disabled or removed channel reach them too).
-   */
+  /** After a reload: its settings apply, and the waiting requests resolve their candidates again under it. */
   configReplaced = (): void => {
     this.settings.apply();
     this.admission.configChanged();
@@ -142,10 +138,8 @@ export class GatewayRuntime {
   });
 
   /**
-   * Lets `closeHttp` finish the in-flight requests, closes admission (releasing every lease), then leaves the instance
-   * list, and closes the settings sync, the upstream connections and the store it opened. The heartbeat goes on
-   * through the drain: an instance still holding slots stays listed as live, so `slotgate doctor` never calls its
-   * slots a dead owner's (and `--fix` never releases them).
+   * Lets `closeHttp` finish the in-flight requests, closes admission (releasing every lease), then the rest. The
+   * heartbeat goes on through the drain: `slotgate doctor` must never take a draining instance's slots for a dead one's.
    */
   async close(closeHttp: () => Promise<void>): Promise<void> {
     try {

@@ -41,10 +41,7 @@ export function admissionPart(settings: GatewaySettings): SettingsUpdate {
 /** Where a setting in force comes from: its default, the config file's `settings`, or an override shared through the store. */
 export type SettingSource = 'default' | 'config_file' | 'override';
 
-/**
- * What GET /admin/status says of the settings in force: each key's source, and the store's record of the overrides'
- * last change (when, by which instance, and whether an instance put them back after the store lost them).
- */
+/** Each setting's source, and the store's record of the overrides' last change (and restore, if the store lost them). */
 export function settingsSource(
   fromFile: GatewaySettingsUpdate,
   overrides: GatewaySettingsUpdate,

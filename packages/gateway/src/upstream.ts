@@ -1,7 +1,6 @@
 /**
- * Calls to real upstreams (openai, anthropic) with undici: the body is forwarded as-is with the channel's own
- * credentials; the response comes back as a stream, passed through as it arrives. Time-outs: connect, first byte
- * (response headers) and idle gaps between body chunks.
+ * Calls to real upstreams (openai, anthropic) with undici: the body as-is with the channel's own credentials, the
+ * answer as a stream. Time-outs: connect, first byte (response headers) and idle gaps between body chunks.
  */
 import type { Readable } from 'node:stream';
 import { Agent, errors as undiciErrors, request } from 'undici';

@@ -1,8 +1,4 @@
-/**
- * The client `slotgate doctor` checks with, for one node, a Cluster or a Sentinel set: the library's own client
- * (createRedisClient), made to fail at once when Redis cannot be reached (no reconnect loop), so a one-shot check
- * exits 2 instead of waiting.
- */
+/** The library's Redis client for `slotgate doctor`, made to fail at once when Redis cannot be reached (exit 2). */
 import type { Cluster, Redis, RedisOptions } from 'ioredis';
 import { createRedisClient } from 'slotgate';
 import type { RedisConnection } from '../config-redis.js';

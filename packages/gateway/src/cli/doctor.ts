@@ -1,8 +1,4 @@
-/**
- * `slotgate doctor`: checks one node (`--redis`), every master of a Cluster (`--cluster`) or the primary of a Sentinel
- * set (`--sentinel --master`), or the Redis of a gateway config file (`--config`); exit 1 when leftover keys are found,
- * 2 when it cannot run.
- */
+/** `slotgate doctor`: checks a Redis for leftover keys; exit 1 when it finds some, 2 when it cannot run. */
 import { checkLeftovers, formatLeftoverReport as formatReport } from 'slotgate';
 import { ConfigError, parseConfig, parseDocument, readConfigText } from '../config.js';
 import { describeRedis, redisConnection, type RedisConfig } from '../config-redis.js';

@@ -1,8 +1,6 @@
 /**
- * The Redis a command line names, from its flags or else the environment: one node (`--redis`, REDIS_URL), a Redis
- * Cluster (`--cluster`, REDIS_CLUSTER_NODES) or a Sentinel set (`--sentinel`, REDIS_SENTINELS; the primary's name from
- * `--master` or REDIS_SENTINEL_MASTER). It replaces the connection of the config file's `redis` section and keeps the
- * rest of that section (prefix, time-outs, the cluster's or sentinels' passwords).
+ * The Redis a command line names, from its flags or else the environment (one node, a Cluster or a Sentinel set): it
+ * replaces the connection of the config file's `redis` section and keeps the rest (prefix, time-outs, passwords).
  */
 import { ADDRESS_EXPECTED, isAddress, redisUrlProblem, showAddress } from '../config-redis.js';
 
@@ -90,10 +88,7 @@ export function redisTarget(flags: RedisFlags, env: NodeJS.ProcessEnv): TargetCh
   return { target, from, ...(master && { master }) };
 }
 
-/**
- * The config's `redis` section with the connection the command line or environment names (the section's other keys
- * kept); undefined when neither the section nor a target exists.
- */
+/** The config's `redis` section with the connection the command line names; undefined when neither exists. */
 export function withTarget(
   section: Record<string, unknown> | undefined,
   choice: TargetChoice,

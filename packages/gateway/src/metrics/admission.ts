@@ -1,5 +1,5 @@
 /** What admission did on this instance: its outcomes and latency, how passes reached the store, and its leases. */
-import { Histogram, type Registry } from 'prom-client';
+import { Histogram, Registry } from 'prom-client';
 import { OUTCOMES, type AdmissionRecord, type AdmissionStats } from 'slotgate';
 import { scrapedCounter, scrapedGauge } from './scrape.js';
 
@@ -9,24 +9,20 @@ export const SECONDS_BUCKETS = [
 
 /** The latency of each admission pass, observed as it ends: built before the engine, which reports to it. */
 export class AdmissionLatency {
+  readonly registry = new Registry();
   private readonly admissionSeconds = new Histogram({
     name: 'slotgate_admission_duration_seconds',
     help: 'Time from the start of an admission pass to its ticket or error, waiting included',
     labelNames: ['outcome'],
     buckets: SECONDS_BUCKETS,
-    registers: [],
+    registers: [this.registry],
   });
   private readonly waitSeconds = new Histogram({
     name: 'slotgate_wait_duration_seconds',
     help: 'Time admitted requests spent in a wait queue',
     buckets: SECONDS_BUCKETS,
-    registers: [],
+    registers: [this.registry],
   });
-
-  register(register: Registry): void {
-    register.registerMetric(this.admissionSeconds);
-    register.registerMetric(this.waitSeconds);
-  }
 
   observe = (record: AdmissionRecord): void => {
     this.admissionSeconds.observe({ outcome: record.outcome }, record.latencyMs / 1000);

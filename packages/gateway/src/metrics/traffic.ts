@@ -1,9 +1,8 @@
 /**
- * The gateway's own traffic: the responses it gave by source and status, and per channel its upstream calls (answers
- * by status class, time to first byte, duration, retries) and the cooldowns started. Labels are channel ids, reasons
- * and status codes: a bounded set, never tokens.
+ * The gateway's traffic: its responses by source and status; per channel its upstream calls, retries and cooldowns.
+ * Labels are channel ids, reasons and status codes: a bounded set, never tokens.
  */
-import { Counter, Histogram, type Registry } from 'prom-client';
+import { Counter, Histogram, Registry } from 'prom-client';
 
 /** Upstream time to first byte: an LLM's first token comes after 50 ms to 30 s (a long prompt, a busy provider). */
 const TTFB_BUCKETS = [0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60];
@@ -32,55 +31,47 @@ export interface UpstreamMetrics {
   cooldownStarted(channel: string, reason: CooldownReason): void;
 }
 
-/** Counted by the gateway as requests go; built unregistered, so a composer puts it in its registry. */
+/** Counted by the gateway as requests go, in a registry of their own. */
 export class TrafficMetrics implements UpstreamMetrics {
+  readonly registry = new Registry();
   private readonly responses = new Counter({
     name: 'slotgate_responses_total',
     help: "Client API responses by source (gateway = slotgate's own answer, upstream = passed on) and status code",
     labelNames: ['source', 'code'],
-    registers: [],
+    registers: [this.registry],
   });
   private readonly upstreamResponses = new Counter({
     name: 'slotgate_upstream_responses_total',
     help: 'Upstream calls by channel and status class of their answer (error: no answer; each retry counts)',
     labelNames: ['channel', 'class'],
-    registers: [],
+    registers: [this.registry],
   });
   private readonly upstreamTtfbSeconds = new Histogram({
     name: 'slotgate_upstream_ttfb_seconds',
     help: "Upstream time to first byte: from the call's start until the status line and headers arrived",
     labelNames: ['channel'],
     buckets: TTFB_BUCKETS,
-    registers: [],
+    registers: [this.registry],
   });
   private readonly upstreamSeconds = new Histogram({
     name: 'slotgate_upstream_duration_seconds',
     help: "Upstream call duration: from the call's start until the answer's body ended (calls that completed)",
     labelNames: ['channel'],
     buckets: UPSTREAM_BUCKETS,
-    registers: [],
+    registers: [this.registry],
   });
   private readonly upstreamRetries = new Counter({
     name: 'slotgate_upstream_retries_total',
     help: 'Requests retried on another channel, by the channel that failed and why',
     labelNames: ['channel', 'reason'],
-    registers: [],
+    registers: [this.registry],
   });
   private readonly cooldowns = new Counter({
     name: 'slotgate_cooldowns_total',
     help: 'Cooldowns this instance started, by channel and cause (upstream_429, rate_limit_message, admin)',
     labelNames: ['channel', 'reason'],
-    registers: [],
+    registers: [this.registry],
   });
-
-  register(register: Registry): void {
-    register.registerMetric(this.responses);
-    register.registerMetric(this.upstreamResponses);
-    register.registerMetric(this.upstreamTtfbSeconds);
-    register.registerMetric(this.upstreamSeconds);
-    register.registerMetric(this.upstreamRetries);
-    register.registerMetric(this.cooldowns);
-  }
 
   countResponse(source: 'gateway' | 'upstream', status: number): void {
     this.responses.inc({ source, code: String(status) });

@@ -1,4 +1,4 @@
-/** What the proxy's steps share: the gateway's parts they use, and what a request's result reports. */
+/** The gateway's parts that request handlers use, and what a client API request's result reports. */
 import type { Admission } from 'slotgate';
 import type { ChannelRegistry } from '../channels.js';
 import type { GatewayConfig } from '../config-schema.js';
@@ -6,13 +6,16 @@ import type { UpstreamMetrics } from '../metrics/traffic.js';
 import type { GatewaySettings } from '../settings.js';
 import type { UpstreamClient } from '../upstream.js';
 
-export interface ProxyContext {
+export interface HandlerContext {
   admission: Admission;
   /** Getters: a config reload swaps the registry and the config between two requests. */
   registry: () => ChannelRegistry;
   config: () => GatewayConfig;
-  upstream: UpstreamClient;
   settings: () => GatewaySettings;
+}
+
+export interface ProxyContext extends HandlerContext {
+  upstream: UpstreamClient;
   metrics: UpstreamMetrics;
   onResult?: (result: ProxyResult) => void;
 }

@@ -29,9 +29,8 @@ const API: Record<ApiShape, { name: string; channel: string; route: string }> = 
 };
 
 /**
- * The channels a request on `path` may go to: those serving `model` for `group` that speak the route's API. None: 404
- * `model_not_found`, or 400 `wrong_api_type` when channels of the other API serve the model (the message names the
- * channel type this route needs and the route to send the request to instead).
+ * The channels serving `model` for `group` that speak the route's API. None: 404 `model_not_found`, or 400
+ * `wrong_api_type` naming the route to use when channels of the other API serve the model.
  */
 export function routeCandidates(
   registry: ChannelRegistry,
@@ -54,9 +53,8 @@ export function routeCandidates(
 }
 
 /**
- * The token the caller presents: `Authorization: Bearer <token>` first. Anthropic clients send `x-api-key`, read
- * beside any other Authorization scheme; OpenAI routes read `x-api-key` only when no Authorization header came at all;
- * admin routes never read it.
+ * The token the caller presents: `Authorization: Bearer` first; then `x-api-key`, on Anthropic routes beside any other
+ * Authorization scheme, on OpenAI routes only without one, on admin routes never.
  */
 export function presentedToken(request: FastifyRequest, reader: TokenReader): string | undefined {
   const auth = request.headers.authorization;

@@ -1,7 +1,4 @@
-/**
- * GET /dashboard, the rollout dashboard: one static HTML file, no build step; it reads the admin API with the token
- * the operator types in.
- */
+/** GET /dashboard: one static HTML page that reads the admin API with the token the operator types in. */
 import { readFileSync } from 'node:fs';
 import type { FastifyInstance } from 'fastify';
 

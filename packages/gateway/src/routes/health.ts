@@ -1,8 +1,4 @@
-/**
- * The probes, open like /metrics (no token): GET /livez (the process serves HTTP; restart it when this fails),
- * GET /readyz (it should get traffic: the readiness check passes; 503 `not_ready` with the reason when not), and
- * GET /healthz, the older name of /livez, kept as it was.
- */
+/** The probes, open like /metrics: /livez (and its other name /healthz) and /readyz (503 `not_ready` with why). */
 import type { FastifyInstance } from 'fastify';
 import { HttpError, errorBody } from '../http-errors.js';
 import type { ReadinessCheck } from '../readiness.js';
