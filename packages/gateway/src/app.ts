@@ -16,11 +16,8 @@ import type { GatewayMetrics } from './metrics.js';
 import type { ProxyResult } from './proxy/context.js';
 import { shapeOf } from './proxy/request.js';
 import { registerAdminRoutes, type AdminContext } from './routes/admin.js';
-import { registerClientRoutes } from './routes/client.js';
-import { registerDashboardRoutes } from './routes/dashboard.js';
-import { registerHealthRoutes } from './routes/health.js';
-import { registerMetricsRoute } from './routes/metrics.js';
-import { registerModelRoutes } from './routes/models.js';
+import { registerClientRoutes, registerModelRoutes } from './routes/client.js';
+import { registerOpenRoutes } from './routes/open.js';
 import type { ReadinessCheck } from './readiness.js';
 import type { UpstreamClient } from './upstream.js';
 
@@ -51,9 +48,8 @@ function fastifyHttpError(err: FastifyError, bodyLimit: number): HttpError | und
       'invalid_request_error',
       'the client closed the connection before its request was in',
     );
-  if (typeof err.code === 'string' && err.code.startsWith('FST_ERR_CTP'))
-    return new HttpError('invalid_request_error', err.message);
-  if (typeof err.code === 'string' && err.code.startsWith('FST_') && (err.statusCode ?? 500) < 500)
+  const code = String(err.code);
+  if (code.startsWith('FST_ERR_CTP') || (code.startsWith('FST_') && (err.statusCode ?? 500) < 500))
     return new HttpError('invalid_request_error', err.message);
   return undefined;
 }
@@ -134,9 +130,7 @@ export function buildApp(deps: AppDeps): FastifyInstance {
     },
   });
   registerModelRoutes(app, deps.registry);
-  registerHealthRoutes(app, deps.ready);
-  registerDashboardRoutes(app);
-  registerMetricsRoute(app, deps.metrics);
+  registerOpenRoutes(app, deps.ready, deps.metrics);
   registerAdminRoutes(app, { ...deps, metrics: traffic });
   return app;
 }

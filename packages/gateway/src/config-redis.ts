@@ -130,30 +130,6 @@ export const redisSchema = z
 
 export type RedisConfig = z.infer<typeof redisSchema>;
 
-/** Replaces `env:NAME` in the section's secrets with `resolve` (config.ts); a bad URL is one of the `issues`. */
-export function resolveRedisSecrets(
-  redis: RedisConfig,
-  resolve: (value: string, path: string) => string,
-  issues: string[],
-): void {
-  if (redis.url !== undefined) {
-    redis.url = resolve(redis.url, 'redis.url');
-    const problem = redis.url.startsWith('env:') ? undefined : redisUrlProblem(redis.url);
-    if (problem) issues.push(`redis.url: ${problem}`);
-  }
-  for (const [part, fields] of [
-    ['cluster', ['username', 'password']],
-    ['sentinel', ['username', 'password', 'sentinel_username', 'sentinel_password']],
-  ] as const) {
-    const section = redis[part] as Record<string, unknown> | undefined;
-    if (!section) continue;
-    for (const field of fields) {
-      const value = section[field];
-      if (typeof value === 'string') section[field] = resolve(value, `redis.${part}.${field}`);
-    }
-  }
-}
-
 /** The connection part of RedisStoreOptions: exactly one of url, cluster and sentinel. */
 export type RedisConnection = Pick<RedisStoreOptions, 'url' | 'cluster' | 'sentinel'>;
 

@@ -6,7 +6,7 @@
 import { readFile } from 'node:fs/promises';
 import { parse as parseYaml } from 'yaml';
 import { SettingsError } from 'slotgate';
-import { ADDRESS_HIDDEN, resolveRedisSecrets } from './config-redis.js';
+import { ADDRESS_HIDDEN, redisUrlProblem } from './config-redis.js';
 import { configSchema, type GatewayConfig, type RawConfig } from './config-schema.js';
 import { gatewaySettings, type GatewaySettingsUpdate } from './settings.js';
 
@@ -52,7 +52,11 @@ function show(value: unknown, path: string): string {
   return text.length > 60 ? `${text.slice(0, 60)}…` : text;
 }
 
-/** Replaces `env:NAME` in every secret-bearing field; a missing variable is a config error. */
+/** The fields that may be written `env:NAME`. */
+const SECRET_FIELD =
+  /^(redis\.(url|(cluster|sentinel)\.(sentinel_)?(username|password))|admin\.token|tokens\[\d+\]\.key|channels\[\d+\]\.(key|headers\..+))$/;
+
+/** Replaces `env:NAME` in every secret field: a missing variable is a config error, and so is a bad Redis URL. */
 function resolveSecrets(config: RawConfig, env: NodeJS.ProcessEnv, issues: string[]): void {
   const resolve = (value: string, path: string): string => {
     const m = ENV_REF.exec(value);
@@ -64,14 +68,17 @@ function resolveSecrets(config: RawConfig, env: NodeJS.ProcessEnv, issues: strin
     );
     return value;
   };
-  if (config.redis) resolveRedisSecrets(config.redis, resolve, issues);
-  if (config.admin.token) config.admin.token = resolve(config.admin.token, 'admin.token');
-  config.tokens.forEach((t, i) => (t.key = resolve(t.key, `tokens[${i}].key`)));
-  config.channels.forEach((c, i) => {
-    if (c.key) c.key = resolve(c.key, `channels[${i}].key`);
-    for (const [name, value] of Object.entries(c.headers))
-      c.headers[name] = resolve(value, `channels[${i}].headers.${name}`);
-  });
+  const walk = (node: object, path: string): void => {
+    for (const [key, value] of Object.entries(node)) {
+      const at = Array.isArray(node) ? `${path}[${key}]` : path ? `${path}.${key}` : key;
+      if (value !== null && typeof value === 'object') walk(value, at);
+      if (typeof value !== 'string' || !SECRET_FIELD.test(at)) continue;
+      const resolved = ((node as Record<string, unknown>)[key] = resolve(value, at));
+      const problem = at === 'redis.url' && !resolved.startsWith('env:') && redisUrlProblem(resolved);
+      if (problem) issues.push(`redis.url: ${problem}`);
+    }
+  };
+  walk(config, '');
 }
 
 /** The settings section, checked by the settings table; its problems join `issues`. */

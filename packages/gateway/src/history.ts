@@ -51,17 +51,7 @@ export interface Reading {
   channels: ReadonlyArray<ChannelPoint & { id: string }>;
 }
 
-export interface HistoryPoint {
-  /** End of the interval (the clock's ms). */
-  t: number;
-  admissionsPerS: number;
-  rejectionsPerS: Record<Rejection, number>;
-  /** Upper bounds of the wait-time buckets holding p50 and p99 of the waits that ended in the interval; null: none. */
-  waitP50Ms: number | null;
-  waitP99Ms: number | null;
-  commandsPerS: number;
-  channels: ReadonlyMap<string, ChannelPoint>;
-}
+export type HistoryPoint = ReturnType<typeof pointBetween>;
 
 export interface HistoryOptions {
   /** @default 5000 */
@@ -96,19 +86,22 @@ export function windowQuantile(now: HistogramSnapshot, before: HistogramSnapshot
   return now.buckets[now.buckets.length - 1]!;
 }
 
-function pointBetween(before: Reading, after: Reading): HistoryPoint {
+/** The rates over the interval between two readings, and the wait quantiles of the waits that ended in it. */
+function pointBetween(before: Reading, after: Reading) {
   const seconds = Math.max(after.at - before.at, 1) / 1000;
   const rate = (read: (r: Reading) => number) => Math.max(0, read(after) - read(before)) / seconds;
   const rejectionsPerS = {} as Record<Rejection, number>;
   for (const reason of REJECTIONS) rejectionsPerS[reason] = rate((r) => r.outcomes[outcomeOf(reason)]);
   return {
+    /** End of the interval (the clock's ms). */
     t: after.at,
     admissionsPerS: rate((r) => r.outcomes.acquired),
     rejectionsPerS,
+    /** Upper bound of the wait-time bucket holding p50 of the waits that ended in the interval; null: none. */
     waitP50Ms: windowQuantile(after.waits, before.waits, 0.5),
     waitP99Ms: windowQuantile(after.waits, before.waits, 0.99),
     commandsPerS: rate((r) => r.commands),
-    channels: new Map(after.channels.map(({ id, ...load }) => [id, load])),
+    channels: new Map<string, ChannelPoint>(after.channels.map(({ id, ...load }) => [id, load])),
   };
 }
 

@@ -18,8 +18,10 @@ import {
 const SYNC_ERROR_REPEAT_MS = 60_000;
 
 export class LiveSettings {
-  private overrides: GatewaySettingsUpdate = {};
-  private inForce: GatewaySettings;
+  /** Shared through the store; they win over the config file's. */
+  overrides: GatewaySettingsUpdate = {};
+  /** The settings in force. */
+  value: GatewaySettings;
   private readonly sync: SharedSettings<GatewaySettingsUpdate>;
   /** Set by start(): no store callback comes before. */
   private log: FastifyBaseLogger | undefined;
@@ -30,7 +32,7 @@ export class LiveSettings {
     private readonly admission: Admission,
     private readonly current: ConfigInForce,
   ) {
-    this.inForce = settingsInForce(current.config.settings);
+    this.value = settingsInForce(current.config.settings);
     this.sync = store.sharedSettings({
       parse: gatewaySettings.parse,
       instanceId: admission.instanceId,
@@ -48,14 +50,6 @@ export class LiveSettings {
     });
   }
 
-  get value(): GatewaySettings {
-    return this.inForce;
-  }
-
-  get overridesInForce(): GatewaySettingsUpdate {
-    return this.overrides;
-  }
-
   /** Follows the overrides shared through the store; without them, the configured settings stay in force. */
   async start(log: FastifyBaseLogger): Promise<void> {
     this.log = log;
@@ -71,9 +65,9 @@ export class LiveSettings {
 
   /** Recomputes the settings after the overrides or the config file changed. */
   apply = (): GatewaySettings => {
-    this.inForce = settingsInForce(this.current.config.settings, this.overrides);
-    this.admission.updateSettings(admissionPart(this.inForce));
-    return this.inForce;
+    this.value = settingsInForce(this.current.config.settings, this.overrides);
+    this.admission.updateSettings(admissionPart(this.value));
+    return this.value;
   };
 
   /** Writes an update for every instance; a bad combination is rejected before anything changes. */

@@ -129,7 +129,7 @@ export class GatewayRuntime {
     store: this.store.kind,
     redis: await this.redisHealth(),
     config: this.current.describe(),
-    settings_overrides: this.settings.overridesInForce,
+    settings_overrides: this.settings.overrides,
     settings_source: this.settings.source(),
     instances: await this.presence.list(),
     live_leases: this.admission.stats().liveLeases,
