@@ -42,14 +42,7 @@ interface ChannelPoint {
 }
 
 /** What one sample reads: cumulative counters (since the engine started) and the channels' loads now. */
-export interface Reading {
-  at: number;
-  outcomes: Readonly<Record<Outcome, number>>;
-  waits: HistogramSnapshot;
-  /** Store commands issued, every purpose. */
-  commands: number;
-  channels: ReadonlyArray<ChannelPoint & { id: string }>;
-}
+export type Reading = Awaited<ReturnType<typeof readAdmission>>;
 
 export type HistoryPoint = ReturnType<typeof pointBetween>;
 
@@ -106,18 +99,16 @@ function pointBetween(before: Reading, after: Reading) {
 }
 
 /** A reading of the engine's counters now and of the channels' loads through the load view. */
-export function readAdmission(
-  admission: Admission,
-  channels: readonly Candidate[],
-  now: () => number,
-): Promise<Reading> {
+export function readAdmission(admission: Admission, channels: readonly Candidate[], now: () => number) {
   const stats = admission.stats();
   const at = now();
   const commands = Object.values(stats.commands).reduce((a, b) => a + b, 0);
   return admission.viewLoads(channels).then((loads) => ({
+    /** The clock's time when the counters were read. */
     at,
     outcomes: stats.outcomes,
     waits: stats.waitTimeMs,
+    /** Store commands issued, every purpose. */
     commands,
     channels: channels.map((c) => ({
       id: c.id,

@@ -4,6 +4,7 @@
  */
 import type { Readable } from 'node:stream';
 import { Agent, errors as undiciErrors, request } from 'undici';
+import type { GatewayConfig } from './config-schema.js';
 import type { ApiShape } from './http-errors.js';
 import type { GatewayChannel } from './channels.js';
 
@@ -22,12 +23,6 @@ export interface UpstreamCall {
   /** Client headers worth forwarding (accept, anthropic-version, anthropic-beta, openai-beta, user-agent). */
   clientHeaders: Record<string, string | string[] | undefined>;
   signal: AbortSignal;
-}
-
-export interface UpstreamTimeouts {
-  connect_ms: number;
-  first_byte_ms: number;
-  idle_ms: number;
 }
 
 /** The upstream could not be reached or stopped answering before its headers: the request may be retried. */
@@ -67,7 +62,7 @@ export function upstreamHeaders(call: UpstreamCall): Record<string, string> {
 export class UpstreamClient {
   private readonly agent: Agent;
 
-  constructor(private readonly timeouts: UpstreamTimeouts) {
+  constructor(private readonly timeouts: GatewayConfig['timeouts']) {
     this.agent = new Agent({
       connect: { timeout: timeouts.connect_ms },
       headersTimeout: timeouts.first_byte_ms,

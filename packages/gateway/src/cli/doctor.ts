@@ -1,8 +1,8 @@
 /** `slotgate doctor`: checks a Redis for leftover keys; exit 1 when it finds some, 2 when it cannot run. */
-import { checkLeftovers, formatLeftoverReport as formatReport } from 'slotgate';
+import type { RedisOptions } from 'ioredis';
+import { checkLeftovers, createRedisClient, formatLeftoverReport as formatReport } from 'slotgate';
 import { ConfigError, parseConfig, parseDocument, readConfigText } from '../config.js';
-import { describeRedis, redisConnection, type RedisConfig } from '../config-redis.js';
-import { doctorClient } from './doctor-client.js';
+import { describeRedis, redisConnection, type RedisConfig, type RedisConnection } from '../config-redis.js';
 import { redisTarget, UsageError, withTarget, type RedisFlags } from './redis-target.js';
 
 export interface DoctorOptions extends RedisFlags {
@@ -37,6 +37,28 @@ async function redisSection(opts: DoctorOptions, env: NodeJS.ProcessEnv): Promis
   }
   if (opts.prefix !== undefined && isObject(section)) section.prefix = opts.prefix;
   return parseConfig({ redis: section }, opts.config ?? 'the command line', env).redis!;
+}
+
+const FAIL_FAST: RedisOptions = { maxRetriesPerRequest: 1, connectTimeout: 3000, retryStrategy: () => null };
+
+/**
+ * The library's client, made to fail at once when Redis cannot be reached (a one-shot check exits 2, never waits), and
+ * the last connection error it saw (the reason a command then fails with "Connection is closed").
+ */
+function doctorClient(c: RedisConnection) {
+  const client = createRedisClient({
+    ...(c.url !== undefined && { url: c.url }),
+    ...(c.cluster && {
+      cluster: { ...c.cluster, options: { ...c.cluster.options, clusterRetryStrategy: () => null } },
+    }),
+    ...(c.sentinel && {
+      sentinel: { ...c.sentinel, options: { ...c.sentinel.options, sentinelRetryStrategy: () => null } },
+    }),
+    redisOptions: FAIL_FAST,
+  });
+  let last: Error | undefined;
+  client.on('error', (err: Error) => (last = err)); // the failed command's message names no cause: this does
+  return { client, lastError: () => last };
 }
 
 export async function doctor(opts: DoctorOptions, env: NodeJS.ProcessEnv = process.env): Promise<number> {

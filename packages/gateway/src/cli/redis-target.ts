@@ -94,11 +94,6 @@ export function withTarget(
   choice: TargetChoice,
 ): Record<string, unknown> | undefined {
   const { target, master } = choice;
-  if (!target && !section) {
-    if (master?.from === '--master')
-      throw new UsageError('--master goes with --sentinel (or REDIS_SENTINELS)');
-    return undefined;
-  }
   const { url, cluster, sentinel, ...rest } = section ?? {};
   let next: Record<string, unknown>;
   if (!target) next = { ...rest, url, cluster, sentinel };
@@ -118,6 +113,7 @@ export function withTarget(
       );
     }
   }
+  if (!target && !section) return undefined;
   for (const key of ['url', 'cluster', 'sentinel']) if (next[key] === undefined) delete next[key];
   return next;
 }
