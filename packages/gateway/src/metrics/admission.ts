@@ -3,7 +3,7 @@ import { Histogram, Registry } from 'prom-client';
 import { OUTCOMES, type AdmissionRecord, type AdmissionStats } from 'slotgate';
 import { scrapedCounter, scrapedGauge } from './scrape.js';
 
-export const SECONDS_BUCKETS = [
+const SECONDS_BUCKETS = [
   0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60,
 ];
 
