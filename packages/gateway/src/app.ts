@@ -1,7 +1,6 @@
 /**
- * The gateway's HTTP surface: one Fastify instance with its hooks, error and not-found handlers, body parser and
- * every route, built from explicit dependencies. It opens no port and no store connection of its own, so tests drive
- * it through `app.inject()` on a MemoryStore.
+ * The gateway's HTTP surface: one Fastify instance with its hooks, error handlers, body parser and every route, built
+ * from explicit dependencies. It opens no port and no store connection, so tests drive it through `app.inject()`.
  */
 import Fastify, {
   LogController,
@@ -10,38 +9,19 @@ import Fastify, {
   type FastifyReply,
   type FastifyRequest,
 } from 'fastify';
-import type { Admission } from 'slotgate';
-import type { ChannelRegistry } from './channels.js';
-import type { GatewayConfig } from './config.js';
 import { HttpError, echo, errorBody, toHttpError } from './http-errors.js';
 import { clientErrorHandler, requestId, timeoutOptions } from './http-options.js';
-import type { HistoryOptions } from './history.js';
 import { logAccess, loggerOptions, noteError } from './logging.js';
 import type { GatewayMetrics } from './metrics.js';
-import type { ProxyResult } from './proxy/forward.js';
+import type { ProxyResult } from './proxy/context.js';
 import { shapeOf } from './proxy/request.js';
-import { registerAdminRoutes } from './routes/admin.js';
-import { registerClientRoutes } from './routes/client.js';
-import { registerDashboardRoutes } from './routes/dashboard.js';
-import { registerHealthRoutes } from './routes/health.js';
-import { registerMetricsRoute } from './routes/metrics.js';
-import { registerModelRoutes } from './routes/models.js';
+import { registerAdminRoutes, type AdminContext } from './routes/admin.js';
+import { registerClientRoutes, registerModelRoutes } from './routes/client.js';
+import { registerOpenRoutes } from './routes/open.js';
 import type { ReadinessCheck } from './readiness.js';
-import type { GatewaySettings, GatewaySettingsUpdate } from './settings.js';
 import type { UpstreamClient } from './upstream.js';
 
-export interface AppDeps {
-  admission: Admission;
-  /** Getters: a config reload swaps the registry and the config between two requests. */
-  registry: () => ChannelRegistry;
-  config: () => GatewayConfig;
-  settings: () => GatewaySettings;
-  /** Applies a validated settings update: to the store (every instance) or to this process. */
-  putSettings: (update: GatewaySettingsUpdate) => Promise<GatewaySettings>;
-  /** The body of GET /admin/status. */
-  status: () => Promise<Record<string, unknown>>;
-  /** Where each setting in force comes from (default, config file, override) and the overrides' last change. */
-  settingsSource?: () => Record<string, unknown>;
+export interface AppDeps extends Omit<AdminContext, 'metrics'> {
   /** GET /readyz: whether this instance should get traffic now, and why not. */
   ready: ReadinessCheck;
   metrics: GatewayMetrics;
@@ -49,17 +29,12 @@ export interface AppDeps {
   /** pino logger options, or false for none. @default from config.server.log_level and log_format */
   logger?: boolean | Record<string, unknown>;
   onResult?: (result: ProxyResult) => void;
-  /** The sampling of the dashboard's history (GET /admin/history). @default every 5 s, 180 points */
-  history?: HistoryOptions;
 }
 
 /** Apps shutting down through closeApp: each of their connections closes as soon as its last response has ended. */
 const draining = new WeakSet<FastifyInstance>();
 
-/**
- * Route parameters (channel ids) may be as long as the request line: the route answers an id too long to exist with
- * its own 404, after the admin token was checked, instead of the router answering 414 in Fastify's shape.
- */
+/** Route parameters (channel ids) as long as the request line: an id too long to exist gets the route's own 404. */
 const MAX_PARAM_LENGTH = 16 * 1024;
 
 /** What an error of Fastify's own becomes: a client's mistake is a 4xx in slotgate's shape, never a 500. */
@@ -73,9 +48,8 @@ function fastifyHttpError(err: FastifyError, bodyLimit: number): HttpError | und
       'invalid_request_error',
       'the client closed the connection before its request was in',
     );
-  if (typeof err.code === 'string' && err.code.startsWith('FST_ERR_CTP'))
-    return new HttpError('invalid_request_error', err.message);
-  if (typeof err.code === 'string' && err.code.startsWith('FST_') && (err.statusCode ?? 500) < 500)
+  const code = String(err.code);
+  if (code.startsWith('FST_ERR_CTP') || (code.startsWith('FST_') && (err.statusCode ?? 500) < 500))
     return new HttpError('invalid_request_error', err.message);
   return undefined;
 }
@@ -89,7 +63,7 @@ export function buildApp(deps: AppDeps): FastifyInstance {
     const shape = shapeOf(request.url);
     const httpError = fastifyHttpError(err, bodyLimit) ?? toHttpError(err);
     if (httpError.code === 'internal_error') request.log.error({ err }, 'internal error');
-    if (request.url.startsWith('/v1/')) deps.metrics.countResponse('gateway', httpError.status);
+    if (request.url.startsWith('/v1/')) deps.metrics.traffic.countResponse('gateway', httpError.status);
     noteError(request, httpError.code, err);
     if (reply.sent || reply.raw.headersSent) return;
     // frameworkErrors answer outside the hooks: the request id is set here for them
@@ -146,31 +120,24 @@ export function buildApp(deps: AppDeps): FastifyInstance {
     void reply.code(404).send(errorBody(err, shapeOf(request.url)));
   });
 
+  const traffic = deps.metrics.traffic;
   registerClientRoutes(app, {
-    admission: deps.admission,
-    registry: deps.registry,
-    config: deps.config,
-    upstream: deps.upstream,
-    settings: deps.settings,
-    metrics: deps.metrics,
+    ...deps,
+    metrics: traffic,
     onResult: (result) => {
-      deps.metrics.countResponse(result.source, result.status);
+      traffic.countResponse(result.source, result.status);
       deps.onResult?.(result);
     },
   });
   registerModelRoutes(app, deps.registry);
-  registerHealthRoutes(app, deps.ready);
-  registerDashboardRoutes(app);
-  registerMetricsRoute(app, deps.metrics);
-  registerAdminRoutes(app, deps);
+  registerOpenRoutes(app, deps.ready, deps.metrics);
+  registerAdminRoutes(app, { ...deps, metrics: traffic });
   return app;
 }
 
 /**
- * Stops accepting and waits for in-flight requests, up to `forceAfterMs`, then drops every connection. On close, the
- * HTTP server drops only the keep-alive connections idle at that moment; one whose response was still streaming
- * would stay open until server.keep_alive_timeout_ms or the forced close and hold the shutdown with it, so while
- * draining each connection is dropped as soon as its last response has ended.
+ * Stops accepting and waits for in-flight requests, up to `forceAfterMs`, then drops every connection. Closing drops
+ * only the connections idle at that moment, so while draining each one is dropped as soon as its last response ends.
  */
 export async function closeApp(app: FastifyInstance, forceAfterMs: number): Promise<void> {
   draining.add(app);

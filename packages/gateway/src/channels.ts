@@ -3,7 +3,7 @@
  * whole on every config reload and swapped in one assignment, so a request sees one consistent version.
  */
 import type { Candidate, Client } from 'slotgate';
-import type { ChannelConfig, TokenConfig } from './config.js';
+import type { ChannelConfig, TokenConfig } from './config-schema.js';
 import type { ApiShape } from './http-errors.js';
 
 /** The endpoints a channel type can serve: its own API's, and both for the in-process mock. */
@@ -40,11 +40,13 @@ const ANONYMOUS: Caller = {
   client: { id: 'anonymous', maxConcurrency: 0, weight: 1 },
 };
 
+const indexKey = (shape: ApiShape, group: string, model: string) => `${shape}\u0000${group}\u0000${model}`;
+
 export class ChannelRegistry {
   readonly channels: readonly GatewayChannel[];
   private readonly byId = new Map<string, GatewayChannel>();
+  /** By API shape, group and model name (`*` for the channels serving every model). */
   private readonly index = new Map<string, GatewayChannel[]>();
-  private readonly wildcard = new Map<string, GatewayChannel[]>();
   private readonly tokens = new Map<string, Caller>();
   private readonly clientInfo = new Map<string, ClientInfo>();
 
@@ -61,28 +63,20 @@ export class ChannelRegistry {
     for (const channel of this.channels) {
       this.byId.set(channel.id, channel);
       if (!channel.enabled) continue;
-      for (const shape of SHAPES_OF_TYPE[channel.config.type]) {
-        for (const group of channel.config.groups) {
+      for (const shape of SHAPES_OF_TYPE[channel.config.type])
+        for (const group of channel.config.groups)
           for (const model of channel.config.models) {
-            const map = model === '*' ? this.wildcard : this.index;
-            const key = model === '*' ? `${shape}\u0000${group}` : `${shape}\u0000${group}\u0000${model}`;
-            const list = map.get(key);
-            if (list) list.push(channel);
-            else map.set(key, [channel]);
+            const key = indexKey(shape, group, model);
+            this.index.set(key, [...(this.index.get(key) ?? []), channel]);
           }
-        }
-      }
     }
     for (const token of tokens) {
       const id = token.client ?? token.name;
-      let info = this.clientInfo.get(id);
-      if (!info) {
-        info = {
-          client: { id, maxConcurrency: token.max_concurrency, weight: token.weight },
-          tokens: [],
-        };
-        this.clientInfo.set(id, info);
-      }
+      const info = this.clientInfo.get(id) ?? {
+        client: { id, maxConcurrency: token.max_concurrency, weight: token.weight },
+        tokens: [],
+      };
+      this.clientInfo.set(id, info);
       info.tokens.push(token.name);
       this.tokens.set(token.key, { ...token, client: info.client });
     }
@@ -92,13 +86,10 @@ export class ChannelRegistry {
     return this.byId.get(id);
   }
 
-  /**
-   * The enabled channels serving `model` for `group` on an endpoint of API `shape` (exact model names, then `*`
-   * channels): `openai` channels for the OpenAI-style routes, `anthropic` ones for /v1/messages, `mock` ones for both.
-   */
+  /** The enabled channels serving `model` for `group` on API `shape`: exact model names first, then `*` channels. */
   candidates(group: string, model: string, shape: ApiShape): GatewayChannel[] {
-    const exact = this.index.get(`${shape}\u0000${group}\u0000${model}`) ?? [];
-    const any = this.wildcard.get(`${shape}\u0000${group}`) ?? [];
+    const exact = this.index.get(indexKey(shape, group, model)) ?? [];
+    const any = this.index.get(indexKey(shape, group, '*')) ?? [];
     if (any.length === 0) return exact;
     return [...new Set([...exact, ...any])];
   }
@@ -113,10 +104,7 @@ export class ChannelRegistry {
     return [...names].sort();
   }
 
-  /**
-   * The token's config and its client (one object per client, for the admission engine), or undefined. With no
-   * tokens configured, auth is off and callers are in `default`, with no client limit.
-   */
+  /** The key's caller, or undefined. With no tokens configured, auth is off: callers are anonymous, unlimited. */
   authenticate(key: string | undefined): Caller | undefined {
     if (this.tokens.size === 0) return ANONYMOUS;
     return key ? this.tokens.get(key) : undefined;

@@ -1,7 +1,6 @@
 /**
- * The `redis` section of the config file: one node (`url`), a Redis Cluster (`cluster`) or a Sentinel-managed primary
- * (`sentinel`) — exactly one — plus what applies to all three. Also how that section becomes the library's
- * RedisStore connection options, in one place for the gateway and `slotgate doctor`.
+ * The `redis` section of the config file: exactly one of one node (`url`), a Redis Cluster or a Sentinel-managed
+ * primary, plus what applies to all three; and the RedisStore connection options it makes, for the gateway and doctor.
  */
 import { z } from 'zod';
 import { parseAddress, type RedisStoreOptions } from 'slotgate';
@@ -21,10 +20,7 @@ export const ADDRESS_EXPECTED = 'expected host:port (IPv6 in brackets, port 1–
 
 export const ADDRESS_HIDDEN = '(not shown: it may hold a password)';
 
-/**
- * A bad address as it may be printed: one with `@` is likely a URL with a password in it (a URL belongs in
- * `redis.url`), so it is never echoed.
- */
+/** A bad address as it may be printed: one with `@` is likely a URL with a password in it, never echoed. */
 export function showAddress(text: string): string {
   return text.includes('@') ? ADDRESS_HIDDEN : JSON.stringify(text);
 }
@@ -134,68 +130,47 @@ export const redisSchema = z
 
 export type RedisConfig = z.infer<typeof redisSchema>;
 
-/** Replaces `env:NAME` in the section's secrets with `resolve` (config.ts); a bad URL is one of the `issues`. */
-export function resolveRedisSecrets(
-  redis: RedisConfig,
-  resolve: (value: string, path: string) => string,
-  issues: string[],
-): void {
-  if (redis.url !== undefined) {
-    redis.url = resolve(redis.url, 'redis.url');
-    const problem = redis.url.startsWith('env:') ? undefined : redisUrlProblem(redis.url);
-    if (problem) issues.push(`redis.url: ${problem}`);
-  }
-  for (const [part, fields] of [
-    ['cluster', ['username', 'password']],
-    ['sentinel', ['username', 'password', 'sentinel_username', 'sentinel_password']],
-  ] as const) {
-    const section = redis[part] as Record<string, unknown> | undefined;
-    if (!section) continue;
-    for (const field of fields) {
-      const value = section[field];
-      if (typeof value === 'string') section[field] = resolve(value, `redis.${part}.${field}`);
-    }
-  }
-}
-
 /** The connection part of RedisStoreOptions: exactly one of url, cluster and sentinel. */
 export type RedisConnection = Pick<RedisStoreOptions, 'url' | 'cluster' | 'sentinel'>;
+
+/** `fields` without its undefined ones: a key given as undefined would override the client's default. */
+function defined<T extends object>(fields: T): Partial<T> {
+  return Object.fromEntries(Object.entries(fields).filter(([, v]) => v !== undefined)) as Partial<T>;
+}
 
 /** The library's connection options for a validated section (the schema guarantees exactly one). */
 export function redisConnection(redis: RedisConfig): RedisConnection {
   const { cluster, sentinel } = redis;
   if (cluster) {
-    const options = {
-      ...(cluster.max_redirections !== undefined && { maxRedirections: cluster.max_redirections }),
-      ...(cluster.slots_refresh_timeout_ms !== undefined && {
-        slotsRefreshTimeout: cluster.slots_refresh_timeout_ms,
-      }),
-    };
+    const { nat_map, max_redirections, slots_refresh_timeout_ms } = cluster;
+    const options = defined({
+      maxRedirections: max_redirections,
+      slotsRefreshTimeout: slots_refresh_timeout_ms,
+    });
+    const natMap =
+      nat_map && Object.fromEntries(Object.entries(nat_map).map(([from, to]) => [from, parseAddress(to)]));
+    const { username, password } = cluster;
     return {
       cluster: {
         nodes: cluster.nodes,
-        ...(cluster.nat_map && {
-          natMap: Object.fromEntries(
-            Object.entries(cluster.nat_map).map(([from, to]) => [from, parseAddress(to)]),
-          ),
-        }),
-        ...(cluster.username !== undefined && { username: cluster.username }),
-        ...(cluster.password !== undefined && { password: cluster.password }),
-        ...(cluster.tls && { tls: true }),
+        ...defined({ natMap, username, password, tls: cluster.tls || undefined }),
         ...(Object.keys(options).length > 0 && { options }),
       },
     };
   }
   if (sentinel) {
+    const { username, password, sentinel_username, sentinel_password } = sentinel;
     return {
       sentinel: {
         sentinels: sentinel.sentinels,
         name: sentinel.master_name,
-        ...(sentinel.username !== undefined && { username: sentinel.username }),
-        ...(sentinel.password !== undefined && { password: sentinel.password }),
-        ...(sentinel.sentinel_username !== undefined && { sentinelUsername: sentinel.sentinel_username }),
-        ...(sentinel.sentinel_password !== undefined && { sentinelPassword: sentinel.sentinel_password }),
-        ...(sentinel.tls && { tls: true }),
+        ...defined({
+          username,
+          password,
+          sentinelUsername: sentinel_username,
+          sentinelPassword: sentinel_password,
+          tls: sentinel.tls || undefined,
+        }),
       },
     };
   }

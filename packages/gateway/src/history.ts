@@ -1,16 +1,13 @@
 /**
- * The dashboard's history: what this instance saw over the last 15 minutes, kept in its memory only. Every
- * `intervalMs` (5 s) one sample reads the engine's cumulative counters and the channels' loads (through the load
- * view, as /metrics does) and appends one point — the rates over the interval just ended, the wait quantiles of the
- * waits that ended in it, each channel's slots in use against its max — to a ring of `points` (180): memory is bounded
- * by points × channels whatever the traffic. GET /admin/history returns it in columns.
+ * The dashboard's history: what this instance saw over the last 15 minutes, in its memory only. Every interval one
+ * sample reads the engine's cumulative counters and the channels' loads (through the load view) and appends the point
+ * for the interval just ended to a ring: memory is bounded by points × channels whatever the traffic.
  */
 import type { Admission, Candidate, Clock, HistogramSnapshot, Outcome } from 'slotgate';
 
-/** A ring buffer: the last `capacity` values pushed, oldest first. */
+/** The last `capacity` values pushed, oldest first. */
 export class Ring<T> {
   private readonly values: T[] = [];
-  private next = 0;
 
   constructor(readonly capacity: number) {
     if (!Number.isInteger(capacity) || capacity < 1)
@@ -18,9 +15,8 @@ export class Ring<T> {
   }
 
   push(value: T): void {
-    if (this.values.length < this.capacity) this.values.push(value);
-    else this.values[this.next] = value;
-    this.next = (this.next + 1) % this.capacity;
+    this.values.push(value);
+    if (this.values.length > this.capacity) this.values.shift();
   }
 
   get length(): number {
@@ -28,45 +24,27 @@ export class Ring<T> {
   }
 
   toArray(): T[] {
-    return this.values.length < this.capacity
-      ? [...this.values]
-      : [...this.values.slice(this.next), ...this.values.slice(0, this.next)];
+    return [...this.values];
   }
 }
 
 /** The 429 reasons of slotgate's own answers: a channel's capacity, or a client's own limit. */
-export const REJECTIONS = ['full', 'queue_full', 'wait_timeout', 'client_limit'] as const;
-export type Rejection = (typeof REJECTIONS)[number];
+const REJECTIONS = ['full', 'queue_full', 'wait_timeout', 'client_limit'] as const;
+type Rejection = (typeof REJECTIONS)[number];
 
-/** The admission outcome a rejection counts. */
 const outcomeOf = (reason: Rejection): Outcome =>
   reason === 'client_limit' ? 'client_limit' : `capacity_${reason}`;
 
+interface ChannelPoint {
+  max: number;
+  active: number;
+  waiting: number;
+}
+
 /** What one sample reads: cumulative counters (since the engine started) and the channels' loads now. */
-export interface Reading {
-  /** The clock's time when the counters were read. */
-  at: number;
-  outcomes: Readonly<Record<Outcome, number>>;
-  waits: HistogramSnapshot;
-  /** Store commands issued, every purpose. */
-  commands: number;
-  channels: ReadonlyArray<{ id: string; max: number; active: number; waiting: number }>;
-}
+export type Reading = Awaited<ReturnType<typeof readAdmission>>;
 
-export interface HistoryPoint {
-  /** End of the interval (the clock's ms). */
-  t: number;
-  admissionsPerS: number;
-  rejectionsPerS: Record<Rejection, number>;
-  /** Upper bounds of the wait-time buckets holding p50 and p99 of the waits that ended in the interval; null: none. */
-  waitP50Ms: number | null;
-  waitP99Ms: number | null;
-  commandsPerS: number;
-  channels: ReadonlyMap<string, { max: number; active: number; waiting: number }>;
-}
-
-/** Time and timers; `Clock` from slotgate (its ManualClock in tests). */
-export type HistoryClock = Pick<Clock, 'now' | 'setTimer'>;
+export type HistoryPoint = ReturnType<typeof pointBetween>;
 
 export interface HistoryOptions {
   /** @default 5000 */
@@ -74,10 +52,10 @@ export interface HistoryOptions {
   /** @default 180 (15 minutes at 5 s) */
   points?: number;
   /** @default the system clock */
-  clock?: HistoryClock;
+  clock?: Pick<Clock, 'now' | 'setTimer'>;
 }
 
-const systemTimers: HistoryClock = {
+const systemTimers: Pick<Clock, 'now' | 'setTimer'> = {
   now: () => Date.now(),
   setTimer(fn, ms) {
     const timer = setTimeout(fn, ms);
@@ -101,36 +79,36 @@ export function windowQuantile(now: HistogramSnapshot, before: HistogramSnapshot
   return now.buckets[now.buckets.length - 1]!;
 }
 
-/** The point for the interval between two readings. */
-export function pointBetween(before: Reading, after: Reading): HistoryPoint {
+/** The rates over the interval between two readings, and the wait quantiles of the waits that ended in it. */
+function pointBetween(before: Reading, after: Reading) {
   const seconds = Math.max(after.at - before.at, 1) / 1000;
   const rate = (read: (r: Reading) => number) => Math.max(0, read(after) - read(before)) / seconds;
   const rejectionsPerS = {} as Record<Rejection, number>;
   for (const reason of REJECTIONS) rejectionsPerS[reason] = rate((r) => r.outcomes[outcomeOf(reason)]);
   return {
+    /** End of the interval (the clock's ms). */
     t: after.at,
     admissionsPerS: rate((r) => r.outcomes.acquired),
     rejectionsPerS,
+    /** Upper bound of the wait-time bucket holding p50 of the waits that ended in the interval; null: none. */
     waitP50Ms: windowQuantile(after.waits, before.waits, 0.5),
     waitP99Ms: windowQuantile(after.waits, before.waits, 0.99),
     commandsPerS: rate((r) => r.commands),
-    channels: new Map(after.channels.map(({ id, ...load }) => [id, load])),
+    channels: new Map<string, ChannelPoint>(after.channels.map(({ id, ...load }) => [id, load])),
   };
 }
 
-/** A reading of the engine's counters now and of the channels' loads through the load view (never throws). */
-export function readAdmission(
-  admission: Admission,
-  channels: readonly Candidate[],
-  now: () => number,
-): Promise<Reading> {
+/** A reading of the engine's counters now and of the channels' loads through the load view. */
+export function readAdmission(admission: Admission, channels: readonly Candidate[], now: () => number) {
   const stats = admission.stats();
   const at = now();
   const commands = Object.values(stats.commands).reduce((a, b) => a + b, 0);
   return admission.viewLoads(channels).then((loads) => ({
+    /** The clock's time when the counters were read. */
     at,
     outcomes: stats.outcomes,
     waits: stats.waitTimeMs,
+    /** Store commands issued, every purpose. */
     commands,
     channels: channels.map((c) => ({
       id: c.id,
@@ -141,30 +119,12 @@ export function readAdmission(
   }));
 }
 
-/** GET /admin/history: the points in columns, oldest first. */
-export interface HistoryBody {
-  interval_ms: number;
-  capacity: number;
-  t: number[];
-  admissions_per_s: number[];
-  rejections_per_s: Record<Rejection, number[]>;
-  wait_ms: { p50: Array<number | null>; p99: Array<number | null> };
-  commands_per_s: number[];
-  /** Every channel seen in the window, those of the configuration in force first; null where it was not there. */
-  channels: Array<{
-    id: string;
-    max_concurrency: Array<number | null>;
-    active: Array<number | null>;
-    waiting: Array<number | null>;
-  }>;
-}
-
 const round = (n: number) => Math.round(n * 100) / 100;
 
 export class History {
   readonly intervalMs: number;
   private readonly ring: Ring<HistoryPoint>;
-  private readonly clock: HistoryClock;
+  private readonly clock: Pick<Clock, 'now' | 'setTimer'>;
   private last: Reading | undefined;
   private timer: { cancel(): void } | undefined;
   private sampling: Promise<void> | undefined;
@@ -181,7 +141,7 @@ export class History {
     this.clock = options.clock ?? systemTimers;
   }
 
-  /** Takes the first reading (no point yet: a rate needs two) and samples every interval from then on. */
+  /** Takes the first reading (a rate needs two) and samples every interval from then on. */
   start(): Promise<void> {
     if (this.running) return this.sampling ?? Promise.resolve();
     this.running = true;
@@ -190,7 +150,6 @@ export class History {
     return first;
   }
 
-  /** The history's clock. */
   now(): number {
     return this.clock.now();
   }
@@ -204,18 +163,16 @@ export class History {
   /** Due times stay on the start's grid, so a slow sample does not drift the ones after it. */
   private schedule(due: number): void {
     if (!this.running) return;
-    this.timer = this.clock.setTimer(
-      () => {
-        void this.sample();
-        this.schedule(due + this.intervalMs);
-      },
-      Math.max(0, due - this.clock.now()),
-    );
+    const fire = () => {
+      void this.sample();
+      this.schedule(due + this.intervalMs);
+    };
+    this.timer = this.clock.setTimer(fire, Math.max(0, due - this.clock.now()));
   }
 
   /**
-   * Reads once and appends the point since the previous reading. A sample still under way when the next is due
-   * (the store slow to answer) makes that one skip: the following point covers the longer interval, at its real rate.
+   * Reads once and appends the point since the previous reading. A sample still under way when the next is due makes
+   * that one skip: the following point covers the longer interval, at its real rate. A failed read leaves a gap.
    */
   sample(): Promise<void> {
     this.sampling ??= this.read()
@@ -223,9 +180,7 @@ export class History {
         if (this.last) this.ring.push(pointBetween(this.last, reading));
         this.last = reading;
       })
-      .catch(() => {
-        // a failed read leaves a gap; the next one measures from the last good reading
-      })
+      .catch(() => {})
       .finally(() => {
         this.sampling = undefined;
       });
@@ -236,18 +191,11 @@ export class History {
     return this.ring.toArray();
   }
 
-  /** The points in columns; `channelOrder` (the configuration in force) comes first, then channels since removed. */
-  toJSON(channelOrder: readonly string[] = []): HistoryBody {
+  /** GET /admin/history: the points in columns, oldest first; `channelOrder` first, then channels since removed. */
+  toJSON(channelOrder: readonly string[] = []) {
     const points = this.ring.toArray();
-    const ids = [...channelOrder];
-    const known = new Set(ids);
-    for (const p of points)
-      for (const id of p.channels.keys())
-        if (!known.has(id)) {
-          known.add(id);
-          ids.push(id);
-        }
-    const column = (id: string, read: (c: { max: number; active: number; waiting: number }) => number) =>
+    const ids = [...new Set([...channelOrder, ...points.flatMap((p) => [...p.channels.keys()])])];
+    const column = (id: string, read: (c: ChannelPoint) => number) =>
       points.map((p) => {
         const c = p.channels.get(id);
         return c ? read(c) : null;
@@ -262,6 +210,7 @@ export class History {
       rejections_per_s: rejections,
       wait_ms: { p50: points.map((p) => p.waitP50Ms), p99: points.map((p) => p.waitP99Ms) },
       commands_per_s: points.map((p) => round(p.commandsPerS)),
+      // null where the channel was not in the configuration
       channels: ids.map((id) => ({
         id,
         max_concurrency: column(id, (c) => c.max),

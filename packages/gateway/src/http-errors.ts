@@ -1,7 +1,6 @@
 /**
- * The only error → HTTP status table of the gateway, and the two body shapes: OpenAI
- * `{"error":{"message","type","code"}}` and Anthropic `{"type":"error","error":{"type","message"}}`.
- * docs/errors.md is kept in step with GATEWAY_ERRORS by a test.
+ * The gateway's one error → HTTP status table (docs/errors.md follows it, checked by a test), and the two body shapes:
+ * OpenAI `{"error":{"message","type","code"}}` and Anthropic `{"type":"error","error":{"type","message"}}`.
  */
 import {
   CapacityError,
@@ -23,131 +22,104 @@ export interface ErrorSpec {
   meaning: string;
 }
 
-export const GATEWAY_ERRORS = {
+/** A code's two body types follow from its status, as in OpenAI's and Anthropic's own APIs. */
+function typesOf(status: number): Pick<ErrorSpec, 'type' | 'anthropicType'> {
+  if (status === 429) return { type: 'rate_limit_error', anthropicType: 'rate_limit_error' };
+  if (status >= 500)
+    return { type: 'server_error', anthropicType: status === 503 ? 'overloaded_error' : 'api_error' };
+  const anthropic: Record<number, string> = {
+    401: 'authentication_error',
+    404: 'not_found_error',
+    413: 'request_too_large',
+  };
+  return { type: 'invalid_request_error', anthropicType: anthropic[status] ?? 'invalid_request_error' };
+}
+
+const ERRORS = {
   channel_capacity_exhausted: {
     status: 429,
-    type: 'rate_limit_error',
-    anthropicType: 'rate_limit_error',
     meaning:
       'every candidate channel is at its max concurrency: none free and waiting off, the wait queue full, or the wait timed out. Retry-After says when to try again.',
   },
   client_concurrency_exceeded: {
     status: 429,
-    type: 'rate_limit_error',
-    anthropicType: 'rate_limit_error',
     meaning:
       "the caller's client (its token's max_concurrency, shared by the tokens of one client) has that many requests in flight across the fleet and none of its slots came free: waiting off, its queue full, or the wait timed out. Retry-After says when to try again.",
   },
   admission_store_unavailable: {
     status: 503,
-    type: 'server_error',
-    anthropicType: 'overloaded_error',
     meaning: 'the admission store (Redis) failed or timed out; bounded channels fail closed. Retry-After: 1.',
   },
   lease_lost: {
     status: 503,
-    type: 'server_error',
-    anthropicType: 'overloaded_error',
     meaning:
       "the request's slot was lost (Redis lost it and the channel was full, or no renewal was confirmed before it expired): the upstream call was ended to keep the channel's max. Retry-After: 1.",
   },
-  model_not_found: {
-    status: 404,
-    type: 'invalid_request_error',
-    anthropicType: 'not_found_error',
-    meaning: "no enabled channel serves this model for the token's group",
-  },
+  model_not_found: { status: 404, meaning: "no enabled channel serves this model for the token's group" },
   wrong_api_type: {
     status: 400,
-    type: 'invalid_request_error',
-    anthropicType: 'invalid_request_error',
     meaning:
       "the model is served for the token's group only by channels of the other API: OpenAI routes need openai channels, /v1/messages anthropic ones (mock serves both)",
   },
   invalid_api_key: {
     status: 401,
-    type: 'invalid_request_error',
-    anthropicType: 'authentication_error',
     meaning: 'the Authorization bearer token (or x-api-key) is missing or unknown',
   },
   invalid_request_error: {
     status: 400,
-    type: 'invalid_request_error',
-    anthropicType: 'invalid_request_error',
     meaning: 'the body is not valid JSON, is not an object, or has no string `model`',
   },
   request_too_large: {
     status: 413,
-    type: 'invalid_request_error',
-    anthropicType: 'request_too_large',
     meaning: 'the body is larger than server.body_limit_bytes, or the headers are larger than 16 KiB',
   },
   request_timeout: {
     status: 408,
-    type: 'invalid_request_error',
-    anthropicType: 'invalid_request_error',
     meaning:
       'the request headers did not arrive within server.headers_timeout_ms, or the whole request within server.request_timeout_ms; the connection is closed',
   },
   invalid_settings: {
     status: 400,
-    type: 'invalid_request_error',
-    anthropicType: 'invalid_request_error',
     meaning:
       'an admin settings update was rejected whole (unknown key, wrong type or out of range); nothing changed',
   },
-  not_found: {
-    status: 404,
-    type: 'invalid_request_error',
-    anthropicType: 'not_found_error',
-    meaning: 'no such route, or no such channel on an admin route',
-  },
+  not_found: { status: 404, meaning: 'no such route, or no such channel on an admin route' },
   unauthorized_admin: {
     status: 401,
-    type: 'invalid_request_error',
-    anthropicType: 'authentication_error',
     meaning: 'an admin route was called without the admin token (or no admin token is configured)',
   },
   upstream_unreachable: {
     status: 502,
-    type: 'server_error',
-    anthropicType: 'api_error',
     meaning:
       'every channel tried failed before answering (connection error or time-out); no upstream status to pass on',
   },
   upstream_timeout: {
     status: 504,
-    type: 'server_error',
-    anthropicType: 'api_error',
     meaning: 'the upstream did not send its response headers within timeouts.first_byte_ms',
   },
   not_ready: {
     status: 503,
-    type: 'server_error',
-    anthropicType: 'overloaded_error',
     meaning:
       'GET /readyz: this instance should get no traffic now (its admission store does not answer); the message says why',
   },
-  internal_error: {
-    status: 500,
-    type: 'server_error',
-    anthropicType: 'api_error',
-    meaning: 'an unexpected error in the gateway (logged with the request id)',
-  },
-} as const satisfies Record<string, ErrorSpec>;
+  internal_error: { status: 500, meaning: 'an unexpected error in the gateway (logged with the request id)' },
+} as const satisfies Record<string, Pick<ErrorSpec, 'status' | 'meaning'>>;
 
-export type GatewayErrorCode = keyof typeof GATEWAY_ERRORS;
+export type GatewayErrorCode = keyof typeof ERRORS;
+
+export const GATEWAY_ERRORS = Object.fromEntries(
+  Object.entries(ERRORS).map(([code, { status, meaning }]) => [
+    code,
+    { status, ...typesOf(status), meaning },
+  ]),
+) as Record<GatewayErrorCode, ErrorSpec>;
 
 /** Longest piece of client input an error message echoes. */
 export const ECHO_MAX_CHARS = 200;
 /** Longest error message an answer carries; a longer one keeps its beginning and its end. */
 export const MESSAGE_MAX_CHARS = 1000;
 
-/**
- * Client input (a string or a parsed JSON value) as an error message shows it: as JSON, so a string is quoted and its
- * control characters escaped, cut to ECHO_MAX_CHARS with the full length noted: `"gpt-4o-mini"`,
- * `"xxxx…… (100002 characters)`.
- */
+/** Client input as an error message shows it: as JSON (quoted, control characters escaped), cut to ECHO_MAX_CHARS. */
 export function echo(input: unknown): string {
   const text = JSON.stringify(input) ?? String(input);
   if (text.length <= ECHO_MAX_CHARS) return text;
@@ -181,15 +153,10 @@ export class HttpError extends Error {
 /** Maps any error to the HTTP error the client sees. Messages of unknown errors are not echoed. */
 export function toHttpError(err: unknown): HttpError {
   if (err instanceof HttpError) return err;
-  if (err instanceof CapacityError) {
+  if (err instanceof CapacityError || err instanceof ClientLimitError) {
+    const code = err instanceof CapacityError ? 'channel_capacity_exhausted' : 'client_concurrency_exceeded';
     const seconds = Math.max(1, Math.ceil(err.retryAfterMs / 1000));
-    return new HttpError('channel_capacity_exhausted', `slotgate: ${err.message} [reason: ${err.reason}]`, {
-      'retry-after': String(seconds),
-    });
-  }
-  if (err instanceof ClientLimitError) {
-    const seconds = Math.max(1, Math.ceil(err.retryAfterMs / 1000));
-    return new HttpError('client_concurrency_exceeded', `slotgate: ${err.message} [reason: ${err.reason}]`, {
+    return new HttpError(code, `slotgate: ${err.message} [reason: ${err.reason}]`, {
       'retry-after': String(seconds),
     });
   }

@@ -1,14 +1,12 @@
 /**
- * The Fastify options that guard connections before any route runs: the request id a client may choose, the
- * time-outs that bound receiving a request (never sending its response: an LLM stream may run for many minutes), and
- * the answer to a connection-level error (a time-out, headers too large, bytes that are not HTTP), in slotgate's
- * error shape instead of Fastify's.
+ * The Fastify options that guard connections before any route runs: the request id a client may choose, time-outs
+ * that bound receiving a request (never sending its response), and slotgate's answer to a connection-level error.
  */
 import { randomUUID } from 'node:crypto';
 import { STATUS_CODES, type IncomingMessage, type Server } from 'node:http';
 import type { Socket } from 'node:net';
 import type { FastifyBaseLogger, FastifyHttpOptions } from 'fastify';
-import type { GatewayConfig } from './config.js';
+import type { GatewayConfig } from './config-schema.js';
 import { HttpError, errorBody } from './http-errors.js';
 
 /** A client's `x-request-id` is kept only in this shape; anything else gets a fresh UUID. */
@@ -20,20 +18,14 @@ export function requestId(request: IncomingMessage): string {
   return typeof given === 'string' && REQUEST_ID.test(given) ? given : randomUUID();
 }
 
-/**
- * Node checks the headers and request time-outs of every connection still receiving a request this often (its
- * default, 30 s, would let a 10 s time-out run to 40 s); a time-out is enforced within this much of its value.
- */
+/** How often Node checks the request time-outs: its default, 30 s, would let a 10 s time-out run to 40 s. */
 export function checkingIntervalMs(server: GatewayConfig['server']): number {
   return Math.min(1000, Math.ceil(Math.min(server.headers_timeout_ms, server.request_timeout_ms) / 4));
 }
 
 /**
- * Node's `requestTimeout` and `headersTimeout` run from the first byte of a request (from the connection's start for
- * the first one) until the request has been received whole, so a response streaming for an hour is never cut; between
- * two requests of a keep-alive connection, `keepAliveTimeout` applies instead. The socket inactivity time-out
- * (`connectionTimeout`) stays off: it would cut a stream whose upstream is silent for a while (timeouts.idle_ms
- * bounds that gap).
+ * The request time-outs run until the request has been received whole, so a response streaming for an hour is never
+ * cut. The socket inactivity time-out stays off: it would cut a silent stream (timeouts.idle_ms bounds that gap).
  */
 export function timeoutOptions(server: GatewayConfig['server']): FastifyHttpOptions<Server> {
   return {
@@ -59,10 +51,7 @@ function clientHttpError(code: string): HttpError {
   return new HttpError('invalid_request_error', 'the request is not valid HTTP/1.1');
 }
 
-/**
- * Fastify's `clientErrorHandler`: like Node's own, it answers only on a connection that has not written anything yet
- * (never into the middle of an earlier response), then closes the connection.
- */
+/** Like Node's own, it answers only on a connection that has written nothing yet, then closes it. */
 export function clientErrorHandler(log: () => FastifyBaseLogger) {
   return (err: Error & { code?: string }, socket: Socket): void => {
     if (err.code === 'ECONNRESET' || socket.destroyed) return;

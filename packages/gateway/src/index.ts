@@ -1,18 +1,7 @@
-/**
- * slotgate-gateway: an OpenAI/Anthropic-compatible gateway on slotgate, for embedding and tests. Most users run the
- * `slotgate` command instead; docs/api.md lists this surface.
- */
+/** slotgate-gateway: an OpenAI/Anthropic-compatible gateway on slotgate, to embed; docs/api.md lists this surface. */
 export { createGateway, CLIENT_ROUTES, type Gateway, type GatewayOptions } from './server.js';
-export {
-  ConfigError,
-  loadConfigFile,
-  parseConfig,
-  parseConfigText,
-  type GatewayConfig,
-  type ChannelConfig,
-  type TokenConfig,
-  type MockConfig,
-} from './config.js';
+export { ConfigError, loadConfigFile, parseConfig, parseConfigText } from './config.js';
+export type { GatewayConfig, ChannelConfig, TokenConfig, MockConfig } from './config-schema.js';
 export {
   GATEWAY_SETTINGS,
   gatewaySettings,
@@ -20,4 +9,4 @@ export {
   type GatewaySettingsUpdate,
 } from './settings.js';
 export { GATEWAY_ERRORS, type GatewayErrorCode } from './http-errors.js';
-export type { ProxyResult } from './proxy/forward.js';
+export type { ProxyResult } from './proxy/context.js';

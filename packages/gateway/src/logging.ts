@@ -1,9 +1,7 @@
 /**
- * The gateway's logs: the pino options (JSON lines, or pino-pretty's colored lines when stdout is a terminal) and the
- * one access line each request gets when its response has ended — streams included, once they end or the client
- * leaves. Fastify's own two lines per request are off. A client API request logs at info with what the proxy learnt
- * (token name, model, channel, admission wait, upstream status, retries, outcome); every other route (the dashboard's
- * polling of /admin/*, /metrics, the probes) logs at debug, except admin writes. docs/operations.md lists the fields.
+ * The gateway's logs: the pino options (JSON lines, or pino-pretty's when stdout is a terminal) and the one access line
+ * each request gets when its response has ended or the client left, instead of Fastify's two. docs/operations.md lists
+ * the fields.
  */
 import { writeSync } from 'node:fs';
 import { createRequire } from 'node:module';
@@ -11,24 +9,10 @@ import { Writable } from 'node:stream';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { pino, type Logger } from 'pino';
 import { CapacityError } from 'slotgate';
-import type { GatewayConfig } from './config.js';
+import type { GatewayConfig } from './config-schema.js';
 
 /** What the proxy learnt about a client API request, filled in as it goes; written out by the access line. */
-export interface AccessRecord {
-  /** The client token's configured name (never its key). */
-  token: string | undefined;
-  model: string | undefined;
-  /** The channel whose answer the client got (the last one tried when slotgate answered itself). */
-  channel: string | undefined;
-  /** Time spent waiting for admission, summed over the attempts. */
-  waitMs: number;
-  /** The status of the upstream answer passed on, or of the last one seen. */
-  upstreamStatus: number | undefined;
-  /** Upstream calls made (0 when the request was refused before any). */
-  attempts: number;
-  /** slotgate's own error code when it answered itself (e.g. `channel_capacity_exhausted`). */
-  error: string | undefined;
-}
+export type AccessRecord = ReturnType<typeof newAccessRecord>;
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -37,15 +21,21 @@ declare module 'fastify' {
   }
 }
 
-export function newAccessRecord(): AccessRecord {
+export function newAccessRecord() {
   return {
-    token: undefined,
-    model: undefined,
-    channel: undefined,
+    /** The client token's configured name (never its key). */
+    token: undefined as string | undefined,
+    model: undefined as string | undefined,
+    /** The channel whose answer the client got (the last one tried when slotgate answered itself). */
+    channel: undefined as string | undefined,
+    /** Time spent waiting for admission, summed over the attempts. */
     waitMs: 0,
-    upstreamStatus: undefined,
+    /** The status of the upstream answer passed on, or of the last one seen. */
+    upstreamStatus: undefined as number | undefined,
+    /** Upstream calls made (0 when the request was refused before any). */
     attempts: 0,
-    error: undefined,
+    /** slotgate's own error code when it answered itself (e.g. `channel_capacity_exhausted`). */
+    error: undefined as string | undefined,
   };
 }
 
@@ -65,10 +55,7 @@ export function prettyLogs(format: LogFormat, isTTY = process.stdout.isTTY === t
 
 type Prettifier = (line: string) => string;
 
-/**
- * An access line on a terminal: one line, `POST /v1/chat/completions 200 2310 ms gpt-4o-mini → openai-main wait 120 ms
- * ok token=team-a [reqId]` (the retries and upstream status when they say something), instead of a field per line.
- */
+/** An access line on a terminal, on one line: `POST /v1/chat/completions 200 2310 ms gpt-4o → openai-main ok …`. */
 function accessSummary(log: Record<string, unknown>): string {
   const parts = [
     `${String(log.method)} ${String(log.path)} ${String(log.status)} ${String(log.duration_ms)} ms`,
@@ -89,8 +76,8 @@ function accessSummary(log: Record<string, unknown>): string {
 }
 
 /**
- * pino-pretty's formatting, written synchronously to stdout (so the lines written right before process.exit, at
- * shutdown, are not lost); access lines on one line each. Loaded only when used: JSON output never needs it.
+ * pino-pretty's formatting, written synchronously to stdout so the lines written right before process.exit are not
+ * lost. Loaded only when used: JSON output never needs it.
  */
 export function prettyStream(out: (text: string) => void = (text) => writeSync(1, text)): Writable {
   const require = createRequire(import.meta.url);
@@ -110,9 +97,8 @@ export function prettyStream(out: (text: string) => void = (text) => writeSync(1
 }
 
 /**
- * Fastify's `logger` option: false for none; otherwise the configured level, the redaction of credential headers,
- * and pino-pretty when the format asks for it and the caller gave no stream of its own. `given` (the caller's pino
- * options) wins over the rest.
+ * Fastify's `logger` option: false for none; otherwise the configured level, credential headers redacted, pino-pretty
+ * when the format asks for it; the caller's own pino options (`given`) win.
  */
 export function loggerOptions(
   server: Pick<GatewayConfig['server'], 'log_level' | 'log_format'>,
@@ -120,8 +106,7 @@ export function loggerOptions(
 ): false | Record<string, unknown> {
   if (given === false) return false;
   const options = typeof given === 'object' ? given : {};
-  // JSON lines go to stdout synchronously too: pino's default asynchronous destination can lose the line written
-  // right before process.exit ("shutdown complete") when an earlier write is still in flight
+  // JSON lines go to stdout synchronously too: pino's asynchronous default can lose the line before process.exit
   const stream =
     options.stream !== undefined
       ? undefined
@@ -139,16 +124,13 @@ export function loggerOptions(
 /** Longest model name and path an access line carries (the client chooses them). */
 const CLIENT_TEXT_MAX_CHARS = 200;
 
-/** Client API routes log at info; so do admin writes. Reads of the admin API, /metrics and probes log at debug. */
+/** Client API routes and admin writes log at info; the dashboard's polling, /metrics and the probes at debug. */
 function accessLevel(request: FastifyRequest): 'info' | 'debug' {
   if (request.url.startsWith('/v1/')) return 'info';
   return request.method === 'GET' || request.method === 'HEAD' ? 'debug' : 'info';
 }
 
-/**
- * `client_closed` when the connection closed before the response ended; else slotgate's error code when it answered
- * itself, `upstream_error` when it passed on an upstream error status, `ok` otherwise.
- */
+/** `client_closed`, slotgate's own error code, `upstream_error` (an upstream error passed on), `error` or `ok`. */
 function outcomeOf(a: AccessRecord | null, reply: FastifyReply): string {
   if (!reply.raw.writableEnded) return 'client_closed';
   if (a?.error) return a.error;
@@ -158,15 +140,12 @@ function outcomeOf(a: AccessRecord | null, reply: FastifyReply): string {
 
 /** Whether the request's logger writes `level`: a line it would drop need not be built. */
 export function logsAt(request: FastifyRequest, level: 'info' | 'debug'): boolean {
-  // pino's logger has isLevelEnabled (Fastify's type leaves it out); with logging off Fastify's no-op logger has not
+  // Fastify's type leaves pino's isLevelEnabled out; its no-op logger (logging off) has none
   const log = request.log as unknown as Partial<Logger>;
   return typeof log.isLevelEnabled === 'function' && log.isLevelEnabled(level);
 }
 
-/**
- * The request's one access line, written when its response has ended or its connection closed first. The request
- * id comes from the request's logger (`reqId`). Client API requests carry every field, null where it does not apply.
- */
+/** The request's access line; a client API request's carries every field, null where it does not apply. */
 export function logAccess(request: FastifyRequest, reply: FastifyReply): void {
   const level = accessLevel(request);
   if (!logsAt(request, level)) return;
@@ -189,10 +168,7 @@ export function logAccess(request: FastifyRequest, reply: FastifyReply): void {
   request.log[level](line, 'access');
 }
 
-/**
- * Records slotgate's own error answer for the access line: its error code, or for a 429 the admission outcome that
- * says why (`capacity_full`, `capacity_queue_full`, `capacity_wait_timeout`).
- */
+/** Records slotgate's own error answer for the access line: its code, or for a capacity 429 the outcome (`capacity_full`, …). */
 export function noteError(request: FastifyRequest, code: string, cause?: unknown): void {
   (request.access ??= newAccessRecord()).error =
     cause instanceof CapacityError ? `capacity_${cause.reason}` : code;

@@ -1,7 +1,6 @@
 /**
- * Readiness: whether this instance should get traffic now. The decision is one function, `ReadinessCheck`; the
- * runtime builds it from the store's health, and GET /readyz answers with it. Probes come every few seconds from
- * every load balancer and kubelet, so the answer is shared by concurrent probes and kept for a moment.
+ * Readiness: whether this instance should get traffic now (GET /readyz). Probes come every few seconds from every load
+ * balancer and kubelet, so concurrent probes share one answer, kept for a moment.
  */
 import type { SlotStore } from 'slotgate';
 
@@ -24,10 +23,7 @@ export async function storeReadiness(store: SlotStore): Promise<Readiness> {
       };
 }
 
-/**
- * `check` asked at most once per `ttlMs`: concurrent callers share the call in flight, and its answer is kept for
- * `ttlMs` after it settled. A check that throws counts as not ready.
- */
+/** `check` asked at most once per `ttlMs` after it settled, its call shared; a check that throws is not ready. */
 export function cachedReadiness(
   check: ReadinessCheck,
   ttlMs: number,

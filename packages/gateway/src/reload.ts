@@ -1,14 +1,14 @@
 /**
- * Config reloads: the file is re-read on a change to its directory or on demand (SIGHUP), and put in force when it is
- * valid and differs from the configuration in force. A rejected file changes nothing; its error is recorded for
- * /admin/status and the metrics. `server` and `redis` are read once at start, so a change to them waits for a restart.
+ * Config reloads: on a change to the file's directory or on demand (SIGHUP), a valid file that differs is put in force;
+ * a rejected one changes nothing. `server` and `redis` are read once at start: a change to them waits for a restart.
  */
 import { createHash } from 'node:crypto';
 import { watch } from 'node:fs';
 import { basename, dirname } from 'node:path';
 import type { FastifyBaseLogger } from 'fastify';
 import { ChannelRegistry } from './channels.js';
-import { ConfigError, loadConfigFile, type GatewayConfig } from './config.js';
+import { ConfigError, loadConfigFile } from './config.js';
+import type { GatewayConfig } from './config-schema.js';
 import type { GatewayMetrics } from './metrics.js';
 
 /** Changes to one file within this long make one reload: editors and deploy tools write in several steps. */
@@ -23,15 +23,15 @@ export function hashConfig(config: GatewayConfig): string {
 
 /** The configuration in force, its channel registry, and what /admin/status reports about it. */
 export class ConfigInForce {
-  version = 1;
-  hash: string;
-  loadedAt = new Date().toISOString();
+  version = 0;
+  config!: GatewayConfig;
+  registry!: ChannelRegistry;
+  hash!: string;
+  loadedAt!: string;
   lastError: string | null = null;
-  registry: ChannelRegistry;
 
-  constructor(public config: GatewayConfig) {
-    this.hash = hashConfig(config);
-    this.registry = new ChannelRegistry(config.channels, config.tokens);
+  constructor(config: GatewayConfig) {
+    this.replace(config, hashConfig(config));
   }
 
   /** Swaps in a new configuration; a request sees the old registry or the new one, never a mix. */
@@ -45,13 +45,8 @@ export class ConfigInForce {
   }
 
   describe(): Record<string, unknown> {
-    return {
-      source: this.config.source,
-      version: this.version,
-      hash: this.hash,
-      loaded_at: this.loadedAt,
-      last_error: this.lastError,
-    };
+    const { config, version, hash, loadedAt, lastError } = this;
+    return { source: config.source, version, hash, loaded_at: loadedAt, last_error: lastError };
   }
 }
 
@@ -84,12 +79,10 @@ export function watchConfig(options: ReloadOptions): Reloader {
       // The file is valid again, even when it is back to the configuration in force: the error is over.
       current.lastError = null;
       if (hash === current.hash) return undefined;
-      if (
-        JSON.stringify(next.redis) !== JSON.stringify(current.config.redis) ||
-        JSON.stringify(next.server) !== JSON.stringify(current.config.server)
-      ) {
+      const changed = (key: 'redis' | 'server') =>
+        JSON.stringify(next[key]) !== JSON.stringify(current.config[key]);
+      if (changed('redis') || changed('server'))
         log.warn('config reload: changes to `server` and `redis` take effect only after a restart');
-      }
       current.replace(next, hash);
       options.onReplaced();
       log.info(

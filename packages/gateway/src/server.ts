@@ -4,29 +4,23 @@
  */
 import type { FastifyInstance } from 'fastify';
 import type { Admission, SlotStore } from 'slotgate';
-import { buildApp, closeApp } from './app.js';
-import type { ConfigError, GatewayConfig } from './config.js';
-import type { HistoryOptions } from './history.js';
-import type { ProxyResult } from './proxy/forward.js';
+import { buildApp, closeApp, type AppDeps } from './app.js';
+import type { ConfigError } from './config.js';
+import type { GatewayConfig } from './config-schema.js';
 import { watchConfig, type Reloader } from './reload.js';
 import { GatewayRuntime } from './runtime.js';
 import type { GatewaySettings } from './settings.js';
 
 export { CLIENT_ROUTES } from './routes/client.js';
 
-export interface GatewayOptions {
+export interface GatewayOptions extends Pick<AppDeps, 'logger' | 'onResult' | 'history'> {
   config: GatewayConfig;
   /** When set, the file is watched and the channel list reloads when it changes. */
   configPath?: string;
-  /** pino logger options, or false for none. @default from config.server.log_level */
-  logger?: boolean | Record<string, unknown>;
   /** Applied to every configuration loaded on reload (the command line's --port/--host/--redis overrides). */
   transformConfig?: (config: GatewayConfig) => GatewayConfig;
   /** Use this store instead of the one the config describes (tests, embedding). */
   store?: SlotStore;
-  onResult?: (result: ProxyResult) => void;
-  /** The sampling of the dashboard's history (GET /admin/history). @default every 5 s, 180 points */
-  history?: HistoryOptions;
 }
 
 export interface Gateway {
@@ -49,10 +43,10 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
     admission: runtime.admission,
     registry: () => runtime.registry,
     config: () => runtime.config,
-    settings: () => runtime.settings,
-    putSettings: runtime.putSettings,
+    settings: () => runtime.settings.value,
+    putSettings: runtime.settings.put,
     status: runtime.status,
-    settingsSource: runtime.settingsSource,
+    settingsSource: runtime.settings.source,
     ready: runtime.ready,
     metrics: runtime.metrics,
     upstream: runtime.upstream,
@@ -85,7 +79,7 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
       return runtime.config;
     },
     get settings() {
-      return runtime.settings;
+      return runtime.settings.value;
     },
     reload: async () => reloader?.reload(),
     listen: () => app.listen({ host: runtime.config.server.host, port: runtime.config.server.port }),

@@ -23,6 +23,14 @@ export const gatewaySettings = defineSettings(GATEWAY_SETTINGS);
 export type GatewaySettings = SettingsOf<typeof GATEWAY_SETTINGS>;
 export type GatewaySettingsUpdate = Partial<GatewaySettings>;
 
+/** The settings in force: defaults < the config file's `settings` < the overrides shared through the store. */
+export function settingsInForce(
+  fromFile: GatewaySettingsUpdate,
+  overrides: GatewaySettingsUpdate = {},
+): GatewaySettings {
+  return gatewaySettings.merge(gatewaySettings.defaults, { ...fromFile, ...overrides });
+}
+
 const ADMISSION_KEYS = Object.keys(ADMISSION_SETTINGS) as (keyof typeof ADMISSION_SETTINGS)[];
 
 /** The admission engine's part of the gateway's settings. */
@@ -33,10 +41,7 @@ export function admissionPart(settings: GatewaySettings): SettingsUpdate {
 /** Where a setting in force comes from: its default, the config file's `settings`, or an override shared through the store. */
 export type SettingSource = 'default' | 'config_file' | 'override';
 
-/**
- * What GET /admin/status says of the settings in force: each key's source, and the store's record of the overrides'
- * last change (when, by which instance, and whether an instance put them back after the store lost them).
- */
+/** Each setting's source, and the store's record of the overrides' last change (and restore, if the store lost them). */
 export function settingsSource(
   fromFile: GatewaySettingsUpdate,
   overrides: GatewaySettingsUpdate,

@@ -1,10 +1,10 @@
 /**
- * Calls to real upstreams (openai, anthropic) with undici: the body is forwarded as-is with the channel's own
- * credentials; the response comes back as a stream, passed through as it arrives. Time-outs: connect, first byte
- * (response headers) and idle gaps between body chunks.
+ * Calls to real upstreams (openai, anthropic) with undici: the body as-is with the channel's own credentials, the
+ * answer as a stream. Time-outs: connect, first byte (response headers) and idle gaps between body chunks.
  */
 import type { Readable } from 'node:stream';
 import { Agent, errors as undiciErrors, request } from 'undici';
+import type { GatewayConfig } from './config-schema.js';
 import type { ApiShape } from './http-errors.js';
 import type { GatewayChannel } from './channels.js';
 
@@ -23,12 +23,6 @@ export interface UpstreamCall {
   /** Client headers worth forwarding (accept, anthropic-version, anthropic-beta, openai-beta, user-agent). */
   clientHeaders: Record<string, string | string[] | undefined>;
   signal: AbortSignal;
-}
-
-export interface UpstreamTimeouts {
-  connect_ms: number;
-  first_byte_ms: number;
-  idle_ms: number;
 }
 
 /** The upstream could not be reached or stopped answering before its headers: the request may be retried. */
@@ -68,7 +62,7 @@ export function upstreamHeaders(call: UpstreamCall): Record<string, string> {
 export class UpstreamClient {
   private readonly agent: Agent;
 
-  constructor(private readonly timeouts: UpstreamTimeouts) {
+  constructor(private readonly timeouts: GatewayConfig['timeouts']) {
     this.agent = new Agent({
       connect: { timeout: timeouts.connect_ms },
       headersTimeout: timeouts.first_byte_ms,

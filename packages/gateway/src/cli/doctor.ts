@@ -1,14 +1,8 @@
-/**
- * `slotgate doctor`: checks one node (`--redis`), every master of a Cluster (`--cluster`) or the primary of a Sentinel
- * set (`--sentinel --master`), or the Redis of a gateway config file (`--config`); exit 1 when leftover keys are found,
- * 2 when it cannot run.
- */
-import { checkLeftovers, formatLeftoverReport as formatReport } from 'slotgate';
-import { readFile } from 'node:fs/promises';
-import { parse as parseYaml } from 'yaml';
-import { ConfigError, parseConfig } from '../config.js';
-import { describeRedis, redisConnection, type RedisConfig } from '../config-redis.js';
-import { doctorClient } from './doctor-client.js';
+/** `slotgate doctor`: checks a Redis for leftover keys; exit 1 when it finds some, 2 when it cannot run. */
+import type { RedisOptions } from 'ioredis';
+import { checkLeftovers, createRedisClient, formatLeftoverReport as formatReport } from 'slotgate';
+import { ConfigError, parseConfig, parseDocument, readConfigText } from '../config.js';
+import { describeRedis, redisConnection, type RedisConfig, type RedisConnection } from '../config-redis.js';
 import { redisTarget, UsageError, withTarget, type RedisFlags } from './redis-target.js';
 
 export interface DoctorOptions extends RedisFlags {
@@ -24,22 +18,9 @@ const NO_REDIS =
   'give --redis URL, --cluster host:port[,...], --sentinel host:port[,...] --master NAME or --config FILE ' +
   '(or set REDIS_URL, REDIS_CLUSTER_NODES or REDIS_SENTINELS)';
 
-/**
- * The `redis` section of a config file, as written. Only this section is read and checked: the doctor needs no
- * channel key, so a host without those variables set can still run it.
- */
+/** A config file's `redis` section as written: the doctor needs no channel key, so their variables may be unset. */
 async function fileSection(path: string): Promise<unknown> {
-  let text: string;
-  try {
-    text = await readFile(path, 'utf8');
-  } catch (err) {
-    throw new ConfigError(path, [`cannot read the file: ${(err as NodeJS.ErrnoException).code ?? 'error'}`]);
-  }
-  try {
-    return (parseYaml(text) as { redis?: unknown } | null)?.redis;
-  } catch (err) {
-    throw new ConfigError(path, [`not valid YAML/JSON: ${(err as Error).message.split('\n')[0]}`]);
-  }
+  return (parseDocument(await readConfigText(path), path) as { redis?: unknown } | undefined)?.redis;
 }
 
 const isObject = (v: unknown): v is Record<string, unknown> =>
@@ -56,6 +37,28 @@ async function redisSection(opts: DoctorOptions, env: NodeJS.ProcessEnv): Promis
   }
   if (opts.prefix !== undefined && isObject(section)) section.prefix = opts.prefix;
   return parseConfig({ redis: section }, opts.config ?? 'the command line', env).redis!;
+}
+
+const FAIL_FAST: RedisOptions = { maxRetriesPerRequest: 1, connectTimeout: 3000, retryStrategy: () => null };
+
+/**
+ * The library's client, made to fail at once when Redis cannot be reached (a one-shot check exits 2, never waits), and
+ * the last connection error it saw (the reason a command then fails with "Connection is closed").
+ */
+function doctorClient(c: RedisConnection) {
+  const client = createRedisClient({
+    ...(c.url !== undefined && { url: c.url }),
+    ...(c.cluster && {
+      cluster: { ...c.cluster, options: { ...c.cluster.options, clusterRetryStrategy: () => null } },
+    }),
+    ...(c.sentinel && {
+      sentinel: { ...c.sentinel, options: { ...c.sentinel.options, sentinelRetryStrategy: () => null } },
+    }),
+    redisOptions: FAIL_FAST,
+  });
+  let last: Error | undefined;
+  client.on('error', (err: Error) => (last = err)); // the failed command's message names no cause: this does
+  return { client, lastError: () => last };
 }
 
 export async function doctor(opts: DoctorOptions, env: NodeJS.ProcessEnv = process.env): Promise<number> {

@@ -1,9 +1,5 @@
 #!/usr/bin/env node
-/**
- * The `slotgate` command line: `serve` runs the gateway, `doctor` checks Redis for leftover keys and slots held by
- * dead instances. Exit codes (docs/operations.md): 0 ok, 1 a runtime failure or doctor findings, 2 a usage or config
- * error, 130 a second SIGINT/SIGTERM cut the drain short.
- */
+/** The `slotgate` command line: `serve` and `doctor`. Exit codes: docs/operations.md. */
 import { readFileSync } from 'node:fs';
 import { Command, CommanderError } from 'commander';
 import { doctor, type DoctorOptions } from './doctor.js';
@@ -42,8 +38,7 @@ program
   .option('--cluster <nodes>', 'Redis Cluster seed nodes, host:port[,host:port...] (env REDIS_CLUSTER_NODES)')
   .option('--sentinel <sentinels>', 'Redis Sentinels, host:port[,host:port...] (env REDIS_SENTINELS)')
   .option('--master <name>', 'the primary the sentinels monitor (env REDIS_SENTINEL_MASTER)')
-  // Not `.action(serve)`: commander passes the Command as the second argument, where serve() expects the environment,
-  // so REDIS_URL, SLOTGATE_CONFIG and every `env:NAME` secret would be looked up on the Command object.
+  // not `.action(serve)`: commander's second argument, the Command, would be taken for the environment
   .action((opts: ServeOptions) => serve(opts));
 
 program
@@ -71,8 +66,7 @@ program
 try {
   await program.parseAsync(process.argv);
 } catch (err) {
-  // commander printed its message already (an unknown option or command, a missing argument: a usage error, exit 2);
-  // --help and --version end here too, with code 0
+  // commander printed its message (a usage error: exit 2); --help and --version end here too, with 0
   if (err instanceof CommanderError) process.exit(err.exitCode === 0 ? 0 : 2);
   // one line, no stack: what went wrong is in the message
   console.error(`slotgate: ${(err as Error).message}`);

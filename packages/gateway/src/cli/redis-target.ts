@@ -1,8 +1,6 @@
 /**
- * The Redis a command line names, from its flags or else the environment: one node (`--redis`, REDIS_URL), a Redis
- * Cluster (`--cluster`, REDIS_CLUSTER_NODES) or a Sentinel set (`--sentinel`, REDIS_SENTINELS; the primary's name from
- * `--master` or REDIS_SENTINEL_MASTER). It replaces the connection of the config file's `redis` section and keeps the
- * rest of that section (prefix, time-outs, the cluster's or sentinels' passwords).
+ * The Redis a command line names, from its flags or else the environment (one node, a Cluster or a Sentinel set): it
+ * replaces the connection of the config file's `redis` section and keeps the rest (prefix, time-outs, passwords).
  */
 import { ADDRESS_EXPECTED, isAddress, redisUrlProblem, showAddress } from '../config-redis.js';
 
@@ -90,20 +88,12 @@ export function redisTarget(flags: RedisFlags, env: NodeJS.ProcessEnv): TargetCh
   return { target, from, ...(master && { master }) };
 }
 
-/**
- * The config's `redis` section with the connection the command line or environment names (the section's other keys
- * kept); undefined when neither the section nor a target exists.
- */
+/** The config's `redis` section with the connection the command line names; undefined when neither exists. */
 export function withTarget(
   section: Record<string, unknown> | undefined,
   choice: TargetChoice,
 ): Record<string, unknown> | undefined {
   const { target, master } = choice;
-  if (!target && !section) {
-    if (master?.from === '--master')
-      throw new UsageError('--master goes with --sentinel (or REDIS_SENTINELS)');
-    return undefined;
-  }
   const { url, cluster, sentinel, ...rest } = section ?? {};
   let next: Record<string, unknown>;
   if (!target) next = { ...rest, url, cluster, sentinel };
@@ -123,6 +113,7 @@ export function withTarget(
       );
     }
   }
+  if (!target && !section) return undefined;
   for (const key of ['url', 'cluster', 'sentinel']) if (next[key] === undefined) delete next[key];
   return next;
 }

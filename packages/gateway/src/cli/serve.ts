@@ -1,12 +1,6 @@
 /** `slotgate serve`: runs the gateway until SIGTERM or SIGINT; SIGHUP reloads the config file. */
-import {
-  ConfigError,
-  loadConfigFile,
-  parseConfig,
-  parseConfigText,
-  readDemoConfigText,
-  type GatewayConfig,
-} from '../config.js';
+import { ConfigError, loadConfigFile, parseConfig, parseConfigText, readDemoConfigText } from '../config.js';
+import type { GatewayConfig } from '../config-schema.js';
 import { describeRedis } from '../config-redis.js';
 import { createGateway, type Gateway } from '../server.js';
 import { redisTarget, UsageError, withTarget, type RedisFlags, type TargetChoice } from './redis-target.js';
@@ -49,19 +43,17 @@ function portOption(text: string): number {
   return port;
 }
 
-/** Why listening failed, in one line with what to do. */
+/** Why listening failed, and what to do. */
+const LISTEN_PROBLEMS: Record<string, string> = {
+  EADDRINUSE:
+    'the address is in use (EADDRINUSE) — stop the process that has it or pick another port with --port',
+  EACCES: 'permission denied (EACCES) — ports below 1024 need privileges; pick another port with --port',
+  EADDRNOTAVAIL: 'no such address on this machine (EADDRNOTAVAIL) — check --host',
+};
+
 function listenProblem(err: NodeJS.ErrnoException, host: string, port: number): string {
   const where = `${host.includes(':') ? `[${host}]` : host}:${port}`;
-  switch (err.code) {
-    case 'EADDRINUSE':
-      return `cannot listen on ${where}: the address is in use (EADDRINUSE) — stop the process that has it or pick another port with --port`;
-    case 'EACCES':
-      return `cannot listen on ${where}: permission denied (EACCES) — ports below 1024 need privileges; pick another port with --port`;
-    case 'EADDRNOTAVAIL':
-      return `cannot listen on ${where}: no such address on this machine (EADDRNOTAVAIL) — check --host`;
-    default:
-      return `cannot listen on ${where}: ${err.message}`;
-  }
+  return `cannot listen on ${where}: ${LISTEN_PROBLEMS[err.code ?? ''] ?? err.message}`;
 }
 
 /** The store in force, for the start-up line: never a password. */
@@ -82,15 +74,9 @@ export async function serve(opts: ServeOptions, env: NodeJS.ProcessEnv = process
       : parseConfigText(await readDemoConfigText(), '<built-in demo>', env);
     config = withOverrides(config, opts, redis, env);
   } catch (err) {
-    if (err instanceof UsageError) {
-      console.error(`slotgate serve: ${err.message}`);
-      process.exit(2);
-    }
-    if (err instanceof ConfigError) {
-      console.error(`slotgate serve: ${err.message}`);
-      process.exit(2);
-    }
-    throw err;
+    if (!(err instanceof UsageError || err instanceof ConfigError)) throw err;
+    console.error(`slotgate serve: ${err.message}`);
+    process.exit(2);
   }
   const gateway = await createGateway({
     config,
@@ -138,9 +124,8 @@ export async function serve(opts: ServeOptions, env: NodeJS.ProcessEnv = process
 export const EXIT_INTERRUPTED = 130;
 
 /**
- * SIGTERM or SIGINT: drain (finish in-flight requests up to shutdown_timeout_ms, release every lease), log "shutdown
- * complete", exit 0. A second one during the drain exits at once with EXIT_INTERRUPTED: the requests still running are
- * cut off and their leases expire after one lease TTL. SIGHUP reloads the config file.
+ * SIGTERM or SIGINT: drain (finish in-flight requests up to shutdown_timeout_ms, release every lease), exit 0; a second
+ * one exits at once with EXIT_INTERRUPTED, the leases left to expire. SIGHUP reloads the config file.
  */
 function stopOnSignals(gateway: Gateway): void {
   let stopping = false;

@@ -2,7 +2,7 @@
  * Whether an upstream error answer starts a cooldown on its channel, and for how long. Pure functions of the answer,
  * the settings and the clock, so every header form is unit-tested without a server.
  */
-import type { GatewayConfig } from '../config.js';
+import type { GatewayConfig } from '../config-schema.js';
 import type { GatewaySettings } from '../settings.js';
 import type { UpstreamResponse } from '../upstream.js';
 
@@ -28,9 +28,8 @@ export function parseDuration(text: string): number | undefined {
 }
 
 /**
- * Cooldown length in seconds from the first header that gives one: Retry-After (seconds or HTTP date),
- * retry-after-ms, OpenAI's x-ratelimit-reset-* durations, then Anthropic's anthropic-ratelimit-*-reset RFC 3339
- * times. Bounded 1–3600 s; undefined when no header says anything usable.
+ * Cooldown seconds from the first header that gives one: Retry-After, retry-after-ms, OpenAI's x-ratelimit-reset-*,
+ * then Anthropic's anthropic-ratelimit-*-reset; undefined when none says anything usable.
  */
 export function cooldownFromHeaders(headers: Headers, now = Date.now()): number | undefined {
   const first = (name: string) => {
@@ -71,10 +70,7 @@ export type CooldownSettings = Pick<
   'cooldown_enabled' | 'cooldown_on_status_429' | 'cooldown_on_message_match' | 'cooldown_seconds'
 >;
 
-/**
- * What an error answer means for its channel: `quota` is a 429 about quota or balance, which waiting does not cure,
- * so it starts no cooldown.
- */
+/** What an error answer means for its channel: `quota` (a 429 about quota or balance) is not cured by waiting. */
 export type CooldownDecision =
   | { kind: 'none' }
   | { kind: 'quota' }

@@ -2,9 +2,12 @@
  * What the gateway reads from a client request before admission: the API shape of the route, the caller's token and
  * the JSON body. The body arrives as raw bytes (one content-type parser for every route) and is forwarded as-is.
  */
-import type { FastifyRequest } from 'fastify';
+import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { ChannelRegistry, GatewayChannel } from '../channels.js';
 import { HttpError, echo, type ApiShape } from '../http-errors.js';
+import { newAccessRecord } from '../logging.js';
+import type { ProxyContext } from './context.js';
+import { RetryChain } from './retry.js';
 
 /** Whose token a route reads: a client API shape, or the admin API (`Authorization: Bearer` only). */
 export type TokenReader = ApiShape | 'admin';
@@ -26,9 +29,8 @@ const API: Record<ApiShape, { name: string; channel: string; route: string }> = 
 };
 
 /**
- * The channels a request on `path` may go to: those serving `model` for `group` that speak the route's API. None: 404
- * `model_not_found`, or 400 `wrong_api_type` when channels of the other API serve the model (the message names the
- * channel type this route needs and the route to send the request to instead).
+ * The channels serving `model` for `group` that speak the route's API. None: 404 `model_not_found`, or 400
+ * `wrong_api_type` naming the route to use when channels of the other API serve the model.
  */
 export function routeCandidates(
   registry: ChannelRegistry,
@@ -51,9 +53,8 @@ export function routeCandidates(
 }
 
 /**
- * The token the caller presents: `Authorization: Bearer <token>` first. Anthropic clients send `x-api-key`, read
- * beside any other Authorization scheme; OpenAI routes read `x-api-key` only when no Authorization header came at all;
- * admin routes never read it.
+ * The token the caller presents: `Authorization: Bearer` first; then `x-api-key`, on Anthropic routes beside any other
+ * Authorization scheme, on OpenAI routes only without one, on admin routes never.
  */
 export function presentedToken(request: FastifyRequest, reader: TokenReader): string | undefined {
   const auth = request.headers.authorization;
@@ -120,4 +121,48 @@ export function parseBody(raw: unknown): { body: Buffer; json: Record<string, un
     throw new HttpError('invalid_request_error', 'the request body has no `model` (a non-empty string)');
   }
   return { body, json: json as Record<string, unknown> };
+}
+
+/** A client API request as the proxy carries it through its attempts: authenticated, parsed and routed. */
+export type ProxiedRequest = ReturnType<typeof openRequest>;
+
+export function openRequest(ctx: ProxyContext, request: FastifyRequest, reply: FastifyReply, path: string) {
+  const shape = shapeOf(path);
+  const access = (request.access = newAccessRecord());
+  const registry = ctx.registry();
+  const key = presentedToken(request, shape);
+  const caller = registry.authenticate(key);
+  if (!caller) throw new HttpError('invalid_api_key', 'missing or invalid API key');
+  access.token = caller.name;
+  const { body, json } = parseBody(request.body);
+  const model = (access.model = json.model as string);
+  const candidates = routeCandidates(registry, caller.group, model, shape, path);
+  // One signal per request ends waiting and the upstream call: the client going away, or the slot of the attempt in
+  // flight being lost (past that point another request may hold it). A lost slot ends the request.
+  const stop = new AbortController();
+  const req = {
+    ctx,
+    request,
+    reply,
+    path,
+    shape,
+    access,
+    key,
+    caller,
+    body,
+    json,
+    candidates,
+    stop,
+    chain: new RetryChain(ctx, request.log, ctx.config().retry),
+    /** The channels serving the request under the configuration in force: a retry, and a wait, follow a reload. */
+    inForce: () => ctx.registry().candidates(caller.group, model, shape),
+    onLost: () => stop.abort(),
+    clientGone: false,
+  };
+  reply.raw.on('close', () => {
+    if (reply.raw.writableFinished) return;
+    req.clientGone = true;
+    stop.abort();
+  });
+  return req;
 }

@@ -1,31 +1,28 @@
 /**
- * Admin and operations routes (settings, channels, cooldowns, status, stats), behind the admin token (compared in
- * constant time). No response ever carries a channel key, a client token or the admin token.
+ * Admin and operations routes (settings, channels, clients, cooldowns, status, stats, history, fleet), behind the
+ * admin token (compared in constant time). No response ever carries a channel key, a client token or the admin token.
  */
 import { createHash, timingSafeEqual } from 'node:crypto';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
-import { SlotgateError, StoreUnavailableError, type Admission } from 'slotgate';
-import { gatewaySettings, type GatewaySettings, type GatewaySettingsUpdate } from '../settings.js';
-import type { ChannelRegistry, GatewayChannel } from '../channels.js';
-import type { GatewayConfig } from '../config.js';
-import { HttpError, echo } from '../http-errors.js';
-import type { UpstreamMetrics } from '../metrics.js';
-import { kindOf, parseJson, presentedToken } from '../proxy/request.js';
+import { z } from 'zod';
+import { SlotgateError, StoreUnavailableError, type ChannelStats } from 'slotgate';
+import type { GatewayChannel } from '../channels.js';
 import { History, readAdmission, type HistoryOptions } from '../history.js';
+import { HttpError, echo } from '../http-errors.js';
+import type { UpstreamMetrics } from '../metrics/traffic.js';
+import type { HandlerContext } from '../proxy/context.js';
+import { kindOf, parseJson, presentedToken } from '../proxy/request.js';
+import { gatewaySettings, type GatewaySettings, type GatewaySettingsUpdate } from '../settings.js';
 
-export interface AdminContext {
-  admission: Admission;
-  registry: () => ChannelRegistry;
-  config: () => GatewayConfig;
-  /** Applies a validated settings update: to Redis (every instance) or to this process. */
+export interface AdminContext extends HandlerContext {
+  /** Applies a validated settings update: to the store (every instance) or to this process. */
   putSettings: (update: GatewaySettingsUpdate) => Promise<GatewaySettings>;
-  settings: () => GatewaySettings;
+  /** Where each setting in force comes from (default, config file, override) and the overrides' last change. */
+  settingsSource?: () => Record<string, unknown>;
   status: () => Promise<Record<string, unknown>>;
   /** Counts the cooldowns the admin API starts. */
   metrics: Pick<UpstreamMetrics, 'cooldownStarted'>;
-  /** Where each setting in force comes from; GET /admin/settings shows it as `source`. */
-  settingsSource?: () => Record<string, unknown>;
-  /** The sampling of GET /admin/history (tests shorten it or drive it on a manual clock). @default every 5 s, 180 points */
+  /** The sampling of GET /admin/history. @default every 5 s, 180 points */
   history?: HistoryOptions;
 }
 
@@ -38,7 +35,7 @@ export function adminAuthorized(request: FastifyRequest, token: string | undefin
   return timingSafeEqual(digest(presented), digest(token)) && presented.length > 0;
 }
 
-/** base_url without any user:password part. */
+/** base_url without credentials: no user:password, and query parameters that may hold a key masked. */
 export function safeUrl(url: string | undefined): string | undefined {
   if (!url) return url;
   try {
@@ -53,59 +50,56 @@ export function safeUrl(url: string | undefined): string | undefined {
   }
 }
 
-export function publicChannel(c: GatewayChannel): Record<string, unknown> {
-  const cfg = c.config;
+export function publicChannel({ id, config: c }: GatewayChannel): Record<string, unknown> {
   return {
-    id: c.id,
-    type: cfg.type,
-    base_url: safeUrl(cfg.base_url),
-    groups: cfg.groups,
-    models: cfg.models,
-    priority: cfg.priority,
-    weight: cfg.weight,
-    max_concurrency: cfg.max_concurrency,
-    max_waiting: cfg.max_waiting ?? null,
-    enabled: cfg.enabled,
-    has_key: Boolean(cfg.key),
+    id,
+    type: c.type,
+    base_url: safeUrl(c.base_url),
+    groups: c.groups,
+    models: c.models,
+    priority: c.priority,
+    weight: c.weight,
+    max_concurrency: c.max_concurrency,
+    max_waiting: c.max_waiting ?? null,
+    enabled: c.enabled,
+    has_key: Boolean(c.key),
   };
 }
 
 /** Longest `reason` a manual cooldown takes. */
 const REASON_MAX_CHARS = 200;
-const COOLDOWN_FIELDS = ['seconds', 'reason'];
 
-/**
- * The body of POST /admin/channels/:id/cooldown: none (or `{}`) for the default length, else a JSON object with
- * `seconds` (an integer in 1–3600) and/or `reason` (a string of 1–200 characters). Anything else is rejected whole.
- */
+const cooldownBody = z.strictObject({
+  seconds: z.int().min(1).max(3600).optional(),
+  reason: z.string().min(1).max(REASON_MAX_CHARS).optional(),
+});
+const EXPECTED = { seconds: 'an integer in 1–3600', reason: `a string of 1–${REASON_MAX_CHARS} characters` };
+
+/** The body of POST /admin/channels/:id/cooldown: none or `{}` for the default length; rejected whole otherwise. */
 export function cooldownRequest(raw: unknown, defaultSeconds: number): { seconds: number; reason: string } {
   const empty = raw === undefined || (Buffer.isBuffer(raw) && raw.length === 0);
   const body = empty ? {} : parseJson(raw);
-  const invalid = (message: string) => new HttpError('invalid_request_error', message);
-  if (body === null || typeof body !== 'object' || Array.isArray(body)) {
-    throw invalid(
-      `Expected the body to be a JSON object with \`seconds\` and/or \`reason\` (or no body), got ${kindOf(body)}`,
-    );
+  const result = cooldownBody.safeParse(body);
+  if (result.success) {
+    const { seconds = defaultSeconds, reason = 'set by admin' } = result.data;
+    return { seconds, reason };
   }
-  const unknown = Object.keys(body).filter((k) => !COOLDOWN_FIELDS.includes(k));
-  if (unknown.length > 0)
-    throw invalid(`Unknown field ${echo(unknown[0])} (valid fields: ${COOLDOWN_FIELDS.join(', ')})`);
-  const { seconds = defaultSeconds, reason = 'set by admin' } = body as {
-    seconds?: unknown;
-    reason?: unknown;
-  };
-  if (typeof seconds !== 'number' || !Number.isInteger(seconds) || seconds < 1 || seconds > 3600)
-    throw invalid(`Expected \`seconds\` to be an integer in 1–3600, got ${echo(seconds)}`);
-  if (typeof reason !== 'string' || reason.length === 0 || reason.length > REASON_MAX_CHARS)
-    throw invalid(
-      `Expected \`reason\` to be a string of 1–${REASON_MAX_CHARS} characters, got ${echo(reason)}`,
-    );
-  return { seconds, reason };
+  const issues = result.error.issues;
+  const issue = issues.find((i) => i.code === 'unrecognized_keys') ?? issues[0]!;
+  const field = issue.path[0] as keyof typeof EXPECTED | undefined;
+  const invalid = (message: string) => new HttpError('invalid_request_error', message);
+  if (issue.code === 'unrecognized_keys')
+    throw invalid(`Unknown field ${echo(issue.keys[0])} (valid fields: seconds, reason)`);
+  if (!field) {
+    const expected = 'a JSON object with `seconds` and/or `reason` (or no body)';
+    throw invalid(`Expected the body to be ${expected}, got ${kindOf(body)}`);
+  }
+  const value = (body as Record<string, unknown>)[field];
+  throw invalid(`Expected \`${field}\` to be ${EXPECTED[field]}, got ${echo(value)}`);
 }
 
 /**
- * The store failed to take a settings update that had validated (a client error of the store's, or its
- * StoreUnavailableError): 503, like an admission the store failed, with a message that says what did not happen.
+ * A settings update that validated but that the store failed to take: 503, like an admission the store failed.
  * slotgate's own errors and programming errors keep their answers.
  */
 function settingsNotStored(err: unknown): unknown {
@@ -118,10 +112,12 @@ function settingsNotStored(err: unknown): unknown {
   );
 }
 
-/**
- * GET /admin/fleet: who holds each bounded channel's slots, by instance (one store read per bounded channel, made
- * only when asked). Unlimited channels hold no slot in the store and are left out.
- */
+const thisInstance = (stats: ChannelStats | undefined) => ({
+  active: stats?.active ?? 0,
+  waiting: stats?.waiting ?? 0,
+});
+
+/** GET /admin/fleet: who holds each bounded channel's slots, by instance (one store read per bounded channel). */
 async function fleet(ctx: AdminContext): Promise<Record<string, unknown>> {
   const bounded = ctx.registry().channels.filter((c) => c.maxConcurrency > 0);
   const holders = await ctx.admission.readHolders(bounded);
@@ -131,18 +127,63 @@ async function fleet(ctx: AdminContext): Promise<Record<string, unknown>> {
       const byInstance = [...(holders.get(c.id) ?? new Map<string, number>())]
         .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
         .map(([instance, slots]) => ({ instance, slots }));
+      const inUse = byInstance.reduce((n, h) => n + h.slots, 0);
+      return { id: c.id, max_concurrency: c.maxConcurrency, in_use: inUse, holders: byInstance };
+    }),
+  };
+}
+
+/** GET /admin/channels: loads through the load view (shared with admission, cached), or with `fresh` from the store. */
+async function channels(ctx: AdminContext, fresh: boolean): Promise<Record<string, unknown>> {
+  const { channels } = ctx.registry();
+  const loads = await (fresh ? ctx.admission.readLoads(channels) : ctx.admission.viewLoads(channels));
+  const local = ctx.admission.stats().channels;
+  return {
+    channels: channels.map((c) => {
+      const load = loads.get(c.id);
       return {
-        id: c.id,
-        max_concurrency: c.maxConcurrency,
-        in_use: byInstance.reduce((n, h) => n + h.slots, 0),
-        holders: byInstance,
+        ...publicChannel(c),
+        active: load?.active ?? 0,
+        waiting: load?.waiting ?? 0,
+        cooling: load?.coolingDown ?? false,
+        cooldown_remaining_ms: load?.coolingDown ? load.cooldownRemainingMs : 0,
+        this_instance: thisInstance(local[c.id]),
       };
     }),
   };
 }
 
+/** GET /admin/clients: each client's limit and, for limited ones, its slots across the fleet. Token names, never keys. */
+async function clients(ctx: AdminContext): Promise<Record<string, unknown>> {
+  const infos = ctx.registry().clients();
+  const loads = await ctx.admission.readClients(infos.map((i) => i.client));
+  const local = ctx.admission.stats().clients;
+  return {
+    clients: infos.map(({ client, tokens }) => {
+      const load = loads.get(client.id);
+      return {
+        client: client.id,
+        tokens,
+        max_concurrency: client.maxConcurrency ?? 0,
+        weight: client.weight ?? 1,
+        active: load?.active ?? null,
+        waiting: load?.waiting ?? null,
+        // a client without a limit holds no slots of its own: nothing is counted for it
+        this_instance: load ? thisInstance(local[client.id]) : null,
+      };
+    }),
+  };
+}
+
+function settingsSpec(): Record<string, unknown> {
+  const { keys, table, describe } = gatewaySettings;
+  return Object.fromEntries(
+    keys.map((k) => [k, { default: table[k].default, valid: describe(k), doc: table[k].doc }]),
+  );
+}
+
 export function registerAdminRoutes(app: FastifyInstance, ctx: AdminContext): void {
-  // The history is sampled from the moment the app is ready until it closes, whether or not anyone looks at it.
+  // sampled from the moment the app is ready until it closes, whether or not anyone looks
   const history: History = new History(
     () => readAdmission(ctx.admission, ctx.registry().channels, () => history.now()),
     ctx.history,
@@ -152,32 +193,21 @@ export function registerAdminRoutes(app: FastifyInstance, ctx: AdminContext): vo
 
   app.register(async (admin) => {
     admin.addHook('onRequest', async (request) => {
-      if (!adminAuthorized(request, ctx.config().admin.token)) {
+      if (!adminAuthorized(request, ctx.config().admin.token))
         throw new HttpError('unauthorized_admin', 'admin routes need `Authorization: Bearer <admin token>`');
-      }
     });
-
     const channelOf = (id: string): GatewayChannel => {
       const channel = ctx.registry().get(id);
       if (!channel) throw new HttpError('not_found', `no channel ${echo(id)}`);
       return channel;
     };
+    type WithId = { Params: { id: string } };
 
     admin.get('/admin/settings', async () => ({
       settings: ctx.settings(),
       ...(ctx.settingsSource ? { source: ctx.settingsSource() } : {}),
-      spec: Object.fromEntries(
-        gatewaySettings.keys.map((k) => [
-          k,
-          {
-            default: gatewaySettings.table[k].default,
-            valid: gatewaySettings.describe(k),
-            doc: gatewaySettings.table[k].doc,
-          },
-        ]),
-      ),
+      spec: settingsSpec(),
     }));
-
     admin.put('/admin/settings', async (request) => {
       const update = gatewaySettings.parse(parseJson(request.body));
       try {
@@ -187,76 +217,25 @@ export function registerAdminRoutes(app: FastifyInstance, ctx: AdminContext): vo
         throw settingsNotStored(err);
       }
     });
-
-    // Loads come through the load view (cached for load_cache_ttl_ms, shared with admission), so a dashboard that
-    // refreshes every second costs next to nothing; `?fresh=1` reads the store directly.
-    admin.get<{ Querystring: { fresh?: string } }>('/admin/channels', async (request) => {
-      const registry = ctx.registry();
-      const fresh = request.query.fresh === '1' || request.query.fresh === 'true';
-      const loads = fresh
-        ? await ctx.admission.readLoads(registry.channels)
-        : await ctx.admission.viewLoads(registry.channels);
-      const local = ctx.admission.stats().channels;
-      return {
-        channels: registry.channels.map((c) => {
-          const load = loads.get(c.id);
-          return {
-            ...publicChannel(c),
-            active: load?.active ?? 0,
-            waiting: load?.waiting ?? 0,
-            cooling: load?.coolingDown ?? false,
-            cooldown_remaining_ms: load?.coolingDown ? load.cooldownRemainingMs : 0,
-            this_instance: { active: local[c.id]?.active ?? 0, waiting: local[c.id]?.waiting ?? 0 },
-          };
-        }),
-      };
-    });
-
-    // The clients the tokens name, with their limits and, for limited ones, their slots across the fleet (one read
-    // per limited client) and on this instance. Token names only, never keys.
-    admin.get('/admin/clients', async () => {
-      const infos = ctx.registry().clients();
-      const loads = await ctx.admission.readClients(infos.map((i) => i.client));
-      const local = ctx.admission.stats().clients;
-      return {
-        clients: infos.map(({ client, tokens }) => {
-          const load = loads.get(client.id);
-          return {
-            client: client.id,
-            tokens,
-            max_concurrency: client.maxConcurrency ?? 0,
-            weight: client.weight ?? 1,
-            active: load?.active ?? null,
-            waiting: load?.waiting ?? null,
-            // a client without a limit holds no slots of its own: nothing is counted for it
-            this_instance: load
-              ? { active: local[client.id]?.active ?? 0, waiting: local[client.id]?.waiting ?? 0 }
-              : null,
-          };
-        }),
-      };
-    });
-
-    admin.post<{ Params: { id: string } }>('/admin/channels/:id/cooldown', async (request) => {
+    admin.get<{ Querystring: { fresh?: string } }>('/admin/channels', async (request) =>
+      channels(ctx, request.query.fresh === '1' || request.query.fresh === 'true'),
+    );
+    admin.get('/admin/clients', async () => clients(ctx));
+    admin.post<WithId>('/admin/channels/:id/cooldown', async (request) => {
       const channel = channelOf(request.params.id);
       const { seconds, reason } = cooldownRequest(request.body, ctx.admission.settings.cooldown_seconds);
       await ctx.admission.cooldown(channel, { ms: seconds * 1000, reason });
       if (ctx.admission.settings.cooldown_enabled) ctx.metrics.cooldownStarted(channel.id, 'admin');
       return { channel: channel.id, cooling: ctx.admission.settings.cooldown_enabled, seconds, reason };
     });
-
-    admin.delete<{ Params: { id: string } }>('/admin/channels/:id/cooldown', async (request) => {
+    admin.delete<WithId>('/admin/channels/:id/cooldown', async (request) => {
       const channel = channelOf(request.params.id);
       await ctx.admission.clearCooldown(channel);
       return { channel: channel.id, cooling: false };
     });
-
     admin.get('/admin/status', async () => ctx.status());
-
     admin.get('/admin/stats', async () => ctx.admission.stats());
-
     admin.get('/admin/history', async () => history.toJSON(ctx.registry().channels.map((c) => c.id)));
-
     admin.get('/admin/fleet', async () => fleet(ctx));
   });
 }

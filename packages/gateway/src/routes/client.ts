@@ -1,6 +1,11 @@
-/** The OpenAI- and Anthropic-compatible POST routes: each forwards its body to an admitted channel. */
+/** The client API: the OpenAI- and Anthropic-compatible POST routes, each proxied, and GET /v1/models. */
 import type { FastifyInstance } from 'fastify';
-import { proxyRequest, type ProxyContext } from '../proxy/forward.js';
+import type { ChannelRegistry } from '../channels.js';
+import { HttpError } from '../http-errors.js';
+import { newAccessRecord } from '../logging.js';
+import type { ProxyContext } from '../proxy/context.js';
+import { proxyRequest } from '../proxy/forward.js';
+import { presentedToken } from '../proxy/request.js';
 
 export const CLIENT_ROUTES = [
   '/v1/chat/completions',
@@ -14,4 +19,19 @@ export const CLIENT_ROUTES = [
 export function registerClientRoutes(app: FastifyInstance, ctx: ProxyContext): void {
   for (const path of CLIENT_ROUTES)
     app.post(path, (request, reply) => proxyRequest(ctx, request, reply, path));
+}
+
+/** The model names the caller's token group can use, in OpenAI's list shape. */
+export function registerModelRoutes(app: FastifyInstance, registry: () => ChannelRegistry): void {
+  app.get('/v1/models', async (request) => {
+    const channels = registry();
+    const token = channels.authenticate(presentedToken(request, 'openai'));
+    if (!token) throw new HttpError('invalid_api_key', 'missing or invalid API key');
+    (request.access ??= newAccessRecord()).token = token.name; // the access line names the caller, as for the proxy
+    const models = channels.models(token.group);
+    return {
+      object: 'list',
+      data: models.map((id) => ({ id, object: 'model', created: 0, owned_by: 'slotgate' })),
+    };
+  });
 }

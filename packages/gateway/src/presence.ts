@@ -1,0 +1,84 @@
+/**
+ * This instance in the store's instance list: a heartbeat announces it for the dashboard and `slotgate doctor`, and,
+ * with local_share, counts the live instances, whose number divides a channel's max while the store is down.
+ */
+import { hostname } from 'node:os';
+import type { FastifyBaseLogger } from 'fastify';
+import type { InstanceInfo, SlotStore } from 'slotgate';
+
+const HEARTBEAT_MS = 5000;
+/** An instance not heard of for this long drops out of the instance list (three missed heartbeats). */
+const INSTANCE_MAX_AGE_MS = 15_000;
+/** A raw call on a Redis that is down can take seconds to fail (ioredis holds it for a reconnect): not waited for. */
+const PRESENCE_WAIT_MS = 1000;
+
+/** Rejects after `ms`; the work goes on, detached. */
+function settleWithin<T>(work: Promise<T>, ms: number): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  return Promise.race([
+    work,
+    new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new Error(`no answer within ${ms} ms`)), ms);
+    }),
+  ]).finally(() => clearTimeout(timer));
+}
+
+/**
+ * The live instances seen (this one included): the most any heartbeat listed within INSTANCE_MAX_AGE_MS, so a list
+ * that Redis lost (a restart) and that fills up again never makes each instance's share look larger than it is.
+ */
+export class FleetSize {
+  seen = 0;
+  private readonly counts: Array<{ at: number; n: number }> = [];
+
+  count(n: number): void {
+    const now = Date.now();
+    this.counts.push({ at: now, n });
+    while (this.counts.length > 0 && this.counts[0]!.at < now - INSTANCE_MAX_AGE_MS) this.counts.shift();
+    this.seen = Math.max(...this.counts.map((c) => c.n));
+  }
+}
+
+export class Presence {
+  readonly startedAt = Date.now();
+  private readonly self: InstanceInfo;
+  private heartbeat: NodeJS.Timeout | undefined;
+
+  /** `fleet` counts the live instances at each heartbeat; left out, they are not counted. */
+  constructor(
+    private readonly store: SlotStore,
+    instanceId: string,
+    private readonly fleet?: FleetSize,
+  ) {
+    this.self = {
+      id: instanceId,
+      host: hostname(),
+      pid: process.pid,
+      started_at: new Date(this.startedAt).toISOString(),
+    };
+  }
+
+  start(log: FastifyBaseLogger): void {
+    const { store, fleet } = this;
+    const beat = () =>
+      void store.presence
+        .announce(this.self)
+        .then(async () => {
+          if (fleet) fleet.count((await store.presence.list(INSTANCE_MAX_AGE_MS)).length);
+        })
+        .catch((err: Error) => log.warn({ err: err.message }, 'instance heartbeat failed'));
+    beat();
+    this.heartbeat = setInterval(beat, HEARTBEAT_MS);
+    this.heartbeat.unref();
+  }
+
+  /** The live instances; none when the store does not answer in time. */
+  list(): Promise<InstanceInfo[]> {
+    return settleWithin(this.store.presence.list(INSTANCE_MAX_AGE_MS), PRESENCE_WAIT_MS).catch(() => []);
+  }
+
+  async leave(): Promise<void> {
+    clearInterval(this.heartbeat);
+    await settleWithin(this.store.presence.leave(this.self.id), PRESENCE_WAIT_MS).catch(() => {});
+  }
+}
