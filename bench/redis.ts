@@ -5,7 +5,10 @@
  */
 import { Redis, type Cluster } from 'ioredis';
 // Internal: every contender's clients get the options slotgate's RedisStore gives its own (not public API).
-import { clusterClient, defaultRedisOptions } from '../packages/slotgate/src/store/redis/connection/connection.js';
+import {
+  clusterClient,
+  defaultRedisOptions,
+} from '../packages/slotgate/src/store/redis/connection/connection.js';
 import { parseCommandstats, RedisServer } from '../test/helpers/redis-server.js';
 import { addCounts, deltaOf } from './records.js';
 import type { Session } from './types.js';

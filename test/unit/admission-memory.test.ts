@@ -439,4 +439,3 @@ describe('candidate validation', () => {
     await t.release();
   });
 });
-

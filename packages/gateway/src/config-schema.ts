@@ -81,4 +81,6 @@ export interface GatewayConfig extends Omit<RawConfig, 'settings'> {
   settings: GatewaySettingsUpdate;
   /** Where it was loaded from ("<built-in demo>" for the demo). */
   source: string;
+  /** Settings keys of earlier releases the file uses, and what each does now. */
+  warnings: string[];
 }

@@ -131,7 +131,8 @@ export function parseConfig(
   resolveSecrets(config, env, issues);
   const settings = parseSettings(config.settings, issues);
   if (issues.length) throw new ConfigError(source, issues);
-  return deepFreeze({ ...config, settings, source });
+  const warnings = gatewaySettings.warnings(config.settings).map((w) => `settings: ${w}`);
+  return deepFreeze({ ...config, settings, source, warnings });
 }
 
 /** A YAML/JSON document; undefined for an empty one. */

@@ -84,6 +84,7 @@ export function watchConfig(options: ReloadOptions): Reloader {
       if (changed('redis') || changed('server'))
         log.warn('config reload: changes to `server` and `redis` take effect only after a restart');
       current.replace(next, hash);
+      for (const warning of next.warnings) log.warn({ config: path }, warning);
       options.onReplaced();
       log.info(
         { version: current.version, channels: current.registry.channels.length },

@@ -3,6 +3,7 @@
  * so the config file, the admin API and the overrides shared through the store validate them alike.
  */
 import {
+  ADMISSION_LEGACY,
   ADMISSION_SETTINGS,
   boolSetting,
   defineSettings,
@@ -19,7 +20,7 @@ export const GATEWAY_SETTINGS = {
   retry_times: intSetting(1, 0, 10, 'gateway retries on another channel'),
 } as const;
 
-export const gatewaySettings = defineSettings(GATEWAY_SETTINGS);
+export const gatewaySettings = defineSettings(GATEWAY_SETTINGS, ADMISSION_LEGACY);
 export type GatewaySettings = SettingsOf<typeof GATEWAY_SETTINGS>;
 export type GatewaySettingsUpdate = Partial<GatewaySettings>;
 

@@ -115,6 +115,7 @@ export async function serve(opts: ServeOptions, env: NodeJS.ProcessEnv = process
         `cannot reach ${describeRedis(config.redis)}: ${health.error ?? 'no answer'} — store_failure_mode ${config.redis.store_failure_mode} applies until it answers; check the address and that Redis is running`,
       );
   }
+  for (const warning of config.warnings) gateway.app.log.warn({ config: config.source }, warning);
   if (config.tokens.length === 0)
     gateway.app.log.warn('no client tokens configured: every caller is accepted in group "default"');
   if (!config.admin.token) gateway.app.log.warn('no admin token configured: the admin API is disabled');

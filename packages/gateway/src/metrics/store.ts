@@ -24,9 +24,7 @@ export function registerStoreMetrics(register: Registry, sources: StoreSources):
   });
   scrapedCounter(register, {
     name: 'slotgate_load_view_events_total',
-    help:
-      'Load view: cache hits, misses, coalesced joins, fresh reads, fallbacks, fetches, direct reads, summary ' +
-      'reports, recent hits',
+    help: 'Load view: cache hits, misses, coalesced joins, fresh reads, fallbacks, fetches, direct reads, summary reports',
     labelNames: ['event'],
     read: () => Object.entries(stats().loadView).map(([k, v]) => [{ event: k }, v]),
   });

@@ -209,7 +209,9 @@ export function registerAdminRoutes(app: FastifyInstance, ctx: AdminContext): vo
       spec: settingsSpec(),
     }));
     admin.put('/admin/settings', async (request) => {
-      const update = gatewaySettings.parse(parseJson(request.body));
+      const body = parseJson(request.body);
+      const update = gatewaySettings.parse(body);
+      for (const warning of gatewaySettings.warnings(body)) request.log.warn(warning);
       try {
         return { settings: await ctx.putSettings(update) };
       } catch (err) {

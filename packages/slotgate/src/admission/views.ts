@@ -3,7 +3,13 @@
  * through this instance's load view. Unlimited channels live in this process only.
  */
 import { isBounded, type Candidate } from '../core/channel.js';
-import { CLIENT_RESOURCE_PREFIX, clientIdOf, isLimited, validateClient, type Client } from '../core/client.js';
+import {
+  CLIENT_RESOURCE_PREFIX,
+  clientIdOf,
+  isLimited,
+  validateClient,
+  type Client,
+} from '../core/client.js';
 import type { ChannelLoad } from '../store/store.js';
 import type { Engine } from './engine.js';
 
@@ -22,13 +28,19 @@ function withUnlimited(engine: Engine, channels: readonly Candidate[], loads: Ma
 const boundedIds = (channels: readonly Candidate[]) => channels.filter(isBounded).map((c) => c.id);
 
 /** Live loads straight from the store. */
-export async function readLoads(engine: Engine, channels: readonly Candidate[]): Promise<Map<string, ChannelLoad>> {
+export async function readLoads(
+  engine: Engine,
+  channels: readonly Candidate[],
+): Promise<Map<string, ChannelLoad>> {
   const ids = boundedIds(channels);
   return withUnlimited(engine, channels, ids.length ? await engine.store.readLoads(ids) : new Map());
 }
 
 /** Loads through the load view (cached). */
-export async function viewLoads(engine: Engine, channels: readonly Candidate[]): Promise<Map<string, ChannelLoad>> {
+export async function viewLoads(
+  engine: Engine,
+  channels: readonly Candidate[],
+): Promise<Map<string, ChannelLoad>> {
   return withUnlimited(engine, channels, await engine.view.read(boundedIds(channels)));
 }
 
@@ -49,7 +61,10 @@ export async function readHolders(
 }
 
 /** Limited clients' slots: client id → in flight and waiting. */
-export async function readClients(engine: Engine, clients: readonly Client[]): Promise<Map<string, ChannelLoad>> {
+export async function readClients(
+  engine: Engine,
+  clients: readonly Client[],
+): Promise<Map<string, ChannelLoad>> {
   for (const client of clients) validateClient(client);
   const ids = clients.filter(isLimited).map((c) => CLIENT_RESOURCE_PREFIX + c.id);
   const loads = ids.length ? await engine.store.readLoads(ids) : new Map<string, ChannelLoad>();

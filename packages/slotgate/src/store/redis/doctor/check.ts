@@ -258,4 +258,3 @@ function ranOut(withScores: readonly string[], now: number): string[] {
   }
   return out;
 }
-

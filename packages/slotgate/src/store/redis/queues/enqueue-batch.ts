@@ -53,7 +53,8 @@ export class EnqueueBatch {
     const now = preciseNow(this.clock);
     const leads = all.map((e) => Math.round(1000 * clampArrivalLead(now - e.arrivedAt)));
     const perCall = isCluster(this.client) ? 1 : MAX_PER_CALL;
-    for (let i = 0; i < all.length; i += perCall) this.call(all.slice(i, i + perCall), leads.slice(i, i + perCall));
+    for (let i = 0; i < all.length; i += perCall)
+      this.call(all.slice(i, i + perCall), leads.slice(i, i + perCall));
   }
 
   private call(batch: Pending[], leads: number[]): void {
