@@ -18,7 +18,7 @@
 
   Returns one flat array of codes: for each request in order, one code per channel tried, stopping at the first
   admission (1 = acquired, 0 = full, 2 = cooling, 3 = others are waiting).
-  Cost per channel tried (once per call): EXISTS of its cooldown key (when checking) and of its queue key, ZCARD;
+  Cost: per channel tried (once per call), EXISTS of its cooldown key (when checking) and of its queue key, ZCARD;
   for a channel with a queue, the grant loop (on a full channel only its oldest waiter is read); a ZREMRANGEBYSCORE
   of expired leases when the slots look full. Per admission: ZADD and PTTL (+ PEXPIRE once per quarter TTL). TIME
   once per call.

@@ -4,16 +4,12 @@
   KEYS[1]  the epoch key: "<id>|<created at, Redis ms; empty until its grace starts>|<kind>|<run_id>"
   ARGV[1]  a fresh epoch id, used only when this call makes a new epoch
   ARGV[2]  the kind of an epoch made because the key is missing: "start" (the caller knew no epoch) or "restart"
-  ARGV[3]  "1" on Redis Cluster: an epoch this call makes has no creation time yet ("<id>||<kind>|<run_id>"). Its
-           grace starts when a check reaches every master (lua/startEpochGrace-1.lua), not when one master answered
-           while the others refused (a cluster coming back from an outage): a grace that ran out while nobody could
-           restore would let the first full check admit before the holders of the lost leases register them again.
+  ARGV[3]  "1" on Redis Cluster: an epoch this call makes has no creation time yet; its grace starts once a check
+           reaches every master (startEpochGrace-1.lua), so a grace cannot run out while some master still refuses
 
-  The run_id (INFO server) is new for every redis-server process. A key recorded by another process means this
-  Redis took over from it without every write it had: a replica promoted by a failover (replication is
-  asynchronous), or a restart from a persistence file (which lags the last writes). That makes a new epoch of kind
-  "failover", which every instance treats like a restart: re-register the leases in flight, then admit after the grace.
-  A key without a run_id (written before it was recorded) gets this run_id with the same epoch.
+  The run_id (INFO server) is new for every redis-server process. A key recorded by another process means this Redis
+  took over without every write (a replica promoted by a failover, or a restart from a persistence file): a new
+  epoch of kind "failover", which every instance treats like a restart. A key without a run_id gets this one.
 
   Returns { epoch value, Redis time in ms }.
   Cost: INFO, TIME, GET (+ SET when it makes or completes an epoch). Once per connection, not per admission.

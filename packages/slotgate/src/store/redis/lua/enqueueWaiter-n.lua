@@ -20,7 +20,7 @@
   "!<error>" for a registration whose commands failed. Registrations of one call arrive in the order given. When a
   queue forms (the waiter is left waiting with no live waiter ahead), every instance holding a slot of the channel is
   told (see tellHolders in includes/queue.lua).
-  Cost per registration: ZCOUNT of the live registrations, ZADD, PTTL (+ PEXPIRE); into a queue with no live
+  Cost: per registration, ZCOUNT of the live registrations, ZADD, PTTL (+ PEXPIRE); into a queue with no live
   waiter also ZREMRANGEBYSCORE of the oldest, the grant loop, and when it stays queued ZRANGE of the slots and one
   PUBLISH per holding instance. TIME once per call.
 ]]

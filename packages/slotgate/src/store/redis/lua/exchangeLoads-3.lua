@@ -1,35 +1,28 @@
 --[[
   exchangeLoads: puts one instance's counts in the load summary (when given) and reads the summary's snapshot,
-  building it from every live instance's counts when none is there (docs/redis.md, "The load summary"). An exchange
-  that only puts counts in is a plain HSET of the instance's field, one that only reads a plain GET of the snapshot:
-  this script runs for an exchange that does both (one command instead of two), for a reader that found no snapshot
-  (about once per max age for the whole fleet), and for a read that must be fresh. The summary only orders candidates:
-  the acquire script alone decides who holds a slot.
+  building it from every live instance's counts when none is there. It runs for an exchange that both writes and
+  reads, for a reader that found no snapshot, and for a read with no max age; a write alone is a plain HSET, a read
+  alone a plain GET. The summary only orders candidates: the acquire script alone decides who holds a slot.
 
-  KEYS[1]  counts    hash    instance id → JSON [version, lapse time (ms, Redis clock), channel id, packed count, …]:
-                             the instance's own non-zero counts (active + waiting × 2^26) as it last put them in
-  KEYS[2]  cooling   hash    channel id → the end of its cooldown (ms, Redis clock)
-  KEYS[3]  snapshot  string  {"l": [channel id, summed count, …], "c": [channel id, cooldown end, …],
-                             "v": [instance id, version, …], "n": count}: the sums over the live instances, the
-                             cooldown ends, which version of each instance's counts the sums hold (a reader takes its
-                             own out by it), and how many (instance, channel) counts were summed
-  (one hash tag for the three, so the call is legal on Redis Cluster)
-  ARGV[1]  the snapshot's greatest age in ms: a snapshot there is returned as it is; a missing one is built and kept
-           for that long. 0 builds one from the counts as they are now and keeps nothing.
-  ARGV[2]  the instance whose counts to put in first ('' for none), ARGV[3] its field (JSON as above; '' deletes it:
-           it holds nothing), ARGV[4] a new expiry of the counts hash in ms ('' leaves it)
-  ARGV[5]  '1': build a missing snapshot here; '0': return none (false) instead, the caller builds it (with many
-           instances × channels the sums cost Redis far less read with a plain HGETALL and added up by the caller)
-  ARGV[6..] instances to delete if their counts have lapsed (the caller's build found them so); nothing else is done
-           then but those deletions (HGET and HDEL of each that is still lapsed)
+  KEYS[1]  counts hash: instance id → JSON [version, lapse time (ms), channel id, packed count, …], the instance's
+           non-zero counts (active + waiting × 2^26) as it last wrote them
+  KEYS[2]  cooling hash: channel id → the end of its cooldown (ms)
+  KEYS[3]  snapshot string: {"l": [channel id, summed count, …], "c": [channel id, cooldown end, …],
+           "v": [instance id, version, …], "n": (instance, channel) counts summed}
+           (one hash tag for the three: the call is legal on Cluster)
+  ARGV[1]  the snapshot's greatest age in ms: a snapshot there is returned as it is, a missing one built and kept
+           that long; 0 builds one from the counts as they are now and keeps nothing
+  ARGV[2]  the instance whose counts to write first ('' for none)
+  ARGV[3]  its field (JSON as above; '' deletes it)
+  ARGV[4]  a new expiry of the counts hash in ms ('' leaves it)
+  ARGV[5]  '1' to build a missing snapshot here; '0' to return none (the caller builds it from a plain HGETALL)
+  ARGV[6..] instances to delete if their counts have lapsed; nothing else is done then
 
-  An instance whose lapse time has passed (it stopped putting its counts in: it crashed) is left out and its field
-  deleted; its next HSET, should it come back, puts all of its counts in again.
-  Returns { snapshot (false: missing and not built), 1 when this call built it (else 0), the Redis time in ms when it
-  built it (else '') }. The snapshot also says how many (instance, channel) counts it summed ("n"), so readers know
-  what a build costs.
-  Cost: HSET or HDEL, and PEXPIRE, when putting counts in; GET (when the age is not 0); to build, TIME, HGETALL of the
-  counts, HDEL of lapsed instances (when any), HGETALL of the cooling hash and SET (when the age is not 0).
+  An instance whose lapse time has passed (it crashed) is left out and its field deleted.
+  Returns { snapshot (false: missing and not built), 1 when this call built it else 0, the Redis time in ms when it
+  built it else '' }.
+  Cost: HSET or HDEL and PEXPIRE when writing; GET when the age is not 0; to build, TIME, HGETALL of both hashes, HDEL
+  of the lapsed, SET when the age is not 0.
 ]]
 --- @include "redisNow"
 local maxAge = tonumber(ARGV[1])

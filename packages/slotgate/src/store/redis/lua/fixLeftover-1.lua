@@ -3,9 +3,7 @@
 
   KEYS[1]  the key reported
   ARGV[1]  the finding's kind: expired_members | no_expiry | cooldown_without_ttl | wrong_type | unknown_key
-  ARGV[2..] expired_members: the members reported as expired (a slots key's scores are expiries in ms; a queue's are
-           arrivals in µs, and its member "<max>|<live>|<token>" lives <live> ms past its arrival)
-  ARGV[2]  wrong_type / unknown_key: the Redis type found when it was reported
+  ARGV[2..] expired_members: the members reported as expired; wrong_type / unknown_key: the type reported
 
   - expired_members: removes each member only while it has still run out on the Redis clock (a late renewal may have
     revived a lease);

@@ -3,9 +3,8 @@
 
   KEYS[1..n]  distinct slots keys of the batch
   ARGV[1]     lease TTL in ms
-  ARGV[2]     1 = restore: re-register every lease whatever the channel's load (they are requests in flight that
-              held a slot before the store lost it); 0 = reclaim: a lease still there is renewed, a missing one is
-              taken back only while the channel has a free slot
+  ARGV[2]     1 = restore: every lease whatever the channel's load (requests in flight when the store lost them);
+              0 = reclaim: a lease still there is renewed, a missing one taken back only into a free slot
   ARGV[3k]    index into KEYS (1-based) of lease k
   ARGV[3k+1]  token of lease k
   ARGV[3k+2]  the channel's max concurrency for lease k
