@@ -110,5 +110,14 @@ describe(`${EXAMPLE}`, () => {
       expect(await status.json()).toMatchObject({ store: 'redis' });
       for (const secret of Object.values(ENV)) expect(gw.output()).not.toContain(secret);
     });
+
+    it('starts with --redis over a file that uses a deprecated setting, and warns of it', async () => {
+      const text = TEXT.replace('settings:\n', 'settings:\n  wait_interval_ms: 100\n');
+      expect(text).not.toBe(TEXT);
+      const path = await writeConfig(dir.dir, 'deprecated.yaml', text);
+      const gw = await spawnGateway({ configPath: path, args: ['--redis', redis.url], env: cleanEnv(ENV) });
+      await gw.ready;
+      expect(gw.output()).toMatch(/wait_interval_ms/);
+    });
   });
 });

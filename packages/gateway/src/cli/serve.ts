@@ -17,7 +17,8 @@ function withOverrides(
   redis: TargetChoice,
   env: NodeJS.ProcessEnv,
 ): GatewayConfig {
-  const { source, settings, ...rest } = config;
+  // the warnings were the file's; its settings come back already canonical
+  const { source, settings, warnings, ...rest } = config;
   const raw: Record<string, unknown> = {
     ...structuredClone(rest),
     settings,
@@ -29,7 +30,7 @@ function withOverrides(
   };
   const section = withTarget(raw.redis as Record<string, unknown> | undefined, redis);
   if (section) raw.redis = section;
-  return parseConfig(raw, source, env);
+  return Object.freeze({ ...parseConfig(raw, source, env), warnings });
 }
 
 /** `--port`: an integer 0–65535 (0: any free port); anything else is a usage error, not a config error. */
@@ -96,6 +97,7 @@ export async function serve(opts: ServeOptions, env: NodeJS.ProcessEnv = process
   }
   // before the start-up line: a signal sent as soon as that line is seen must drain, not kill
   stopOnSignals(gateway);
+  for (const warning of config.warnings) gateway.app.log.warn({ config: config.source }, warning);
   gateway.app.log.info(
     {
       address,
@@ -115,7 +117,6 @@ export async function serve(opts: ServeOptions, env: NodeJS.ProcessEnv = process
         `cannot reach ${describeRedis(config.redis)}: ${health.error ?? 'no answer'} — store_failure_mode ${config.redis.store_failure_mode} applies until it answers; check the address and that Redis is running`,
       );
   }
-  for (const warning of config.warnings) gateway.app.log.warn({ config: config.source }, warning);
   if (config.tokens.length === 0)
     gateway.app.log.warn('no client tokens configured: every caller is accepted in group "default"');
   if (!config.admin.token) gateway.app.log.warn('no admin token configured: the admin API is disabled');
