@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import { variantsFor } from './clients.js';
 import { openCluster } from './cluster-redis.js';
 import { ALL_IDS, loadContender } from './contenders/index.js';
-import { fleetLegend, fleetSection } from './fleet-report.js';
+import { fleetSection } from './fleet-report.js';
 import { runFleet } from './fleet.js';
 import { simSection } from './fleetsim-report.js';
 import { FLEETSIM_ID, runFleetSim, type FleetSimOptions, type SimRecord } from './fleetsim.js';
@@ -18,7 +18,7 @@ import { FLEET_SCENARIOS, findFleetScenario, type FleetScenario } from './openlo
 import { WorkerPool } from './pool.js';
 import { OversellError, type Meta, type RunRecord } from './records.js';
 import { openRedis, type RedisUnderTest } from './redis.js';
-import { clusterTable, figures, legend, scenarioSection } from './report.js';
+import { clusterTable, figures, scenarioSection } from './report.js';
 import { runInProcess, runScaleOut } from './run.js';
 import { SCENARIOS, findScenario, type Scenario } from './scenarios.js';
 import type { Contender } from './types.js';
@@ -252,10 +252,8 @@ export async function runBench(options: BenchOptions = {}) {
     const notOnCluster = contenders.flatMap((c) => (c.notOnCluster ? [`${c.label}: ${c.notOnCluster}`] : []));
     const side = clusterTable(records, notOnCluster);
     if (side) out(`\n## Cluster beside single node\n\n${side}`);
-    if (records.length) {
-      const fleet = records.some((r) => r.fleet) ? `\n\nFleet scenarios:\n\n${fleetLegend()}` : '';
-      out(`\n## Legend\n\n${legend(meta)}${fleet}`);
-    }
+    if (records.length)
+      out(`\n## Contenders\n\n${meta.contenders.map((c) => `- **${c.label}**: ${c.behaviour}.`).join('\n')}`);
     if (failures.length) out(`\n## Runs that failed\n\n${failures.map((f) => `- ${f}`).join('\n')}`);
     out(`\nTotal: ${meta.totalS} s.`);
 
