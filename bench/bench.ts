@@ -1,7 +1,6 @@
 /**
- * `npm run bench`: the chosen scenarios against the chosen contenders on one Redis, and on a Redis Cluster, in one
- * run: markdown on stdout as each scenario finishes (progress on stderr), every record as JSON in the output directory. An
- * oversell anywhere fails the run (exit 1) after the tables and files are written.
+ * `npm run bench`: the chosen scenarios and contenders on one Redis and on a Redis Cluster: markdown on stdout
+ * (progress on stderr), every record as JSON in the output directory. An oversell fails the run after the report.
  */
 import { mkdir, writeFile } from 'node:fs/promises';
 import os from 'node:os';

@@ -1,8 +1,6 @@
 /**
- * clients2: closed-loop workers of every client on each instance, every request naming its client. Each worker draws
- * its holds from its own seeded stream, so the k-th request a worker gets admitted holds the same time in every run
- * and in the ideal schedulers (ideal-clients.ts), which replay the same loop in memory. Per-client figures are pure
- * functions of the records, so a run's and an ideal's go through the same code.
+ * clients2: closed-loop workers of every client on each instance. Each worker draws its holds from its own seeded
+ * stream, so its k-th admitted request holds the same time in every run and in the ideal schedulers (ideal-clients.ts).
  */
 import { logNormalMs, seededRandom, seedOf, type HoldShape } from './draws.js';
 import { waitsOf, type RequestRecord } from './fairness.js';

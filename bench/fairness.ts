@@ -1,8 +1,6 @@
 /**
- * The fleet figures, as pure functions of every request's record, so an ideal scheduler's records and a
- * contender's go through the same code: per-instance admissions and waits, Jain's index and the min/max share across
- * instances, slot utilisation, FIFO inversions among the requests that had to wait, and grant latency (admission −
- * the latest release on the channel: a polling contender's poll delay).
+ * The fleet figures as pure functions of every request's record, so an ideal scheduler's records and a contender's
+ * go through the same code: shares and Jain's index, utilisation, FIFO inversions, grant latency.
  */
 import { percentile } from './load.js';
 

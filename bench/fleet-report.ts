@@ -90,6 +90,7 @@ interface Row {
   r?: RunRecord;
 }
 
+const whole = (n: number) => fmt(n, 0);
 const versus = (a: number, b: number) => `${a - b >= 0 ? '+' : '−'}${ms(Math.abs(a - b))}`;
 const ofRun = (cell: (r: RunRecord) => string) => (x: Row) => (x.r ? cell(x.r) : '–');
 const inversions = ({ f }: Row) =>
@@ -166,16 +167,8 @@ export function fleetInstanceTable(runs: readonly RunRecord[]): string {
   return columns(rows, [
     ['per instance', (x) => x.name],
     ['instances', (x) => x.r.params.instances],
-    each(
-      'admitted',
-      (p) => p.admitted,
-      (n) => fmt(n, 0),
-    ),
-    each(
-      '429 ratio',
-      (p) => p.refusalRatio,
-      (n) => pct(n),
-    ),
+    each('admitted', (p) => p.admitted, whole),
+    each('429 ratio', (p) => p.refusalRatio, pct),
     each('wait p50 ms', (p) => p.wait.p50, ms),
     each('wait p90 ms', (p) => p.wait.p90, ms),
     each('wait p99 ms', (p) => p.wait.p99, ms),

@@ -1,9 +1,7 @@
 /**
- * The fleet simulator (`--only fleetsim`): N admission engines (1 to 100), each a slotgate session with its own
- * connection, spread over a few worker processes, on one Redis or a Redis Cluster; C channels (50 to 1,000) in
- * overlapping candidate sets; open-loop Poisson arrivals, seeded per engine so both contenders of a cell (slotgate and
- * its rollback mode) replay the same requests. The parent takes the INFO snapshots over a fixed window and sweeps
- * every hold interval for oversell.
+ * The fleet simulator (`--only fleetsim`): N slotgate engines over a few worker processes, C channels in overlapping
+ * candidate sets, open-loop Poisson arrivals seeded per engine so both contenders of a cell replay the same requests.
+ * The parent takes the INFO snapshots over a fixed window and sweeps every hold interval for oversell.
  */
 import { DEFAULT_SETTINGS } from 'slotgate';
 import { loadContender } from './contenders/index.js';

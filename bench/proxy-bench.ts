@@ -1,12 +1,7 @@
 /**
- * `npm run bench:proxy`: what the gateway costs per request, beside the floor: slotgate (one OpenAI channel), a
- * minimal Node pass-through proxy, the same pass-through on the gateway's own stack (Fastify and undici, none of
- * slotgate's work), all in front of one local upstream, each in a process of its own (proxy-node.ts).
- *
- * 1. Throughput: autocannon on every contender and mode (JSON, SSE), in the same order, `rounds` times; the median
- *    round counts.
- * 2. Low load: one connection, sequential requests interleaved in blocks of 50 across the contenders so a busy
- *    machine slows them alike, timed with performance.now() (autocannon's histogram has whole-ms buckets).
+ * `npm run bench:proxy`: slotgate, a minimal Node proxy and a Fastify + undici pass-through (the gateway's stack, none
+ * of its work) before one local upstream, each in its own process (proxy-node.ts). Throughput: autocannon, the median
+ * of the rounds. Low load: one connection, requests interleaved in blocks of 50 so a busy machine slows all alike.
  */
 import { Agent, request } from 'node:http';
 import os from 'node:os';

@@ -1,7 +1,6 @@
 /**
- * The Redis the bench measures (a private redis-server, or one given by URL) and its instruments: server-side deltas
- * from INFO (commandstats, which counts the commands run inside Lua scripts too, and CPU), and client-side round
- * trips and socket writes of every ioredis client a contender opens.
+ * The Redis the bench measures (a private redis-server, or one given by URL) and its instruments: INFO deltas on the
+ * server (commandstats counts commands inside Lua scripts), round trips and socket writes on the contenders' clients.
  */
 import { Redis, type Cluster } from 'ioredis';
 // Internal: every contender's clients get the options slotgate's RedisStore gives its own (not public API).

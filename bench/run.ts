@@ -1,7 +1,6 @@
 /**
- * The closed-loop runs of W1–W4 (in this process) and scale-out (one worker process per instance), and the
- * RunRecord every run ends in: server-side commands and CPU from INFO deltas over the window, round trips and CPU
- * of the contender's processes, latencies, refusals, and the highest concurrency the holders saw per channel.
+ * The closed-loop runs of W1–W4 (in this process) and scale-out (one worker process per instance), and the RunRecord
+ * every run ends in.
  */
 import { highestOverlap, percentile, runLoad, type LoadResult } from './load.js';
 import { runOnWorkers, type WorkerPool } from './pool.js';
@@ -16,6 +15,7 @@ import {
 } from './redis.js';
 import { acquirersOf, candidateSetsOf, channelsOf, describeSets, type Scenario } from './scenarios.js';
 import type { Contender } from './types.js';
+import type { WorkerResult } from './worker.js';
 
 export function paramsOf(s: Scenario, durationS: number, instances: number): RunRecord['params'] {
   return {
@@ -75,6 +75,19 @@ export function summarize(
     });
   }
   return record;
+}
+
+/** The process figures of a run's workers, summed, and the holds of all of them swept together. */
+export function workersTotal(results: readonly WorkerResult[]) {
+  const purposes: Record<string, number> = {};
+  for (const r of results) addCounts(purposes, r.purposes);
+  return {
+    roundTrips: sum(results.map((r) => r.roundTrips)),
+    socketWrites: sum(results.map((r) => r.socketWrites)),
+    clientCpuMs: sum(results.map((r) => r.clientCpuMs)),
+    highest: highestOverlap(results.map((r) => r.intervals)),
+    purposes: results.some((r) => r.purposes) ? purposes : undefined,
+  };
 }
 
 /** A run in this process: one instance, after a short unmeasured warm-up (connections, scripts, JIT). */
@@ -169,8 +182,6 @@ export async function runScaleOut(
     for (const l of loads) addCounts(out, l[key]);
     return out;
   };
-  const purposes: Record<string, number> = {};
-  for (const r of results) addCounts(purposes, r.purposes);
   const perInstance: InstanceFigures[] = results.map((r) => ({
     admissions: r.load!.admissions,
     admissionsPerS: r.load!.admissions / r.load!.windowS,
@@ -198,13 +209,6 @@ export async function runScaleOut(
       windowS: durationS,
     },
     { before, after },
-    {
-      roundTrips: sum(results.map((r) => r.roundTrips)),
-      socketWrites: sum(results.map((r) => r.socketWrites)),
-      clientCpuMs: sum(results.map((r) => r.clientCpuMs)),
-      highest: highestOverlap(results.map((r) => r.intervals)),
-      instances: perInstance,
-      purposes: results.some((r) => r.purposes) ? purposes : undefined,
-    },
+    { ...workersTotal(results), instances: perInstance },
   );
 }
