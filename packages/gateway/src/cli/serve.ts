@@ -17,7 +17,8 @@ function withOverrides(
   redis: TargetChoice,
   env: NodeJS.ProcessEnv,
 ): GatewayConfig {
-  const { source, settings, ...rest } = config;
+  // the parsed settings no longer hold the legacy keys: the file's warnings are carried over, not found again
+  const { source, settings, warnings, ...rest } = config;
   const raw: Record<string, unknown> = {
     ...structuredClone(rest),
     settings,
@@ -29,7 +30,7 @@ function withOverrides(
   };
   const section = withTarget(raw.redis as Record<string, unknown> | undefined, redis);
   if (section) raw.redis = section;
-  return parseConfig(raw, source, env);
+  return Object.freeze({ ...parseConfig(raw, source, env), warnings });
 }
 
 /** `--port`: an integer 0–65535 (0: any free port); anything else is a usage error, not a config error. */
