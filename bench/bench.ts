@@ -259,15 +259,12 @@ export async function runBench(options: BenchOptions = {}) {
     const files: string[] = [];
     if (options.outDir) {
       await mkdir(options.outDir, { recursive: true });
-      const stamp = started.toISOString().replace(/[:.]/g, '-');
-      const write = async (name: string, text: string) => {
-        files.push(join(options.outDir!, `${stamp}${name}`));
-        await writeFile(files.at(-1)!, text);
-      };
+      const file = join(options.outDir, `${started.toISOString().replace(/[:.]/g, '-')}.json`);
       const runs = records.map((r) => ({ ...r, figures: figures(r) }));
       const fleetsim = simRecords.length ? { fleetsim: simRecords } : {};
-      await write('.json', `${JSON.stringify({ meta, runs, ...fleetsim, failures }, null, 2)}\n`);
-      out(`\nWrote ${files.join(', ')}.`);
+      await writeFile(file, `${JSON.stringify({ meta, runs, ...fleetsim, failures }, null, 2)}\n`);
+      files.push(file);
+      out(`\nWrote ${file}.`);
     }
     if (oversell) {
       out(`\n**FAILED: ${oversell.message}**`);

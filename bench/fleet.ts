@@ -4,7 +4,7 @@
  */
 import { clientRunsOf, clientsRecord, clientsWindow } from './clients.js';
 import { meanHoldMs } from './draws.js';
-import { fleetFigures, type FleetWindow, type RequestRecord } from './fairness.js';
+import { fleetFigures, sortedWaits, type FleetWindow, type RequestRecord } from './fairness.js';
 import { idealFifo } from './ideal.js';
 import { arrivalRate, traceOf, type ClientVariant, type FleetScenario } from './openloop.js';
 import { runOnWorkers, type RunBody, type WorkerPool } from './pool.js';
@@ -108,11 +108,6 @@ export async function runFleet(
   for (const [reason, n] of Object.entries(figures.refusals))
     addCounts(reason.startsWith('error: ') ? errors : refusals, { [reason]: n });
   const inWindow = records.filter((r) => r.arrival >= window.from && r.arrival < window.to);
-  const waitsOf = (admitted: boolean) =>
-    inWindow
-      .filter((r) => (r.channel !== undefined) === admitted)
-      .map((r) => r.outcome - r.arrival)
-      .sort((a, b) => a - b);
   const record = summarize(
     {
       // a clients run names its variant: runs are told apart by scenario and contender
@@ -138,8 +133,8 @@ export async function runFleet(
       admissions: figures.admitted,
       refusals,
       errors,
-      latencies: waitsOf(true),
-      refusalLatencies: waitsOf(false),
+      latencies: sortedWaits(inWindow),
+      refusalLatencies: sortedWaits(inWindow, false),
       windowS: (done.after.at - done.before.at) / 1000,
     },
     done,

@@ -6,11 +6,11 @@
 import { DEFAULT_SETTINGS } from 'slotgate';
 import { loadContender } from './contenders/index.js';
 import { exponentialMs, logNormalMs, meanHoldMs, seededRandom, seedOf, type HoldShape } from './draws.js';
-import { jain, type RequestRecord } from './fairness.js';
+import { jain, sortedWaits, type RequestRecord } from './fairness.js';
 import { highestOverlap, percentile } from './load.js';
 import { runOnWorkers, WorkerPool } from './pool.js';
 import { newNamespace, sum } from './records.js';
-import { commandDelta, type RedisUnderTest } from './redis.js';
+import { commandDelta, perNodeDelta, type RedisUnderTest } from './redis.js';
 import { channelsOf } from './scenarios.js';
 import type { Arrival } from './worker.js';
 
@@ -185,10 +185,7 @@ export function simFigures(x: CellInput) {
   const admitted = x.records.filter(
     (r) => r.channel !== undefined && r.outcome >= startAt && r.outcome < endAt,
   );
-  const waits = arrived
-    .filter((r) => r.channel !== undefined)
-    .map((r) => r.outcome - r.arrival)
-    .sort((a, b) => a - b);
+  const waits = sortedWaits(arrived);
   const total = (key: string) => sum(x.counters.map((c) => c[key] ?? 0));
   const windowS = x.server.windowMs / 1000;
   const perTtl = (n: number, instances = cell.instances) =>
@@ -266,9 +263,7 @@ async function runCell(
     timeoutMs: durationMs + cell.waitTimeoutMs + shape.hold.capMs + 60_000,
   });
   const serverCommands = commandDelta(before, after);
-  const nodeCpuMs = after.perNode?.map(
-    (n) => (n.cpuSeconds - (before.perNode?.find((b) => b.node === n.node)?.cpuSeconds ?? 0)) * 1000,
-  );
+  const nodeCpuMs = perNodeDelta(before, after)?.map((n) => n.cpuMs);
   const f = simFigures({
     cell,
     startAt,

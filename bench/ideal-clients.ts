@@ -21,9 +21,7 @@ export interface LoopWorker {
   holds: () => number;
 }
 
-export interface ClientRecord extends RequestRecord {
-  client: string;
-}
+export type ClientRecord = RequestRecord & { client: string };
 
 export function idealClosedLoop(o: {
   channel: { id: string; max: number };

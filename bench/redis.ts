@@ -9,7 +9,7 @@ import {
   defaultRedisOptions,
 } from '../packages/slotgate/src/store/redis/connection/connection.js';
 import { parseCommandstats, RedisServer } from '../test/helpers/redis-server.js';
-import { addCounts, deltaOf } from './records.js';
+import { addCounts, deltaOf, sum } from './records.js';
 import type { Session } from './types.js';
 
 export interface NodeSnapshot {
@@ -94,6 +94,15 @@ export function commandDelta(before: Pick<NodeSnapshot, 'commands'>, after: Pick
     if (d > 0 && name !== 'info') delta[name] = d;
   }
   return delta;
+}
+
+/** On a cluster: each master's commands and CPU ms between two snapshots. */
+export function perNodeDelta(before: ServerSnapshot, after: ServerSnapshot) {
+  return after.perNode?.map((n) => {
+    const b = before.perNode?.find((x) => x.node === n.node);
+    const commands = sum(Object.values(commandDelta(b ?? { commands: {} }, n)));
+    return { node: n.node, commands, cpuMs: (n.cpuSeconds - (b?.cpuSeconds ?? 0)) * 1000 };
+  });
 }
 
 const CLUSTER_SCHEME = 'redis-cluster://';

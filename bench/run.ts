@@ -8,6 +8,7 @@ import { addCounts, newNamespace, sum, type InstanceFigures, type RunRecord } fr
 import {
   clientMeter,
   commandDelta,
+  perNodeDelta,
   RoundTripCounter,
   type ProcessFigures,
   type RedisUnderTest,
@@ -63,17 +64,8 @@ export function summarize(
     purposes: extra.purposes,
     instances: extra.instances,
   };
-  if (after.perNode) {
-    record.topology = 'cluster';
-    record.perNode = after.perNode.map((n) => {
-      const b = before.perNode?.find((x) => x.node === n.node);
-      return {
-        node: n.node,
-        commands: sum(Object.values(commandDelta(b ?? { commands: {} }, n))),
-        cpuMs: (n.cpuSeconds - (b?.cpuSeconds ?? 0)) * 1000,
-      };
-    });
-  }
+  const perNode = perNodeDelta(before, after);
+  if (perNode) Object.assign(record, { topology: 'cluster', perNode });
   return record;
 }
 
