@@ -1,7 +1,6 @@
 /**
- * `npm run bench`: the chosen scenarios against the chosen contenders on one Redis, and on a Redis Cluster, in one
- * run: markdown on stdout as each scenario finishes (progress on stderr), every record as JSON in the output directory. An
- * oversell anywhere fails the run (exit 1) after the tables and files are written.
+ * `npm run bench`: the chosen scenarios and contenders on one Redis and on a Redis Cluster: markdown on stdout
+ * (progress on stderr), every record as JSON in the output directory. An oversell fails the run after the report.
  */
 import { mkdir, writeFile } from 'node:fs/promises';
 import os from 'node:os';
@@ -9,7 +8,7 @@ import { join } from 'node:path';
 import { variantsFor } from './clients.js';
 import { openCluster } from './cluster-redis.js';
 import { ALL_IDS, loadContender } from './contenders/index.js';
-import { fleetLegend, fleetSection } from './fleet-report.js';
+import { fleetSection } from './fleet-report.js';
 import { runFleet } from './fleet.js';
 import { simSection } from './fleetsim-report.js';
 import { FLEETSIM_ID, runFleetSim, type FleetSimOptions, type SimRecord } from './fleetsim.js';
@@ -18,7 +17,7 @@ import { FLEET_SCENARIOS, findFleetScenario, type FleetScenario } from './openlo
 import { WorkerPool } from './pool.js';
 import { OversellError, type Meta, type RunRecord } from './records.js';
 import { openRedis, type RedisUnderTest } from './redis.js';
-import { clusterTable, figures, legend, scenarioSection } from './report.js';
+import { clusterTable, figures, scenarioSection } from './report.js';
 import { runInProcess, runScaleOut } from './run.js';
 import { SCENARIOS, findScenario, type Scenario } from './scenarios.js';
 import type { Contender } from './types.js';
@@ -252,25 +251,20 @@ export async function runBench(options: BenchOptions = {}) {
     const notOnCluster = contenders.flatMap((c) => (c.notOnCluster ? [`${c.label}: ${c.notOnCluster}`] : []));
     const side = clusterTable(records, notOnCluster);
     if (side) out(`\n## Cluster beside single node\n\n${side}`);
-    if (records.length) {
-      const fleet = records.some((r) => r.fleet) ? `\n\nFleet scenarios:\n\n${fleetLegend()}` : '';
-      out(`\n## Legend\n\n${legend(meta)}${fleet}`);
-    }
+    if (records.length)
+      out(`\n## Contenders\n\n${meta.contenders.map((c) => `- **${c.label}**: ${c.behaviour}.`).join('\n')}`);
     if (failures.length) out(`\n## Runs that failed\n\n${failures.map((f) => `- ${f}`).join('\n')}`);
     out(`\nTotal: ${meta.totalS} s.`);
 
     const files: string[] = [];
     if (options.outDir) {
       await mkdir(options.outDir, { recursive: true });
-      const stamp = started.toISOString().replace(/[:.]/g, '-');
-      const write = async (name: string, text: string) => {
-        files.push(join(options.outDir!, `${stamp}${name}`));
-        await writeFile(files.at(-1)!, text);
-      };
+      const file = join(options.outDir, `${started.toISOString().replace(/[:.]/g, '-')}.json`);
       const runs = records.map((r) => ({ ...r, figures: figures(r) }));
       const fleetsim = simRecords.length ? { fleetsim: simRecords } : {};
-      await write('.json', `${JSON.stringify({ meta, runs, ...fleetsim, failures }, null, 2)}\n`);
-      out(`\nWrote ${files.join(', ')}.`);
+      await writeFile(file, `${JSON.stringify({ meta, runs, ...fleetsim, failures }, null, 2)}\n`);
+      files.push(file);
+      out(`\nWrote ${file}.`);
     }
     if (oversell) {
       out(`\n**FAILED: ${oversell.message}**`);

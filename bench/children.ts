@@ -1,7 +1,6 @@
 /**
- * Child processes of the bench: its sibling modules forked with an IPC channel and run from source by tsx, the
- * child's side of the channel, and the clock they share (wall time at monotonic resolution, one time base for every
- * process of the machine).
+ * The bench's child processes: sibling modules forked with an IPC channel and run by tsx, the child's side of the
+ * channel, and the clock they share (wall time at monotonic resolution).
  */
 import { fork } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
@@ -60,35 +59,26 @@ export function forkChild(name: string): Child {
     serialization: 'advanced',
     stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
   });
-  const inbox: { type: string; [k: string]: unknown }[] = [];
+  const inbox: { type: string }[] = [];
   const waiting: { type: string; resolve: (m: unknown) => void; reject: (e: Error) => void }[] = [];
-  let exited: Error | undefined;
+  // the child's error message, else its exit: every waiter left gets it
+  let failed: Error | undefined;
   const deliver = () => {
-    for (let i = 0; i < waiting.length; i++) {
-      const w = waiting[i]!;
-      const error = inbox.findIndex((m) => m.type === 'error');
-      if (error >= 0) {
-        const [m] = inbox.splice(error, 1);
-        waiting.splice(i--, 1);
-        w.reject(new Error(`${name} (pid ${proc.pid}) failed: ${String(m!.message)}`));
-        continue;
-      }
+    for (const w of [...waiting]) {
       const k = inbox.findIndex((m) => m.type === w.type);
-      if (k >= 0) {
-        waiting.splice(i--, 1);
-        w.resolve(inbox.splice(k, 1)[0]);
-      } else if (exited) {
-        waiting.splice(i--, 1);
-        w.reject(exited);
-      }
+      if (k < 0 && !failed) continue;
+      waiting.splice(waiting.indexOf(w), 1);
+      if (k >= 0) w.resolve(inbox.splice(k, 1)[0]);
+      else w.reject(failed!);
     }
   };
-  proc.on('message', (m: { type: string }) => {
-    inbox.push(m);
+  proc.on('message', (m: { type: string; message?: unknown }) => {
+    if (m.type === 'error') failed ??= new Error(`${name} (pid ${proc.pid}) failed: ${String(m.message)}`);
+    else inbox.push(m);
     deliver();
   });
   proc.on('exit', (code, signal) => {
-    exited = new Error(`${name} (pid ${proc.pid}) exited (code ${code}, signal ${signal})`);
+    failed ??= new Error(`${name} (pid ${proc.pid}) exited (code ${code}, signal ${signal})`);
     deliver();
   });
   return {

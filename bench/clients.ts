@@ -1,11 +1,9 @@
 /**
- * clients2: closed-loop workers of every client on each instance, every request naming its client. Each worker draws
- * its holds from its own seeded stream, so the k-th request a worker gets admitted holds the same time in every run
- * and in the ideal schedulers (ideal-clients.ts), which replay the same loop in memory. Per-client figures are pure
- * functions of the records, so a run's and an ideal's go through the same code.
+ * clients2: closed-loop workers of every client on each instance. Each worker draws its holds from its own seeded
+ * stream, so its k-th admitted request holds the same time in every run and in the ideal schedulers (ideal-clients.ts).
  */
 import { logNormalMs, seededRandom, seedOf, type HoldShape } from './draws.js';
-import { waitsOf, type RequestRecord } from './fairness.js';
+import { sortedWaits, waitsOf, type RequestRecord } from './fairness.js';
 import { idealClosedLoop, type ClientPolicy, type LoopWorker } from './ideal-clients.js';
 import { highestOverlap } from './load.js';
 import type { ClientsScenario, ClientVariant } from './openloop.js';
@@ -89,10 +87,7 @@ export function clientFigures(
   return o.clients.map((c) => {
     const mine = records.filter((r) => r.client === c.id);
     const arrived = mine.filter((r) => inWindow(r.arrival));
-    const waits = arrived
-      .filter((r) => r.channel !== undefined)
-      .map((r) => r.outcome - r.arrival)
-      .sort((a, b) => a - b);
+    const waits = sortedWaits(arrived);
     const admitted = mine.filter((r) => r.channel !== undefined && inWindow(r.outcome)).length;
     return {
       client: c.id,

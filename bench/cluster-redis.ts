@@ -1,7 +1,6 @@
 /**
- * The Redis Cluster the bench measures: a private 3-master cluster, or one given by seed nodes. Its instruments are
- * those of one node (redis.ts) taken on every master, summed and kept per master. The admin connections are plain
- * clients, one per master: a Cluster client would add its own slot refreshes to the counts.
+ * The Redis Cluster the bench measures: a private 3-master cluster, or one given by seed nodes. One node's instruments
+ * (redis.ts) on every master through plain clients: a Cluster client would add its slot refreshes to the counts.
  */
 import { Cluster, Redis } from 'ioredis';
 import { parseAddress } from '../packages/slotgate/src/store/redis/connection/connection.js';

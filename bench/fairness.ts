@@ -1,8 +1,6 @@
 /**
- * The fleet figures, as pure functions of every request's record, so an ideal scheduler's records and a
- * contender's go through the same code: per-instance admissions and waits, Jain's index and the min/max share across
- * instances, slot utilisation, FIFO inversions among the requests that had to wait, and grant latency (admission −
- * the latest release on the channel: a polling contender's poll delay).
+ * The fleet figures as pure functions of every request's record, so an ideal scheduler's records and a contender's
+ * go through the same code: shares and Jain's index, utilisation, FIFO inversions, grant latency.
  */
 import { percentile } from './load.js';
 
@@ -31,6 +29,13 @@ export interface Waits {
 }
 
 export const isAdmitted = (r: RequestRecord): boolean => r.channel !== undefined;
+
+/** The waits (outcome − arrival), sorted, of the records admitted (or with `admitted` false, of those refused). */
+export const sortedWaits = (records: readonly RequestRecord[], admitted = true): number[] =>
+  records
+    .filter((r) => isAdmitted(r) === admitted)
+    .map((r) => r.outcome - r.arrival)
+    .sort((a, b) => a - b);
 
 /** Jain's index (Σx)² / (n · Σx²): 1 when all are equal, 1/n when one takes all; NaN when all are 0. */
 export function jain(xs: readonly number[]): number {
@@ -186,13 +191,9 @@ export function fleetFigures(
   const inWindow = (t: number) => t >= from && t < to;
   const waited = hadToWait(records, o.slots);
   const counted = records.map((r) => inWindow(r.arrival));
-  const waitOf = (r: RequestRecord) => r.outcome - r.arrival;
   const perInstance = Array.from({ length: o.instances }, (_, i) => {
     const mine = records.filter((r, k) => counted[k] && r.instance === i);
-    const waits = mine
-      .filter(isAdmitted)
-      .map(waitOf)
-      .sort((a, b) => a - b);
+    const waits = sortedWaits(mine);
     return {
       requests: mine.length,
       admitted: records.filter((r) => r.instance === i && isAdmitted(r) && inWindow(r.outcome)).length,
@@ -221,12 +222,7 @@ export function fleetFigures(
     admitted: admittedCounts.reduce((a, b) => a + b, 0),
     refusals,
     refusalRatio: arrived.length ? refused / arrived.length : NaN,
-    wait: waitsOf(
-      arrived
-        .filter(isAdmitted)
-        .map(waitOf)
-        .sort((a, b) => a - b),
-    ),
+    wait: waitsOf(sortedWaits(arrived)),
     perInstance,
     jain: jain(admittedCounts),
     share: minMaxShare(admittedCounts),

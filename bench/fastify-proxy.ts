@@ -1,8 +1,6 @@
 /**
- * The floor of the stack the gateway is built on: Fastify 5 in, undici's `request` out on one keep-alive agent,
- * forwarding the body to `target` and the answer back as it streams, as the gateway does (raw body parser, hop-by-hop
- * headers dropped). No authentication, routing, admission, metrics or logs: what slotgate's own code adds is the
- * difference between this contender and slotgate.
+ * The floor of the gateway's own stack: Fastify in, undici out on one keep-alive agent, the body and the streamed
+ * answer passed through as the gateway does. What slotgate's code adds is the difference from this contender.
  */
 import Fastify from 'fastify';
 import { Agent, request } from 'undici';

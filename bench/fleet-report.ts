@@ -1,4 +1,4 @@
-/** The fleet scenarios' markdown: parameters above each scenario's tables, the ideal schedulers first, the legend. */
+/** The fleet scenarios' markdown: parameters above each scenario's tables, the ideal schedulers first. */
 import { measuredRatio, type ClientFigures, type ClientsRecord } from './clients.js';
 import { holdText, meanHoldMs } from './draws.js';
 import { columns, counts, fmt, highestText, ms, pct, slash, type Column } from './format.js';
@@ -90,6 +90,7 @@ interface Row {
   r?: RunRecord;
 }
 
+const whole = (n: number) => fmt(n, 0);
 const versus = (a: number, b: number) => `${a - b >= 0 ? '+' : '−'}${ms(Math.abs(a - b))}`;
 const ofRun = (cell: (r: RunRecord) => string) => (x: Row) => (x.r ? cell(x.r) : '–');
 const inversions = ({ f }: Row) =>
@@ -166,16 +167,8 @@ export function fleetInstanceTable(runs: readonly RunRecord[]): string {
   return columns(rows, [
     ['per instance', (x) => x.name],
     ['instances', (x) => x.r.params.instances],
-    each(
-      'admitted',
-      (p) => p.admitted,
-      (n) => fmt(n, 0),
-    ),
-    each(
-      '429 ratio',
-      (p) => p.refusalRatio,
-      (n) => pct(n),
-    ),
+    each('admitted', (p) => p.admitted, whole),
+    each('429 ratio', (p) => p.refusalRatio, pct),
     each('wait p50 ms', (p) => p.wait.p50, ms),
     each('wait p90 ms', (p) => p.wait.p90, ms),
     each('wait p99 ms', (p) => p.wait.p99, ms),
@@ -221,24 +214,3 @@ function clientsTable(runs: readonly RunRecord[]): string {
     ['p90 ÷ ideal weighted-fair', ratio],
   ]);
 }
-
-export const fleetLegend = (): string =>
-  [
-    '- **wait**: admitted − arrival (open loop: the time in the trace; closed loop: the acquire call).',
-    '- **429 ratio**: refused / requests arriving in the window; `in_flight_cap` = shed by the bench (**shed at cap**).',
-    "- **Jain's index**: (Σx)² / (n · Σx²) over the instances' admitted counts; **min/max share**: the smallest " +
-      'over the largest. Demand is equal, so 1 is fair.',
-    '- **had to wait**: arrived while every slot was held (by any instance) or an earlier waiter still waited. ' +
-      '**FIFO inversions**: the share of those a later arrival overtook; **≤ x ms later**: the largest gap between ' +
-      'a waiter and its overtaker; **by dispatch**: overtaken by a request handed to its contender after it.',
-    '- **grant latency**: admission − the latest release on the channel at or before it (a poll delay shows here).',
-    '- **slot utilisation**: busy slot-time / (slots × window). **ideal FIFO**: the same trace through a perfect ' +
-      'in-memory first-come-first-served scheduler with the same slots and wait time-out; **vs ideal**: run − ideal.',
-    '- **dispatch lag**, **event-loop delay**: how late an instance started a request after its trace time, and ran ' +
-      'a 1 ms timer (p99 and max of the worst instance): a busy machine shows here.',
-    '- **Redis cost**: INFO deltas from the common start until every instance has drained.',
-    "- clients2: **share of slot-time**: the client's held slot-time over everyone's; **highest in flight/limit**: " +
-      'the most of its requests holding slots at once across instances; **ideal weighted-fair**: a freed slot goes to ' +
-      'the waiter whose client holds the fewest relative to its weight, **ideal FIFO**: to the oldest, both with the ' +
-      "variant's limits; **p90 ÷ ideal weighted-fair**: the light client's p90 wait over that ideal's.",
-  ].join('\n');

@@ -1,19 +1,16 @@
 /**
- * Fleet runs: one fleet scenario (openloop.ts) on N worker processes sharing one Redis. The parent deals the trace,
- * takes the INFO snapshots from the common start until every instance has drained, sweeps the hold intervals of all
- * instances for oversell and computes the fleet figures from every request's record, beside the ideal FIFO
- * scheduler's on the same trace (open loop) or the ideal clients schedulers' on the same loop (clients2).
+ * Fleet runs: one fleet scenario (openloop.ts) on N worker processes sharing one Redis; INFO snapshots from the
+ * common start until every instance drained, the oversell sweep, and the fleet figures beside the ideal schedulers'.
  */
 import { clientRunsOf, clientsRecord, clientsWindow } from './clients.js';
 import { meanHoldMs } from './draws.js';
-import { fleetFigures, type FleetWindow, type RequestRecord } from './fairness.js';
+import { fleetFigures, sortedWaits, type FleetWindow, type RequestRecord } from './fairness.js';
 import { idealFifo } from './ideal.js';
-import { highestOverlap } from './load.js';
 import { arrivalRate, traceOf, type ClientVariant, type FleetScenario } from './openloop.js';
 import { runOnWorkers, type RunBody, type WorkerPool } from './pool.js';
 import { addCounts, newNamespace, sum, type RunRecord } from './records.js';
 import type { RedisUnderTest } from './redis.js';
-import { summarize } from './run.js';
+import { summarize, workersTotal } from './run.js';
 import { channelsOf } from './scenarios.js';
 import type { ClosedWorker } from './worker.js';
 
@@ -110,14 +107,7 @@ export async function runFleet(
   const refusals: Record<string, number> = {};
   for (const [reason, n] of Object.entries(figures.refusals))
     addCounts(reason.startsWith('error: ') ? errors : refusals, { [reason]: n });
-  const purposes: Record<string, number> = {};
-  for (const r of results) addCounts(purposes, r.purposes);
   const inWindow = records.filter((r) => r.arrival >= window.from && r.arrival < window.to);
-  const waitsOf = (admitted: boolean) =>
-    inWindow
-      .filter((r) => (r.channel !== undefined) === admitted)
-      .map((r) => r.outcome - r.arrival)
-      .sort((a, b) => a - b);
   const record = summarize(
     {
       // a clients run names its variant: runs are told apart by scenario and contender
@@ -143,18 +133,12 @@ export async function runFleet(
       admissions: figures.admitted,
       refusals,
       errors,
-      latencies: waitsOf(true),
-      refusalLatencies: waitsOf(false),
+      latencies: sortedWaits(inWindow),
+      refusalLatencies: sortedWaits(inWindow, false),
       windowS: (done.after.at - done.before.at) / 1000,
     },
     done,
-    {
-      roundTrips: sum(results.map((r) => r.roundTrips)),
-      socketWrites: sum(results.map((r) => r.socketWrites)),
-      clientCpuMs: sum(results.map((r) => r.clientCpuMs)),
-      highest: highestOverlap(results.map((r) => r.intervals)),
-      purposes: results.some((r) => r.purposes) ? purposes : undefined,
-    },
+    workersTotal(results),
   );
   record.fleet = {
     kind: s.kind,

@@ -1,18 +1,16 @@
 /**
- * The fleet simulator (`--only fleetsim`): N admission engines (1 to 100), each a slotgate session with its own
- * connection, spread over a few worker processes, on one Redis or a Redis Cluster; C channels (50 to 1,000) in
- * overlapping candidate sets; open-loop Poisson arrivals, seeded per engine so both contenders of a cell (slotgate and
- * its rollback mode) replay the same requests. The parent takes the INFO snapshots over a fixed window and sweeps
- * every hold interval for oversell.
+ * The fleet simulator (`--only fleetsim`): N slotgate engines over a few worker processes, C channels in overlapping
+ * candidate sets, open-loop Poisson arrivals seeded per engine so both contenders of a cell replay the same requests.
+ * The parent takes the INFO snapshots over a fixed window and sweeps every hold interval for oversell.
  */
 import { DEFAULT_SETTINGS } from 'slotgate';
 import { loadContender } from './contenders/index.js';
 import { exponentialMs, logNormalMs, meanHoldMs, seededRandom, seedOf, type HoldShape } from './draws.js';
-import { jain, type RequestRecord } from './fairness.js';
+import { jain, sortedWaits, type RequestRecord } from './fairness.js';
 import { highestOverlap, percentile } from './load.js';
 import { runOnWorkers, WorkerPool } from './pool.js';
 import { newNamespace, sum } from './records.js';
-import { commandDelta, type RedisUnderTest } from './redis.js';
+import { commandDelta, perNodeDelta, type RedisUnderTest } from './redis.js';
 import { channelsOf } from './scenarios.js';
 import type { Arrival } from './worker.js';
 
@@ -187,10 +185,7 @@ export function simFigures(x: CellInput) {
   const admitted = x.records.filter(
     (r) => r.channel !== undefined && r.outcome >= startAt && r.outcome < endAt,
   );
-  const waits = arrived
-    .filter((r) => r.channel !== undefined)
-    .map((r) => r.outcome - r.arrival)
-    .sort((a, b) => a - b);
+  const waits = sortedWaits(arrived);
   const total = (key: string) => sum(x.counters.map((c) => c[key] ?? 0));
   const windowS = x.server.windowMs / 1000;
   const perTtl = (n: number, instances = cell.instances) =>
@@ -268,9 +263,7 @@ async function runCell(
     timeoutMs: durationMs + cell.waitTimeoutMs + shape.hold.capMs + 60_000,
   });
   const serverCommands = commandDelta(before, after);
-  const nodeCpuMs = after.perNode?.map(
-    (n) => (n.cpuSeconds - (before.perNode?.find((b) => b.node === n.node)?.cpuSeconds ?? 0)) * 1000,
-  );
+  const nodeCpuMs = perNodeDelta(before, after)?.map((n) => n.cpuMs);
   const f = simFigures({
     cell,
     startAt,

@@ -1,10 +1,11 @@
 /**
- * The HTTP scenario: the real gateway (1 or 2 instances, each in its own process, proxy-node.ts) in front of the
- * counting upstream, which holds every request `holdMs` and counts per channel how many it has in flight: the
- * oversell check is what the upstream saw. Load from autocannon; admission figures from the gateways' own stats.
+ * The HTTP scenario: the real gateway (1 or 2 processes, proxy-node.ts) before an upstream that holds every request
+ * and counts per channel how many it has in flight (the oversell check). Load from autocannon; admission figures from
+ * the gateways' own stats.
  */
 import autocannon from 'autocannon';
-import type { HistogramSnapshot } from 'slotgate';
+// Internal: the dashboard's quantile of a histogram window (a bucket's upper bound), not public API.
+import { windowQuantile } from '../packages/gateway/src/history.js';
 import { FakeUpstream } from '../test/helpers/fake-upstream.js';
 import { startNode, type NodeSpec } from './proxy-bench.js';
 import type { GatewayCounters } from './proxy-node.js';
@@ -30,19 +31,6 @@ async function generate(url: string, connections: number, durationS: number) {
   for (const [code, s] of Object.entries(r.statusCodeStats ?? {})) statuses[code] = s.count ?? 0;
   if (r.errors) statuses.errors = r.errors;
   return { requests: sum(Object.values(statuses)), statuses, p50Ms: r.latency.p50, p99Ms: r.latency.p99 };
-}
-
-/** Quantile from the difference of two histogram snapshots (the upper bound of its bucket). */
-function histogramQuantile(before: HistogramSnapshot, after: HistogramSnapshot, q: number): number {
-  const counts = after.counts.map((n, i) => n - (before.counts[i] ?? 0));
-  const rank = Math.ceil(q * sum(counts));
-  if (rank === 0) return NaN;
-  let seen = 0;
-  for (let i = 0; i < counts.length; i++) {
-    seen += counts[i]!;
-    if (seen >= rank) return after.buckets[i] ?? Infinity;
-  }
-  return Infinity;
 }
 
 export async function runHttp(
@@ -109,8 +97,8 @@ export async function runHttp(
         socketWrites: a.writes - b.writes,
         clientCpuMs: (a.cpuUs - b.cpuUs) / 1000,
         purposes: commands,
-        p50Ms: histogramQuantile(b.stats.admissionLatencyMs, a.stats.admissionLatencyMs, 0.5),
-        p99Ms: histogramQuantile(b.stats.admissionLatencyMs, a.stats.admissionLatencyMs, 0.99),
+        p50Ms: windowQuantile(a.stats.admissionLatencyMs, b.stats.admissionLatencyMs, 0.5) ?? NaN,
+        p99Ms: windowQuantile(a.stats.admissionLatencyMs, b.stats.admissionLatencyMs, 0.99) ?? NaN,
         refusals: sum(Object.entries(outcomes).flatMap(([k, v]) => (k.startsWith('capacity_') ? [v] : []))),
       };
     });

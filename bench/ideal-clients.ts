@@ -1,10 +1,8 @@
 /**
- * The ideal schedulers of clients2: the same closed loop as the instances run (the same workers per client, each
- * with its own hold sequence), on one channel, in memory. A slot given back at t goes at t to a waiter:
- * weighted-fair, to the one whose client holds the fewest slots relative to its weight (the oldest among equals);
- * fifo, to the oldest whatever its client. A limited client's request first takes one of its client's own slots and
- * only then joins the channel's waiters, as slotgate's acquire does. Workers ask again at once until `endMs`; no
- * wait time-out (the scenario's is set long enough not to be reached).
+ * The ideal schedulers of clients2: the instances' closed loop on one channel, in memory. A freed slot goes at once
+ * to the waiter whose client holds the fewest slots per weight (weighted-fair, oldest among equals) or to the oldest
+ * (fifo). A limited client's request first takes one of its client's own slots, as slotgate's acquire does. No wait
+ * time-out: the scenario's is too long to be reached.
  */
 import type { RequestRecord } from './fairness.js';
 
@@ -23,9 +21,7 @@ export interface LoopWorker {
   holds: () => number;
 }
 
-export interface ClientRecord extends RequestRecord {
-  client: string;
-}
+export type ClientRecord = RequestRecord & { client: string };
 
 export function idealClosedLoop(o: {
   channel: { id: string; max: number };

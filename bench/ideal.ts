@@ -1,8 +1,7 @@
 /**
- * The ideal FIFO scheduler set beside the open-loop runs: the same trace through a multi-server FIFO queue with
- * abandonment, in memory. With one patience for everyone, service starts never decrease in arrival order, so each
- * request in turn takes the slot that comes free first, unless that is not before its deadline: then it leaves at
- * the deadline and the next request looks at the same slots.
+ * The ideal FIFO scheduler beside the open-loop runs: the trace through a multi-server FIFO queue with abandonment.
+ * With one patience for all, service starts never decrease in arrival order: each request takes the slot free first,
+ * or leaves at its deadline if that slot is not free before it.
  */
 import type { TraceRequest } from './openloop.js';
 import type { RequestRecord } from './fairness.js';

@@ -1,11 +1,10 @@
 /**
- * The closed loop of W1–W4 and scale-out: N concurrent acquirers, each acquire → hold `holdMs` → release, 5 ms
- * back-off after a refusal, the same loop for every contender. The holders count how many of them hold each channel
- * at once (above max is an oversell), and can record each hold as an interval on the machine-wide monotonic clock so
- * a parent can sweep several processes together.
+ * The closed loop of W1–W4 and scale-out: N acquirers, each acquire → hold → release, 5 ms back-off after a refusal.
+ * Holders count how many hold each channel at once, and can record each hold on the monotonic clock so a parent can
+ * sweep several processes together.
  */
-import { performance } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { sleepUntil } from './children.js';
 import { Refused, type BenchChannel, type Session } from './types.js';
 
 export interface LoadOptions {
@@ -19,7 +18,7 @@ export interface LoadOptions {
   /** Called right before the first acquire and right when the window ends (snapshots). */
   onWindowStart?: () => Promise<void> | void;
   onWindowEnd?: () => Promise<void> | void;
-  /** Start the window at this performance.timeOrigin-based wall time (ms since epoch), for processes in step. */
+  /** Start the window at this wall time (children.ts, wallNow), for processes in step. */
   startAt?: number;
 }
 
@@ -50,13 +49,9 @@ export async function runLoad(opts: LoadOptions): Promise<LoadResult> {
   const intervals: Record<string, number[]> | undefined = opts.recordIntervals ? {} : undefined;
   let admissions = 0;
 
-  if (opts.startAt !== undefined) {
-    const wait = opts.startAt - (performance.timeOrigin + performance.now());
-    if (wait > 0) await sleep(wait);
-  }
+  if (opts.startAt !== undefined) await sleepUntil(opts.startAt);
   await opts.onWindowStart?.();
-  const started = performance.now();
-  const deadline = started + opts.durationMs;
+  const deadline = performance.now() + opts.durationMs;
   let windowEnd: Promise<void> | undefined;
   const endTimer = setTimeout(() => {
     windowEnd = Promise.resolve(opts.onWindowEnd?.());

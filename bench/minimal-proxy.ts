@@ -1,7 +1,6 @@
 /**
- * The floor the gateway is measured against: a minimal Node pass-through proxy, node:http in, node:http out on one
- * keep-alive agent, forwarding method, path, headers and body to `target` and the answer back as it streams.
- * No routing, no authentication, no admission, no logs: what any proxy in Node costs at the least.
+ * The floor the gateway is measured against: node:http in, node:http out on one keep-alive agent, the request and the
+ * answer streamed through; no routing, authentication, admission or logs.
  */
 import { Agent, createServer, request, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';

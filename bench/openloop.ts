@@ -1,7 +1,6 @@
 /**
- * The fleet scenarios, on several instances (worker processes): the open loop (one seeded trace of Poisson arrivals
- * with log-normal holds, dealt round-robin, the same for every contender, instance count and the ideal scheduler),
- * the closed-loop fairness run fair2, and clients2 (clients of very different demand on one channel).
+ * The fleet scenarios on several instances: the open loop (one seeded Poisson trace with log-normal holds, dealt
+ * round-robin, the same for every contender, instance count and the ideal), fair2, and clients2.
  */
 import { exponentialMs, logNormalMs, meanHoldMs, seededRandom, type HoldShape } from './draws.js';
 

@@ -1,22 +1,11 @@
 /**
- * `npm run bench:proxy`: what the gateway costs per request, beside the floor: slotgate (one OpenAI channel), a
- * minimal Node pass-through proxy, the same pass-through on the gateway's own stack (Fastify and undici, none of
- * slotgate's work), and Portkey's gateway when `@portkey-ai/gateway` is installed, all in front of one local
- * upstream, each in a process of its own (proxy-node.ts).
- *
- * 1. Throughput: autocannon on every contender and mode (JSON, SSE), in the same order, `rounds` times; the median
- *    round counts.
- * 2. Low load: one connection, sequential requests interleaved in blocks of 50 across the contenders so a busy
- *    machine slows them alike, timed with performance.now() (autocannon's histogram has whole-ms buckets).
+ * `npm run bench:proxy`: slotgate, a minimal Node proxy and a Fastify + undici pass-through (the gateway's stack, none
+ * of its work) before one local upstream, each in its own process (proxy-node.ts). Throughput: autocannon, the median
+ * of the rounds. Low load: one connection, requests interleaved in blocks of 50 so a busy machine slows all alike.
  */
-import { spawn } from 'node:child_process';
-import { readFileSync } from 'node:fs';
 import { Agent, request } from 'node:http';
-import { createRequire } from 'node:module';
-import { dirname, join } from 'node:path';
 import os from 'node:os';
 import autocannon from 'autocannon';
-import { freePort } from '../test/helpers/redis-server.js';
 import { forkChild } from './children.js';
 import { fmt, table } from './format.js';
 import { percentile } from './load.js';
@@ -75,7 +64,7 @@ export interface ThroughputRow {
   p50Ms: number;
   p99Ms: number;
   failed: number;
-  /** The contender's own process CPU (user + system) per answered request, µs; undefined for Portkey's. */
+  /** The contender's own process CPU (user + system) per answered request, µs. */
   cpuUsPerRequest?: number;
 }
 
@@ -93,13 +82,11 @@ export interface ProxyBenchResult {
   parameters: string;
   throughput: ThroughputRow[];
   latency: LatencyRow[];
-  notes: string[];
 }
 
 interface Contender {
   label: string;
   url: string;
-  headers: Record<string, string>;
   /** The CPU its process has used so far, µs. */
   cpuUs?(): Promise<number>;
   close(): Promise<void>;
@@ -137,65 +124,14 @@ export async function startNode(spec: NodeSpec) {
 async function forkedContender(label: string, spec: NodeSpec): Promise<Contender> {
   const node = await startNode(spec);
   const cpuUs = async () => (await node.ask<{ micros: number }>('cpu')).micros;
-  return { label, url: node.url, headers: HEADERS, cpuUs, close: node.close };
-}
-
-/** Where `@portkey-ai/gateway`'s server script is, when the package is installed (it is never a dependency). */
-export function findPortkey(): { script: string; version: string } | undefined {
-  let dir: string;
-  try {
-    // its entry point, then up to its root (its exports may hide package.json)
-    dir = dirname(createRequire(import.meta.url).resolve('@portkey-ai/gateway'));
-    while (!readFileSync(join(dir, 'package.json'), 'utf8').includes('"@portkey-ai/gateway"'))
-      dir = dirname(dir);
-  } catch {
-    return undefined;
-  }
-  const pkg = JSON.parse(readFileSync(join(dir, 'package.json'), 'utf8')) as {
-    version: string;
-    bin?: string | Record<string, string>;
-    main?: string;
-  };
-  const entry = (typeof pkg.bin === 'string' ? pkg.bin : Object.values(pkg.bin ?? {})[0]) ?? pkg.main;
-  return entry ? { script: join(dir, entry), version: pkg.version } : undefined;
-}
-
-/** Portkey's gateway (its own Node server script) routing to the upstream as an OpenAI custom host. */
-async function portkeyContender(
-  found: { script: string; version: string },
-  upstream: string,
-): Promise<Contender> {
-  const port = await freePort();
-  const proc = spawn(process.execPath, [found.script, `--port=${port}`, '--headless'], { stdio: 'ignore' });
-  const close = async () => {
-    if (proc.exitCode !== null || proc.signalCode !== null) return;
-    const exited = new Promise((resolve) => proc.once('exit', resolve));
-    proc.kill('SIGKILL');
-    await exited;
-  };
-  const url = `http://127.0.0.1:${port}`;
-  const deadline = Date.now() + 30_000;
-  while (
-    !(await fetch(url).then(
-      () => true,
-      () => false,
-    ))
-  ) {
-    if (proc.exitCode !== null || Date.now() > deadline) {
-      await close();
-      throw new Error(`Portkey's gateway (${found.script}) did not start`);
-    }
-    await new Promise((resolve) => setTimeout(resolve, 100));
-  }
-  const headers = { ...HEADERS, 'x-portkey-provider': 'openai', 'x-portkey-custom-host': `${upstream}/v1` };
-  return { label: `Portkey gateway ${found.version}`, url, headers, close };
+  return { label, url: node.url, cpuUs, close: node.close };
 }
 
 const cannon = (c: Contender, mode: Mode, connections: number, duration: number) =>
   autocannon({
     url: c.url + PATH,
     method: 'POST',
-    headers: c.headers,
+    headers: HEADERS,
     body: bodyOf(mode),
     connections,
     duration,
@@ -206,7 +142,7 @@ const cannon = (c: Contender, mode: Mode, connections: number, duration: number)
 function timedRequest(agent: Agent, c: Contender, mode: Mode): Promise<number | undefined> {
   return new Promise((resolve) => {
     const t0 = performance.now();
-    const req = request(c.url + PATH, { method: 'POST', headers: c.headers, agent }, (res) => {
+    const req = request(c.url + PATH, { method: 'POST', headers: HEADERS, agent }, (res) => {
       res.resume();
       res.once('end', () => resolve(res.statusCode === 200 ? performance.now() - t0 : undefined));
       res.once('error', () => resolve(undefined));
@@ -220,7 +156,6 @@ export async function runProxyBench(options: ProxyBenchOptions = {}): Promise<Pr
   const { connections = 50, durationS = 5, warmupS = 2, rounds = 1, lowRequests = 400, chunks = 5 } = options;
   const delayMs = options.upstreamDelayMs ?? 5;
   const progress = options.progress ?? (() => {});
-  const notes: string[] = [];
   const loadBefore = os.loadavg()[0]!;
   const upstream = await startNode({ role: 'upstream', delayMs, chunks });
   const contenders: Contender[] = [];
@@ -243,17 +178,6 @@ export async function runProxyBench(options: ProxyBenchOptions = {}): Promise<Pr
     for (const s of started) if (s.status === 'fulfilled') contenders.push(s.value);
     const failed = started.find((s) => s.status === 'rejected');
     if (failed) throw failed.reason;
-    const portkey = findPortkey();
-    if (portkey) {
-      contenders.push(await portkeyContender(portkey, upstream.url));
-      notes.push(
-        `Portkey gateway ${portkey.version}: its own server script (\`--port=N --headless\`), sent ` +
-          '`x-portkey-provider: openai` and `x-portkey-custom-host: <upstream>/v1` on top of the common headers.',
-      );
-    } else
-      notes.push(
-        'Portkey gateway: not measured (`@portkey-ai/gateway` is not installed; it is never a dependency).',
-      );
 
     // 1. throughput: the median of the rounds
     const samples = new Map<string, ThroughputRow[]>();
@@ -288,10 +212,7 @@ export async function runProxyBench(options: ProxyBenchOptions = {}): Promise<Pr
     );
 
     // 2. low load: one connection per target, blocks of 50 interleaved across the targets
-    const targets: Contender[] = [
-      { label: DIRECT, url: upstream.url, headers: HEADERS, close: async () => {} },
-      ...contenders,
-    ];
+    const targets: Contender[] = [{ label: DIRECT, url: upstream.url, close: async () => {} }, ...contenders];
     const latency: LatencyRow[] = [];
     for (const mode of MODES) {
       progress(`low load, ${mode}`);
@@ -337,13 +258,13 @@ export async function runProxyBench(options: ProxyBenchOptions = {}): Promise<Pr
       (Math.max(loadBefore, loadAfter) > os.cpus().length
         ? ' (above the core count: other work shared the machine).'
         : '.');
-    return { parameters, throughput, latency, notes };
+    return { parameters, throughput, latency };
   } finally {
     await Promise.all([...contenders.map((c) => c.close()), upstream.close()]);
   }
 }
 
-/** The result as markdown: parameters, the two tables, the notes. */
+/** The result as markdown: parameters and the two tables. */
 export function proxyBenchReport(r: ProxyBenchResult): string {
   const find = <R extends { contender: string; mode: Mode }>(rows: readonly R[], who: string, mode: Mode) =>
     rows.find((x) => x.contender === who && x.mode === mode);
@@ -403,14 +324,5 @@ export function proxyBenchReport(r: ProxyBenchResult): string {
       ];
     }),
   );
-  return [
-    `# slotgate beside a minimal proxy`,
-    '',
-    r.parameters,
-    '',
-    throughput,
-    '',
-    low,
-    ...r.notes.flatMap((n) => ['', n]),
-  ].join('\n');
+  return [`# slotgate beside a minimal proxy`, '', r.parameters, '', throughput, '', low].join('\n');
 }

@@ -1,11 +1,7 @@
 /**
- * One server in a process of its own, so that the load generator, the upstream and the server under test each have
- * their own event loop: bench:proxy's upstream and proxies (proxy-bench.ts), and the HTTP scenario's gateway
- * instances (http.ts), which count their Redis round trips.
- *   { type: 'start', spec } → { type: 'listening', url }
- *   { type: 'cpu' }         → { type: 'cpu', micros } (process.cpuUsage(), µs)
- *   { type: 'counters' }    → { type: 'counters', counters } (the gateway role)
- *   { type: 'stop' }        → { type: 'stopped' }, exits
+ * One server in its own process (its own event loop): bench:proxy's upstream and proxies, and the HTTP scenario's
+ * gateways, which count their Redis round trips. Messages: start → listening { url }, cpu → cpu { micros },
+ * counters → counters (gateway role), stop → stopped.
  */
 import { RedisStore, type AdmissionStats } from 'slotgate';
 import { createGateway, parseConfig } from 'slotgate-gateway';

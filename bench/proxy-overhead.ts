@@ -1,7 +1,5 @@
 /**
- * `npm run bench:proxy`: slotgate beside a minimal Node pass-through proxy (and Portkey's gateway when
- * `@portkey-ai/gateway` is installed) on the same local upstream, streaming and not, in one run (proxy-bench.ts).
- *
+ * `npm run bench:proxy` (proxy-bench.ts):
  *   npm run bench:proxy -- [--connections 50] [--duration 5] [--warmup 2] [--rounds 1] [--low-requests 400]
  *                          [--upstream-delay 5] [--no-unlimited] [--redis URL]
  */

@@ -109,11 +109,7 @@ export class OversellError extends Error {
   }
 }
 
-export const sum = (values: Iterable<number>): number => {
-  let s = 0;
-  for (const v of values) s += v;
-  return s;
-};
+export const sum = (values: readonly number[]): number => values.reduce((a, b) => a + b, 0);
 
 /** Adds each count of `from` into `into`. */
 export function addCounts(into: Record<string, number>, from: Record<string, number> | undefined): void {

@@ -1,7 +1,6 @@
 /**
- * The Redis the bench measures (a private redis-server, or one given by URL) and its instruments: server-side deltas
- * from INFO (commandstats, which counts the commands run inside Lua scripts too, and CPU), and client-side round
- * trips and socket writes of every ioredis client a contender opens.
+ * The Redis the bench measures (a private redis-server, or one given by URL) and its instruments: INFO deltas on the
+ * server (commandstats counts commands inside Lua scripts), round trips and socket writes on the contenders' clients.
  */
 import { Redis, type Cluster } from 'ioredis';
 // Internal: every contender's clients get the options slotgate's RedisStore gives its own (not public API).
@@ -10,7 +9,7 @@ import {
   defaultRedisOptions,
 } from '../packages/slotgate/src/store/redis/connection/connection.js';
 import { parseCommandstats, RedisServer } from '../test/helpers/redis-server.js';
-import { addCounts, deltaOf } from './records.js';
+import { addCounts, deltaOf, sum } from './records.js';
 import type { Session } from './types.js';
 
 export interface NodeSnapshot {
@@ -95,6 +94,15 @@ export function commandDelta(before: Pick<NodeSnapshot, 'commands'>, after: Pick
     if (d > 0 && name !== 'info') delta[name] = d;
   }
   return delta;
+}
+
+/** On a cluster: each master's commands and CPU ms between two snapshots. */
+export function perNodeDelta(before: ServerSnapshot, after: ServerSnapshot) {
+  return after.perNode?.map((n) => {
+    const b = before.perNode?.find((x) => x.node === n.node);
+    const commands = sum(Object.values(commandDelta(b ?? { commands: {} }, n)));
+    return { node: n.node, commands, cpuMs: (n.cpuSeconds - (b?.cpuSeconds ?? 0)) * 1000 };
+  });
 }
 
 const CLUSTER_SCHEME = 'redis-cluster://';

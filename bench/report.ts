@@ -1,6 +1,6 @@
 /**
  * The closed-loop scenarios' markdown: each scenario's parameters above its tables, the contenders side by side,
- * the cluster beside the single node, and the legend.
+ * and the cluster beside the single node.
  */
 import { columns, counts, fmt, highestText, type Column } from './format.js';
 import { sum, type Meta, type RunRecord } from './records.js';
@@ -195,26 +195,4 @@ export function clusterTable(
       both('highest/max', (r) => highestText(r.highest, r.params.max)),
     ],
   );
-}
-
-export function legend(meta: Meta): string {
-  return [
-    '- **admissions/s**: slots granted inside the measured window, divided by its length.',
-    '- **Redis cmds/adm, cmds/s**: `INFO commandstats` delta over the window (commands run inside Lua scripts count; ' +
-      'the INFO calls of the measurement do not). **Redis CPU**: `used_cpu_user + used_cpu_sys` delta.',
-    "- **round trips/adm**: requests the contender's code sent, counted on its ioredis clients (a Lua script 1, a " +
-      'pipeline or MULTI 1); background work counts against the admissions of the window. **socket writes/adm**: ' +
-      'writes on those sockets (auto-pipelining on for every contender), falling as concurrency rises.',
-    '- **p50 / p99 ms**: asking for a slot → holding it (waiting included). HTTP: the load generator, and the ' +
-      "gateway's admission histogram (bucket upper bounds; the worse instance).",
-    '- **429 ratio**: refused / (refused + admitted), with the reasons; the acquirer sleeps 5 ms and asks again.',
-    '- **highest/max**: the most holders seen at once on a channel (across processes: hold intervals swept on the ' +
-      'monotonic clock; HTTP: counted by the upstream). Above max is an oversell and fails the run. W4 holds 0 ms, ' +
-      'so it shows 1/max.',
-    "- **load_read**: slotgate's own count of load-read commands; **fetch rounds**: its load-view store reads.",
-    '- **cluster**: the same scenario and contender on the private 3-master cluster; ratios are cluster / single ' +
-      'node; per master: commands per admission and the share of one core.',
-    '',
-    ...meta.contenders.map((c) => `- **${c.label}**: ${c.behaviour}.`),
-  ].join('\n');
 }

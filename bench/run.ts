@@ -1,7 +1,6 @@
 /**
- * The closed-loop runs of W1–W4 (in this process) and scale-out (one worker process per instance), and the
- * RunRecord every run ends in: server-side commands and CPU from INFO deltas over the window, round trips and CPU
- * of the contender's processes, latencies, refusals, and the highest concurrency the holders saw per channel.
+ * The closed-loop runs of W1–W4 (in this process) and scale-out (one worker process per instance), and the RunRecord
+ * every run ends in.
  */
 import { highestOverlap, percentile, runLoad, type LoadResult } from './load.js';
 import { runOnWorkers, type WorkerPool } from './pool.js';
@@ -9,6 +8,7 @@ import { addCounts, newNamespace, sum, type InstanceFigures, type RunRecord } fr
 import {
   clientMeter,
   commandDelta,
+  perNodeDelta,
   RoundTripCounter,
   type ProcessFigures,
   type RedisUnderTest,
@@ -16,6 +16,7 @@ import {
 } from './redis.js';
 import { acquirersOf, candidateSetsOf, channelsOf, describeSets, type Scenario } from './scenarios.js';
 import type { Contender } from './types.js';
+import type { WorkerResult } from './worker.js';
 
 export function paramsOf(s: Scenario, durationS: number, instances: number): RunRecord['params'] {
   return {
@@ -63,18 +64,22 @@ export function summarize(
     purposes: extra.purposes,
     instances: extra.instances,
   };
-  if (after.perNode) {
-    record.topology = 'cluster';
-    record.perNode = after.perNode.map((n) => {
-      const b = before.perNode?.find((x) => x.node === n.node);
-      return {
-        node: n.node,
-        commands: sum(Object.values(commandDelta(b ?? { commands: {} }, n))),
-        cpuMs: (n.cpuSeconds - (b?.cpuSeconds ?? 0)) * 1000,
-      };
-    });
-  }
+  const perNode = perNodeDelta(before, after);
+  if (perNode) Object.assign(record, { topology: 'cluster', perNode });
   return record;
+}
+
+/** The process figures of a run's workers, summed, and the holds of all of them swept together. */
+export function workersTotal(results: readonly WorkerResult[]) {
+  const purposes: Record<string, number> = {};
+  for (const r of results) addCounts(purposes, r.purposes);
+  return {
+    roundTrips: sum(results.map((r) => r.roundTrips)),
+    socketWrites: sum(results.map((r) => r.socketWrites)),
+    clientCpuMs: sum(results.map((r) => r.clientCpuMs)),
+    highest: highestOverlap(results.map((r) => r.intervals)),
+    purposes: results.some((r) => r.purposes) ? purposes : undefined,
+  };
 }
 
 /** A run in this process: one instance, after a short unmeasured warm-up (connections, scripts, JIT). */
@@ -169,8 +174,6 @@ export async function runScaleOut(
     for (const l of loads) addCounts(out, l[key]);
     return out;
   };
-  const purposes: Record<string, number> = {};
-  for (const r of results) addCounts(purposes, r.purposes);
   const perInstance: InstanceFigures[] = results.map((r) => ({
     admissions: r.load!.admissions,
     admissionsPerS: r.load!.admissions / r.load!.windowS,
@@ -198,13 +201,6 @@ export async function runScaleOut(
       windowS: durationS,
     },
     { before, after },
-    {
-      roundTrips: sum(results.map((r) => r.roundTrips)),
-      socketWrites: sum(results.map((r) => r.socketWrites)),
-      clientCpuMs: sum(results.map((r) => r.clientCpuMs)),
-      highest: highestOverlap(results.map((r) => r.intervals)),
-      instances: perInstance,
-      purposes: results.some((r) => r.purposes) ? purposes : undefined,
-    },
+    { ...workersTotal(results), instances: perInstance },
   );
 }

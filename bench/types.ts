@@ -54,7 +54,7 @@ export interface Session {
 export interface Contender {
   id: string;
   label: string;
-  /** How it picks a channel and what it does when every candidate is full (printed in the legend). */
+  /** How it picks a channel and what it does when every candidate is full (printed with the results). */
   behaviour: string;
   /** How it waits when given a wait time-out; contenders without it sit out the open loop and clients2. */
   boundedWait?: string;

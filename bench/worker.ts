@@ -1,7 +1,6 @@
 /**
- * One process of a multi-instance run (scale-out, fleet scenarios, fleetsim), kept in a pool (pool.ts): one contender
- * session per instance it hosts; setup → ready, run → result, close → closed. Every request is recorded and every
- * hold kept as an interval on the machine's monotonic clock, so the parent can sweep all processes for oversell.
+ * One process of a multi-instance run, kept in a pool (pool.ts): a contender session per instance it hosts. Every
+ * request is recorded and every hold kept on the monotonic clock, so the parent can sweep all processes for oversell.
  */
 import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';

@@ -1,10 +1,6 @@
 /**
- * Bottleneck 2 in Redis clustering mode (ioredis datastore): one limiter per channel with `maxConcurrent` = the
- * channel's max, all limiters sharing one IORedisConnection (one client plus its subscriber duplicate), as
- * Bottleneck's documentation recommends for many limiters. A request is scheduled on one candidate picked
- * round-robin; the job holds the slot until the acquirer releases it. Bottleneck queues what it cannot run at once
- * (in this process, woken by its pub/sub "capacity" messages); with highWater = max and the OVERFLOW strategy a job
- * that finds the local queue at highWater is dropped: that is the 429.
+ * Bottleneck 2 in Redis clustering mode: one limiter per channel on one shared IORedisConnection, as its
+ * documentation recommends for many limiters (`behaviour` says the rest); a job dropped at highWater is the 429.
  */
 import Bottleneck from 'bottleneck';
 import { Refused, type Contender, type Session } from '../types.js';

@@ -18,7 +18,3 @@ export function loadContender(id: string): Contender {
   if (!found) throw new Error(`unknown contender "${id}" (known: ${ALL_IDS.join(', ')})`);
   return found;
 }
-
-export function loadContenders(ids: readonly string[]): Contender[] {
-  return ids.map(loadContender);
-}

@@ -1,9 +1,6 @@
 /**
- * redis-semaphore 5 (the closest peer): one Semaphore per channel key, `tryAcquire` with a single attempt, walking the
- * candidates round-robin from a rotating offset until one admits; release = its ZREM. It has no wait queue: when
- * every candidate refuses, the request is a 429 (the acquirer backs off 5 ms and retries, as with every contender).
- * Given a wait time-out (the fleet scenarios), a request every candidate refused then waits with the library's own
- * `acquire` — retries every 10 ms (its default) until the time-out — on the channel it started its walk on.
+ * redis-semaphore 5, the closest peer: one Semaphore per channel key, a tryAcquire walk over the candidates, no wait
+ * queue (`behaviour` and `boundedWait` say how it is driven).
  */
 import type { Redis } from 'ioredis';
 import { Semaphore, TimeoutError } from 'redis-semaphore';

@@ -9,7 +9,7 @@ import { createAdmission } from '../../packages/slotgate/src/admission/admission
 import { CapacityError, StoreUnavailableError } from '../../packages/slotgate/src/core/errors.js';
 import { RedisStore } from '../../packages/slotgate/src/store/redis/redis-store.js';
 import { FakeUpstream } from '../helpers/fake-upstream.js';
-import { overlapRun } from '../../bench/sentinel-failover.js';
+import { overlapRun } from '../helpers/sentinel-overlap.js';
 import { RedisSentinelSet } from '../helpers/redis-sentinel.js';
 import { uniquePrefix } from '../helpers/redis.js';
 import { useCleanups } from '../helpers/cleanups.js';

@@ -1,40 +1,16 @@
 /**
- * The dashboard's history (packages/gateway/src/history.ts) on a ManualClock: the ring keeps the last N points in
+ * The dashboard's history (packages/gateway/src/history.ts) on a ManualClock: it keeps the last N points in
  * order, one point per interval on a fixed grid, values from the engine's counters and loads (rates over the interval,
  * wait quantiles of the waits that ended in it, slots in use against max), and who holds each channel's slots.
  */
 import { afterEach, describe, expect, it } from 'vitest';
 import type { HistogramSnapshot } from '../../packages/slotgate/src/core/histogram.js';
 import { ManualClock } from '../../packages/slotgate/src/core/clock.js';
-import {
-  History,
-  Ring,
-  readAdmission,
-  windowQuantile,
-  type Reading,
-} from '../../packages/gateway/src/history.js';
+import { History, readAdmission, windowQuantile, type Reading } from '../../packages/gateway/src/history.js';
 import { capacityError, closeEngines, setup } from './admission-fixture.js';
 import { elapse } from './manual-time.js';
 
 afterEach(closeEngines);
-
-describe('Ring', () => {
-  it('keeps the last `capacity` values, oldest first', () => {
-    const ring = new Ring<number>(3);
-    expect(ring.toArray()).toEqual([]);
-    ring.push(1);
-    ring.push(2);
-    expect(ring.toArray()).toEqual([1, 2]);
-    for (let i = 3; i <= 10; i++) ring.push(i);
-    expect(ring.length).toBe(3);
-    expect(ring.toArray()).toEqual([8, 9, 10]);
-  });
-
-  it('refuses a capacity that is not a positive integer', () => {
-    expect(() => new Ring(0)).toThrow(/positive integer, got 0/);
-    expect(() => new Ring(1.5)).toThrow(RangeError);
-  });
-});
 
 const BUCKETS = [1, 10, 100, 1000];
 const snap = (counts: number[]): HistogramSnapshot => ({
@@ -115,6 +91,13 @@ describe('History', () => {
     await clock.advance(20_000);
     expect(reader.reads).toHaveLength(12);
     expect(clock.pending).toBe(0);
+  });
+
+  it('refuses a point count or an interval that is not a positive integer', () => {
+    const read = fakeReader(new ManualClock()).read;
+    expect(() => new History(read, { points: 0 })).toThrow(/points to be a positive integer, got 0/);
+    expect(() => new History(read, { points: 1.5 })).toThrow(RangeError);
+    expect(() => new History(read, { intervalMs: 0 })).toThrow(/intervalMs to be a positive integer/);
   });
 
   it('each point holds the rates over its interval, the wait quantiles of its waits and the slots in use', async () => {

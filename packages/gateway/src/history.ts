@@ -5,29 +5,6 @@
  */
 import type { Admission, Candidate, Clock, HistogramSnapshot, Outcome } from 'slotgate';
 
-/** The last `capacity` values pushed, oldest first. */
-export class Ring<T> {
-  private readonly values: T[] = [];
-
-  constructor(readonly capacity: number) {
-    if (!Number.isInteger(capacity) || capacity < 1)
-      throw new RangeError(`Expected the ring's capacity to be a positive integer, got ${capacity}`);
-  }
-
-  push(value: T): void {
-    this.values.push(value);
-    if (this.values.length > this.capacity) this.values.shift();
-  }
-
-  get length(): number {
-    return this.values.length;
-  }
-
-  toArray(): T[] {
-    return [...this.values];
-  }
-}
-
 /** The 429 reasons of slotgate's own answers: a channel's capacity, or a client's own limit. */
 const REJECTIONS = ['full', 'queue_full', 'wait_timeout', 'client_limit'] as const;
 type Rejection = (typeof REJECTIONS)[number];
@@ -121,9 +98,17 @@ export function readAdmission(admission: Admission, channels: readonly Candidate
 
 const round = (n: number) => Math.round(n * 100) / 100;
 
+function positive(name: string, n: number): number {
+  if (!Number.isInteger(n) || n < 1)
+    throw new RangeError(`Expected ${name} to be a positive integer, got ${n}`);
+  return n;
+}
+
 export class History {
   readonly intervalMs: number;
-  private readonly ring: Ring<HistoryPoint>;
+  /** The most points kept: the oldest goes when one more comes. */
+  readonly capacity: number;
+  private readonly ring: HistoryPoint[] = [];
   private readonly clock: Pick<Clock, 'now' | 'setTimer'>;
   private last: Reading | undefined;
   private timer: { cancel(): void } | undefined;
@@ -134,10 +119,8 @@ export class History {
     private readonly read: () => Promise<Reading>,
     options: HistoryOptions = {},
   ) {
-    this.intervalMs = options.intervalMs ?? 5000;
-    if (!Number.isInteger(this.intervalMs) || this.intervalMs < 1)
-      throw new RangeError(`Expected intervalMs to be a positive integer, got ${this.intervalMs}`);
-    this.ring = new Ring(options.points ?? 180);
+    this.intervalMs = positive('intervalMs', options.intervalMs ?? 5000);
+    this.capacity = positive('points', options.points ?? 180);
     this.clock = options.clock ?? systemTimers;
   }
 
@@ -178,6 +161,7 @@ export class History {
     this.sampling ??= this.read()
       .then((reading) => {
         if (this.last) this.ring.push(pointBetween(this.last, reading));
+        if (this.ring.length > this.capacity) this.ring.shift();
         this.last = reading;
       })
       .catch(() => {})
@@ -188,12 +172,12 @@ export class History {
   }
 
   get points(): HistoryPoint[] {
-    return this.ring.toArray();
+    return [...this.ring];
   }
 
   /** GET /admin/history: the points in columns, oldest first; `channelOrder` first, then channels since removed. */
   toJSON(channelOrder: readonly string[] = []) {
-    const points = this.ring.toArray();
+    const points = this.ring;
     const ids = [...new Set([...channelOrder, ...points.flatMap((p) => [...p.channels.keys()])])];
     const column = (id: string, read: (c: ChannelPoint) => number) =>
       points.map((p) => {
@@ -204,7 +188,7 @@ export class History {
     for (const reason of REJECTIONS) rejections[reason] = points.map((p) => round(p.rejectionsPerS[reason]));
     return {
       interval_ms: this.intervalMs,
-      capacity: this.ring.capacity,
+      capacity: this.capacity,
       t: points.map((p) => p.t),
       admissions_per_s: points.map((p) => round(p.admissionsPerS)),
       rejections_per_s: rejections,

@@ -12,7 +12,21 @@ import { CapacityError } from 'slotgate';
 import type { GatewayConfig } from './config-schema.js';
 
 /** What the proxy learnt about a client API request, filled in as it goes; written out by the access line. */
-export type AccessRecord = ReturnType<typeof newAccessRecord>;
+export interface AccessRecord {
+  /** The client token's configured name (never its key). */
+  token?: string;
+  model?: string;
+  /** The channel whose answer the client got (the last one tried when slotgate answered itself). */
+  channel?: string;
+  /** Time spent waiting for admission, summed over the attempts. */
+  waitMs: number;
+  /** The status of the upstream answer passed on, or of the last one seen. */
+  upstreamStatus?: number;
+  /** Upstream calls made (0 when the request was refused before any). */
+  attempts: number;
+  /** slotgate's own error code when it answered itself (e.g. `channel_capacity_exhausted`). */
+  error?: string;
+}
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -21,23 +35,7 @@ declare module 'fastify' {
   }
 }
 
-export function newAccessRecord() {
-  return {
-    /** The client token's configured name (never its key). */
-    token: undefined as string | undefined,
-    model: undefined as string | undefined,
-    /** The channel whose answer the client got (the last one tried when slotgate answered itself). */
-    channel: undefined as string | undefined,
-    /** Time spent waiting for admission, summed over the attempts. */
-    waitMs: 0,
-    /** The status of the upstream answer passed on, or of the last one seen. */
-    upstreamStatus: undefined as number | undefined,
-    /** Upstream calls made (0 when the request was refused before any). */
-    attempts: 0,
-    /** slotgate's own error code when it answered itself (e.g. `channel_capacity_exhausted`). */
-    error: undefined as string | undefined,
-  };
-}
+export const newAccessRecord = (): AccessRecord => ({ waitMs: 0, attempts: 0 });
 
 export type LogFormat = GatewayConfig['server']['log_format'];
 

@@ -45,8 +45,4 @@ export class GatewayMetrics {
       read: () => [[{}, sources.configVersion()]],
     });
   }
-
-  async text(): Promise<string> {
-    return this.register.metrics();
-  }
 }

@@ -12,15 +12,11 @@ const INSTANCE_MAX_AGE_MS = 15_000;
 /** A raw call on a Redis that is down can take seconds to fail (ioredis holds it for a reconnect): not waited for. */
 const PRESENCE_WAIT_MS = 1000;
 
-/** Rejects after `ms`; the work goes on, detached. */
-function settleWithin<T>(work: Promise<T>, ms: number): Promise<T> {
+/** `work`'s result, or `fallback` when it fails or takes longer than `ms` (the work goes on, detached). */
+function within<T>(work: Promise<T>, ms: number, fallback: T): Promise<T> {
   let timer: NodeJS.Timeout | undefined;
-  return Promise.race([
-    work,
-    new Promise<never>((_, reject) => {
-      timer = setTimeout(() => reject(new Error(`no answer within ${ms} ms`)), ms);
-    }),
-  ]).finally(() => clearTimeout(timer));
+  const late = new Promise<T>((resolve) => (timer = setTimeout(() => resolve(fallback), ms)));
+  return Promise.race([work.catch(() => fallback), late]).finally(() => clearTimeout(timer));
 }
 
 /**
@@ -74,11 +70,11 @@ export class Presence {
 
   /** The live instances; none when the store does not answer in time. */
   list(): Promise<InstanceInfo[]> {
-    return settleWithin(this.store.presence.list(INSTANCE_MAX_AGE_MS), PRESENCE_WAIT_MS).catch(() => []);
+    return within(this.store.presence.list(INSTANCE_MAX_AGE_MS), PRESENCE_WAIT_MS, []);
   }
 
   async leave(): Promise<void> {
     clearInterval(this.heartbeat);
-    await settleWithin(this.store.presence.leave(this.self.id), PRESENCE_WAIT_MS).catch(() => {});
+    await within(this.store.presence.leave(this.self.id), PRESENCE_WAIT_MS, undefined);
   }
 }

@@ -165,12 +165,9 @@ export class GatewayRuntime {
       ...(redis && nodes
         ? {
             topology: redis.topologyKind,
-            nodes: nodes.map((n) => ({
-              address: n.address,
-              role: n.role,
-              healthy: n.healthy,
-              ...(n.latencyMs !== undefined && { latency_ms: n.latencyMs }),
-              ...(n.error !== undefined && { error: n.error }),
+            nodes: nodes.map(({ latencyMs, ...node }) => ({
+              ...node,
+              ...(latencyMs !== undefined && { latency_ms: latencyMs }),
             })),
           }
         : {}),

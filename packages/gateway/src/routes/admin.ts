@@ -66,7 +66,6 @@ export function publicChannel({ id, config: c }: GatewayChannel): Record<string,
   };
 }
 
-/** Longest `reason` a manual cooldown takes. */
 const REASON_MAX_CHARS = 200;
 
 const cooldownBody = z.strictObject({

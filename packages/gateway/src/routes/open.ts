@@ -26,7 +26,7 @@ export function registerOpenRoutes(
   });
   app.get('/metrics', async (_request, reply) => {
     void reply.header('content-type', metrics.register.contentType);
-    return metrics.text();
+    return metrics.register.metrics();
   });
   app.get('/dashboard', async (_request, reply) => {
     void reply.header('content-type', 'text/html; charset=utf-8').header('cache-control', 'no-store');

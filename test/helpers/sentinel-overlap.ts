@@ -1,14 +1,14 @@
 /**
- * The worst case of a planned Sentinel switch, on purpose (test/integration/sentinel.test.ts): instance A takes all
+ * The worst case of a planned Sentinel switch, on purpose (sentinel.test.ts): instance A takes all
  * 3 slots of a channel on the old primary right after the replica was promoted (A's client has not moved yet); after
  * the switch, instance B finds the channel empty on the new primary and takes the 3 slots too. Until A's next renewal
  * ends A's leases, both believe they hold them: how long, and how many above max.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Redis } from 'ioredis';
-import { LeaseManager, type LeaseEvent } from '../packages/slotgate/src/admission/leases/lease-manager.js';
-import { RedisStore } from '../packages/slotgate/src/store/redis/redis-store.js';
-import type { RedisSentinelSet } from '../test/helpers/redis-sentinel.js';
+import { LeaseManager, type LeaseEvent } from '../../packages/slotgate/src/admission/leases/lease-manager.js';
+import { RedisStore } from '../../packages/slotgate/src/store/redis/redis-store.js';
+import type { RedisSentinelSet } from './redis-sentinel.js';
 
 export interface OverlapRun {
   /** Instance A's leases taken on the old primary after the replica's promotion, and how many the new one has. */
