@@ -1,8 +1,7 @@
 /**
- * Hot-reloadable settings: one table per surface with defaults, bounds and a line of documentation per key, and
- * the validation that goes with it. The admission engine's table is `ADMISSION_SETTINGS`; an application that
- * shares more hot settings through the same store (a gateway's retry policy, say) extends it with `defineSettings`.
- * The same snake_case keys are used by the library, configuration files and admin APIs.
+ * Hot-reloadable settings: a table of keys with defaults, bounds and a line of documentation each, and its validation.
+ * The same snake_case keys serve the library, configuration files and admin APIs; an application sharing more hot
+ * settings through the store extends `ADMISSION_SETTINGS` with `defineSettings`.
  */
 import { z } from 'zod';
 import { SettingsError } from './errors.js';
@@ -80,10 +79,7 @@ export const ADMISSION_SETTINGS = {
   ),
 } as const satisfies SettingsTable;
 
-/**
- * Keys of earlier releases, still accepted (validated as they were) with a warning: a renamed key sets its new key
- * unless that is given too; a removed key changes nothing.
- */
+/** A key of an earlier release, accepted as it was with a warning: renamed, it sets its new key unless that is given. */
 export type LegacySetting =
   | { spec: SettingSpec; renamedTo: string; convert: (value: number) => number }
   | { spec: SettingSpec; removed: string };
@@ -114,12 +110,11 @@ export interface SettingsSchema<T extends SettingsTable> {
   /** Every default, frozen. */
   readonly defaults: SettingsOf<T>;
   /**
-   * Validates a partial update as a whole: returns it typed, or throws one SettingsError that names every bad key,
-   * its valid range and the value received. Never substitutes defaults for bad values. A key given as `undefined`
-   * means "not given".
+   * Validates a partial update as a whole: returns it typed, or throws one SettingsError naming every bad key, its
+   * valid range and the value received. A key given as `undefined` is not given.
    */
   parse(input: unknown): Partial<SettingsOf<T>>;
-  /** What an update says with keys of earlier releases (deprecated or removed), one message each. */
+  /** One warning per key of an earlier release (renamed or removed) the update uses. */
   warnings(input: unknown): string[];
   /** Applies a validated update to a full settings object, returning a new frozen one. */
   merge(base: SettingsOf<T>, update: unknown): SettingsOf<T>;
@@ -192,12 +187,12 @@ export function defineSettings<T extends SettingsTable>(
   };
   const warnings = (input: unknown): string[] => {
     if (typeof input !== 'object' || input === null) return [];
-    return Object.keys(input)
-      .filter((k) => legacy[k] !== undefined && (input as Record<string, unknown>)[k] !== undefined)
-      .map((k) => {
+    return Object.entries(input)
+      .filter(([k, v]) => legacy[k] !== undefined && v !== undefined)
+      .map(([k, v]) => {
         const l = legacy[k]!;
         return 'renamedTo' in l
-          ? `Setting \`${k}\` is deprecated: use \`${l.renamedTo}\` (it sets ${l.renamedTo} = ${l.convert(Number((input as Record<string, unknown>)[k]))})`
+          ? `Setting \`${k}\` is deprecated: use \`${l.renamedTo}\` (it sets ${l.renamedTo} = ${l.convert(Number(v))})`
           : `Setting \`${k}\` was removed and is ignored: ${l.removed}`;
       });
   };
