@@ -93,6 +93,7 @@ export class AdmissionEngine implements Admission {
       onEvent: (event) => {
         if (event.type === 'lease_lost') recorder.leasesLost++;
         this.emit(event);
+        if (event.type === 'lease_lost') this.engine.view.noteActive(event.channelId, -1);
       },
       ...(options.instanceId ? { instanceId: options.instanceId } : {}),
     });
@@ -118,7 +119,6 @@ export class AdmissionEngine implements Admission {
         ? { maxConcurrentFetches: options.maxConcurrentFetches }
         : {}),
     });
-    leases.onLost((channelId) => view.noteActive(channelId, -1));
     const handoff = new Handoff(leases, clock);
     const capacity: Engine['capacityError'] = (reason, candidates, saturated, waitedOn) =>
       capacityError(reason, {
