@@ -105,17 +105,15 @@ export class AdmissionEngine implements Admission {
         coolingMs: (id) => cooldowns.localMs(id),
       },
       instanceId: () => this.instanceId,
-      ...(options.loadFetchTimeoutMs !== undefined ? { fetchTimeoutMs: options.loadFetchTimeoutMs } : {}),
-      ...(options.maxConcurrentFetches !== undefined
-        ? { maxConcurrentFetches: options.maxConcurrentFetches }
-        : {}),
+      fetchTimeoutMs: options.loadFetchTimeoutMs,
+      maxConcurrentFetches: options.maxConcurrentFetches,
     });
     const handoff = new Handoff(leases, clock);
     const capacity: Engine['capacityError'] = (reason, candidates, saturated, waitedOn) =>
       capacityError(reason, {
         candidates,
         saturated,
-        ...(waitedOn ? { waitedOn } : {}),
+        waitedOn,
         waitTimeoutMs: this.current.wait_timeout_ms,
         coolingMs: (id) => cooldowns.localMs(id),
       });
@@ -258,7 +256,7 @@ export class AdmissionEngine implements Admission {
       const now = resolveClient ? resolveClient() : client;
       return now?.id === client.id && isLimited(now) ? this.clientSets.of(now) : [];
     };
-    const request: AcquireRequest<Candidate> = { candidates, resolve, ...(signal ? { signal } : {}) };
+    const request: AcquireRequest<Candidate> = { candidates, resolve, signal };
     this.clientRequests.add(request);
     try {
       return await this.admit(request, prepared, arrivedAt);

@@ -25,7 +25,8 @@ export interface AdmissionOptions {
   maxConcurrentFetches?: number;
   /**
    * While the store is unreachable: `fail_closed` admits nothing on a bounded channel; `local_share` admits up to
-   * ⌊max ÷ fleetSize()⌋ per channel here once the store has failed for a lease TTL (docs/redis.md). @default 'fail_closed'
+   * ⌊max ÷ fleetSize()⌋ per channel here once the store has failed for a lease TTL (docs/redis.md).
+   * @default 'fail_closed'
    */
   storeFailureMode?: StoreFailureMode;
   /** How many instances share the store, as last seen; 0 when none was seen. @default () => 0 */

@@ -1,7 +1,4 @@
-/**
- * Jittered exponential backoff: sleep k is uniform in [I_k / 2, I_k), I_{k+1} = min(2 I_k, cap), so instances never
- * poll in lock-step.
- */
+/** Jittered exponential backoff: sleep k uniform in [I_k / 2, I_k), I_{k+1} = min(2 I_k, cap): no lock-step polls. */
 import type { Random } from './order.js';
 
 /** cap = min(8 × base, 1000 ms), at least 1. */

@@ -1,7 +1,6 @@
 /**
- * Clients: who a request is for (an API key, a user, a team). A client with a max concurrency holds one slot of its
- * own, fleet-wide, for each request in flight, beside the channel slot; it is stored as a resource of its own with
- * the same lease, renewal, fencing, queue and crash recovery as a channel. A client without a limit costs nothing.
+ * A client (an API key, a user, a team) with a max concurrency holds one slot of its own, fleet-wide, per request in
+ * flight, stored as a resource like a channel's. A client without a limit costs nothing.
  */
 import { fieldError, isFiniteNumber, isInt, RESERVED_ID_START, type Candidate } from './channel.js';
 

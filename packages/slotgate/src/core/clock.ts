@@ -1,4 +1,4 @@
-/** Time, injected all the way down (tests drive a manual clock), so TTLs, back-off and time-outs are deterministic. */
+/** Time, injected all the way down (tests drive a manual clock): TTLs, back-off and time-outs are deterministic. */
 import { abortReason } from './abort.js';
 
 /** A pending timer; `cancel` is idempotent. */

@@ -1,4 +1,4 @@
-/** slotgate's errors: each has a stable `code`, which the gateway maps to an HTTP status; no message carries a secret. */
+/** slotgate's errors: each has a stable `code` (the gateway maps it to an HTTP status); no message carries secrets. */
 import { clientIdOf, isClientResource } from './client.js';
 
 export type CapacityReason = 'full' | 'queue_full' | 'wait_timeout' | 'aborted';
@@ -92,7 +92,7 @@ export class SettingsError extends SlotgateError {
   }
 }
 
-/** Every error code the library can raise, with what it means; docs/errors.md is kept in step by a test. */
+/** Every error code the library can raise, with what it means (docs/errors.md is checked against it). */
 export const ERROR_CODES = {
   channel_capacity_exhausted:
     'every candidate channel is at its max concurrency (reason: full, queue_full, wait_timeout, aborted)',

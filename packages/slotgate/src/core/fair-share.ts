@@ -1,7 +1,6 @@
 /**
- * Which waiter a freed slot goes to: among the oldest FAIR_WINDOW waiters, the one whose client holds the fewest of
- * the channel's slots relative to its weight, oldest first among equals; with one client only, plain FIFO. Clients
- * and weights are read from the tokens (ids.ts). lua/includes/queue.lua must implement the same rule.
+ * Which waiter a freed slot goes to: among the oldest FAIR_WINDOW, the one whose client holds the fewest slots for
+ * its weight, oldest first; one client only: FIFO. lua/includes/queue.lua must implement the same rule.
  */
 import { shareOfToken } from './ids.js';
 

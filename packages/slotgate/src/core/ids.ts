@@ -6,9 +6,8 @@ export function randomInstanceId(): string {
 }
 
 /**
- * A lease token: `<instanceId>:<seq>`, then for a request with a client its share `~<weight>~<client>` (the client
- * percent-encoded where it holds `%`, `:`, `~`, `|` or a control character). The fair share reads clients and
- * weights from tokens alone (here and in lua/includes/queue.lua), so it needs no key of its own.
+ * A lease token: `<instanceId>:<seq>`, then for a request with a client `~<weight>~<client>` (percent-encoded), so
+ * the fair share reads clients and weights from tokens alone (here and in lua/includes/queue.lua).
  */
 export function tokenOf(instanceId: string, seq: number, share = ''): string {
   return `${instanceId}:${seq}${share}`;

@@ -37,9 +37,8 @@ export function weightedPick<C extends Candidate>(items: readonly C[], random: R
 }
 
 /**
- * The order of a tier, one channel per `next()`: lowest load rate first, and among equal rates a weighted random pick
- * without replacement (weight-0 channels last). Each `next()` is one O(n) scan, so a pass that admits on its first
- * channels never sorts the whole tier; drained, it is the same distribution as a sort with a weighted shuffle.
+ * A tier's order, one channel per `next()` (an O(n) scan, so a pass admitted early never sorts the tier): lowest load
+ * rate first, a weighted random pick among equal rates (weight 0 last).
  */
 export class LazyOrder<C extends Candidate> {
   private readonly rates: number[];
@@ -47,8 +46,8 @@ export class LazyOrder<C extends Candidate> {
   private left: number;
 
   /**
-   * `spread`: while some channel shows room, draw among those by free share (1 − rate) × weight instead of taking the
-   * lowest rate: with loads every instance reads alike, the lowest rate would send every instance to one channel.
+   * `spread`: while some channel shows room, draw among those by (1 − rate) × weight: with loads every instance reads
+   * alike, the lowest rate would send every instance to the same channel.
    */
   constructor(
     private readonly items: readonly C[],

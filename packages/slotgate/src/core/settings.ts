@@ -1,12 +1,11 @@
 /**
- * Hot-reloadable settings: a table of keys with defaults, bounds and a line of documentation each, and its validation.
- * The same snake_case keys serve the library, configuration files and admin APIs; an application sharing more hot
- * settings through the store extends `ADMISSION_SETTINGS` with `defineSettings`.
+ * Hot-reloadable settings: a table of keys with defaults, bounds and a line of doc each, and its validation. The same
+ * snake_case keys serve the library, configuration files and admin APIs; `defineSettings` makes more tables.
  */
 import { z } from 'zod';
 import { SettingsError } from './errors.js';
 
-/** An integer setting: its default, inclusive bounds and documentation. */
+/** An integer setting; `min` and `max` are inclusive. */
 export interface IntSetting {
   type: 'int';
   default: number;
@@ -15,7 +14,6 @@ export interface IntSetting {
   doc: string;
 }
 
-/** A boolean setting: its default and documentation. */
 export interface BoolSetting {
   type: 'bool';
   default: boolean;
@@ -25,7 +23,7 @@ export interface BoolSetting {
 export type SettingSpec = IntSetting | BoolSetting;
 export type SettingsTable = Record<string, SettingSpec>;
 
-/** The values a table describes: a number per int setting, a boolean per bool setting. */
+/** The values a table describes. */
 export type SettingsOf<T extends SettingsTable> = {
   readonly [K in keyof T]: T[K] extends BoolSetting ? boolean : number;
 };
@@ -79,7 +77,7 @@ export const ADMISSION_SETTINGS = {
   ),
 } as const satisfies SettingsTable;
 
-/** A key of an earlier release, accepted as it was with a warning: renamed, it sets its new key unless that is given. */
+/** A key of an earlier release, accepted with a warning: renamed, it sets its new key unless that is given. */
 export type LegacySetting =
   | { spec: SettingSpec; renamedTo: string; convert: (value: number) => number }
   | { spec: SettingSpec; removed: string };
@@ -107,12 +105,8 @@ export type SettingsUpdate = Partial<Settings>;
 export interface SettingsSchema<T extends SettingsTable> {
   readonly table: T;
   readonly keys: readonly (keyof T & string)[];
-  /** Every default, frozen. */
   readonly defaults: SettingsOf<T>;
-  /**
-   * Validates a partial update as a whole: returns it typed, or throws one SettingsError naming every bad key, its
-   * valid range and the value received. A key given as `undefined` is not given.
-   */
+  /** Validates a whole partial update, or throws one SettingsError naming every bad key, its range and value. */
   parse(input: unknown): Partial<SettingsOf<T>>;
   /** One warning per key of an earlier release (renamed or removed) the update uses. */
   warnings(input: unknown): string[];

@@ -1,9 +1,8 @@
 /**
- * Slot handoff: a slot released in this event-loop turn, whose removal has not gone out yet, passes to a pass of this
- * instance with no store command: the removal is withdrawn and the lease lives on. Safe because the removal would
- * have gone out ahead of that pass's acquire in the same pipeline: no other instance could take the slot in between.
- * Never onto a cooling channel, past a lowered max, with less than half a TTL left, over a tier the pass has not
- * looked at, to another client, or twice per turn (the store's withdraw refuses, so a loop yields to the event loop).
+ * Slot handoff: a slot released in this turn, whose removal has not gone out, passes to a pass of this instance with
+ * no store command (safe: the removal would have preceded that pass's acquire in the same pipeline). Never onto a
+ * cooling channel, past a lowered max, with under half a TTL left, over an unseen tier, to another client, or twice
+ * per turn (the store's withdraw refuses).
  */
 import { suffixOfToken } from '../../core/ids.js';
 import type { Clock } from '../../core/clock.js';

@@ -1,8 +1,7 @@
 /**
- * The leases this instance holds, and their fencing. Invariant: a lease's local deadline counts from when the call
- * that took or last renewed it was sent, so it never passes after its expiry in the store. A lease unrenewed at its
- * deadline less a margin is lost (unless kept as a local slot) and its `lost` signal fires: the store may have given
- * its slot away, so the work it guards must end.
+ * The leases this instance holds, and their fencing. A lease's local deadline counts from the send of the call that
+ * took or last renewed it, so it never passes after its expiry in the store; unrenewed at the deadline less a margin,
+ * the lease is lost and its `lost` signal fires (unless kept as a local slot).
  */
 import type { Clock, Timer } from '../../core/clock.js';
 import { LeaseLostError, type LeaseLostReason } from '../../core/errors.js';

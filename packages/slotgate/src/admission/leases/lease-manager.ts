@@ -1,7 +1,4 @@
-/**
- * This instance's leases on a SlotStore: taking slots (acquire, claim of a grant, adoption, local slot) and giving
- * them back (detached, retried until confirmed or expired). The book holds them, the renewal keeps them.
- */
+/** Taking slots (acquire, claim, adoption, local) and giving them back, detached and retried. */
 import { systemClock, within, type Clock } from '../../core/clock.js';
 import { StoreUnavailableError } from '../../core/errors.js';
 import { randomInstanceId, tokenOf } from '../../core/ids.js';
@@ -19,9 +16,9 @@ export interface LeaseManagerOptions {
   /** Read at every acquire and renewal, so a settings change applies at once. */
   leaseTtlMs: () => number;
   onEvent?: (event: LeaseEvent) => void;
-  /** Cap on the one cleanup removal after an uncertain acquire. @default 500 */
+  /** Cap on the cleanup removal after an uncertain acquire. @default 500 */
   cleanupTimeoutMs?: number;
-  /** Read at every loss: `enabled` false only reports a lost lease; `reclaim` false never takes one back. @default on */
+  /** Read at every loss: `enabled` false only reports a lost lease; `reclaim` false never takes one back. */
   fencing?: () => { enabled: boolean; reclaim: boolean };
   /** Asked for a lease past its deadline, with the local slots on its channel: true keeps it local. */
   keepAsLocal?: (lease: Lease, localOnChannel: number) => boolean;
@@ -55,7 +52,6 @@ export class LeaseManager {
   private readonly book: LeaseBook;
   private readonly renewal: Renewal;
   private seq = 0;
-  /** Removals in flight, so close() can wait for them. */
   private readonly releasing = new Set<Promise<void>>();
   private closed = false;
 
@@ -76,7 +72,6 @@ export class LeaseManager {
     this.renewal = new Renewal({ store, clock, book: this.book, ttl: this.ttl, emit, fencing, onStore });
   }
 
-  /** A new token, with the share of the request's client when it has one (core/ids.ts). */
   nextToken(share = ''): string {
     return tokenOf(this.instanceId, ++this.seq, share);
   }
@@ -86,7 +81,6 @@ export class LeaseManager {
     return this.book.count(channelId);
   }
 
-  /** Whether this instance holds the token's lease on the channel. */
   holds(channelId: string, token: string): boolean {
     return this.book.get(token)?.channelId === channelId;
   }
@@ -99,17 +93,15 @@ export class LeaseManager {
     return this.book.all();
   }
 
-  /** The lease TTL in force. */
   get leaseTtlMs(): number {
     return this.ttl();
   }
 
-  /** Renews every live lease now. */
   renewAll(): Promise<void> {
     return this.renewal.renewAll();
   }
 
-  /** Registers the local slots in the store, into free slots only. Coalesced; rejects with the store's error. */
+  /** Registers the local slots into free slots only. Coalesced; rejects with the store's error. */
   registerLocal(): Promise<void> {
     return this.renewal.registerLocal();
   }

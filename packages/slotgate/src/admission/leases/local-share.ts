@@ -1,11 +1,7 @@
 /**
- * `storeFailureMode: 'local_share'`: while the store is unreachable each instance admits at most ⌊max ÷ instances⌋
- * per channel, counting every slot it holds there, so a fleet cut off from Redis stays within every max.
- * - It starts only once the store has failed for a whole lease TTL: by then every lease of the fleet is past its
- *   deadline, so each is fenced or kept as a local slot within its instance's share.
- * - When the store answers again, local slots are registered into free slots only (one that does not fit is lost),
- *   and an instance that ran on its share admits nothing for RECOVERY_MS meanwhile.
- * An instance cut off alone may add up to its share on top of the max the others keep (docs/redis.md).
+ * `local_share`: while the store is unreachable each instance admits at most ⌊max ÷ instances⌋ per channel, so the
+ * fleet stays within every max. It starts after a whole lease TTL of failure, when every lease of the fleet is fenced
+ * or kept local; when the store answers, local slots go into free slots only (docs/redis.md).
  */
 import type { Candidate } from '../../core/channel.js';
 import type { Clock, Timer } from '../../core/clock.js';
@@ -83,7 +79,6 @@ export class LocalShare {
     this.downSince = undefined;
   };
 
-  /** This instance's share of a channel's max. */
   share(max: number): number {
     const n = this.deps.fleetSize();
     return n > 0 ? Math.floor(max / n) : 0;

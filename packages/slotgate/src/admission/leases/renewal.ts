@@ -1,8 +1,7 @@
 /**
- * Keeping the leases in the store: one timer renews every live lease each `lease_ttl_ms / 3` (within a second after a
- * failure). A lease the store no longer has is taken back into a free slot when fencing allows, else lost. Local
- * slots are registered into free slots only. After a Redis restart every lease is registered again, whatever the
- * load, before the store admits anything.
+ * One timer renews every live lease each `lease_ttl_ms / 3` (within a second after a failure). A lease the store lost
+ * is taken back into a free slot when fencing allows, else lost. After a Redis restart every lease is registered
+ * again, whatever the load, before the store admits anything.
  */
 import type { Clock, Timer } from '../../core/clock.js';
 import type { SlotStore } from '../../store/store.js';

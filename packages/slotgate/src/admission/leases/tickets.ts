@@ -1,7 +1,6 @@
 /**
- * Tickets: what an admitted request holds. A bounded channel's ticket holds a lease; released, its slot goes to the
- * channel's oldest waiter through the store, or with nobody waiting may be handed off within this turn. An unlimited
- * channel's ticket only counts in this process.
+ * A bounded channel's ticket holds a lease: released, its slot goes to the oldest waiter through the store, or with
+ * nobody waiting may be handed off within this turn. An unlimited channel's ticket counts in this process only.
  */
 import type { Candidate } from '../../core/channel.js';
 import type { CapacityError } from '../../core/errors.js';

@@ -1,9 +1,7 @@
 /**
- * The load view: how loaded each candidate is, for ordering only — the acquire script alone decides who holds a slot,
- * so nothing here can oversell. Cached (the default): the fleet's load summary, kept for `load_cache_ttl_ms`; misses
- * are coalesced into detached, bounded fetch rounds of one command each, which also carry this instance's changed
- * counts; between rounds its own work corrects what was read. On store trouble a caller gets this instance's own
- * counts instead of an error. Direct (`load_cache_enabled: false`): every selection reads the channels' keys.
+ * How loaded each candidate is, for ordering only: the acquire script alone decides, so nothing here can oversell.
+ * Cached: the fleet's load summary read in coalesced rounds, corrected by this instance's own work in between.
+ * Direct (`load_cache_enabled: false`): the channels' keys.
  */
 import { abortable } from '../../core/abort.js';
 import { within, type Clock } from '../../core/clock.js';
@@ -71,7 +69,6 @@ export class LoadView {
   private readonly local = new LocalCorrection();
   private readonly inflight = new Map<string, Round>();
   private readonly freshInflight = new Map<string, Round>();
-  /** When a pass last asked for loads. */
   private lastWantedAt = -Infinity;
   private readonly fetchSlots: Semaphore;
   private readonly fetchTimeoutMs: number;
@@ -250,7 +247,6 @@ export class LoadView {
     void this.startRound([], false, true);
   }
 
-  /** Stops reporting and takes this instance's counts out of the summary. */
   async close(): Promise<void> {
     this.closed = true;
     await this.reports.close();
@@ -277,7 +273,6 @@ export class LoadView {
     };
   }
 
-  /** This instance took (+1) or gave back (-1) a slot on the channel. */
   noteActive(id: string, change: 1 | -1): void {
     this.local.noteActive(id, change);
     this.reports.changed(id);
@@ -288,7 +283,6 @@ export class LoadView {
     this.local.reserve(id, change);
   }
 
-  /** This instance registered (+1) or removed (-1) a waiter on the channel. */
   noteWaiter(id: string, change: 1 | -1): void {
     this.local.noteWaiter(id, change);
     this.reports.changed(id);

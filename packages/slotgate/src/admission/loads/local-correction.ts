@@ -1,7 +1,4 @@
-/**
- * Between two reads, what this instance changed since a read went out (slots, waiters) and what its passes are trying
- * now is added to that read, so its own work shows at once.
- */
+/** What this instance changed since a read went out, and what its passes try now, added to that read. */
 import type { ChannelLoad, OwnCounts } from '../../store/store.js';
 
 /** This instance's acquires minus releases, and waiter registrations minus removals, since it started. */

@@ -1,7 +1,6 @@
 /**
- * This instance's side of the load summary: which of its counts changed since it last reported them, and when to
- * report (a read round carries changes; one with no read for a TTL gets a round of its own, so others see it within
- * two TTLs) or renew their lapse time. Counts are sent whole, so the next report makes good a failed one.
+ * This instance's side of the load summary: its changed counts go out with the next read round, or a round of their
+ * own within a TTL. Counts are sent whole, so the next report makes good a failed one.
  */
 import { within, type Clock, type Timer } from '../../core/clock.js';
 import type { Settings } from '../../core/settings.js';

@@ -1,8 +1,7 @@
 /**
- * Candidate sets, prepared once: validated, filtered (disabled and excluded channels out), grouped into tiers. A set
- * passed again without `exclude` (a gateway passes the same array for every request of a (group, model)) is reused
- * while its elements are the same objects with the same id, enabled flag, max and priority — checked on every call,
- * so a caller that mutates its array is never served a stale copy. Weights and maxWaiting are read live.
+ * Candidate sets, validated, filtered and grouped into tiers once. A set passed again without `exclude` is reused
+ * while its elements are the same objects with the same id, enabled flag, max and priority (checked on every call:
+ * a caller may mutate its array). Weights and maxWaiting are read live.
  */
 import { isBounded, validateCandidate, type Candidate } from '../../core/channel.js';
 import { tiers } from '../../core/order.js';

@@ -1,4 +1,4 @@
-/** The capacity error an acquire fails with: what was saturated, in words an operator tells from an upstream's 429. */
+/** The capacity error of an acquire: what was saturated, in words an operator tells from an upstream's 429. */
 import type { Candidate } from '../../core/channel.js';
 import { CapacityError, type CapacityReason } from '../../core/errors.js';
 

@@ -1,8 +1,6 @@
 /**
- * Admission under the configuration in force: passes run until one admits; a waiter whose set changed hands back the
- * new set for a new pass under the same deadline. A ticket admitted while the configuration changed stands only if
- * the set in force still allows it (its channel there, its max not below its lease's); else its slot goes back
- * through the store and the request passes again.
+ * Passes run until one admits. A ticket admitted while the configuration changed stands only if the set in force
+ * allows it (its channel there, its max not below its lease's); else its slot goes back and the request passes again.
  */
 import { isBounded, type Candidate } from '../../core/channel.js';
 import { NoChannelError } from '../../core/errors.js';
@@ -16,7 +14,6 @@ export async function admitInForce<C extends Candidate>(
   engine: Engine,
   request: AcquireRequest<C>,
   prepared: Prepared<C>,
-  /** When the request arrived (Attempt.arrivedAt). */
   arrivedAt: number,
   /** A wait already under way (for a limited client's own slot): its deadline holds for the whole acquire. */
   waited?: WaitSpan,
@@ -28,12 +25,7 @@ export async function admitInForce<C extends Candidate>(
     if (prepared.candidates.length === 0) {
       throw span ? new NoChannelError(NO_CHANNEL_LEFT) : new NoChannelError();
     }
-    const result = await runPass(engine, prepared, {
-      request,
-      configVersion,
-      arrivedAt,
-      ...(span ? { span } : {}),
-    });
+    const result = await runPass(engine, prepared, { request, configVersion, arrivedAt, span });
     if ('next' in result) {
       ({ next: prepared, configVersion, span } = result);
       continue;
@@ -50,7 +42,7 @@ export async function admitInForce<C extends Candidate>(
   }
 }
 
-/** The ticket under the set in force (with that set's channel object), or undefined when the set does not allow it. */
+/** The ticket under the set in force (with that set's channel object), or undefined if the set does not allow it. */
 function stillAdmitted<C extends Candidate>(
   engine: Engine,
   ticket: Ticket<C>,

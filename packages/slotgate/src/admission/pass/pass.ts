@@ -1,7 +1,6 @@
 /**
- * The admission pass: walk the tiers from the highest priority down, try bounded channels with the acquire script
- * under one budget for every tier, admit an unlimited channel at once, and wait when every candidate is full. A store
- * failure fails bounded channels closed while the walk goes on to an unlimited one.
+ * One pass: walk the tiers from the highest priority down, try bounded channels under one budget, admit an unlimited
+ * one at once, wait when all are full. A store failure fails bounded channels closed; the walk goes on.
  */
 import { abortable } from '../../core/abort.js';
 import { isBounded, type Candidate } from '../../core/channel.js';
@@ -67,7 +66,7 @@ export async function runPass<C extends Candidate>(
   if (!loads) {
     firstTierChecked = false; // slots may have been released while the read was under way
     const read = await withAbort(engine, view.read(ids), signal);
-    // peeked again: the passes that waited for this round resume one by one, each seeing the earlier ones' reservations
+    // peeked again: the passes that waited for this round resume one by one, each seeing the earlier reservations
     loads = view.peek(ids, false) ?? read;
   }
 

@@ -1,7 +1,6 @@
 /**
- * This instance's waiters, by token, and the grants the store sends them. A waiter opens its mailbox before it
- * enqueues, so a grant that beats the enqueue's reply is kept; a grant for a registration nobody stands in any more
- * is given back at once and passes on.
+ * This instance's waiters, by token, and the grants the store sends them. A mailbox opens before the enqueue, so a
+ * grant that beats its reply is kept; a grant nobody stands for any more is given back and passes on.
  */
 import { pushTo, removeFrom } from '../../core/collections.js';
 import type { Grant, QueueListener } from '../../store/store.js';

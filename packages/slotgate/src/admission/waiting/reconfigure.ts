@@ -1,8 +1,6 @@
 /**
- * A waiter following a configuration change, before it claims any grant: it resolves its set again, takes an
- * unlimited candidate not cooling, leaves the queues of channels gone from its set, moves to a new max in its place
- * (under a new token, so no grant made under the old max is claimed), tries the channels the change opened, and joins
- * others for those it left. With none of its queues left, the acquire goes on with a new pass.
+ * A waiter following a configuration change: it leaves the queues of channels gone from its set, moves to a new max
+ * in its place (under a new token: no grant made under the old max is claimed), and tries what the change opened.
  */
 import { isBounded, type Candidate } from '../../core/channel.js';
 import { NoChannelError } from '../../core/errors.js';

@@ -1,8 +1,7 @@
 /**
- * Waiting: when every candidate is full, a pass joins the FIFO queues of up to QUEUES_PER_WAITER full channels and
- * sleeps until the store grants it a slot (a release gives it to the channel's oldest live waiter, on any instance).
- * It claims the first grant; a grant in another queue passes on. A slow safety poll covers a lost message or a lost
- * queue. On the way out the registrations are always removed, detached from cancellation.
+ * Waiting in the FIFO queues of up to QUEUES_PER_WAITER full channels until the store grants a slot (a release gives
+ * it to the oldest live waiter, on any instance). A slow safety poll covers lost messages; on the way out the
+ * registrations are always removed, detached from cancellation.
  */
 import type { Candidate } from '../../core/channel.js';
 import { jitter } from '../../core/backoff.js';
@@ -258,7 +257,7 @@ export class Waiter<C extends Candidate> {
     return reply;
   }
 
-  /** Makes the registrations in one flight (so the waiter stands at nearly one place in each); claims the first grant. */
+  /** Makes the registrations in one flight (the waiter stands at about one place in each); claims the first grant. */
   async settle(batch: readonly Registration<C>[]): Promise<Ticket<C> | undefined> {
     const replies = await Promise.allSettled(batch.map((r) => this.register(r)));
     const failed = replies.find((r) => r.status === 'rejected');
