@@ -24,9 +24,8 @@ export interface AdmissionOptions {
   /** Load fetch rounds at once. @default 2 */
   maxConcurrentFetches?: number;
   /**
-   * While the store is unreachable: `fail_closed` admits nothing on a bounded channel; `local_share` admits up to
-   * ⌊max ÷ fleetSize()⌋ per channel here once the store has failed for a lease TTL (docs/redis.md).
-   * @default 'fail_closed'
+   * While the store is unreachable, a bounded channel admits nothing, or with `local_share` up to ⌊max ÷ fleetSize()⌋
+   * here once the store has failed for a lease TTL (docs/redis.md). @default 'fail_closed'
    */
   storeFailureMode?: StoreFailureMode;
   /** How many instances share the store, as last seen; 0 when none was seen. @default () => 0 */
@@ -54,9 +53,8 @@ export interface AcquireRequest<C extends Candidate> {
   /** The candidate set on arrival. */
   candidates: readonly C[];
   /**
-   * The candidate set as the configuration in force has it now, asked again while the request waits (after
-   * `configChanged()`, at every safety poll) and before a ticket is handed out under a changed configuration.
-   * Without it, `candidates` is read again.
+   * The candidate set in force now, asked again while the request waits (after `configChanged()`, at every safety
+   * poll) and before a ticket is handed out under a changed configuration. @default () => candidates
    */
   resolve?: () => readonly C[];
   /** Abort while waiting → CapacityError reason 'aborted'. */
@@ -64,21 +62,18 @@ export interface AcquireRequest<C extends Candidate> {
   /** Channel ids to skip in this pass (already tried by the caller's retry chain). */
   exclude?: ReadonlySet<string>;
   /**
-   * Who the request is for. A client with `maxConcurrency > 0` first takes one of its own slots, fleet-wide (within
-   * the same wait budget), then a channel slot; the ticket holds both. At its limit the acquire fails with
-   * ClientLimitError.
+   * Who the request is for. A limited client first takes one of its own slots, fleet-wide, then a channel slot; the
+   * ticket holds both. At its limit the acquire fails with ClientLimitError.
    */
   client?: Client;
   /**
-   * The client as the configuration in force has it now, asked again while the request waits for a client slot: a
-   * changed limit applies in its place in the queue; a limit gone (undefined, another id, no limit) lets the request
-   * go on without a client slot. Without it, `client` stands for the whole acquire.
+   * The client in force now, asked again while the request waits for a client slot: a changed limit applies in its
+   * place in the queue; with no limit left (or another id) the request goes on without one. @default () => client
    */
   resolveClient?: () => Client | undefined;
   /**
-   * How long before this call the request reached the caller, ms (finite, ≥ 0; e.g. Fastify's `reply.elapsedTime`).
-   * A waiter stands in the queues as of then (at most 50 ms back), ahead of later arrivals at other instances that
-   * reached their acquire sooner. @default 0
+   * Ms since the request reached the caller (e.g. Fastify's `reply.elapsedTime`): a waiter stands in the queues as of
+   * then, at most 50 ms back, ahead of later arrivals elsewhere that reached their acquire sooner. @default 0
    */
   arrivedMsAgo?: number;
 }
@@ -91,13 +86,10 @@ export interface Ticket<C extends Candidate> {
   waitedMs: number;
   /**
    * Fires (reason: a LeaseLostError) when the slot is lost for good, with `lease_fencing_enabled`: another request
-   * may hold it by then, so end the work the ticket guards, then release it. Never fires for an unlimited channel.
+   * may hold it, so end the work the ticket guards, then release it. Never fires for an unlimited channel.
    */
   readonly lost: AbortSignal;
-  /**
-   * Gives the slot back once (idempotent), detached from cancellation. `handoff: false` when the guarded work may
-   * still run out of sight (an upstream call aborted mid-flight): the slot then goes back through the store.
-   */
+  /** Gives the slot back (idempotent); `handoff: false` when the guarded work may still be running out of sight. */
   release(options?: { handoff?: boolean }): Promise<void>;
 }
 
@@ -107,9 +99,8 @@ export interface Admission {
   cooldown(channel: string | Candidate, opts?: { ms?: number; reason?: string }): Promise<void>;
   clearCooldown(channel: string | Candidate): Promise<void>;
   /**
-   * Says the candidate sets changed: every waiting request resolves its set again at once (`AcquireRequest.resolve`),
-   * leaves the queues of channels gone from it, keeps its place (under the new max) in the others, and fails with
-   * NoChannelError when the set is empty.
+   * The candidate sets changed: every waiting request resolves its set again at once, keeping its place in the queues
+   * of channels still in it; an empty set fails with NoChannelError.
    */
   configChanged(): void;
   /** Validates the whole update (throws SettingsError and changes nothing on bad input) and applies it. */
@@ -120,15 +111,9 @@ export interface Admission {
   readLoads(channels: readonly Candidate[]): Promise<Map<string, ChannelLoad>>;
   /** Loads through the load view (cached, this instance's counts on store trouble); for dashboards and metrics. */
   viewLoads(channels: readonly Candidate[]): Promise<Map<string, ChannelLoad>>;
-  /**
-   * Who holds each channel's slots: instance id → slots held, from the store (one read per bounded channel);
-   * unlimited channels from this process. Throws `StoreUnavailableError`.
-   */
+  /** Who holds each channel's slots: instance id → slots held, from the store. Throws StoreUnavailableError. */
   readHolders(channels: readonly Candidate[]): Promise<Map<string, Map<string, number>>>;
-  /**
-   * Limited clients' slots from the store: client id → in flight (`active`) and waiting; clients without a limit are
-   * left out. Throws `StoreUnavailableError`.
-   */
+  /** Limited clients' slots, from the store: client id → active and waiting. Throws StoreUnavailableError. */
   readClients(clients: readonly Client[]): Promise<Map<string, ChannelLoad>>;
   stats(): AdmissionStats;
   /** Stops renewing and gives back every lease this instance holds (bounded to 5 s). */

@@ -147,7 +147,6 @@ export function defineSettings<T extends SettingsTable>(
   const schema = z.strictObject(
     Object.fromEntries(Object.entries(specs).map(([k, spec]) => [k, zodOf(spec)])),
   );
-  const describe = (key: keyof T & string): string => describeSpec(table[key]!);
   const parse = (input: unknown): Partial<SettingsOf<T>> => {
     if (typeof input !== 'object' || input === null || Array.isArray(input)) {
       throw new SettingsError([`Expected settings to be an object of keys, got ${show(input)}`]);
@@ -197,7 +196,7 @@ export function defineSettings<T extends SettingsTable>(
     parse,
     warnings,
     merge: (base, update) => Object.freeze({ ...base, ...parse(update) }) as SettingsOf<T>,
-    describe,
+    describe: (key) => describeSpec(table[key]!),
   };
 }
 

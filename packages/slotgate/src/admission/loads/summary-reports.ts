@@ -16,9 +16,7 @@ interface SummaryReportsOptions {
   clock: Clock;
   settings: () => Settings;
   instanceId: () => string;
-  /** This instance's own counts on the channel now. */
   counts: (id: string) => OwnCounts;
-  /** Starts a round that carries the pending reports. */
   flush: () => void;
   /** The longest wait for the leave on close. */
   leaveTimeoutMs: number;

@@ -36,7 +36,6 @@ export function orderTier<C extends Candidate>(
 }
 
 interface Batch<C extends Candidate> {
-  /** Bounded channels to try in one store call, in order. */
   channels: C[];
   /** The one the view shows room on, reserved while the call is out (concurrent passes spread out). */
   expected: C | undefined;
