@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { ManualClock, type Clock } from '../../packages/slotgate/src/core/clock.js';
+import type { Clock } from '../../packages/slotgate/src/core/clock.js';
+import { ManualClock } from '../unit/manual-clock.js';
 import { MemoryStore } from '../../packages/slotgate/src/store/memory/memory-store.js';
 import { CLAIM_MS, runStoreContract } from './store-contract.js';
 

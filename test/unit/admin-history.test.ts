@@ -3,7 +3,7 @@
  * history driven by a ManualClock: both need the admin token, and answer in the documented shape.
  */
 import { afterEach, describe, expect, it } from 'vitest';
-import { ManualClock } from '../../packages/slotgate/src/core/clock.js';
+import { ManualClock } from './manual-clock.js';
 import { parseConfig } from '../../packages/gateway/src/config.js';
 import { createGateway, type Gateway } from '../../packages/gateway/src/server.js';
 

@@ -7,7 +7,7 @@ import { expect } from 'vitest';
 import { createAdmission } from '../../packages/slotgate/src/admission/admission.js';
 import type { Admission, AdmissionOptions, Ticket } from '../../packages/slotgate/src/admission/types.js';
 import type { Candidate } from '../../packages/slotgate/src/core/channel.js';
-import { ManualClock } from '../../packages/slotgate/src/core/clock.js';
+import { ManualClock } from './manual-clock.js';
 import { CapacityError } from '../../packages/slotgate/src/core/errors.js';
 import type { SettingsUpdate } from '../../packages/slotgate/src/core/settings.js';
 import { MemoryStore } from '../../packages/slotgate/src/store/memory/memory-store.js';

@@ -6,7 +6,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { CandidateSets } from '../../packages/slotgate/src/admission/pass/candidates.js';
 import { Handoff } from '../../packages/slotgate/src/admission/leases/handoff.js';
 import type { Candidate } from '../../packages/slotgate/src/core/channel.js';
-import { ManualClock } from '../../packages/slotgate/src/core/clock.js';
+import { ManualClock } from './manual-clock.js';
 import { LeaseManager, type Lease } from '../../packages/slotgate/src/admission/leases/lease-manager.js';
 import { MemoryStore } from '../../packages/slotgate/src/store/memory/memory-store.js';
 import type { LeaseRef, PendingRelease, SlotStore } from '../../packages/slotgate/src/store/store.js';

@@ -5,7 +5,7 @@
  */
 import { afterEach, describe, expect, it } from 'vitest';
 import type { HistogramSnapshot } from '../../packages/slotgate/src/core/histogram.js';
-import { ManualClock } from '../../packages/slotgate/src/core/clock.js';
+import { ManualClock } from './manual-clock.js';
 import { History, readAdmission, windowQuantile, type Reading } from '../../packages/gateway/src/history.js';
 import { capacityError, closeEngines, setup } from './admission-fixture.js';
 import { elapse } from './manual-time.js';

@@ -5,7 +5,7 @@
  * fails every renewal, and checks both `expiresAt` and the instant the lease's `lost` signal fires.
  */
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { ManualClock } from '../../packages/slotgate/src/core/clock.js';
+import { ManualClock } from './manual-clock.js';
 import {
   fenceMarginMs,
   LeaseManager,

@@ -3,7 +3,7 @@
  * cap all run on it), and on small hand-written failing stores. Nothing depends on wall time.
  */
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { ManualClock } from '../../packages/slotgate/src/core/clock.js';
+import { ManualClock } from './manual-clock.js';
 import { LeaseLostError, StoreUnavailableError } from '../../packages/slotgate/src/core/errors.js';
 import {
   LeaseManager,

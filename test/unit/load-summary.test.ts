@@ -8,7 +8,8 @@
  */
 import { describe, expect, it } from 'vitest';
 import { LoadView } from '../../packages/slotgate/src/admission/loads/load-view.js';
-import { ManualClock, type Clock } from '../../packages/slotgate/src/core/clock.js';
+import type { Clock } from '../../packages/slotgate/src/core/clock.js';
+import { ManualClock } from './manual-clock.js';
 import { admissionSettings, type SettingsUpdate } from '../../packages/slotgate/src/core/settings.js';
 import { MemoryStore } from '../../packages/slotgate/src/store/memory/memory-store.js';
 import type {

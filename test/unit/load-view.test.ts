@@ -5,7 +5,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { LoadView } from '../../packages/slotgate/src/admission/loads/load-view.js';
-import { ManualClock } from '../../packages/slotgate/src/core/clock.js';
+import { ManualClock } from './manual-clock.js';
 import { admissionSettings, type SettingsUpdate } from '../../packages/slotgate/src/core/settings.js';
 import { MemoryStore } from '../../packages/slotgate/src/store/memory/memory-store.js';
 import type { ChannelLoad } from '../../packages/slotgate/src/store/store.js';

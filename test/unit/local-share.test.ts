@@ -6,7 +6,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { createAdmission } from '../../packages/slotgate/src/admission/admission.js';
 import type { Admission, AdmissionEvent, Ticket } from '../../packages/slotgate/src/admission/types.js';
 import type { Candidate } from '../../packages/slotgate/src/core/channel.js';
-import { ManualClock } from '../../packages/slotgate/src/core/clock.js';
+import { ManualClock } from './manual-clock.js';
 import { StoreUnavailableError } from '../../packages/slotgate/src/core/errors.js';
 import { MemoryStore } from '../../packages/slotgate/src/store/memory/memory-store.js';
 import type { SlotStore } from '../../packages/slotgate/src/store/store.js';

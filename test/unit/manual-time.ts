@@ -2,7 +2,8 @@
  * Driving code on a ManualClock from a test: drain what is queued, move time one millisecond at a time, and record
  * the instant a promise settled. MemoryStore does no I/O, so one macrotask turn runs every continuation there is.
  */
-import type { Clock, ManualClock } from '../../packages/slotgate/src/core/clock.js';
+import type { Clock } from '../../packages/slotgate/src/core/clock.js';
+import type { ManualClock } from './manual-clock.js';
 
 /** Runs every queued continuation, however many hops deep, without moving the clock. */
 export const flush = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));

@@ -5,7 +5,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { createAdmission } from '../../packages/slotgate/src/admission/admission.js';
-import { ManualClock } from '../../packages/slotgate/src/core/clock.js';
+import { ManualClock } from './manual-clock.js';
 import { CapacityError, SettingsError } from '../../packages/slotgate/src/core/errors.js';
 import {
   DEFAULT_SETTINGS,

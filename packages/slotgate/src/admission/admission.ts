@@ -1,8 +1,4 @@
-/**
- * The admission engine's facade: it builds this instance's state holders (leases, load view, inbox, cooldowns,
- * handoff, tickets, stats) once, and hands every acquire to the pass (pass.ts, through in-force.ts, which follows a
- * configuration change), which decides with the functions of decide.ts and waits with waiting.ts.
- */
+/** The admission engine's facade: builds this instance's state holders once and hands every acquire to the pass. */
 import type { Candidate } from '../core/channel.js';
 import { preciseNow, systemClock } from '../core/clock.js';
 import { isLimited, validateClient, type Client } from '../core/client.js';
@@ -11,9 +7,9 @@ import { admissionSettings, type Settings } from '../core/settings.js';
 import { LeaseManager } from './leases/lease-manager.js';
 import type { ChannelLoad, Listening } from '../store/store.js';
 import { capacityError } from './pass/capacity.js';
-import { CandidateSets } from './pass/candidates.js';
+import { CandidateSets, type Prepared } from './pass/candidates.js';
 import { Cooldowns } from './limits/cooldowns.js';
-import type { Engine } from './engine.js';
+import type { Engine, WaitSpan } from './engine.js';
 import { Handoff } from './leases/handoff.js';
 import { LoadView } from './loads/load-view.js';
 import { admitInForce } from './pass/follow-config.js';
@@ -48,20 +44,16 @@ export class AdmissionEngine implements Admission {
   private readonly engine: Engine;
   private readonly candidateSets = new CandidateSets();
   private readonly clientSets = new ClientSets();
-  /** A client's limit per instance while the store cannot hold its slots. */
   private readonly clientFallback = new ClientFallback();
   /** The engine's own requests for a client's slot: their candidates carry reserved ids. */
   private readonly clientRequests = new WeakSet<AcquireRequest<Candidate>>();
   private readonly emit: (event: AdmissionEvent) => void;
   private readonly onAdmission: ((record: AdmissionRecord) => void) | undefined;
   private closed = false;
-  /** The delivery of grants to this instance's waiters. */
   private readonly listening: Listening;
   private readonly localShare: LocalShare;
-  /** How many times the candidate sets changed (configChanged). */
   private configVersion = 0;
 
-  /** Builds the parts in dependency order; later parts subscribe to the events of earlier ones. */
   constructor(options: AdmissionOptions) {
     this.current = admissionSettings.merge(admissionSettings.defaults, options.settings ?? {});
     const { store } = options;
@@ -93,12 +85,12 @@ export class AdmissionEngine implements Admission {
       onEvent: (event) => {
         if (event.type === 'lease_lost') recorder.leasesLost++;
         this.emit(event);
+        if (event.type === 'lease_lost') this.engine.view.noteActive(event.channelId, -1);
       },
       ...(options.instanceId ? { instanceId: options.instanceId } : {}),
     });
     this.instanceId = leases.instanceId;
-    // A grant for a waiter that is gone passes straight on; a message late for a grant its waiter already claimed
-    // (found by a poll) is not a give-back: that slot is its lease now.
+    // a grant for a waiter that is gone passes on, unless its waiter already claimed it (found by a poll)
     const inbox = new Inbox((channelId, token) => {
       if (leases.holds(channelId, token)) return;
       void store.leaveQueue({ channelId, token, max: 0 }, this.current.lease_ttl_ms).catch(() => {});
@@ -113,18 +105,15 @@ export class AdmissionEngine implements Admission {
         coolingMs: (id) => cooldowns.localMs(id),
       },
       instanceId: () => this.instanceId,
-      ...(options.loadFetchTimeoutMs !== undefined ? { fetchTimeoutMs: options.loadFetchTimeoutMs } : {}),
-      ...(options.maxConcurrentFetches !== undefined
-        ? { maxConcurrentFetches: options.maxConcurrentFetches }
-        : {}),
+      fetchTimeoutMs: options.loadFetchTimeoutMs,
+      maxConcurrentFetches: options.maxConcurrentFetches,
     });
-    leases.onLost((channelId) => view.noteActive(channelId, -1));
     const handoff = new Handoff(leases, clock);
     const capacity: Engine['capacityError'] = (reason, candidates, saturated, waitedOn) =>
       capacityError(reason, {
         candidates,
         saturated,
-        ...(waitedOn ? { waitedOn } : {}),
+        waitedOn,
         waitTimeoutMs: this.current.wait_timeout_ms,
         coolingMs: (id) => cooldowns.localMs(id),
       });
@@ -200,10 +189,10 @@ export class AdmissionEngine implements Admission {
         const got = typeof arrivedMsAgo === 'number' ? String(arrivedMsAgo) : JSON.stringify(arrivedMsAgo);
         throw new TypeError(`Expected \`arrivedMsAgo\` to be a finite number ≥ 0, got ${got}`);
       }
-      // when the request arrived, on the precise clock: the queues of its client's slot and of its channel order it so
+      // the queues of its client's slot and of its channel order it by this
       const arrivedAt = preciseNow(clock) - (arrivedMsAgo ?? 0);
       const prepared = this.candidateSets.prepare(request.candidates, request.exclude);
-      // A limited client takes its own slot first (always in this order: nothing waits holding a channel slot)
+      // a limited client's own slot first: nothing waits holding a channel slot
       const held = isLimited(client)
         ? await this.clientSlot(client, request.signal, request.resolveClient, arrivedAt)
         : undefined;
@@ -214,12 +203,7 @@ export class AdmissionEngine implements Admission {
           held && held.waitedMs > 0
             ? { start: started, deadline: started + this.current.wait_timeout_ms }
             : undefined;
-        ticket = await this.localShare.around(
-          this.engine.leases,
-          prepared,
-          () => admitInForce(this.engine, request, prepared, arrivedAt, span),
-          (channel, lease) => this.engine.tickets.bounded(channel, lease, 0, request.signal),
-        );
+        ticket = await this.admit(request, prepared, arrivedAt, span);
       } catch (err) {
         if (held) void held.release();
         throw err;
@@ -244,7 +228,21 @@ export class AdmissionEngine implements Admission {
     }
   }
 
-  /** One slot of a limited client's own, fleet-wide: taken at once or waited for in the client's queue. */
+  private admit<C extends Candidate>(
+    request: AcquireRequest<C>,
+    prepared: Prepared<C>,
+    arrivedAt: number,
+    span?: WaitSpan,
+  ): Promise<Ticket<C>> {
+    return this.localShare.around(
+      this.engine.leases,
+      prepared,
+      () => admitInForce(this.engine, request, prepared, arrivedAt, span),
+      (channel, lease) => this.engine.tickets.bounded(channel, lease, 0, request.signal),
+    );
+  }
+
+  /** One of a limited client's own slots, fleet-wide: taken at once or waited for in the client's queue. */
   private async clientSlot(
     client: Client & { maxConcurrency: number },
     signal: AbortSignal | undefined,
@@ -258,15 +256,10 @@ export class AdmissionEngine implements Admission {
       const now = resolveClient ? resolveClient() : client;
       return now?.id === client.id && isLimited(now) ? this.clientSets.of(now) : [];
     };
-    const request: AcquireRequest<Candidate> = { candidates, resolve, ...(signal ? { signal } : {}) };
+    const request: AcquireRequest<Candidate> = { candidates, resolve, signal };
     this.clientRequests.add(request);
     try {
-      return await this.localShare.around(
-        this.engine.leases,
-        prepared,
-        () => admitInForce(this.engine, request, prepared, arrivedAt),
-        (resource, lease) => this.engine.tickets.bounded(resource, lease, 0, signal),
-      );
+      return await this.admit(request, prepared, arrivedAt);
     } catch (err) {
       if (err instanceof NoChannelError) return noClientSlot(client);
       if (err instanceof StoreUnavailableError) return this.clientFallback.take(client);

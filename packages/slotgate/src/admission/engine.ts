@@ -1,7 +1,4 @@
-/**
- * What the pass and the wait share: the instance's state holders, built once by the facade (admission.ts) and handed
- * to the functions that decide. Nothing here decides anything.
- */
+/** What the pass and the wait share: the instance's state holders, built once by the facade. */
 import type { Candidate } from '../core/channel.js';
 import type { Clock } from '../core/clock.js';
 import type { CapacityError, CapacityReason } from '../core/errors.js';
@@ -31,9 +28,9 @@ export interface Engine {
   readonly tickets: Tickets;
   /** The settings in force (read once per pass: a change applies to the next pass). */
   settings(): Settings;
-  /** How many times the candidate sets changed (Admission.configChanged): a waiter that saw fewer resolves again. */
+  /** How many times the candidate sets changed: a waiter that saw fewer resolves its set again. */
   configVersion(): number;
-  /** The request's candidate set in force now (its `resolve()`, else its `candidates` read again), prepared. */
+  /** The request's candidate set in force now, prepared. */
   resolve<C extends Candidate>(request: AcquireRequest<C>): Prepared<C>;
   capacityError(
     reason: CapacityReason,
@@ -43,18 +40,18 @@ export interface Engine {
   ): CapacityError;
 }
 
-/** A wait already under way, carried over to the next pass of the same acquire when its candidate set changed. */
+/** A wait under way, carried over to the next pass of the same acquire. */
 export interface WaitSpan {
   start: number;
   deadline: number;
 }
 
-/** One pass of an acquire: its request, the config version its candidates were resolved at, and a wait carried over. */
+/** One pass of an acquire: its request, the config version its set was resolved at, and a wait carried over. */
 export interface Attempt<C extends Candidate> {
   request: AcquireRequest<C>;
   configVersion: number;
   span?: WaitSpan;
-  /** When the request reached this instance (the engine clock's precise reading): its registrations stand as of then. */
+  /** When the request reached this instance, on the precise clock: its registrations stand as of then. */
   arrivedAt: number;
 }
 
@@ -66,7 +63,7 @@ export interface Moved<C extends Candidate> {
   span: WaitSpan;
 }
 
-/** One acquire call over `batch` (one store call), counted for the stats; `share`: the request's client (ids.ts). */
+/** One acquire call over `batch`, counted for the stats; `share`: the request's client (ids.ts). */
 export async function tryAcquire(
   engine: Engine,
   batch: readonly Candidate[],

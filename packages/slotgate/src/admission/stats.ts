@@ -23,28 +23,22 @@ export interface AdmissionStats {
   /** Store commands issued, by purpose (a script call counts as one). */
   commands: Record<Purpose, number>;
   outcomes: Record<Outcome, number>;
-  /**
-   * Bounded channels tried with the acquire script, and how many acquire requests carried them (on one Redis node
-   * the requests of one event-loop turn share one script call: `commands.acquire` counts those calls).
-   */
+  /** Bounded channels tried with the acquire script, and the acquire requests that carried them. */
   acquireAttempts: number;
   acquireCalls: number;
-  /**
-   * Passes that asked the store for a bounded slot, and how many of them found the first channel they tried full
-   * (or queued): how well the load view ordered the candidates.
-   */
+  /** Passes that asked the store for a slot, and those whose first channel tried was full or queued. */
   firstTries: number;
   firstTriesFull: number;
   /** Admissions served by a slot this instance released in the same turn, with no store command. */
   handoffs: number;
-  /** Waiters admitted on a slot the store granted them (the oldest waiter of a channel gets a freed slot). */
+  /** Waiters admitted on a slot the store granted them. */
   grants: number;
   admissionLatencyMs: HistogramSnapshot;
   waitTimeMs: HistogramSnapshot;
   loadView: LoadViewCounters;
   leasesLost: number;
   liveLeases: number;
-  /** The store failure mode, whether it admits on a local share now (the store down), and how often it did. */
+  /** The store failure mode, whether it admits on a local share now, and how often it did. */
   localShare: { mode: StoreFailureMode; active: boolean; admitted: number };
   channels: Record<string, ChannelStats>;
   /** Limited clients with a slot held or waited for on this instance, by client id. */
@@ -63,21 +57,8 @@ export const OUTCOMES: readonly Outcome[] = [
   'no_channel',
 ];
 
-function emptyOutcomes(): Record<Outcome, number> {
-  return {
-    acquired: 0,
-    capacity_full: 0,
-    capacity_queue_full: 0,
-    capacity_wait_timeout: 0,
-    capacity_aborted: 0,
-    client_limit: 0,
-    store_unavailable: 0,
-    no_channel: 0,
-  };
-}
-
 export class StatsRecorder {
-  readonly outcomes = emptyOutcomes();
+  readonly outcomes = Object.fromEntries(OUTCOMES.map((o) => [o, 0])) as Record<Outcome, number>;
   readonly admissionLatency = new Histogram();
   readonly waitTime = new Histogram();
   acquireAttempts = 0;
@@ -88,7 +69,6 @@ export class StatsRecorder {
   leasesLost = 0;
 }
 
-/** The engine's stats as they stand: its counters, its leases and waiters per channel and per client. */
 export function statsOf(engine: Engine, instanceId: string, localShare: LocalShare): AdmissionStats {
   const { leases, tickets, inbox, recorder: r, store, view, handoff } = engine;
   const channels: Record<string, ChannelStats> = {};

@@ -1,7 +1,4 @@
-/**
- * What operators read of the channels and clients (admin views, dashboards, metrics): straight from the store, or
- * through this instance's load view. Unlimited channels live in this process only.
- */
+/** What operators read of channels and clients, from the store or the load view; unlimited channels from here. */
 import { isBounded, type Candidate } from '../core/channel.js';
 import {
   CLIENT_RESOURCE_PREFIX,
@@ -13,7 +10,7 @@ import {
 import type { ChannelLoad } from '../store/store.js';
 import type { Engine } from './engine.js';
 
-/** Adds the unlimited channels' loads (this instance's tickets and cooldowns). */
+/** Adds the unlimited channels' loads: this instance's tickets and cooldowns. */
 function withUnlimited(engine: Engine, channels: readonly Candidate[], loads: Map<string, ChannelLoad>) {
   const { tickets, cooldowns } = engine;
   for (const c of channels) {
@@ -27,7 +24,6 @@ function withUnlimited(engine: Engine, channels: readonly Candidate[], loads: Ma
 
 const boundedIds = (channels: readonly Candidate[]) => channels.filter(isBounded).map((c) => c.id);
 
-/** Live loads straight from the store. */
 export async function readLoads(
   engine: Engine,
   channels: readonly Candidate[],
@@ -36,7 +32,6 @@ export async function readLoads(
   return withUnlimited(engine, channels, ids.length ? await engine.store.readLoads(ids) : new Map());
 }
 
-/** Loads through the load view (cached). */
 export async function viewLoads(
   engine: Engine,
   channels: readonly Candidate[],
@@ -44,7 +39,6 @@ export async function viewLoads(
   return withUnlimited(engine, channels, await engine.view.read(boundedIds(channels)));
 }
 
-/** Who holds each channel's slots: instance id → slots held. */
 export async function readHolders(
   engine: Engine,
   instanceId: string,
@@ -60,7 +54,6 @@ export async function readHolders(
   return holders;
 }
 
-/** Limited clients' slots: client id → in flight and waiting. */
 export async function readClients(
   engine: Engine,
   clients: readonly Client[],

@@ -1,9 +1,11 @@
+export const abortReason = (signal: AbortSignal): unknown => signal.reason ?? new Error('aborted');
+
 /** The caller's view of shared work: rejects with the abort reason when the caller gives up; the work goes on. */
 export function abortable<T>(work: Promise<T>, signal?: AbortSignal): Promise<T> {
   if (!signal) return work;
-  if (signal.aborted) return Promise.reject(signal.reason ?? new Error('aborted'));
+  if (signal.aborted) return Promise.reject(abortReason(signal));
   return new Promise((resolve, reject) => {
-    const onAbort = () => reject(signal.reason ?? new Error('aborted'));
+    const onAbort = () => reject(abortReason(signal));
     signal.addEventListener('abort', onAbort, { once: true });
     work.then(
       (value) => {

@@ -1,8 +1,4 @@
-/**
- * The error hierarchy of slotgate. Every error has a stable string `code`; the gateway maps codes to HTTP statuses in
- * exactly one table (the gateway's http-errors.ts). Messages never carry secrets.
- */
-
+/** slotgate's errors: each has a stable `code` (the gateway maps it to an HTTP status); no message carries secrets. */
 import { clientIdOf, isClientResource } from './client.js';
 
 export type CapacityReason = 'full' | 'queue_full' | 'wait_timeout' | 'aborted';
@@ -35,10 +31,7 @@ export class CapacityError extends SlotgateError {
   }
 }
 
-/**
- * The request's client has its max concurrency in flight (across every instance) and no slot of its own came free:
- * its queue was full, the wait timed out or was aborted, or waiting is off. The client's own limit, not a channel's.
- */
+/** The request's client has its own max concurrency in flight across the fleet, and no slot of its own came free. */
 export class ClientLimitError extends SlotgateError {
   readonly reason: CapacityReason;
   readonly retryAfterMs: number;
@@ -68,14 +61,10 @@ export class NoChannelError extends SlotgateError {
   }
 }
 
-/** Why a lease was lost for good: the store no longer had it and no free slot was left to take it back, or no
- * renewal was confirmed before its expiry (Redis unreachable, stalled or restarted). */
+/** Why a lease was lost for good: gone from the store with no free slot to take it back, or unrenewed at expiry. */
 export type LeaseLostReason = 'missing' | 'expired';
 
-/**
- * The reason of a ticket's `lost` signal: the slot it held is no longer held, so another request may take it; the work
- * the ticket guards must end to keep the channel's max.
- */
+/** The reason of a ticket's `lost` signal: another request may hold its slot, so the work it guards must end. */
 export class LeaseLostError extends SlotgateError {
   readonly channelId: string;
   readonly reason: LeaseLostReason;
@@ -103,7 +92,7 @@ export class SettingsError extends SlotgateError {
   }
 }
 
-/** Every error code the library can raise, with what it means; docs/errors.md is kept in step by a test. */
+/** Every error code the library can raise, with what it means (docs/errors.md is checked against it). */
 export const ERROR_CODES = {
   channel_capacity_exhausted:
     'every candidate channel is at its max concurrency (reason: full, queue_full, wait_timeout, aborted)',

@@ -1,8 +1,6 @@
 /** A fixed-bucket latency histogram (ms) with quantile estimates; the gateway exports it to Prometheus. */
 
-export const LATENCY_BUCKETS_MS = [
-  0.5, 1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000,
-];
+const LATENCY_BUCKETS_MS = [0.5, 1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000];
 
 export interface HistogramSnapshot {
   buckets: readonly number[];

@@ -6,20 +6,16 @@ export function randomInstanceId(): string {
 }
 
 /**
- * A lease token: the instance id and a sequence number (LeaseManager.nextToken), then, for a request with a client,
- * its share: `<instanceId>:<seq>~<weight>~<client>`, the client percent-encoded where it holds `%`, `:`, `~`, `|` or
- * a control character. The grant loop reads a waiter's share, and counts each client's slots, from tokens alone
- * (lua/includes/queue.lua), so the fair share needs no key of its own.
+ * A lease token: `<instanceId>:<seq>`, then for a request with a client `~<weight>~<client>` (percent-encoded), so
+ * the fair share reads clients and weights from tokens alone (here and in lua/includes/queue.lua).
  */
 export function tokenOf(instanceId: string, seq: number, share = ''): string {
   return `${instanceId}:${seq}${share}`;
 }
 
-/** The token suffix of a request's client (empty without one): `~<weight>~<client, encoded>`. */
+/** The token suffix of a request's client, `''` without one; cached per client object, checked for changes. */
 export function shareSuffix(client: { id: string; weight?: number } | undefined): string {
   if (!client) return '';
-  // a caller passes the same client object with each of its requests: encoded once per object (again when its id or
-  // weight was changed in place)
   const known = suffixes.get(client);
   if (known && known.id === client.id && known.weight === client.weight) return known.suffix;
   const suffix = encodeShare(client);
@@ -38,7 +34,7 @@ function encodeShare(client: { id: string; weight?: number }): string {
   return `~${client.weight ?? 1}~${id}`;
 }
 
-/** The share suffix a token was made with (shareSuffix), `''` for none. */
+/** The share suffix a token was made with, `''` for none. */
 export function suffixOfToken(token: string): string {
   return /:[^:~]*(~[^~:]*~[^:]*)?$/.exec(token)?.[1] ?? '';
 }
@@ -51,7 +47,7 @@ export function shareOfToken(token: string): { client: string; weight: number } 
   return { client: m[2]!, weight: weight > 0 ? weight : 1 };
 }
 
-/** The instance id of a token, everything before its last `:` (lua/includes/queue.lua reads it the same way). */
+/** The instance id of a token: everything before its last `:` (as lua/includes/queue.lua reads it). */
 export function instanceOfToken(token: string): string {
   const cut = token.lastIndexOf(':');
   return cut < 0 ? token : token.slice(0, cut);

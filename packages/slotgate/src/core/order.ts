@@ -1,12 +1,10 @@
-/**
- * Pure ordering logic of the admission pass: tiers by priority, weighted random picks and shuffles, and ordering a
- * tier by load rate. No I/O; randomness is injected.
- */
+/** Ordering for the admission pass: priority tiers, weighted picks, a tier by load rate. Randomness is injected. */
 import { priorityOf, weightOf, type Candidate } from './channel.js';
+import { pushTo } from './collections.js';
 
 export type Random = () => number;
 
-/** mulberry32: a small, well-mixed seeded PRNG (the same seed gives the same sequence), for reproducible orders. */
+/** mulberry32: a small seeded PRNG, for reproducible orders. */
 export function seededRandom(seed: number): Random {
   let a = seed >>> 0;
   return () => {
@@ -21,12 +19,7 @@ export function seededRandom(seed: number): Random {
 /** Groups candidates into tiers of equal priority, highest first; order inside a tier is kept. */
 export function tiers<C extends Candidate>(candidates: readonly C[]): C[][] {
   const byPriority = new Map<number, C[]>();
-  for (const c of candidates) {
-    const p = priorityOf(c);
-    const tier = byPriority.get(p);
-    if (tier) tier.push(c);
-    else byPriority.set(p, [c]);
-  }
+  for (const c of candidates) pushTo(byPriority, priorityOf(c), c);
   return [...byPriority.entries()].sort((a, b) => b[0] - a[0]).map(([, tier]) => tier);
 }
 
@@ -44,10 +37,8 @@ export function weightedPick<C extends Candidate>(items: readonly C[], random: R
 }
 
 /**
- * The order of a tier, produced one channel at a time: lowest load rate first, and among equal rates a weighted
- * random pick without replacement (weight-0 channels last). Each `next()` is one O(n) scan, so a pass that admits
- * on its first or second channel never pays for sorting the whole tier. Drained, it is the same distribution as
- * sorting by rate with a weighted shuffle among equal rates.
+ * A tier's order, one channel per `next()` (an O(n) scan, so a pass admitted early never sorts the tier): lowest load
+ * rate first, a weighted random pick among equal rates (weight 0 last).
  */
 export class LazyOrder<C extends Candidate> {
   private readonly rates: number[];
@@ -55,9 +46,8 @@ export class LazyOrder<C extends Candidate> {
   private left: number;
 
   /**
-   * `spread`: the first picks go to a channel shown with room, drawn with probability proportional to its free share
-   * (1 − rate) × weight, instead of the lowest rate: for loads every instance reads alike (the load summary), where
-   * the lowest rate would send every instance to the same channel. Once none shows room, lowest rate first as above.
+   * `spread`: while some channel shows room, draw among those by (1 − rate) × weight: with loads every instance reads
+   * alike, the lowest rate would send every instance to the same channel.
    */
   constructor(
     private readonly items: readonly C[],
@@ -78,8 +68,10 @@ export class LazyOrder<C extends Candidate> {
   next(): C | undefined {
     if (this.left === 0) return undefined;
     if (this.spread) {
-      const pick = this.spreadPick();
-      if (pick >= 0) return this.take(pick);
+      const free = (i: number) => (this.rates[i]! < 1 ? (1 - this.rates[i]!) * weightOf(this.items[i]!) : 0);
+      let total = 0;
+      for (let i = 0; i < this.items.length; i++) if (!this.taken[i]) total += free(i);
+      if (total > 0) return this.take(this.drawAt(this.random() * total, free));
     }
     let min = Infinity;
     let total = 0;
@@ -98,31 +90,16 @@ export class LazyOrder<C extends Candidate> {
       }
     }
     // all-zero weights in the group: a uniform pick among them
-    let r = total > 0 ? this.random() * total : Math.floor(this.random() * count);
-    let pick = -1;
-    for (let i = 0; i < this.items.length; i++) {
-      if (this.taken[i] || this.rates[i] !== min) continue;
-      const w = total > 0 ? weightOf(this.items[i]!) : 1;
-      if (w <= 0) continue;
-      pick = i;
-      r -= w;
-      if (r < 0) break;
-    }
-    return this.take(pick);
+    const r = total > 0 ? this.random() * total : Math.floor(this.random() * count);
+    const weight = (i: number) => (this.rates[i] !== min ? 0 : total > 0 ? weightOf(this.items[i]!) : 1);
+    return this.take(this.drawAt(r, weight));
   }
 
-  /** A channel shown with room, drawn by free share × weight; -1 when none. */
-  private spreadPick(): number {
-    let total = 0;
-    for (let i = 0; i < this.items.length; i++) {
-      if (!this.taken[i] && this.rates[i]! < 1) total += (1 - this.rates[i]!) * weightOf(this.items[i]!);
-    }
-    if (!(total > 0)) return -1;
-    let r = this.random() * total;
+  /** The untaken index `r` falls on, walking the weights in order (the last with weight if `r` overshoots). */
+  private drawAt(r: number, weight: (i: number) => number): number {
     let pick = -1;
     for (let i = 0; i < this.items.length; i++) {
-      if (this.taken[i] || this.rates[i]! >= 1) continue;
-      const w = (1 - this.rates[i]!) * weightOf(this.items[i]!);
+      const w = this.taken[i] ? 0 : weight(i);
       if (w <= 0) continue;
       pick = i;
       r -= w;

@@ -1,13 +1,11 @@
 /**
- * Hot-reloadable settings: one table per surface with defaults, bounds and a line of documentation per key, and
- * the validation that goes with it. The admission engine's table is `ADMISSION_SETTINGS`; an application that
- * shares more hot settings through the same store (a gateway's retry policy, say) extends it with `defineSettings`.
- * The same snake_case keys are used by the library, configuration files and admin APIs.
+ * Hot-reloadable settings: a table of keys with defaults, bounds and a line of doc each, and its validation. The same
+ * snake_case keys serve the library, configuration files and admin APIs; `defineSettings` makes more tables.
  */
 import { z } from 'zod';
 import { SettingsError } from './errors.js';
 
-/** An integer setting: its default, inclusive bounds and documentation. */
+/** An integer setting; `min` and `max` are inclusive. */
 export interface IntSetting {
   type: 'int';
   default: number;
@@ -16,7 +14,6 @@ export interface IntSetting {
   doc: string;
 }
 
-/** A boolean setting: its default and documentation. */
 export interface BoolSetting {
   type: 'bool';
   default: boolean;
@@ -26,7 +23,7 @@ export interface BoolSetting {
 export type SettingSpec = IntSetting | BoolSetting;
 export type SettingsTable = Record<string, SettingSpec>;
 
-/** The values a table describes: a number per int setting, a boolean per bool setting. */
+/** The values a table describes. */
 export type SettingsOf<T extends SettingsTable> = {
   readonly [K in keyof T]: T[K] extends BoolSetting ? boolean : number;
 };
@@ -80,10 +77,7 @@ export const ADMISSION_SETTINGS = {
   ),
 } as const satisfies SettingsTable;
 
-/**
- * Keys of earlier releases, still accepted (validated as they were) with a warning: a renamed key sets its new key
- * unless that is given too; a removed key changes nothing.
- */
+/** A key of an earlier release, accepted with a warning: renamed, it sets its new key unless that is given. */
 export type LegacySetting =
   | { spec: SettingSpec; renamedTo: string; convert: (value: number) => number }
   | { spec: SettingSpec; removed: string };
@@ -111,15 +105,10 @@ export type SettingsUpdate = Partial<Settings>;
 export interface SettingsSchema<T extends SettingsTable> {
   readonly table: T;
   readonly keys: readonly (keyof T & string)[];
-  /** Every default, frozen. */
   readonly defaults: SettingsOf<T>;
-  /**
-   * Validates a partial update as a whole: returns it typed, or throws one SettingsError that names every bad key,
-   * its valid range and the value received. Never substitutes defaults for bad values. A key given as `undefined`
-   * means "not given".
-   */
+  /** Validates a whole partial update, or throws one SettingsError naming every bad key, its range and value. */
   parse(input: unknown): Partial<SettingsOf<T>>;
-  /** What an update says with keys of earlier releases (deprecated or removed), one message each. */
+  /** One warning per key of an earlier release (renamed or removed) the update uses. */
   warnings(input: unknown): string[];
   /** Applies a validated update to a full settings object, returning a new frozen one. */
   merge(base: SettingsOf<T>, update: unknown): SettingsOf<T>;
@@ -158,7 +147,6 @@ export function defineSettings<T extends SettingsTable>(
   const schema = z.strictObject(
     Object.fromEntries(Object.entries(specs).map(([k, spec]) => [k, zodOf(spec)])),
   );
-  const describe = (key: keyof T & string): string => describeSpec(table[key]!);
   const parse = (input: unknown): Partial<SettingsOf<T>> => {
     if (typeof input !== 'object' || input === null || Array.isArray(input)) {
       throw new SettingsError([`Expected settings to be an object of keys, got ${show(input)}`]);
@@ -192,12 +180,12 @@ export function defineSettings<T extends SettingsTable>(
   };
   const warnings = (input: unknown): string[] => {
     if (typeof input !== 'object' || input === null) return [];
-    return Object.keys(input)
-      .filter((k) => legacy[k] !== undefined && (input as Record<string, unknown>)[k] !== undefined)
-      .map((k) => {
+    return Object.entries(input)
+      .filter(([k, v]) => legacy[k] !== undefined && v !== undefined)
+      .map(([k, v]) => {
         const l = legacy[k]!;
         return 'renamedTo' in l
-          ? `Setting \`${k}\` is deprecated: use \`${l.renamedTo}\` (it sets ${l.renamedTo} = ${l.convert(Number((input as Record<string, unknown>)[k]))})`
+          ? `Setting \`${k}\` is deprecated: use \`${l.renamedTo}\` (it sets ${l.renamedTo} = ${l.convert(Number(v))})`
           : `Setting \`${k}\` was removed and is ignored: ${l.removed}`;
       });
   };
@@ -208,7 +196,7 @@ export function defineSettings<T extends SettingsTable>(
     parse,
     warnings,
     merge: (base, update) => Object.freeze({ ...base, ...parse(update) }) as SettingsOf<T>,
-    describe,
+    describe: (key) => describeSpec(table[key]!),
   };
 }
 

@@ -1,16 +1,8 @@
 /**
- * Slot handoff: a slot released in this event-loop turn, whose removal the store still holds, passes to a pass or a
- * waiter of this instance that wants its channel, with no store command: the removal is withdrawn and the lease (same
- * token, same expiry, same renewal) is live again. The removal would have gone out at the end of this turn, in the
- * same pipeline as and ahead of that pass's acquire, so the pass would have found the slot free anyway; no other
- * instance could have taken it in between. This module owns the parked slots, the rules and the takeover.
- *
- * A slot is never handed
- * - onto a channel cooling down (by the load snapshot or a cooldown this instance set),
- * - past a max lowered since it was acquired,
- * - with less than half a lease TTL left by the local estimate,
- * - over a higher tier of the candidate set that the pass has not looked at yet (the caller says which tiers count),
- * - more than once per turn (the store's withdraw refuses the second time, so a loop comes back to the event loop).
+ * Slot handoff: a slot released in this turn, whose removal has not gone out, passes to a pass of this instance with
+ * no store command (safe: the removal would have preceded that pass's acquire in the same pipeline). Never onto a
+ * cooling channel, past a lowered max, with under half a TTL left, over an unseen tier, to another client, or twice
+ * per turn (the store's withdraw refuses).
  */
 import { suffixOfToken } from '../../core/ids.js';
 import type { Clock } from '../../core/clock.js';
@@ -23,7 +15,7 @@ interface Parked {
   release: LeaseRelease;
 }
 
-export interface HandedOff<C extends Candidate> {
+interface HandedOff<C extends Candidate> {
   channel: C;
   lease: Lease;
 }
@@ -38,7 +30,7 @@ export class Handoff {
     private readonly clock: Clock,
   ) {}
 
-  /** Offers a released slot for the rest of this turn. False when its removal cannot be withdrawn. */
+  /** Offers a released slot for the rest of this turn; false when its removal cannot be withdrawn. */
   park(lease: Lease, release: LeaseRelease): boolean {
     if (!release.withdrawable) return false;
     const entry: Parked = { lease, release };
@@ -49,15 +41,11 @@ export class Handoff {
     return true;
   }
 
-  /** Whether any slot is parked: a pass that finds none pays nothing more. */
   get available(): boolean {
     return this.parked.size > 0;
   }
 
-  /**
-   * Takes a parked slot over for a channel of the candidate set in a tier `inTier` accepts whose channel `usable`
-   * accepts (not cooling), from a request of the same client (`share`, core/ids.ts). Undefined when there is none.
-   */
+  /** Takes over a parked slot of a channel in the set, in a tier `inTier` accepts, `usable`, of the same client. */
   take<C extends Candidate>(
     prepared: Prepared<C>,
     inTier: (tier: number) => boolean,
@@ -82,7 +70,7 @@ export class Handoff {
     for (const parked of set) {
       const { lease } = parked;
       if (lease.expiresAt - now < healthy || max < lease.max) continue;
-      // the token names its client (the fair share counts a client's slots by it): same client only
+      // the token names its client, and the fair share counts a client's slots by their tokens
       if (suffixOfToken(lease.token) !== share) continue;
       set.delete(parked);
       if (parked.release.withdraw()) return lease;

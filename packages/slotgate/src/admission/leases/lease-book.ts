@@ -1,8 +1,7 @@
 /**
- * The leases this instance holds, and their fencing. A lease's local deadline is counted from when the call that
- * took or last renewed it was sent, so it never passes after its expiry in the store. A lease whose deadline, less a
- * margin, passes with no renewal confirmed is lost for good — unless kept as a local slot (local share) — and its
- * `lost` signal fires: the work it guards must end, since the store may have given its slot away.
+ * The leases this instance holds, and their fencing. A lease's local deadline counts from the send of the call that
+ * took or last renewed it, so it never passes after its expiry in the store; unrenewed at the deadline less a margin,
+ * the lease is lost and its `lost` signal fires (unless kept as a local slot).
  */
 import type { Clock, Timer } from '../../core/clock.js';
 import { LeaseLostError, type LeaseLostReason } from '../../core/errors.js';
@@ -10,14 +9,13 @@ import type { LeaseRef, ReclaimRef } from '../../store/store.js';
 
 export interface Lease extends LeaseRef {
   acquiredAt: number;
-  /** The channel's max concurrency when the slot was taken (a handoff never carries it past a lowered max). */
+  /** The channel's max when the slot was taken (a handoff never carries it past a lowered max). */
   max: number;
   ttlMs: number;
-  /** The local deadline: when the call that took or last renewed it was sent, plus its TTL (Infinity: local). */
+  /** The local deadline: send time of the call that took or last renewed it, plus its TTL (Infinity: local). */
   expiresAt: number;
-  /** Held in this process only while the store is unreachable (local share): not renewed, never fenced. */
+  /** Held in this process only while the store is unreachable (local share): not renewed, not fenced. */
   local: boolean;
-  /** Fires (with a LeaseLostError) when the lease is lost for good. */
   readonly lost: AbortSignal;
 }
 
@@ -32,7 +30,7 @@ export type LeaseEvent =
   | { type: 'release_abandoned'; channelId: string; token: string; error: Error }
   | { type: 'acquire_uncertain'; channelIds: string[]; token: string; cleaned: boolean };
 
-/** The margin before a lease's deadline at which it is fenced: a tenth of its TTL, at most a second. */
+/** A lease is fenced this long before its deadline: a tenth of its TTL, at most a second. */
 export function fenceMarginMs(ttlMs: number): number {
   return Math.min(1000, Math.floor(ttlMs / 10));
 }
@@ -40,12 +38,12 @@ export function fenceMarginMs(ttlMs: number): number {
 export const refsOf = (leases: readonly Lease[]): ReclaimRef[] =>
   leases.map((l) => ({ channelId: l.channelId, token: l.token, max: l.max }));
 
-export interface LeaseBookOptions {
+interface LeaseBookOptions {
   clock: Clock;
   emit: (event: LeaseEvent) => void;
-  /** Read at every loss: `enabled` false only reports a lost lease (its signal never fires). */
+  /** Read at every loss: false only reports a lost lease (its signal never fires). */
   fencingEnabled: () => boolean;
-  /** Asked for a lease past its deadline, with this instance's local slots on its channel: true keeps it local. */
+  /** Asked for a lease past its deadline, with the local slots on its channel: true keeps it local. */
   keepAsLocal: (lease: Lease, localOnChannel: number) => boolean;
 }
 
@@ -76,7 +74,6 @@ export class LeaseBook {
     return this.perChannel.get(channelId) ?? 0;
   }
 
-  /** Local slots on a channel. */
   localSlots(channelId: string): number {
     let n = 0;
     for (const lease of this.live.values()) if (lease.local && lease.channelId === channelId) n++;
@@ -116,14 +113,13 @@ export class LeaseBook {
     else this.perChannel.delete(lease.channelId);
   }
 
-  /** The store confirmed the lease until `sentAt + ttl` (a renewal, reclaim, restore or registration). */
+  /** The store confirmed the lease until `sentAt + ttl`. */
   confirmed(lease: Lease, sentAt: number, ttl: number): void {
     lease.expiresAt = sentAt + ttl;
     lease.ttlMs = ttl;
     lease.local = false;
   }
 
-  /** A lease lost for good: dropped, reported, and (fencing on) its signal fires. */
   lose(lease: Lease, reason: LeaseLostReason): void {
     this.forget(lease);
     this.opts.emit({ type: 'lease_lost', channelId: lease.channelId, token: lease.token, reason });
@@ -131,14 +127,14 @@ export class LeaseBook {
       this.fences.get(lease)?.abort(new LeaseLostError(lease.channelId, reason));
   }
 
-  /** Re-arms the fence timer after deadlines moved (a renewal confirmed or failed). */
+  /** Re-arms the fence timer after deadlines moved. */
   refence(): void {
     let at = Infinity;
     for (const lease of this.live.values()) at = Math.min(at, lease.expiresAt - fenceMarginMs(lease.ttlMs));
     this.scheduleFence(at);
   }
 
-  /** One timer for the earliest deadline; it fences (or keeps as local) every lease past its own. */
+  /** One timer for the earliest deadline; it fences (or keeps local) every lease past its own. */
   private scheduleFence(at: number): void {
     if (this.closed || at === Infinity || (this.fenceTimer && this.fenceAt <= at)) return;
     this.fenceTimer?.cancel();

@@ -1,8 +1,4 @@
-/**
- * This instance's leases on top of a SlotStore: tokens `<instanceId>:<seq>`, taking slots (an acquire, a claim of a
- * grant, a grant that is a lease already, a local slot), giving them back (detached, retried until confirmed or
- * expired), and closing. Holding (lease-book.ts) and keeping them (renewal.ts) are parts of their own.
- */
+/** Taking slots (acquire, claim, adoption, local) and giving them back, detached and retried. */
 import { systemClock, within, type Clock } from '../../core/clock.js';
 import { StoreUnavailableError } from '../../core/errors.js';
 import { randomInstanceId, tokenOf } from '../../core/ids.js';
@@ -17,20 +13,20 @@ export interface LeaseManagerOptions {
   store: SlotStore;
   instanceId?: string;
   clock?: Clock;
-  /** Read at every acquire and renewal tick, so a settings change applies without a restart. */
+  /** Read at every acquire and renewal, so a settings change applies at once. */
   leaseTtlMs: () => number;
   onEvent?: (event: LeaseEvent) => void;
-  /** Cap on the one cleanup removal after an uncertain acquire. @default 500 */
+  /** Cap on the cleanup removal after an uncertain acquire. @default 500 */
   cleanupTimeoutMs?: number;
   /** Read at every loss: `enabled` false only reports a lost lease; `reclaim` false never takes one back. */
   fencing?: () => { enabled: boolean; reclaim: boolean };
-  /** Asked for a lease past its deadline unrenewed, with the local slots on its channel: true keeps it local. */
+  /** Asked for a lease past its deadline, with the local slots on its channel: true keeps it local. */
   keepAsLocal?: (lease: Lease, localOnChannel: number) => boolean;
   /** Told of every acquire's and renewal's fate: true when the store answered. */
   onStore?: (answered: boolean) => void;
 }
 
-export interface AcquireOutcome {
+interface AcquireOutcome {
   /** One reply per target tried; the last is 'acquired' when `lease` is set. */
   replies: AcquireReply[];
   lease?: Lease;
@@ -56,21 +52,15 @@ export class LeaseManager {
   private readonly book: LeaseBook;
   private readonly renewal: Renewal;
   private seq = 0;
-  /** Removals in flight, so close() can wait for them. */
   private readonly releasing = new Set<Promise<void>>();
-  private readonly lostListeners = new Set<(channelId: string) => void>();
   private closed = false;
 
   constructor(private readonly options: LeaseManagerOptions) {
-    const { store } = options;
+    const store = (this.store = options.store);
     const clock = (this.clock = options.clock ?? systemClock);
-    const emit = (this.emit = (event: LeaseEvent) => {
-      options.onEvent?.(event);
-      if (event.type === 'lease_lost') for (const listener of this.lostListeners) listener(event.channelId);
-    });
-    const fencing = options.fencing ?? (() => ({ enabled: true, reclaim: true }));
+    const emit = (this.emit = (event: LeaseEvent) => options.onEvent?.(event));
     const onStore = (this.onStore = options.onStore ?? (() => {}));
-    this.store = store;
+    const fencing = options.fencing ?? (() => ({ enabled: true, reclaim: true }));
     this.instanceId = options.instanceId ?? randomInstanceId();
     this.ttl = options.leaseTtlMs;
     this.book = new LeaseBook({
@@ -82,13 +72,6 @@ export class LeaseManager {
     this.renewal = new Renewal({ store, clock, book: this.book, ttl: this.ttl, emit, fencing, onStore });
   }
 
-  /** Calls the listener with the channel of every lease lost for good. Returns the unsubscribe. */
-  onLost(listener: (channelId: string) => void): () => void {
-    this.lostListeners.add(listener);
-    return () => void this.lostListeners.delete(listener);
-  }
-
-  /** A new token, with the share of the request's client when it has one (core/ids.ts). */
   nextToken(share = ''): string {
     return tokenOf(this.instanceId, ++this.seq, share);
   }
@@ -98,12 +81,6 @@ export class LeaseManager {
     return this.book.count(channelId);
   }
 
-  /** This instance's local slots on a channel (held in this process only). */
-  localSlots(channelId: string): number {
-    return this.book.localSlots(channelId);
-  }
-
-  /** Whether this instance holds the token's lease on the channel. */
   holds(channelId: string, token: string): boolean {
     return this.book.get(token)?.channelId === channelId;
   }
@@ -116,24 +93,22 @@ export class LeaseManager {
     return this.book.all();
   }
 
-  /** The lease TTL in force. */
   get leaseTtlMs(): number {
     return this.ttl();
   }
 
-  /** Renews every live lease now (the renewal timer does it every third of the TTL). */
   renewAll(): Promise<void> {
     return this.renewal.renewAll();
   }
 
-  /** Registers the local slots in the store, into free slots only. Coalesced; rejects with the store's error. */
+  /** Registers the local slots into free slots only. Coalesced; rejects with the store's error. */
   registerLocal(): Promise<void> {
     return this.renewal.registerLocal();
   }
 
   /**
-   * Tries the targets in one store call; tracks the lease that admitted it. A call that failed after it may have
-   * been sent gets one detached removal of its token (capped, never retried), and surfaces as StoreUnavailableError.
+   * Tries the targets in one store call. A call that failed (it may have been sent) gets one detached removal of its
+   * token (capped, never retried), and surfaces as StoreUnavailableError.
    */
   async acquireFirst(
     targets: readonly AcquireTarget[],
@@ -168,10 +143,7 @@ export class LeaseManager {
     });
   }
 
-  /**
-   * Claims a slot granted to a waiter (held only until a short claim deadline): one renewal makes it a full lease.
-   * Undefined when the grant was gone first; a store failure throws StoreUnavailableError.
-   */
+  /** Claims a slot granted to a waiter: one renewal makes it a full lease. Undefined when the grant was gone first. */
   async claim(channelId: string, token: string, max: number): Promise<Lease | undefined> {
     this.open();
     const leaseTtlMs = this.ttl();
@@ -204,10 +176,7 @@ export class LeaseManager {
     return lease;
   }
 
-  /**
-   * Releases a live lease: it stops renewing at once, and the removal is retried with backoff until confirmed or the
-   * lease has expired, detached from any request. Undefined for a lease that is not live.
-   */
+  /** Releases a live lease: it stops renewing at once, and its removal is retried, detached. Undefined if not live. */
   release(lease: LeaseRef): LeaseRelease | undefined {
     const tracked = this.book.get(lease.token);
     if (!tracked) return undefined;
@@ -234,10 +203,7 @@ export class LeaseManager {
     };
   }
 
-  /**
-   * Stops renewing and releases every live lease (graceful shutdown), waiting up to `timeoutMs`; releases still
-   * retrying then (Redis down) are left to their lease TTL.
-   */
+  /** Stops renewing and releases every live lease, waiting up to `timeoutMs`; the rest are left to their TTL. */
   async close(timeoutMs = 5000): Promise<void> {
     this.closed = true;
     this.renewal.close();

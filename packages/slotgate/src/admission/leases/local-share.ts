@@ -1,15 +1,7 @@
 /**
- * Bounded degradation while the store is unreachable (`storeFailureMode: 'local_share'`): each instance admits at
- * most ⌊max ÷ live instances⌋ per channel on its own, so a fleet that cannot reach Redis stays within every max.
- * - It starts only once the store has failed for a whole lease TTL: by then every lease of the fleet has passed its
- *   deadline unrenewed, so each is either fenced or kept as a local slot within its instance's share.
- * - The share counts every slot this instance holds on the channel; with no instance seen it is 0.
- * - The store's health is probed every second, so an instance that sends it nothing still knows.
- * - When the store answers again, each instance registers its local slots into free slots only (one that does not
- *   fit is lost and fenced), and one that ran on a local share admits nothing for RECOVERY_MS meanwhile. After a
- *   Redis restart the epoch check restores them whatever the load, before anyone admits.
- * The bound holds when Redis is down for every instance; an instance cut off alone adds up to its share on top of the
- * max the others keep (docs/redis.md).
+ * `local_share`: while the store is unreachable each instance admits at most ⌊max ÷ instances⌋ per channel, so the
+ * fleet stays within every max. It starts after a whole lease TTL of failure, when every lease of the fleet is fenced
+ * or kept local; when the store answers, local slots go into free slots only (docs/redis.md).
  */
 import type { Candidate } from '../../core/channel.js';
 import type { Clock, Timer } from '../../core/clock.js';
@@ -24,18 +16,16 @@ export type StoreFailureMode = 'fail_closed' | 'local_share';
 
 /** After the store answers again, how long an instance that ran on its local share admits nothing. */
 export const RECOVERY_MS = 2000;
-/** How often the store's health is probed with local_share. */
-export const PROBE_MS = 1000;
+/** The store's health is probed, so an instance that sends it nothing still knows. */
+const PROBE_MS = 1000;
 
-export interface LocalShareDeps {
+interface LocalShareDeps {
   mode: StoreFailureMode;
   clock: Clock;
   settings: () => Settings;
   /** The instances sharing the store, as this one last saw them; 0 when it saw none. */
   fleetSize: () => number;
-  /** The store's health check (one PING on Redis). */
   health: () => Promise<StoreHealth>;
-  /** Subscribes to the store's reconnections. */
   onReconnect: (listener: () => void) => () => void;
 }
 
@@ -79,7 +69,7 @@ export class LocalShare {
     this.unsubscribe?.();
   }
 
-  /** A store call answered or failed (an acquire, a renewal, the probe). */
+  /** A store call (acquire, renewal, probe) answered or failed. */
   readonly note = (answered: boolean): void => {
     if (!answered) {
       this.downSince ??= this.deps.clock.now();
@@ -89,13 +79,12 @@ export class LocalShare {
     this.downSince = undefined;
   };
 
-  /** This instance's share of a channel's max. */
   share(max: number): number {
     const n = this.deps.fleetSize();
     return n > 0 ? Math.floor(max / n) : 0;
   }
 
-  /** Whether the store has failed for a whole lease TTL: every lease of the fleet is fenced or local by now. */
+  /** Whether the store has failed for a whole lease TTL (every lease of the fleet is fenced or local by now). */
   get active(): boolean {
     if (!this.enabled || this.downSince === undefined) return false;
     return this.deps.clock.now() - this.downSince >= this.deps.settings().lease_ttl_ms;
@@ -106,9 +95,8 @@ export class LocalShare {
     this.enabled && this.downSince !== undefined && localOnChannel < this.share(lease.max);
 
   /**
-   * Runs an admission pass. With local_share: while the store is known down for a lease TTL, admits on this
-   * instance's share without trying the store; for RECOVERY_MS after it came back, admits nothing; otherwise
-   * registers any local slot first, then runs the pass, and a store failure there still admits on an active share.
+   * Runs an admission pass. With local_share: while active, admits on this instance's share without the store; for
+   * RECOVERY_MS after it came back, admits nothing; otherwise registers the local slots first, then runs the pass.
    */
   async around<C extends Candidate, T>(
     leases: LeaseManager,

@@ -1,14 +1,13 @@
 /**
- * Keeping the leases in the store: one timer renews every live lease each `lease_ttl_ms / 3` in batched calls (within
- * a second after a failure). A lease the store no longer has is taken back into a free slot when fencing allows, else
- * lost. Local slots are registered once the store answers, into free slots only. After a Redis restart every lease is
- * registered again, whatever the load, before the store admits anything.
+ * One timer renews every live lease each `lease_ttl_ms / 3` (within a second after a failure). A lease the store lost
+ * is taken back into a free slot when fencing allows, else lost. After a Redis restart every lease is registered
+ * again, whatever the load, before the store admits anything.
  */
 import type { Clock, Timer } from '../../core/clock.js';
 import type { SlotStore } from '../../store/store.js';
 import { refsOf, type Lease, type LeaseBook, type LeaseEvent } from './lease-book.js';
 
-export interface RenewalOptions {
+interface RenewalOptions {
   store: SlotStore;
   clock: Clock;
   book: LeaseBook;
@@ -93,24 +92,19 @@ export class Renewal {
 
   /** Leases the store no longer had: taken back into free slots where fencing allows, else lost for good. */
   private async reclaim(missing: readonly Lease[], ttlMs: number): Promise<void> {
-    const { store, clock, book, emit } = this.opts;
+    const { clock, book, emit } = this.opts;
     const { enabled, reclaim } = this.opts.fencing();
     if (!enabled || !reclaim) return missing.forEach((lease) => book.lose(lease, 'missing'));
     const sentAt = clock.now();
     let notHeld: Set<string>;
     try {
-      notHeld = new Set((await store.reclaim(refsOf(missing), ttlMs, false)).map((l) => l.token));
+      notHeld = await this.notHeld(missing, ttlMs, false);
     } catch {
       notHeld = new Set(missing.map((l) => l.token)); // unconfirmed: their slots may be taken by now
     }
-    for (const lease of missing) {
-      if (book.get(lease.token) !== lease) continue; // released meanwhile
-      if (notHeld.has(lease.token)) book.lose(lease, 'missing');
-      else {
-        book.confirmed(lease, sentAt, ttlMs);
-        emit({ type: 'lease_reclaimed', channelId: lease.channelId, token: lease.token });
-      }
-    }
+    this.settle(missing, notHeld, sentAt, ttlMs, (lease) =>
+      emit({ type: 'lease_reclaimed', channelId: lease.channelId, token: lease.token }),
+    );
   }
 
   /**
@@ -124,44 +118,58 @@ export class Renewal {
   }
 
   private async register(local: readonly Lease[]): Promise<void> {
-    const { store, clock, book, ttl, emit, onStore } = this.opts;
+    const { clock, book, ttl, emit, onStore } = this.opts;
     const ttlMs = ttl();
     const sentAt = clock.now();
     let notHeld: Set<string>;
     try {
-      notHeld = new Set((await store.reclaim(refsOf(local), ttlMs, false)).map((l) => l.token));
+      notHeld = await this.notHeld(local, ttlMs, false);
     } catch (err) {
       onStore(false);
       throw err;
     }
     onStore(true);
     let registered = 0;
-    for (const lease of local) {
-      if (!lease.local || book.get(lease.token) !== lease) continue;
-      if (notHeld.has(lease.token)) book.lose(lease, 'missing');
-      else {
-        book.confirmed(lease, sentAt, ttlMs);
-        registered++;
-      }
-    }
+    const stillLocal = local.filter((l) => l.local);
+    this.settle(stillLocal, notHeld, sentAt, ttlMs, () => registered++);
     book.refence();
     emit({ type: 'local_registered', leases: registered });
   }
 
   /** The store lost its data: every live lease, local slots too, is registered again whatever the load. */
   private async restore(): Promise<void> {
-    const { store, clock, book, ttl, emit } = this.opts;
+    const { clock, book, ttl, emit } = this.opts;
     const leases = [...book.all()];
     if (leases.length === 0) return;
     const ttlMs = ttl();
     const sentAt = clock.now();
-    const notHeld = new Set((await store.reclaim(refsOf(leases), ttlMs, true)).map((l) => l.token));
-    for (const lease of leases) {
-      if (book.get(lease.token) !== lease) continue;
-      if (notHeld.has(lease.token)) book.lose(lease, 'missing');
-      else book.confirmed(lease, sentAt, ttlMs);
-    }
+    const notHeld = await this.notHeld(leases, ttlMs, true);
+    this.settle(leases, notHeld, sentAt, ttlMs);
     emit({ type: 'leases_restored', leases: leases.length - notHeld.size });
+  }
+
+  /** Puts the leases back in the store (into free slots only unless `force`): the tokens it did not take. */
+  private async notHeld(leases: readonly Lease[], ttlMs: number, force: boolean): Promise<Set<string>> {
+    return new Set((await this.opts.store.reclaim(refsOf(leases), ttlMs, force)).map((l) => l.token));
+  }
+
+  /** Applies a reclaim's answer to the leases still live: each is confirmed from `sentAt`, or lost. */
+  private settle(
+    leases: readonly Lease[],
+    notHeld: ReadonlySet<string>,
+    sentAt: number,
+    ttlMs: number,
+    onKept?: (lease: Lease) => void,
+  ): void {
+    const { book } = this.opts;
+    for (const lease of leases) {
+      if (book.get(lease.token) !== lease) continue; // released meanwhile
+      if (notHeld.has(lease.token)) book.lose(lease, 'missing');
+      else {
+        book.confirmed(lease, sentAt, ttlMs);
+        onKept?.(lease);
+      }
+    }
   }
 
   close(): void {

@@ -1,8 +1,6 @@
 /**
- * Tickets: what an admitted request holds. A bounded channel's ticket holds a lease; giving it back stops the renewal
- * and sends the removal (retried until confirmed): on a channel with waiters the store grants the slot to the oldest
- * of them. With handoff on and nobody waiting, the slot is offered to a pass of this instance for the rest of the
- * turn. An unlimited channel's ticket only counts in this process.
+ * A bounded channel's ticket holds a lease: released, its slot goes to the oldest waiter through the store, or with
+ * nobody waiting may be handed off within this turn. An unlimited channel's ticket counts in this process only.
  */
 import type { Candidate } from '../../core/channel.js';
 import type { CapacityError } from '../../core/errors.js';
@@ -12,11 +10,34 @@ import type { Handoff } from './handoff.js';
 import type { LoadView } from '../loads/load-view.js';
 import type { Ticket } from '../types.js';
 
-/** The `lost` signal of a ticket that holds no lease (an unlimited channel, a client counted in process): never fires. */
+/** The `lost` signal of a ticket that holds no lease: never fires. */
 export const NEVER_LOST: AbortSignal = new AbortController().signal;
 
+/** A ticket counted in process only: `counts` holds one more for `key` until it is released. */
+export function countedTicket<C extends Candidate>(
+  channel: C,
+  counts: Map<string, number>,
+  key: string,
+): Ticket<C> {
+  counts.set(key, (counts.get(key) ?? 0) + 1);
+  let released = false;
+  return {
+    channel,
+    token: undefined,
+    waitedMs: 0,
+    lost: NEVER_LOST,
+    release: async () => {
+      if (released) return;
+      released = true;
+      const n = (counts.get(key) ?? 1) - 1;
+      if (n > 0) counts.set(key, n);
+      else counts.delete(key);
+    },
+  };
+}
+
 export class Tickets {
-  /** In-flight tickets of unlimited channels, by channel (they never reach the store). */
+  /** In-flight tickets of unlimited channels, by channel. */
   readonly unlimitedActive = new Map<string, number>();
 
   constructor(
@@ -25,7 +46,7 @@ export class Tickets {
       view: LoadView;
       handoff: Handoff;
       settings: () => Settings;
-      /** Whether the channel has waiters (then a slot given back goes to the oldest, never to this instance). */
+      /** Whether the channel has waiters (a slot given back then goes to the oldest, never to a handoff). */
       queued: (channelId: string) => boolean;
       aborted: (channel: Candidate) => CapacityError;
     },
@@ -44,14 +65,13 @@ export class Tickets {
       release: (options) => {
         if (released) return released;
         const removal = leases.release(lease);
-        // Counted as given back now: the removal goes out with this turn's commands, ahead of any later load read.
-        // A lease lost for good was counted out when it was lost.
+        // counted out now: the removal goes out with this turn's commands, ahead of any later load read (a lost
+        // lease was counted out when it was lost)
         if (removal) view.noteActive(channel.id, -1);
-        // Never past a queue: with waiters on the channel, anywhere, the slot goes to the oldest through the store.
+        // never past a queue: with waiters anywhere, the slot goes to the oldest through the store
         const handOff = options?.handoff !== false && settings().slot_handoff_enabled && !queued(channel.id);
-        // A parked slot is given back once its removal is queued: it goes out at the end of this turn or to a pass
-        // that takes it over, and a failure is retried in the background. Resolving now lets the caller's next
-        // request, in this same turn, take it over. Otherwise: resolved once the store confirmed the removal.
+        // a parked slot resolves at once, so the caller's next request in this turn can take it over; otherwise
+        // once the store confirmed the removal
         if (removal && handOff && handoff.park(lease, removal)) released = Promise.resolve();
         else released = removal ? removal.done : Promise.resolve();
         return released;
@@ -65,21 +85,6 @@ export class Tickets {
   }
 
   unlimited<C extends Candidate>(channel: C): Ticket<C> {
-    const active = this.unlimitedActive;
-    active.set(channel.id, (active.get(channel.id) ?? 0) + 1);
-    let released = false;
-    return {
-      channel,
-      token: undefined,
-      waitedMs: 0,
-      lost: NEVER_LOST,
-      release: async () => {
-        if (released) return;
-        released = true;
-        const n = (active.get(channel.id) ?? 1) - 1;
-        if (n > 0) active.set(channel.id, n);
-        else active.delete(channel.id);
-      },
-    };
+    return countedTicket(channel, this.unlimitedActive, channel.id);
   }
 }

@@ -1,20 +1,14 @@
-/**
- * A limited client's own slot, as the admission facade takes it: the one-candidate set it is acquired through, the
- * error that says the client's limit (not a channel's) refused the request, and the ticket that holds both slots.
- */
+/** A limited client's own slot: the set it is acquired through, its limit's error, the ticket holding both slots. */
 import type { Candidate } from '../../core/channel.js';
 import { clientResource, type Client } from '../../core/client.js';
 import { ClientLimitError, type CapacityError } from '../../core/errors.js';
-import { NEVER_LOST } from '../leases/tickets.js';
+import { countedTicket, NEVER_LOST } from '../leases/tickets.js';
 import type { Ticket } from '../types.js';
 
 /** The most client sets kept; past it the cache starts over (a set is rebuilt in microseconds). */
 const CACHE_LIMIT = 10_000;
 
-/**
- * One candidate array per client and limit, kept so the candidate-set cache (keyed by array) prepares it once; a
- * changed limit or queue bound makes a new one.
- */
+/** One candidate array per client, limit and queue bound, so the candidate-set cache (keyed by array) hits. */
 export class ClientSets {
   private readonly sets = new Map<string, readonly Candidate[]>();
 
@@ -31,10 +25,8 @@ export class ClientSets {
 }
 
 /**
- * While the store cannot hold a client's slots (Redis down: StoreUnavailableError), the client's limit holds on each
- * instance alone: up to its max in flight here, counted in process. A client limit is no promise to an upstream (the
- * channel slots keep theirs, failing closed), so an outage never blocks a client outright; the fleet may then have up
- * to max per instance of the client's requests in flight.
+ * While the store is unavailable, a client's limit holds per instance, counted in process: a client limit is no
+ * promise to an upstream (channels still fail closed), so an outage never blocks a client outright.
  */
 export class ClientFallback {
   private readonly inFlight = new Map<string, number>();
@@ -48,21 +40,7 @@ export class ClientFallback {
         { retryAfterMs: 1000, clientId: client.id },
       );
     }
-    this.inFlight.set(client.id, n + 1);
-    let released = false;
-    return {
-      channel: clientResource(client),
-      token: undefined,
-      waitedMs: 0,
-      lost: NEVER_LOST,
-      release: async () => {
-        if (released) return;
-        released = true;
-        const left = (this.inFlight.get(client.id) ?? 1) - 1;
-        if (left > 0) this.inFlight.set(client.id, left);
-        else this.inFlight.delete(client.id);
-      },
-    };
+    return countedTicket(clientResource(client), this.inFlight, client.id);
   }
 }
 
@@ -83,27 +61,16 @@ export function clientLimitError(
   err: CapacityError,
 ): ClientLimitError {
   const limit = `client ${JSON.stringify(client.id)} has its max concurrency (${client.maxConcurrency}) in flight`;
-  let message: string;
-  switch (err.reason) {
-    case 'queue_full':
-      message = `${limit} and its wait queue is full`;
-      break;
-    case 'wait_timeout':
-      message = `${limit}: none of its slots came free within the wait time-out`;
-      break;
-    case 'aborted':
-      message = `the request was aborted while waiting for a slot of client ${JSON.stringify(client.id)}`;
-      break;
-    default:
-      message = limit;
-  }
+  const message = {
+    full: limit,
+    queue_full: `${limit} and its wait queue is full`,
+    wait_timeout: `${limit}: none of its slots came free within the wait time-out`,
+    aborted: `the request was aborted while waiting for a slot of client ${JSON.stringify(client.id)}`,
+  }[err.reason];
   return new ClientLimitError(err.reason, message, { retryAfterMs: err.retryAfterMs, clientId: client.id });
 }
 
-/**
- * The channel's ticket holding the client's slot too: `lost` fires when either slot is lost (the work must end, or
- * the client's max could be passed), `release` gives both back, and the wait is the whole acquire's.
- */
+/** The channel's ticket holding the client's slot too: `lost` fires when either is lost, `release` frees both. */
 export function withClientSlot<C extends Candidate>(ticket: Ticket<C>, held: Ticket<Candidate>): Ticket<C> {
   let released: Promise<void> | undefined;
   return {

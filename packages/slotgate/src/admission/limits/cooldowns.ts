@@ -1,8 +1,6 @@
 /**
- * Cooldowns: a channel taken out of selection for a while after an upstream rate limit. A bounded channel's cooldown
- * lives in the store (every instance sees it through the acquire script and the load view); an unlimited channel's
- * lives in this process only (it never touches the store). This instance also remembers the cooldowns it set itself:
- * the in-memory fallback of the load view and the handoff rules read them.
+ * Cooldowns after an upstream rate limit: in the store for a bounded channel, in this process for an unlimited one.
+ * This instance remembers those it set, for the load view's fallback and the handoff rules.
  */
 import { isBounded, type Candidate } from '../../core/channel.js';
 import type { Clock } from '../../core/clock.js';
@@ -32,16 +30,13 @@ export class Cooldowns {
     return 0;
   }
 
-  /**
-   * Whether selection skips the channel: a bounded channel by the load snapshot, an unlimited one by this process's
-   * memory. With cooldown_enabled = false nothing cools (the master switch).
-   */
+  /** Whether selection skips the channel: a bounded one by the load snapshot, an unlimited one by this process. */
   isCooling(c: Candidate, loads?: ReadonlyMap<string, ChannelLoad>): boolean {
     if (!this.deps.settings().cooldown_enabled) return false;
     return isBounded(c) ? loads?.get(c.id)?.coolingDown === true : this.localMs(c.id) > 0;
   }
 
-  /** Whether a released slot may pass to a request for the channel: not cooling by the snapshot or by this instance. */
+  /** Whether a released slot may pass to the channel: not cooling by the snapshot or by this instance. */
   allowsHandoff(c: Candidate, loads?: ReadonlyMap<string, ChannelLoad>): boolean {
     if (this.isCooling(c, loads)) return false;
     return !(this.deps.settings().cooldown_enabled && this.localMs(c.id) > 0);

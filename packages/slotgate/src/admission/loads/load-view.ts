@@ -1,13 +1,7 @@
 /**
- * The load view: "how loaded is each candidate?", for ordering only — the acquire script alone decides who holds a
- * slot, so nothing here can oversell. Two ways to read:
- * - cached (the default): the fleet's load summary (SlotStore.exchangeLoads), kept for `load_cache_ttl_ms`. Misses
- *   are coalesced into detached fetch rounds, at most `maxConcurrentFetches` at once, each bounded by a time-out; a
- *   round also carries this instance's own changed counts (summary-reports.ts) and re-reads every channel wanted
- *   lately (round-reads.ts), so it costs one command whatever the channel count. Between rounds, this instance's own
- *   acquires, releases and tries correct what was read (local-correction.ts). A caller whose round fails or times out
- *   gets this instance's own counts instead of an error;
- * - direct (`load_cache_enabled: false`, the rollback switch): every selection reads the channels' own keys.
+ * How loaded each candidate is, for ordering only: the acquire script alone decides, so nothing here can oversell.
+ * Cached: the fleet's load summary read in coalesced rounds, corrected by this instance's own work in between.
+ * Direct (`load_cache_enabled: false`): the channels' keys.
  */
 import { abortable } from '../../core/abort.js';
 import { within, type Clock } from '../../core/clock.js';
@@ -19,23 +13,21 @@ import { readRoundIds, reportRoundIds, type Watched } from './round-reads.js';
 import { Semaphore } from './semaphore.js';
 import { SummaryReports } from './summary-reports.js';
 
-export interface LocalState {
+interface LocalState {
   active(channelId: string): number;
   waiting(channelId: string): number;
   /** Remaining cooldown this instance knows of, 0 when none. */
   coolingMs(channelId: string): number;
 }
 
-export interface LoadViewOptions {
+interface LoadViewOptions {
   store: SlotStore;
   clock: Clock;
   settings: () => Settings;
   local: LocalState;
-  /** This instance's id: its counts go into the load summary under it. */
   instanceId: () => string;
-  /** Time-out of a fetch round, including the wait for a fetch slot. @default 3000 */
+  /** Time-out of a fetch round, including the wait for a fetch slot. */
   fetchTimeoutMs?: number;
-  /** Fetch rounds running at once per instance. @default 2 */
   maxConcurrentFetches?: number;
 }
 
@@ -77,7 +69,6 @@ export class LoadView {
   private readonly local = new LocalCorrection();
   private readonly inflight = new Map<string, Round>();
   private readonly freshInflight = new Map<string, Round>();
-  /** When a pass last asked for loads. */
   private lastWantedAt = -Infinity;
   private readonly fetchSlots: Semaphore;
   private readonly fetchTimeoutMs: number;
@@ -98,15 +89,14 @@ export class LoadView {
     });
   }
 
-  /** Whether reads are cached from the load summary, which every instance reads alike (passes spread their picks). */
+  /** Whether reads come from the load summary, which every instance reads alike. */
   get sharedLoads(): boolean {
     return this.opts.settings().load_cache_enabled;
   }
 
   /**
-   * The loads, synchronously, when every channel has a fresh cached entry (a hit); undefined otherwise. A pass orders
-   * and reserves in one synchronous step, so concurrent passes see each other's reservations. `countHit` false: a
-   * re-read that is not a new selection. `anyAge`: the last entry whatever its age.
+   * The loads, synchronously, when every channel has a fresh cached entry; else undefined. Synchronous so a pass
+   * orders and reserves in one step, seeing concurrent passes' reservations. `anyAge`: the last entry, however old.
    */
   peek(ids: readonly string[], countHit = true, anyAge = false): Map<string, ChannelLoad> | undefined {
     const settings = this.opts.settings();
@@ -161,7 +151,7 @@ export class LoadView {
     return result;
   }
 
-  /** The rounds that read the stale channels: those in flight they join, and one new round for the others. */
+  /** The rounds that read the stale channels: those in flight, and one new round for the others. */
   private roundsFor(stale: readonly string[]): Map<Round, string[]> {
     const waits = new Map<Round, string[]>();
     const missing: string[] = [];
@@ -177,10 +167,7 @@ export class LoadView {
     return waits;
   }
 
-  /**
-   * Re-reads the channels as they are now (coalesced per channel set) into the cache. Null when the read failed: the
-   * caller keeps what it had.
-   */
+  /** Re-reads the channels now (coalesced per channel set) into the cache; null when the read failed. */
   async readFresh(ids: readonly string[], signal?: AbortSignal): Promise<Map<string, ChannelLoad> | null> {
     if (ids.length === 0) return new Map();
     const key = [...ids].sort().join('\u0000');
@@ -202,10 +189,7 @@ export class LoadView {
     return result;
   }
 
-  /**
-   * A detached round: waits for a fetch slot, exchanges with the load summary (this instance's pending reports in),
-   * fills the cache; null on any failure or time-out.
-   */
+  /** A detached round: a fetch slot, one exchange with the load summary, the cache filled; null on any failure. */
   private startRound(requested: string[], fresh: boolean, report = false): Round {
     if (fresh) this.counters.freshReads++;
     const now = this.opts.clock.now();
@@ -226,8 +210,7 @@ export class LoadView {
         return null;
       }
       this.counters.fetches++;
-      // The base is where this instance's counters stand as the exchange goes out: it puts them in, and the reply
-      // holds them as reported, so only what changes after it is added.
+      // the base is where this instance's counters stand as the exchange (which reports them) goes out
       const bases = ids.map((id) => this.local.base(id));
       let read: Promise<Map<string, ChannelLoad>>;
       try {
@@ -257,14 +240,13 @@ export class LoadView {
     return round;
   }
 
-  /** A report is due and no read carried it: a round of its own, which also refreshes what was wanted lately. */
+  /** A report is due and no read carried it: a round of its own. */
   private flush(): void {
     if (this.closed || !this.opts.settings().load_cache_enabled || !this.reports.due) return;
     this.counters.reports++;
     void this.startRound([], false, true);
   }
 
-  /** Stops reporting and takes this instance's counts out of the summary (bounded by the fetch time-out). */
   async close(): Promise<void> {
     this.closed = true;
     await this.reports.close();
@@ -280,7 +262,7 @@ export class LoadView {
     return new Map(ids.map((id) => [id, this.fallback(id)]));
   }
 
-  /** This instance's own knowledge: its leases, its waiters, the cooldowns it set. Unknown = 0. */
+  /** This instance's own knowledge: its leases, waiters and cooldowns. */
   fallback(id: string): ChannelLoad {
     const cooling = this.opts.local.coolingMs(id);
     return {
@@ -291,7 +273,6 @@ export class LoadView {
     };
   }
 
-  /** This instance took (+1) or gave back (-1) a slot on the channel. */
   noteActive(id: string, change: 1 | -1): void {
     this.local.noteActive(id, change);
     this.reports.changed(id);
@@ -302,25 +283,23 @@ export class LoadView {
     this.local.reserve(id, change);
   }
 
-  /** This instance registered (+1) or removed (-1) a waiter on the channel. */
   noteWaiter(id: string, change: 1 | -1): void {
     this.local.noteWaiter(id, change);
     this.reports.changed(id);
   }
 
-  /** The acquire script found the channel full: until the next read, this view shows it at `max`. */
+  /** The acquire script found the channel full: shown at `max` until the next read. */
   noteFull(id: string, max: number): void {
     const entry = this.cache.get(id);
     if (entry) this.local.showAtLeast(id, entry, 'active', max);
   }
 
-  /** The channel's queue turned a waiter away: until the next read, this view shows it at `maxWaiting`. */
+  /** The channel's queue turned a waiter away: shown at `maxWaiting` until the next read. */
   noteQueueFull(id: string, maxWaiting: number): void {
     const entry = this.cache.get(id);
     if (entry) this.local.showAtLeast(id, entry, 'waiting', maxWaiting);
   }
 
-  /** The channel was found cooling: later passes skip it until the next read. */
   noteCooling(id: string, remainingMs: number): void {
     const entry = this.cache.get(id);
     if (entry) entry.load = { ...entry.load, coolingDown: true, cooldownRemainingMs: remainingMs };

@@ -1,25 +1,20 @@
-/**
- * The load view's local correction: between two reads of the fleet's loads, what this instance itself changed (its
- * acquires and releases, its waiter registrations and removals) and what its passes are trying right now is added to
- * the last read, so its own work shows at once. A read's base is where these counters stood when it went out: only
- * what changed since is added to it.
- */
+/** What this instance changed since a read went out, and what its passes try now, added to that read. */
 import type { ChannelLoad, OwnCounts } from '../../store/store.js';
 
 /** This instance's acquires minus releases, and waiter registrations minus removals, since it started. */
-export interface LocalNet {
+interface LocalNet {
   active: number;
   waiting: number;
 }
 
-export const ZERO: LocalNet = Object.freeze({ active: 0, waiting: 0 });
+const ZERO: LocalNet = Object.freeze({ active: 0, waiting: 0 });
 
 /** A load as read, with the base it is corrected from. */
 export interface Corrected {
   load: ChannelLoad;
-  /** This instance's running counters when the read went out: what changed since is added to the fetched load. */
+  /** This instance's counters when the read went out. */
   base: LocalNet;
-  /** The last corrected load handed out, reused while neither the load nor the corrections changed. */
+  /** The last corrected load, reused while neither the load nor the corrections changed. */
   memo?: { source: ChannelLoad; da: number; dw: number; r: number; result: ChannelLoad };
 }
 
@@ -28,7 +23,6 @@ export class LocalCorrection {
   /** Slots passes of this instance are trying right now, by channel. */
   private readonly reserved = new Map<string, number>();
 
-  /** This instance's own counts on the channel (never negative). */
   own(id: string): OwnCounts {
     const n = this.net.get(id) ?? ZERO;
     return { active: Math.max(0, n.active), waiting: Math.max(0, n.waiting) };
@@ -39,12 +33,10 @@ export class LocalCorrection {
     return { ...(this.net.get(id) ?? ZERO) };
   }
 
-  /** This instance took (+1, when the store admitted it) or gave back (-1) a slot on the channel. */
   noteActive(id: string, change: 1 | -1): void {
     this.localNet(id).active += change;
   }
 
-  /** This instance registered (+1) or removed (-1) a waiter on the channel. */
   noteWaiter(id: string, change: 1 | -1): void {
     this.localNet(id).waiting += change;
   }
@@ -56,7 +48,6 @@ export class LocalCorrection {
     else this.reserved.delete(id);
   }
 
-  /** The load as read plus what this instance changed since the read went out, plus its reservations. */
   corrected(id: string, entry: Corrected): ChannelLoad {
     const now = this.net.get(id) ?? ZERO;
     const r = this.reserved.get(id) ?? 0;
@@ -75,7 +66,7 @@ export class LocalCorrection {
     return result;
   }
 
-  /** Raises the entry's load so that its corrected `field` shows at least `to` (until the next read replaces it). */
+  /** Raises the entry's load so that its corrected `field` shows at least `to`. */
   showAtLeast(id: string, entry: Corrected, field: 'active' | 'waiting', to: number): void {
     const shown = this.corrected(id, entry)[field];
     if (shown < to) entry.load = { ...entry.load, [field]: entry.load[field] + (to - shown) };

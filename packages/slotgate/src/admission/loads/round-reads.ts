@@ -1,7 +1,4 @@
-/**
- * Which channels a load-summary round reads (load-view.ts): pure functions of the view's cache entries, the clock and
- * the load TTL. A round costs one command however many channels it names, so it reads wide.
- */
+/** Which channels a load-summary round reads. A round costs one command however many it names, so it reads wide. */
 
 /** What a round needs to know of a cached channel. */
 export interface Watched {
@@ -10,23 +7,16 @@ export interface Watched {
   wantedAt: number;
 }
 
-/** Channels one summary round reads at most besides those asked for. */
+/** A round adds watched channels only while it names fewer than this. */
 const MAX_WATCHED = 2000;
 /**
- * A summary round re-reads the channels wanted within this many TTLs (10 s at the default 200 ms). An instance whose
- * traffic spreads over many candidate sets (each drawn every few seconds) then finds every set fresh after one round
- * per TTL, instead of a round for each set it had not asked for within the last second (fleetsim N = 100 x C = 1,000:
- * 1.74 -> 1.51 rounds per TTL).
+ * A round re-reads the channels wanted within this many TTLs, at most WATCH_MAX_MS: an instance whose traffic spreads
+ * over many candidate sets then finds each fresh after one round per TTL, not one round per set.
  */
 const WATCH_TTLS = 50;
-/** And within this many ms at most (a long TTL does not stretch the window past it). */
 const WATCH_MAX_MS = 10_000;
 
-/**
- * A read round: the channels asked for, and every channel a selection wanted within the last WATCH_TTLS TTLs, read in
- * one go. The entries then expire together, and the passes of the next TTL over other candidate sets find them fresh
- * (one round per TTL where each set would take one of its own).
- */
+/** A read round: the channels asked for, and every channel wanted lately (their entries then expire together). */
 export function readRoundIds(
   cache: ReadonlyMap<string, Watched>,
   requested: readonly string[],
@@ -42,8 +32,8 @@ export function readRoundIds(
 }
 
 /**
- * A round sent only to report: while passes ask for loads (the last within two TTLs), what a read round would read
- * and is half stale (a pass would read it soon: the report carries that read, one exchange for two); else nothing.
+ * A round sent only to report: while passes ask for loads, it also reads what a read round would and is half stale
+ * (a pass would read it soon: one exchange for two).
  */
 export function reportRoundIds(
   cache: ReadonlyMap<string, Watched>,

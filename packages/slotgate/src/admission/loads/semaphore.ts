@@ -6,14 +6,10 @@ export class Semaphore {
   private readonly queue: Array<(ok: boolean) => void> = [];
 
   constructor(
-    readonly permits: number,
+    permits: number,
     private readonly clock: Clock,
   ) {
     this.available = permits;
-  }
-
-  get inUse(): number {
-    return this.permits - this.available;
   }
 
   /** Resolves true with a permit, or false when none came free within `timeoutMs`. */

@@ -1,31 +1,22 @@
 /**
- * This instance's side of the load summary (`SlotStore.exchangeLoads`): which of its own counts changed since it
- * last reported them, when to report them when no load read carries them, and when to renew its counts' lapse time.
- * A read round puts in whatever changed; a change with no read for `load_cache_ttl_ms` gets a round of its own. So
- * another instance sees this one's change within two TTLs, and an instance sends about two exchanges per TTL at most,
- * whatever the channel count. The store keeps an instance's whole counts and writes them whole, so a report that
- * failed, or a summary that lost its data, is made good by the next report.
+ * This instance's side of the load summary: its changed counts go out with the next read round, or a round of their
+ * own within a TTL. Counts are sent whole, so the next report makes good a failed one.
  */
 import { within, type Clock, type Timer } from '../../core/clock.js';
 import type { Settings } from '../../core/settings.js';
 import type { ChannelLoad, LoadExchange, OwnCounts, SlotStore } from '../../store/store.js';
 
-/**
- * Readers share a snapshot of the summary up to a quarter of a load TTL old: the fleet rebuilds it about four times
- * per TTL whatever its size, and a count reaches another instance at most a quarter TTL later than read directly.
- */
+/** Readers share a summary snapshot up to a quarter TTL old: the fleet rebuilds it about four times per TTL. */
 const SNAPSHOT_AGE_DIVISOR = 4;
 /** After a failed exchange, the next report waits at least this long. */
 const RETRY_MS = 1000;
 
-export interface SummaryReportsOptions {
+interface SummaryReportsOptions {
   store: SlotStore;
   clock: Clock;
   settings: () => Settings;
   instanceId: () => string;
-  /** This instance's own counts on the channel now. */
   counts: (id: string) => OwnCounts;
-  /** Starts a round that carries the pending reports (with whatever it reads). */
   flush: () => void;
   /** The longest wait for the leave on close. */
   leaveTimeoutMs: number;
@@ -37,12 +28,12 @@ export class SummaryReports {
   private timer: Timer | undefined;
   private timerAt = Infinity;
   private closed = false;
-  /** Whether the summary may hold non-zero counts of this instance (their lapse time must be renewed). */
+  /** Whether the summary may hold non-zero counts of this instance (their lapse time is renewed). */
   private holding = false;
   private readonly unsubscribe: () => void;
 
   constructor(private readonly opts: SummaryReportsOptions) {
-    // Redis lost its data: this instance's counts go back in soon, with its next keep
+    // Redis lost its data: the counts go back in with the next keep
     this.unsubscribe = opts.store.onRestart(async () => {
       if (!this.holding) return;
       this.keptAt = -Infinity;
@@ -73,7 +64,7 @@ export class SummaryReports {
     }
   }
 
-  /** This instance's count on the channel changed: it goes out with the next exchange, within one TTL. */
+  /** This instance's count on the channel changed: it goes out with the next exchange, within a TTL. */
   changed(id: string): void {
     if (this.closed) return;
     this.dirty.add(id);
@@ -97,7 +88,7 @@ export class SummaryReports {
     return { exchange: { instanceId: this.opts.instanceId(), mode: 'changes', counts, ...keepMs }, dirty };
   }
 
-  /** A round meant to carry the pending reports got no fetch slot in time: another is scheduled. */
+  /** A round meant to carry the reports got no fetch slot in time: another is scheduled. */
   missed(): void {
     if (this.due) this.schedule(Math.max(RETRY_MS, this.opts.settings().load_cache_ttl_ms));
   }
@@ -117,8 +108,7 @@ export class SummaryReports {
       this.timer = undefined;
       this.timerAt = Infinity;
       if (this.due) return this.opts.flush();
-      // A timer may fire a little before the clock says its time has come (Node counts from the event loop's cached
-      // time): a keep not due yet is put off, at most a quarter lease TTL, never dropped.
+      // a timer may fire a little early (Node counts from the loop's cached time): a keep not due yet is put off
       if (this.holding) {
         const quarter = this.keepMs / 4;
         this.schedule(Math.max(1, Math.min(quarter, this.keptAt + quarter - this.opts.clock.now())));
@@ -126,10 +116,7 @@ export class SummaryReports {
     }, ms);
   }
 
-  /**
-   * Stops reporting and takes this instance's counts out of the summary when it may hold any (bounded by
-   * `leaveTimeoutMs`). Nothing is sent after it: a round that has not sent yet sends nothing (the view checks).
-   */
+  /** Stops reporting and takes this instance's counts out of the summary. Nothing is sent after it. */
   async close(): Promise<void> {
     this.closed = true;
     this.unsubscribe();

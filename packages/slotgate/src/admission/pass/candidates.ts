@@ -1,12 +1,9 @@
 /**
- * Candidate sets, prepared once: validated, filtered (disabled and excluded channels out), grouped into tiers, with
- * the bounded channels' ids. A set passed again without `exclude` (a gateway passes the same array for every request
- * of a (group, model)) is reused while its elements are the same objects in the same order, with the same id,
- * enabled flag, max and priority — checked on every call, so a caller that mutates its array is never served a
- * stale copy. Weights and maxWaiting are read live, so they need no check.
+ * Candidate sets, validated, filtered and grouped into tiers once. A set passed again without `exclude` is reused
+ * while its elements are the same objects with the same id, enabled flag, max and priority (checked on every call:
+ * a caller may mutate its array). Weights and maxWaiting are read live.
  */
-import { isBounded, type Candidate } from '../../core/channel.js';
-import { RESERVED_ID_START } from '../../core/client.js';
+import { isBounded, validateCandidate, type Candidate } from '../../core/channel.js';
 import { tiers } from '../../core/order.js';
 
 export interface Prepared<C extends Candidate> {
@@ -19,10 +16,7 @@ export interface Prepared<C extends Candidate> {
   ids: string[];
   /** Bounded channels by id, with their tier's index in byTier. */
   tierOf: Map<string, { channel: C; tier: number }>;
-  /**
-   * The engine's own one-resource set (a limited client's slot): nothing to order, so the pass reads no load view
-   * and goes straight to the acquire script, which decides (no load-read command per client).
-   */
+  /** The engine's own one-resource set (a client's slot): nothing to order, so no load read; the script decides. */
   viewless: boolean;
 }
 
@@ -54,33 +48,6 @@ function unchanged<C extends Candidate>(p: Prepared<C>, given: readonly C[]): bo
     }
   }
   return true;
-}
-
-/** Rejects a candidate the pass could not use correctly, naming the field, what it expects and what came in. */
-export function validateCandidate(c: Candidate, internal = false): void {
-  const bad = (field: string, expected: string, got: unknown) =>
-    new TypeError(
-      `Expected candidate \`${field}\` to be ${expected}, got ${JSON.stringify(got) ?? String(got)}`,
-    );
-  if (typeof c !== 'object' || c === null) throw bad('(candidate)', 'an object', c);
-  if (typeof c.id !== 'string' || c.id.length === 0) throw bad('id', 'a non-empty string', c.id);
-  // ids starting with NUL are the engine's own (a client's slots: core/client.ts)
-  if (c.id.startsWith(RESERVED_ID_START) && !internal) {
-    throw bad('id', 'a string not starting with a NUL character', c.id);
-  }
-  const int = (v: unknown, min: number) => typeof v === 'number' && Number.isInteger(v) && v >= min;
-  if (c.maxConcurrency !== undefined && !int(c.maxConcurrency, -Infinity)) {
-    throw bad(`maxConcurrency of ${c.id}`, 'an integer (≤ 0 = unlimited)', c.maxConcurrency);
-  }
-  if (c.maxWaiting !== undefined && !int(c.maxWaiting, 1)) {
-    throw bad(`maxWaiting of ${c.id}`, 'an integer ≥ 1', c.maxWaiting);
-  }
-  if (c.priority !== undefined && !(typeof c.priority === 'number' && Number.isFinite(c.priority))) {
-    throw bad(`priority of ${c.id}`, 'a finite number', c.priority);
-  }
-  if (c.weight !== undefined && !(typeof c.weight === 'number' && Number.isFinite(c.weight))) {
-    throw bad(`weight of ${c.id}`, 'a finite number (≤ 0 = last resort)', c.weight);
-  }
 }
 
 export class CandidateSets {

@@ -1,7 +1,4 @@
-/**
- * The capacity error an acquire fails with: which dimension was saturated (the channels found full, the queue, the
- * wait) in words an operator can tell apart from an upstream's own 429, and a Retry-After estimate.
- */
+/** The capacity error of an acquire: what was saturated, in words an operator tells from an upstream's 429. */
 import type { Candidate } from '../../core/channel.js';
 import { CapacityError, type CapacityReason } from '../../core/errors.js';
 
@@ -14,7 +11,7 @@ export interface CapacityContext {
   /** The channel whose queue was full or whose wait ran out. */
   waitedOn?: Candidate;
   waitTimeoutMs: number;
-  /** Remaining cooldown this instance knows of (0 when none): with nothing full, Retry-After is the longest. */
+  /** Remaining cooldown this instance knows of: with nothing full, Retry-After is the longest. */
   coolingMs: (id: string) => number;
 }
 
@@ -28,20 +25,13 @@ export function capacityError(reason: CapacityReason, ctx: CapacityContext): Cap
   ]
     .filter(Boolean)
     .join('; ');
-  let message: string;
-  switch (reason) {
-    case 'queue_full':
-      message = `wait queue of channel ${waitedOn?.id ?? '?'} is full`;
-      break;
-    case 'wait_timeout':
-      message = `no slot came free on channel ${waitedOn?.id ?? '?'} within ${ctx.waitTimeoutMs} ms`;
-      break;
-    case 'aborted':
-      message = 'the request was aborted while waiting for a channel slot';
-      break;
-    default:
-      message = 'every candidate channel is at capacity';
-  }
+  const on = waitedOn?.id ?? '?';
+  const message = {
+    full: 'every candidate channel is at capacity',
+    queue_full: `wait queue of channel ${on} is full`,
+    wait_timeout: `no slot came free on channel ${on} within ${ctx.waitTimeoutMs} ms`,
+    aborted: 'the request was aborted while waiting for a channel slot',
+  }[reason];
   const retryAfterMs = saturated.length
     ? DEFAULT_RETRY_AFTER_MS
     : Math.max(DEFAULT_RETRY_AFTER_MS, ...candidates.map((c) => ctx.coolingMs(c.id)).filter((ms) => ms > 0));

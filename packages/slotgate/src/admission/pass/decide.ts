@@ -1,8 +1,4 @@
-/**
- * The pure decisions of admission, as functions of what the load view shows: the order a tier is tried in, which
- * channels one store call tries, and which queues a waiter tries.
- * No store, no clock: unit tests call them directly.
- */
+/** The pure decisions of admission, from what the load view shows: tier order, store-call batches, wait queues. */
 import { isBounded, type Candidate } from '../../core/channel.js';
 import { LazyOrder, type Random } from '../../core/order.js';
 import type { Settings } from '../../core/settings.js';
@@ -23,10 +19,7 @@ export function hasRoom(c: Candidate, loads: Loads): boolean {
   return !load || load.active < c.maxConcurrency!;
 }
 
-/**
- * A tier without its cooling channels, lowest load rate first, a weighted shuffle among equal rates, lazily; with
- * `spread` (loads from the fleet's load summary), channels with room first, drawn by free share (core/order.ts).
- */
+/** A tier without its cooling channels, in LazyOrder's order. */
 export function orderTier<C extends Candidate>(
   tier: readonly C[],
   loads: Loads,
@@ -42,8 +35,7 @@ export function orderTier<C extends Candidate>(
   );
 }
 
-export interface Batch<C extends Candidate> {
-  /** Bounded channels to try in one store call, in order. */
+interface Batch<C extends Candidate> {
   channels: C[];
   /** The one the view shows room on, reserved while the call is out (concurrent passes spread out). */
   expected: C | undefined;
@@ -52,9 +44,8 @@ export interface Batch<C extends Candidate> {
 }
 
 /**
- * The run of bounded channels one store call tries, starting with `first`, as far as the budget and the store allow.
- * It stops after the second channel the view shows room on (one spare for a stale view); with every channel full by
- * the view it carries the whole remaining budget, saving round trips.
+ * The bounded channels one store call tries, from `first`, within `room`: up to the second one the view shows room on
+ * (a spare for a stale view), so with every channel full by the view it spends the whole budget in one round trip.
  */
 export function nextBatch<C extends Candidate>(
   first: C,
@@ -78,13 +69,11 @@ export function nextBatch<C extends Candidate>(
 }
 
 /** Queues one waiter tries before it gives up with queue_full. */
-export const WAIT_QUEUE_TRIES = 3;
+const WAIT_QUEUE_TRIES = 3;
 
 /**
- * The queues a waiter tries, emptiest first by the view relative to its size (its `maxWaiting` when set, else its max:
- * waiters per slot, not per place of the default bound), at most WAIT_QUEUE_TRIES, so concurrent
- * passes spread their waiters instead of filling one queue. Ties keep the pool's order, or a random one when `random`
- * is given (so waiters that see the same loads do not all pick the same queues).
+ * The queues a waiter tries, emptiest first relative to their size (`maxWaiting`, else the max: waiters per slot), so
+ * concurrent passes spread out. Ties keep the pool's order, or a random one with `random`.
  */
 export function waitQueues<C extends Candidate>(
   pool: readonly C[],
@@ -102,25 +91,15 @@ export function waitQueues<C extends Candidate>(
   return list.sort((a, b) => ratio(a) - ratio(b)).slice(0, WAIT_QUEUE_TRIES);
 }
 
-/** Waiters the default queue bound allows per slot of the channel's max (docs/admission.md, "Queue bound"). */
-const DEFAULT_WAITERS_PER_SLOT = 8;
-/** The default queue bound's floor, for channels of a small max. */
-const DEFAULT_WAITERS_FLOOR = 32;
-/** The default queue bound's ceiling: the highest max_waiting_per_channel accepts. */
-const DEFAULT_WAITERS_CEILING = 10_000;
-
-/** The queue bound of a channel that sets none, with max_waiting_per_channel at 0: max(32, 8 × max), at most 10,000. */
+/**
+ * The queue bound of a channel that sets none, with max_waiting_per_channel at 0: max(32, 8 × max), so a burst waits
+ * instead of bouncing, at most 10,000 (the highest max_waiting_per_channel accepts).
+ */
 export function defaultMaxWaiting(maxConcurrency: number): number {
-  return Math.min(
-    DEFAULT_WAITERS_CEILING,
-    Math.max(DEFAULT_WAITERS_FLOOR, DEFAULT_WAITERS_PER_SLOT * maxConcurrency),
-  );
+  return Math.min(10_000, Math.max(32, 8 * maxConcurrency));
 }
 
-/**
- * A channel's queue bound: its own maxWaiting, else max_waiting_per_channel when set, else the default
- * (defaultMaxWaiting: several times its max concurrency, so a burst waits instead of bouncing).
- */
+/** A channel's queue bound: its own maxWaiting, else max_waiting_per_channel when set, else the default. */
 export function maxWaitingOf(c: Candidate, settings: Settings): number {
   return (
     c.maxWaiting ??

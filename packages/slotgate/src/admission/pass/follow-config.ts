@@ -1,9 +1,6 @@
 /**
- * Admission under the configuration in force: an acquire runs passes until one admits. A waiter whose candidate set
- * changed under it hands back the new set, and the acquire goes on with a new pass over it under the same deadline. A
- * ticket admitted while the configuration changed (an acquire or a claim in flight at `configChanged()`) stands only
- * if the set in force still allows it — its channel is there, under a max no lower than the one its lease was taken
- * under; otherwise its slot is given back at once, through the store, and the request passes again.
+ * Passes run until one admits. A ticket admitted while the configuration changed stands only if the set in force
+ * allows it (its channel there, its max not below its lease's); else its slot goes back and the request passes again.
  */
 import { isBounded, type Candidate } from '../../core/channel.js';
 import { NoChannelError } from '../../core/errors.js';
@@ -17,12 +14,8 @@ export async function admitInForce<C extends Candidate>(
   engine: Engine,
   request: AcquireRequest<C>,
   prepared: Prepared<C>,
-  /**
-   * When the request arrived, on the engine clock's precise reading (Attempt.arrivedAt): its registrations stand as of
-   * then, so two requests that reach this instance within a millisecond keep their order in the queues.
-   */
   arrivedAt: number,
-  /** A wait already under way (a limited client's, for its own slot): the deadline holds for the whole acquire. */
+  /** A wait already under way (for a limited client's own slot): its deadline holds for the whole acquire. */
   waited?: WaitSpan,
 ): Promise<Ticket<C>> {
   const { clock } = engine;
@@ -32,12 +25,7 @@ export async function admitInForce<C extends Candidate>(
     if (prepared.candidates.length === 0) {
       throw span ? new NoChannelError(NO_CHANNEL_LEFT) : new NoChannelError();
     }
-    const result = await runPass(engine, prepared, {
-      request,
-      configVersion,
-      arrivedAt,
-      ...(span ? { span } : {}),
-    });
+    const result = await runPass(engine, prepared, { request, configVersion, arrivedAt, span });
     if ('next' in result) {
       ({ next: prepared, configVersion, span } = result);
       continue;
@@ -54,7 +42,7 @@ export async function admitInForce<C extends Candidate>(
   }
 }
 
-/** The ticket under the set in force (with its channel's object there), or undefined when that set does not allow it. */
+/** The ticket under the set in force (with that set's channel object), or undefined if the set does not allow it. */
 function stillAdmitted<C extends Candidate>(
   engine: Engine,
   ticket: Ticket<C>,
@@ -65,7 +53,7 @@ function stillAdmitted<C extends Candidate>(
   if (ticket.token === undefined) {
     if (isBounded(channel)) return undefined;
   } else if (isBounded(channel)) {
-    // the max it was admitted under is its lease's (a rare path: only when the configuration changed meanwhile)
+    // the max it was admitted under is its lease's (a rare path: the scan is fine)
     let admittedUnder = 0;
     for (const lease of engine.leases.leases()) if (lease.token === ticket.token) admittedUnder = lease.max;
     if (channel.maxConcurrency! < admittedUnder) return undefined;

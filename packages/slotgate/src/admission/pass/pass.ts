@@ -1,7 +1,6 @@
 /**
- * The admission pass: walk the candidate set's tiers from the highest priority down, try bounded channels with the
- * acquire script under one budget shared by every tier, admit an unlimited channel at once, and wait when every
- * candidate is full. A store failure fails bounded channels closed while the walk goes on to an unlimited one.
+ * One pass: walk the tiers from the highest priority down, try bounded channels under one budget, admit an unlimited
+ * one at once, wait when all are full. A store failure fails bounded channels closed; the walk goes on.
  */
 import { abortable } from '../../core/abort.js';
 import { isBounded, type Candidate } from '../../core/channel.js';
@@ -27,7 +26,7 @@ export async function runPass<C extends Candidate>(
   const { view, cooldowns, tickets, handoff } = engine;
   const settings = engine.settings();
 
-  // No bounded channel: weighted random in the highest tier with a channel not cooling, zero store commands.
+  // no bounded channel: weighted random in the highest tier with a channel not cooling, no store command
   if (bounded.length === 0) {
     for (const tier of byTier) {
       const pick = weightedPick(
@@ -41,7 +40,6 @@ export async function runPass<C extends Candidate>(
 
   const handoffOn = settings.slot_handoff_enabled;
   const canWait = settings.wait_enabled && settings.wait_timeout_ms > 0;
-  // the request's client, carried by its tokens (the fair share between clients reads it there)
   const share = shareSuffix(attempt.request.client);
   /** A slot released in this turn on a channel of tier `t`, taken over with no store command. */
   const takeHandoff = (t: number, loads: ReadonlyMap<string, ChannelLoad> | undefined) => {
@@ -51,15 +49,13 @@ export async function runPass<C extends Candidate>(
       (tier) => tier === t,
       // never onto a channel with waiters: its slots go to them, in their order
       (c) => cooldowns.allowsHandoff(c, loads) && !engine.store.queued(c.id),
-      // a lease's token names its client: it passes only to a request of the same client
       share,
     );
     return handed && tickets.bounded(handed.channel, handed.lease, 0, signal);
   };
 
-  // The first tier's parked slots are looked at before any load read: nothing ranks above that tier, and a handoff
-  // needs no load (cooling comes from the last snapshot and local cooldowns). With the cache off (the rollback mode),
-  // every selection reads the store first.
+  // the first tier's parked slots come before any load read: nothing ranks above that tier, and a handoff needs no
+  // fresh load (cooling comes from the last snapshot and local cooldowns); with the cache off the store is read first
   let firstTierChecked = false;
   if (handoffOn && settings.load_cache_enabled && handoff.available) {
     const handed = takeHandoff(0, view.peek(ids, false, true));
@@ -70,15 +66,13 @@ export async function runPass<C extends Candidate>(
   if (!loads) {
     firstTierChecked = false; // slots may have been released while the read was under way
     const read = await withAbort(engine, view.read(ids), signal);
-    // peeked again: the passes that waited for the same round resume one after another, and each must see the slots
-    // the ones before it just reserved
+    // peeked again: the passes that waited for this round resume one by one, each seeing the earlier reservations
     loads = view.peek(ids, false) ?? read;
   }
 
   let budget = settings.max_acquire_attempts;
-  // loads every instance reads alike: spread the picks, or every instance goes for the same least-loaded channel
   const spread = !prepared.viewless && view.sharedLoads;
-  /** Whether this pass has asked the store yet: its first reply measures how well the view ordered. */
+  /** Whether this pass has asked the store yet (its first reply is counted in firstTries). */
   let asked = false;
   /** Channels a waiter could queue on: found full, or skipped for lack of budget (never cooling ones). */
   const waitPool = new Set<C>();
@@ -92,11 +86,9 @@ export async function runPass<C extends Candidate>(
       const handed = takeHandoff(t, loads);
       if (handed) return handed;
     }
-    // A channel known to have waiters is full for a newcomer (the acquire script would answer `queued`): it joins the
-    // wait candidates without a store call, like one found full, and the tier is ordered without it. Not when the
-    // request cannot wait: then nothing of this instance's would ask the store about the channel again (no enqueue,
-    // and maybe no release), and a mark whose queue drained meanwhile would turn every request away; the acquire
-    // answers `queued` or takes the slot, and its reply puts the mark right.
+    // A channel known to have waiters is full for a newcomer (the script would answer `queued`): it joins the wait
+    // pool without a store call. Not when the request cannot wait: then nothing would ask the store about it again,
+    // and a mark whose queue drained meanwhile would turn every request away; the acquire's reply corrects the mark.
     const open = tier.filter((c) => {
       if (!isBounded(c) || storeDown || !canWait || !engine.store.queued(c.id) || cooling(c)) return true;
       saturated.push(c);
@@ -104,8 +96,7 @@ export async function runPass<C extends Candidate>(
       return false;
     });
     let order = orderTier(open, loads, cooling, engine.random, spread);
-    // Every channel of the tier filtered as cooling by a cached snapshot: read the tier fresh once (a cooldown may
-    // have ended). With the cache off every read is fresh already.
+    // every channel of the tier cooling by a cached snapshot: read it fresh once (a cooldown may have ended)
     if (order.size === 0 && settings.load_cache_enabled && !storeDown) {
       const tierBounded = open.filter(isBounded);
       if (tierBounded.some(cooling)) {
@@ -170,7 +161,7 @@ export async function runPass<C extends Candidate>(
 
   if (storeDown) throw storeDown;
   if (waitPool.size > 0 && canWait) {
-    // The view as it is now (the passes that queued since this one's loads were taken counted in), ties shuffled.
+    // the view as it is now, with the passes that queued since this one's loads were taken
     const shown = prepared.viewless ? undefined : view.peek(ids, false, true);
     return waitForSlot(
       engine,

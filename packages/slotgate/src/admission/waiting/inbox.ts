@@ -1,7 +1,6 @@
 /**
- * This instance's waiters, by token, and the grants the store sends them. A waiter opens its mailbox before it
- * enqueues, so a grant that arrives before the enqueue's own reply is kept. A grant for a registration nobody stands
- * in any more (timed out, gave up, left that queue, moved to a new token) is given back at once and passes on.
+ * This instance's waiters, by token, and the grants the store sends them. A mailbox opens before the enqueue, so a
+ * grant that beats its reply is kept; a grant nobody stands for any more is given back and passes on.
  */
 import { pushTo, removeFrom } from '../../core/collections.js';
 import type { Grant, QueueListener } from '../../store/store.js';
@@ -9,17 +8,17 @@ import type { Grant, QueueListener } from '../../store/store.js';
 export interface Mailbox {
   /** The channels granted to this waiter and not taken yet, oldest first. */
   readonly granted: string[];
-  /** Of those, the grants that are full leases already (this instance's own release made them). */
+  /** Of those, the grants that are full leases already (made by this instance's own release). */
   readonly leased: Map<string, { ttlMs: number; since: number }>;
-  /** Set when the store's subscription came back after a loss: the waiter should poll its queues now. */
+  /** Set when the store's subscription came back after a loss: the waiter polls its queues now. */
   recheck: boolean;
-  /** Called when a grant or a recheck arrives (the waiter's current sleep should end). */
+  /** Ends the waiter's sleep: a grant or a recheck arrived. */
   onGrant: (() => void) | undefined;
 }
 
 export class Inbox implements QueueListener {
   private readonly boxes = new Map<string, Mailbox>();
-  /** The tokens queued on each channel, for the local counts. */
+  /** The tokens queued on each channel. */
   private readonly byChannel = new Map<string, string[]>();
 
   constructor(private readonly giveBack: (channelId: string, token: string) => void) {}
@@ -30,12 +29,11 @@ export class Inbox implements QueueListener {
     return box;
   }
 
-  /** Delivers the grants of another token of the same waiter (a registration it moved) to its mailbox. */
+  /** Delivers the grants of another token of the same waiter (a moved registration) to its mailbox. */
   attach(token: string, box: Mailbox): void {
     this.boxes.set(token, box);
   }
 
-  /** The waiter is queued on the channel under this token (it counts there in this instance's loads). */
   joined(channelId: string, token: string): void {
     pushTo(this.byChannel, channelId, token);
   }
@@ -68,12 +66,11 @@ export class Inbox implements QueueListener {
     }
   }
 
-  /** Wakes every waiter (the candidate sets changed: each resolves its own again). */
+  /** Wakes every waiter (the candidate sets changed). */
   wake(): void {
     for (const box of this.boxes.values()) box.onGrant?.();
   }
 
-  /** Waiters of this instance queued on the channel. */
   count(channelId: string): number {
     return this.byChannel.get(channelId)?.length ?? 0;
   }

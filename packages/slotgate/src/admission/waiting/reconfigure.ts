@@ -1,9 +1,6 @@
 /**
- * A waiter following a configuration change (Admission.configChanged), before it claims any grant: it resolves its
- * candidate set again, takes an unlimited candidate that is not cooling, leaves the queues of channels no longer in
- * its set, moves to a channel's new max in its place in the queue (under a new token, so no grant made under the old
- * max is claimed), tries the channels the change opened to it, and joins others for those it left. With none of its
- * queues left, the acquire goes on with a new pass over the new set under the same deadline.
+ * A waiter following a configuration change: it leaves the queues of channels gone from its set, moves to a new max
+ * in its place (under a new token: no grant made under the old max is claimed), and tries what the change opened.
  */
 import { isBounded, type Candidate } from '../../core/channel.js';
 import { NoChannelError } from '../../core/errors.js';
@@ -48,10 +45,7 @@ export async function followConfig<C extends Candidate>(
   return takeUp(w, previous, left);
 }
 
-/**
- * The registration that replaces `p` under `to`'s max: a new token, so a grant made to `p`'s, delivered or still on
- * its way, is never claimed (the store gives it back, and so does the inbox when it arrives).
- */
+/** The registration replacing `p` under `to`'s max: a new token, so a grant made to `p`'s is never claimed. */
 function move<C extends Candidate>(w: Waiter<C>, p: Place<C>, to: C): Registration<C> {
   w.drop(p);
   w.box.leased.delete(p.channel.id);
@@ -62,9 +56,8 @@ function move<C extends Candidate>(w: Waiter<C>, p: Place<C>, to: C): Registrati
 }
 
 /**
- * The channels of the new set this waiter does not stand in: those it could not use before (added, enabled, or under
- * a raised max) are tried with one acquire call, which never takes a slot ahead of a queue; a waiter that left a queue
- * joins others in its place, emptiest first.
+ * The channels of the new set this waiter is not queued on: those it could not use before (added, enabled, or a
+ * raised max) are tried with one acquire call (never ahead of a queue); a waiter that left a queue joins others.
  */
 async function takeUp<C extends Candidate>(
   w: Waiter<C>,

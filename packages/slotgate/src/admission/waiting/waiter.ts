@@ -1,10 +1,7 @@
 /**
- * Waiting: when every candidate is full, a pass queues in the FIFO queues of up to QUEUES_PER_WAITER full channels
- * (one token in each) and sleeps until the store grants it a slot: the release that frees a slot gives it to the
- * oldest live waiter of that channel, on whichever instance, and tells that instance. The waiter claims the first
- * grant and leaves its other queues, where a grant it got too passes on. A slow safety poll covers a lost message or
- * a Redis that lost the queue. Time-out and abort end the wait; the registrations are always removed on the way out,
- * detached from cancellation. A configuration change is followed in place (reconfigure.ts).
+ * Waiting in the FIFO queues of up to QUEUES_PER_WAITER full channels until the store grants a slot (a release gives
+ * it to the oldest live waiter, on any instance). A slow safety poll covers lost messages; on the way out the
+ * registrations are always removed, detached from cancellation.
  */
 import type { Candidate } from '../../core/channel.js';
 import { jitter } from '../../core/backoff.js';
@@ -23,19 +20,19 @@ import { followConfig } from './reconfigure.js';
 
 /** How long a registration outlives the wait deadline, so a live waiter never loses its place to expiry. */
 const WAITER_TTL_MARGIN_MS = 2000;
-/** Queues one waiter joins at most: more spreads its chances, and costs a grant that passes on per extra queue. */
+/** Queues one waiter joins at most: each extra queue costs a grant that passes on. */
 export const QUEUES_PER_WAITER = 2;
 /** The abort reason of a waiter's nap cut short by a grant (a constant: no DOMException per wake-up). */
 const WOKEN = Object.freeze({ woken: true });
 
-/** A queue this waiter stands in: the channel, the token it stands there under, and the max it waits under. */
+/** A queue this waiter stands in, under `token`, waiting under `max`. */
 export interface Place<C extends Candidate> {
   channel: C;
   token: string;
   max: number;
 }
 
-/** A registration to make: the place, and the store call that makes it (an enqueue, or a requeue of an older one). */
+/** A registration to make: the place, and the store call that makes it (an enqueue or a requeue). */
 export type Registration<C extends Candidate> = [Place<C>, () => Promise<EnqueueReply>];
 
 export async function waitForSlot<C extends Candidate>(
@@ -52,7 +49,7 @@ export async function waitForSlot<C extends Candidate>(
 }
 
 export class Waiter<C extends Candidate> {
-  /** The candidate set in force for this waiter, and the configuration version it was resolved at. */
+  /** The candidate set in force for this waiter, and the config version it was resolved at. */
   current: Prepared<C>;
   seen: number;
   readonly places: Place<C>[] = [];
@@ -60,7 +57,7 @@ export class Waiter<C extends Candidate> {
   readonly share: string;
   readonly waitStart: number;
   readonly deadline: number;
-  /** Every token this waiter's grants arrive under (a moved registration has a new one). */
+  /** Every token this waiter's grants arrive under (a moved registration has its own). */
   private readonly tokens: string[];
   /** The first of its queues that turned this waiter away (full). */
   private turnedAway: C | undefined;
@@ -111,7 +108,7 @@ export class Waiter<C extends Candidate> {
     return [p, () => this.engine.store.enqueue(this.refOf(p), this.optionsOf(p.channel))];
   }
 
-  /** A token of this waiter's for a new registration: grants made to it reach this waiter's mailbox. */
+  /** A new token whose grants reach this waiter's mailbox. */
   newToken(): string {
     const token = this.engine.leases.nextToken(this.share);
     this.tokens.push(token);
@@ -138,9 +135,9 @@ export class Waiter<C extends Candidate> {
   }
 
   /**
-   * Joins up to QUEUES_PER_WAITER of the queues, in one flight. A waiter whose queues the view shows full, every one,
-   * is turned away without asking Redis. One left in fewer queues than it asked for (a full one turned it away) gives
-   * up: a later waiter in more queues would be served ahead of it (docs/admission.md, "Two queues or none").
+   * Joins up to QUEUES_PER_WAITER of the queues in one flight; turned away without asking Redis when the view shows
+   * every one full. One left in fewer queues than it could join gives up: a later waiter in more queues would be
+   * served ahead of it (docs/admission.md, "Two queues or none").
    */
   private async join(queues: readonly C[], shown: ReadonlyMap<string, ChannelLoad> | undefined) {
     const shownFull = (c: C) => (shown?.get(c.id)?.waiting ?? 0) >= maxWaitingOf(c, this.settings);
@@ -218,10 +215,7 @@ export class Waiter<C extends Candidate> {
     return undefined;
   }
 
-  /**
-   * The slow check of every queue joined, after the candidate set is resolved again: a grant whose message was lost
-   * is claimed; a queue that lost this waiter (Redis restarted) is joined again.
-   */
+  /** After the set is resolved again: a grant whose message was lost is claimed, a queue that lost it joined again. */
   private async safetyPoll(): Promise<Ticket<C> | Moved<C> | undefined> {
     const outcome = await followConfig(this);
     if (outcome) return outcome;
@@ -245,7 +239,7 @@ export class Waiter<C extends Candidate> {
     return undefined;
   }
 
-  /** Makes one registration; the waiter counts there in this instance's loads from before it is sent. */
+  /** Makes one registration; the waiter counts in this instance's loads from before it is sent. */
   private async register([p, call]: Registration<C>): Promise<EnqueueReply> {
     this.enter(p);
     let reply: EnqueueReply;
@@ -263,10 +257,7 @@ export class Waiter<C extends Candidate> {
     return reply;
   }
 
-  /**
-   * Makes the registrations of `batch` at once (their calls leave in one flight, so this waiter stands at nearly the
-   * same place in each), and claims the first slot granted at once; another is given back on the way out.
-   */
+  /** Makes the registrations in one flight (the waiter stands at about one place in each); claims the first grant. */
   async settle(batch: readonly Registration<C>[]): Promise<Ticket<C> | undefined> {
     const replies = await Promise.allSettled(batch.map((r) => this.register(r)));
     const failed = replies.find((r) => r.status === 'rejected');
@@ -279,10 +270,7 @@ export class Waiter<C extends Candidate> {
     return undefined;
   }
 
-  /**
-   * Takes a grant on the place's channel: one that is a full lease already is taken over with no store call, another
-   * is claimed. A grant gone before its claim leaves that queue.
-   */
+  /** Takes a grant: one that is a full lease already with no store call, another by a claim. */
   private async claim(p: Place<C>): Promise<Ticket<C> | undefined> {
     const { leases, clock, recorder, tickets } = this.engine;
     const id = p.channel.id;
@@ -312,16 +300,12 @@ export class Waiter<C extends Candidate> {
     this.engine.view.noteWaiter(p.channel.id, -1);
   }
 
-  /** Forgets a queue this waiter is no longer in. */
   drop(p: Place<C>): void {
     this.places.splice(this.places.indexOf(p), 1);
     this.exit(p);
   }
 
-  /**
-   * Out of every queue, and a grant it got there passes on; the registration's expiry is the backstop. A waiter that
-   * gives up also frees slots whose leases ran out; one granted elsewhere need not.
-   */
+  /** Out of every queue (a grant there passes on); one that gave up also frees slots whose leases ran out. */
   private leaveAll(): void {
     const { inbox, store } = this.engine;
     for (const t of this.tokens) inbox.close(t);
