@@ -1,7 +1,4 @@
-/**
- * MemoryStore: the embedded default. The same replies, expiry and renewal semantics as RedisStore, in one process,
- * on an injected clock. Operations count as "commands" the way their Redis counterparts would, so stats agree.
- */
+/** MemoryStore: RedisStore's semantics in one process; operations count as the Redis commands would. */
 import { systemClock, type Clock } from '../../core/clock.js';
 import {
   BATCH_SIZE,
@@ -95,7 +92,7 @@ export class MemoryStore implements SlotStore {
         replies.push('cooling');
         continue;
       }
-      // Free slots go to the oldest waiters first; a newcomer never takes one ahead of those still waiting.
+      // a newcomer never takes a slot ahead of waiters
       this.queues.grantFree(target.channelId);
       if (this.queues.hasQueue(target.channelId)) {
         replies.push('queued');
@@ -113,7 +110,6 @@ export class MemoryStore implements SlotStore {
     return replies;
   }
 
-  /** Sent at once: nothing to withdraw. */
   release(lease: LeaseRef, _leaseTtlMs?: number): PendingRelease {
     this.counts.release++;
     const set = this.slots.get(lease.channelId);
@@ -183,12 +179,10 @@ export class MemoryStore implements SlotStore {
     return lost;
   }
 
-  /** Memory is never lost while the process runs: no restart to tell of. */
   onRestart(): () => void {
     return () => {};
   }
 
-  /** No connection to lose. */
   onReconnect(): () => void {
     return () => {};
   }
@@ -199,7 +193,6 @@ export class MemoryStore implements SlotStore {
     return this.loadsOf(ids);
   }
 
-  /** One process: the loads are exact, and what an instance reports needs no keeping. */
   async exchangeLoads(exchange: LoadExchange): Promise<Map<string, ChannelLoad>> {
     if (exchange.read.length > 0) this.counts.load_read++;
     return this.loadsOf([...new Set(exchange.read)]);

@@ -1,7 +1,4 @@
-/**
- * Instances announcing themselves in one Redis hash (id → JSON with `seen_at`), for operators' views of the fleet.
- * The hash expires a minute after the last announcement, so a fleet that is gone leaves nothing behind.
- */
+/** Instances announced in one hash (id → JSON with `seen_at`), which expires a minute after the last announcement. */
 import type { Cluster, Redis } from 'ioredis';
 import type { Clock } from '../../../core/clock.js';
 import type { Purpose } from '../../store.js';
