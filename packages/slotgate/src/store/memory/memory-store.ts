@@ -52,7 +52,7 @@ export class MemoryStore implements SlotStore {
   constructor(options: MemoryStoreOptions = {}) {
     this.clock = options.clock ?? systemClock;
     this.presence = new LocalPresence(this.clock);
-    this.queues = new MemoryQueues(this.clock, (id) => this.set(this.slots, id), options.claimMs ?? 5000);
+    this.queues = new MemoryQueues(this.clock, (id) => this.slotsOf(id), options.claimMs ?? 5000);
   }
 
   async health(): Promise<StoreHealth> {
@@ -67,9 +67,9 @@ export class MemoryStore implements SlotStore {
     return this.counts;
   }
 
-  private set(map: Map<string, ExpiringSet>, id: string): ExpiringSet {
-    let set = map.get(id);
-    if (!set) map.set(id, (set = new ExpiringSet()));
+  private slotsOf(id: string): ExpiringSet {
+    let set = this.slots.get(id);
+    if (!set) this.slots.set(id, (set = new ExpiringSet()));
     return set;
   }
 
@@ -98,7 +98,7 @@ export class MemoryStore implements SlotStore {
         replies.push('queued');
         continue;
       }
-      const set = this.set(this.slots, target.channelId);
+      const set = this.slotsOf(target.channelId);
       if (set.members.size >= target.max) set.prune(now);
       if (set.members.size < target.max) {
         set.members.set(opts.token, now + opts.leaseTtlMs);
@@ -166,7 +166,7 @@ export class MemoryStore implements SlotStore {
     const now = this.clock.now();
     const lost: LeaseRef[] = [];
     for (const lease of leases) {
-      const set = this.set(this.slots, lease.channelId);
+      const set = this.slotsOf(lease.channelId);
       if (!restore && !set.members.has(lease.token)) {
         set.prune(now);
         if (set.members.size >= lease.max) {

@@ -7,15 +7,16 @@ import type { KeyBuilder } from '../keys.js';
 
 const HASH_TTL_MS = 60_000;
 
+/** What the fleet's Redis parts (presence, shared settings) need of the store. */
+export interface FleetDeps {
+  client: Redis | Cluster;
+  keys: KeyBuilder;
+  count: (purpose: Purpose, n: number) => void;
+  clock: Clock;
+}
+
 export class RedisPresence implements Presence {
-  constructor(
-    private readonly deps: {
-      client: Redis | Cluster;
-      keys: KeyBuilder;
-      count: (purpose: Purpose, n: number) => void;
-      clock: Clock;
-    },
-  ) {}
+  constructor(private readonly deps: FleetDeps) {}
 
   async announce(info: InstanceInfo): Promise<void> {
     const key = this.deps.keys.instances();

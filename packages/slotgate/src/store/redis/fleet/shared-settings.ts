@@ -3,17 +3,14 @@
  * announcement, reconnect and `rereadMs`. An instance that finds no record, or an older one than it read, keeps its
  * overrides and puts them back; resets are versioned too, so the highest version wins and no reset is undone.
  */
-import type { Cluster, Redis } from 'ioredis';
-import type { Clock, Timer } from '../../../core/clock.js';
+import type { Timer } from '../../../core/clock.js';
 import { randomInstanceId } from '../../../core/ids.js';
-import { type Purpose } from '../../store.js';
 import {
   NO_ORIGIN,
   type OverridesOrigin,
   type SharedSettings,
   type SharedSettingsOptions,
 } from '../../fleet.js';
-import type { KeyBuilder } from '../keys.js';
 import { SETTINGS_SCRIPTS } from '../scripts.js';
 import {
   decide,
@@ -25,13 +22,7 @@ import {
   type SettingsSnapshot,
 } from './settings-record.js';
 import { subscriberOf, type Subscriber } from '../connection/connection.js';
-
-export interface RedisSharedSettingsDeps {
-  client: Redis | Cluster;
-  keys: KeyBuilder;
-  count: (purpose: Purpose, n: number) => void;
-  clock: Clock;
-}
+import type { FleetDeps } from './presence.js';
 
 export class RedisSharedSettings<T extends object> implements SharedSettings<T> {
   private subscriber: Subscriber | undefined;
@@ -47,7 +38,7 @@ export class RedisSharedSettings<T extends object> implements SharedSettings<T> 
   private readonly instanceId: string;
 
   constructor(
-    private readonly deps: RedisSharedSettingsDeps,
+    private readonly deps: FleetDeps,
     private readonly opts: SharedSettingsOptions<T>,
   ) {
     this.instanceId = opts.instanceId ?? randomInstanceId();
