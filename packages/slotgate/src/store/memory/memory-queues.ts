@@ -73,11 +73,9 @@ export class MemoryQueues {
         pick = fairPick(window, heldByClient(live));
       }
       // a pick that its own max (changed by a reload) cannot serve leaves the choice to the oldest
-      if (pick > 0 && slots.members.size >= queue[pick]!.ref.max) slots.prune(now);
-      if (pick > 0 && slots.members.size >= queue[pick]!.ref.max) pick = 0;
+      if (pick > 0 && slots.full(queue[pick]!.ref.max, now)) pick = 0;
       const head = queue[pick]!;
-      if (slots.members.size >= head.ref.max) slots.prune(now);
-      if (slots.members.size >= head.ref.max) break;
+      if (slots.full(head.ref.max, now)) break;
       queue.splice(pick, 1);
       slots.members.set(head.ref.token, now + this.claimMs);
       granted.push(head.ref.token);

@@ -99,8 +99,7 @@ export class MemoryStore implements SlotStore {
         continue;
       }
       const set = this.slotsOf(target.channelId);
-      if (set.members.size >= target.max) set.prune(now);
-      if (set.members.size < target.max) {
+      if (!set.full(target.max, now)) {
         set.members.set(opts.token, now + opts.leaseTtlMs);
         replies.push('acquired');
         return replies;
@@ -167,12 +166,9 @@ export class MemoryStore implements SlotStore {
     const lost: LeaseRef[] = [];
     for (const lease of leases) {
       const set = this.slotsOf(lease.channelId);
-      if (!restore && !set.members.has(lease.token)) {
-        set.prune(now);
-        if (set.members.size >= lease.max) {
-          lost.push(lease);
-          continue;
-        }
+      if (!restore && !set.members.has(lease.token) && set.full(lease.max, now)) {
+        lost.push(lease);
+        continue;
       }
       set.members.set(lease.token, now + leaseTtlMs);
     }

@@ -170,35 +170,26 @@ export async function checkLeftovers(
     }
     if (!('channelId' in shape)) continue;
     const pttl = await client.pttl(key);
-    if (shape.kind === 'queue') {
-      const expired = ranOut(await client.zrange(key, 0, -1, 'WITHSCORES'), now);
-      if (expired.length > 0)
-        findings.push({
-          key,
-          kind: 'expired_members',
-          detail: `${expired.length} expired waiter registration${expired.length > 1 ? 's' : ''} still stored (owners gone)`,
-          members: expired,
-        });
-      if (pttl === -1) findings.push({ key, kind: 'no_expiry', detail: 'a queue key without an expiry' });
-      continue;
-    }
     if (shape.kind === 'cooldown') {
       if (pttl === -1)
         findings.push({ key, kind: 'cooldown_without_ttl', detail: 'a cooldown that never ends' });
       continue;
     }
-    if (shape.kind === 'slots' && anyDead)
-      findings.push(...(await deadOwners(client, key, shape.channelId, now, ages)));
-    const expired = await client.zrangebyscore(key, '-inf', now);
-    if (expired.length > 0) {
+    const queue = shape.kind === 'queue';
+    if (!queue && anyDead) findings.push(...(await deadOwners(client, key, shape.channelId, now, ages)));
+    const expired = queue
+      ? ranOut(await client.zrange(key, 0, -1, 'WITHSCORES'), now)
+      : await client.zrangebyscore(key, '-inf', now);
+    const noun = queue ? 'waiter registration' : 'lease';
+    if (expired.length > 0)
       findings.push({
         key,
         kind: 'expired_members',
-        detail: `${expired.length} expired lease${expired.length > 1 ? 's' : ''} still stored (owners gone)`,
+        detail: `${expired.length} expired ${noun}${expired.length > 1 ? 's' : ''} still stored (owners gone)`,
         members: expired,
       });
-    }
-    if (pttl === -1) findings.push({ key, kind: 'no_expiry', detail: 'a slots key without an expiry' });
+    if (pttl === -1)
+      findings.push({ key, kind: 'no_expiry', detail: `a ${shape.kind} key without an expiry` });
   }
 
   if (fix) fixed = await fixFindings(client, findings, prefix);
