@@ -19,7 +19,7 @@ export interface Finding {
   owner?: string;
   silentMs?: number;
   freesInMs?: number;
-  /** dead_owner: each member's expiry as reported (a fix releases only while unchanged). */
+  /** dead_owner: the channel, and each member's expiry as reported (a fix releases only while unchanged). */
   channelId?: string;
   scores?: number[];
 }

@@ -10,11 +10,11 @@ interface Version {
   n: number;
   /** channel → packed count, non-zero only. */
   counts: ReadonlyMap<string, number>;
-  /** performance.now() */
+  /** When a later version was put in (performance.now()). */
   replacedAt?: number;
 }
 
-/** The field's JSON ('' deletes it) and a new hash expiry (''). */
+/** The field's JSON ('' deletes it) and the counts hash's new expiry ('' for none). */
 export interface FieldWrite {
   field: string;
   expiry: number | '';

@@ -18,7 +18,7 @@ interface Pending {
   keys: string[];
   /** Without the arrival lead. */
   args: Arg[];
-  /** preciseNow() */
+  /** When its request arrived (preciseNow()). */
   arrivedAt: number;
   resolve: (reply: EnqueueReply) => void;
   reject: (err: unknown) => void;
