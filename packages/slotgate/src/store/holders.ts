@@ -1,4 +1,3 @@
-/** Counting a channel's live slots by the instance that holds them, the same way in every store. */
 import { instanceOfToken } from '../core/ids.js';
 
 /** Instance id → slots, from live lease tokens. */
@@ -11,7 +10,7 @@ export function countByInstance(tokens: Iterable<string>): Map<string, number> {
   return holders;
 }
 
-/** The same from (token, expiry) pairs: members whose expiry is not after `now` are left out. */
+/** The same from (token, expiry) pairs live at `now`. */
 export function holdersOf(members: Iterable<readonly [string, number]>, now: number): Map<string, number> {
   const live: string[] = [];
   for (const [token, expiry] of members) if (expiry > now) live.push(token);

@@ -11,4 +11,10 @@ export class ExpiringSet {
   prune(now: number): void {
     for (const [token, expiry] of this.members) if (expiry <= now) this.members.delete(token);
   }
+
+  /** Whether `max` live members fill it (the expired are dropped when it looks full). */
+  full(max: number, now: number): boolean {
+    if (this.members.size >= max) this.prune(now);
+    return this.members.size >= max;
+  }
 }

@@ -1,7 +1,4 @@
-/**
- * The fleet capabilities of a store for a single process: settings overrides and the instance list live in this
- * process, so an application uses the same calls whether or not it shares a Redis with other instances.
- */
+/** Settings overrides and the instance list of a single process, behind the same calls as the Redis ones. */
 import type { Clock } from '../../core/clock.js';
 import { randomInstanceId } from '../../core/ids.js';
 import {
@@ -13,7 +10,6 @@ import {
   type SharedSettingsOptions,
 } from '../fleet.js';
 
-/** Overrides of this process: recorded like the Redis ones (version, time, instance), and never lost while it lives. */
 export class LocalSharedSettings<T extends object> implements SharedSettings<T> {
   private overrides: Record<string, unknown> = {};
   private current: OverridesOrigin = NO_ORIGIN;

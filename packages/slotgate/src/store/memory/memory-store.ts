@@ -1,7 +1,4 @@
-/**
- * MemoryStore: the embedded default. The same replies, expiry and renewal semantics as RedisStore, in one process,
- * on an injected clock. Operations count as "commands" the way their Redis counterparts would, so stats agree.
- */
+/** MemoryStore: RedisStore's semantics in one process; operations count as the Redis commands would. */
 import { systemClock, type Clock } from '../../core/clock.js';
 import {
   BATCH_SIZE,
@@ -55,7 +52,7 @@ export class MemoryStore implements SlotStore {
   constructor(options: MemoryStoreOptions = {}) {
     this.clock = options.clock ?? systemClock;
     this.presence = new LocalPresence(this.clock);
-    this.queues = new MemoryQueues(this.clock, (id) => this.set(this.slots, id), options.claimMs ?? 5000);
+    this.queues = new MemoryQueues(this.clock, (id) => this.slotsOf(id), options.claimMs ?? 5000);
   }
 
   async health(): Promise<StoreHealth> {
@@ -70,9 +67,9 @@ export class MemoryStore implements SlotStore {
     return this.counts;
   }
 
-  private set(map: Map<string, ExpiringSet>, id: string): ExpiringSet {
-    let set = map.get(id);
-    if (!set) map.set(id, (set = new ExpiringSet()));
+  private slotsOf(id: string): ExpiringSet {
+    let set = this.slots.get(id);
+    if (!set) this.slots.set(id, (set = new ExpiringSet()));
     return set;
   }
 
@@ -95,15 +92,14 @@ export class MemoryStore implements SlotStore {
         replies.push('cooling');
         continue;
       }
-      // Free slots go to the oldest waiters first; a newcomer never takes one ahead of those still waiting.
+      // a newcomer never takes a slot ahead of waiters
       this.queues.grantFree(target.channelId);
       if (this.queues.hasQueue(target.channelId)) {
         replies.push('queued');
         continue;
       }
-      const set = this.set(this.slots, target.channelId);
-      if (set.members.size >= target.max) set.prune(now);
-      if (set.members.size < target.max) {
+      const set = this.slotsOf(target.channelId);
+      if (!set.full(target.max, now)) {
         set.members.set(opts.token, now + opts.leaseTtlMs);
         replies.push('acquired');
         return replies;
@@ -113,7 +109,6 @@ export class MemoryStore implements SlotStore {
     return replies;
   }
 
-  /** Sent at once: nothing to withdraw. */
   release(lease: LeaseRef, _leaseTtlMs?: number): PendingRelease {
     this.counts.release++;
     const set = this.slots.get(lease.channelId);
@@ -170,25 +165,20 @@ export class MemoryStore implements SlotStore {
     const now = this.clock.now();
     const lost: LeaseRef[] = [];
     for (const lease of leases) {
-      const set = this.set(this.slots, lease.channelId);
-      if (!restore && !set.members.has(lease.token)) {
-        set.prune(now);
-        if (set.members.size >= lease.max) {
-          lost.push(lease);
-          continue;
-        }
+      const set = this.slotsOf(lease.channelId);
+      if (!restore && !set.members.has(lease.token) && set.full(lease.max, now)) {
+        lost.push(lease);
+        continue;
       }
       set.members.set(lease.token, now + leaseTtlMs);
     }
     return lost;
   }
 
-  /** Memory is never lost while the process runs: no restart to tell of. */
   onRestart(): () => void {
     return () => {};
   }
 
-  /** No connection to lose. */
   onReconnect(): () => void {
     return () => {};
   }
@@ -199,7 +189,6 @@ export class MemoryStore implements SlotStore {
     return this.loadsOf(ids);
   }
 
-  /** One process: the loads are exact, and what an instance reports needs no keeping. */
   async exchangeLoads(exchange: LoadExchange): Promise<Map<string, ChannelLoad>> {
     if (exchange.read.length > 0) this.counts.load_read++;
     return this.loadsOf([...new Set(exchange.read)]);

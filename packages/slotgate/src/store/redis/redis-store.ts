@@ -1,9 +1,4 @@
-/**
- * RedisStore: slots, waiters and cooldowns in Redis, shared by every instance. Its parts are built in dependency
- * order: the connection and its time bound, the epoch that fences a Redis that lost its data, what the store knows of
- * its queues, the queue calls, the per-turn sending of acquires and releases, the load reads. Every failure or
- * time-out surfaces as a StoreUnavailableError (the admission pass fails closed).
- */
+/** RedisStore: slots, waiters and cooldowns in Redis, shared by every instance; failures are StoreUnavailableError. */
 import type { Cluster, Redis, RedisOptions } from 'ioredis';
 import { systemClock, type Clock } from '../../core/clock.js';
 import type { Presence, SharedSettings, SharedSettingsOptions } from '../fleet.js';
@@ -50,42 +45,38 @@ import { batchesOf, turnsOf } from './slots/topology.js';
 import type { TurnQueue } from './slots/turn.js';
 
 export interface RedisStoreOptions {
-  /** A redis:// (or rediss://) URL of one node; the store creates (and closes) its own client. */
+  /** A redis:// (or rediss://) URL of one node; the store creates (and closes) its client. */
   url?: string;
-  /** Or a Redis Cluster: seed nodes and options (docs/redis.md, "Redis Cluster"); the store creates its client. */
+  /** Or a Redis Cluster (docs/redis.md, "Redis Cluster"); the store creates its client. */
   cluster?: ClusterConnection;
   /** Or a Sentinel-managed primary (docs/redis.md, "Sentinel"); the store creates its client. */
   sentinel?: SentinelConnection;
-  /** Or a client you own (ioredis Redis or Cluster, auto-pipelining on Cluster); the store never closes it. */
+  /** Or a client you own (auto-pipelining on Cluster); the store never closes it. */
   client?: Redis | Cluster;
-  /** Key prefix. Keys are `<prefix>:v1:...`. @default 'slotgate' */
+  /** Keys are `<prefix>:v1:...`. @default 'slotgate' */
   prefix?: string;
-  /** Longest time any store operation may take before it fails with StoreUnavailableError. @default 1000 */
+  /** Longest time a store operation may take before it fails with StoreUnavailableError. @default 1000 */
   timeoutMs?: number;
-  /** Extra ioredis options for a client the store creates (on Cluster, each node connection's). */
+  /** Extra ioredis options for a client the store creates (on Cluster, each node's). */
   redisOptions?: RedisOptions;
-  /** Time and timers. @default the system clock */
+  /** @default the system clock */
   clock?: Clock;
-  /** How long a slot granted to a waiter waits for its instance to claim it before it passes on. @default 5000 */
+  /** How long a slot granted to a waiter waits to be claimed before it passes on. @default 5000 */
   claimMs?: number;
-  /**
-   * After Redis restarted empty, how long (from the new epoch's creation) every instance admits nothing, so the
-   * instances still reconnecting register their leases in flight first (fencing/epoch.ts). @default 3000
-   */
+  /** After Redis restarted empty, how long every instance admits nothing while the fleet re-registers. @default 3000 */
   restartGraceMs?: number;
-  /** @internal For tests: above this many (instance, channel) counts the summary is built here (loads/load-summary.ts). */
+  /** @internal For tests: above this many (instance, channel) counts, the summary is built here. */
   loadSummaryScriptBuildPairs?: number;
 }
 
 export { defaultRedisOptions } from './connection/connection.js';
 
-/** Longest wait for a health check's PING. */
 const HEALTH_TIMEOUT_MS = 1000;
 
 export class RedisStore implements SlotStore {
   readonly kind = 'redis' as const;
   readonly maxChannelsPerAcquire: number;
-  /** @internal The key names, for white-box tests; not part of the API. */
+  /** @internal For white-box tests. */
   readonly keys: KeyBuilder;
   private readonly client: Redis | Cluster;
   private readonly owned: boolean;
@@ -101,14 +92,14 @@ export class RedisStore implements SlotStore {
   private readonly summary: RedisLoadSummary;
   private readonly direct: DirectReadDeps;
   private presenceImpl: RedisPresence | undefined;
-  /** The connection's latest error since it was last ready (for health(): a failed PING says less). */
+  /** The connection's latest error since it was ready: a failed PING says less. */
   private socketError: string | undefined;
 
   constructor(options: RedisStoreOptions) {
     this.owned = !options.client;
     this.client = options.client ?? createClient(options);
     if (this.owned) {
-      // (not on a caller's client: a listener would silence ioredis's own report of its unhandled errors)
+      // not on a caller's client: a listener would silence ioredis's report of unhandled errors
       this.client.on('error', (err: Error) => (this.socketError = err.message));
       this.client.on('ready', () => (this.socketError = undefined));
     }
@@ -144,20 +135,17 @@ export class RedisStore implements SlotStore {
       client,
       deadlines,
       count,
-      acquireCall: (requests) =>
-        acquireCall(keys, claimMs, requests, (raw) => SCRIPTS.acquireSlots.reply(raw)),
+      acquireCall: (requests) => acquireCall(keys, claimMs, requests),
       releaseCall: (lease) => releaseCall(release, lease),
     });
     this.maxChannelsPerAcquire = this.turns.maxChannelsPerAcquire;
-    const run = <T>(purpose: Purpose, n: number, work: () => Promise<T>) => this.run(purpose, n, work);
+    const { run } = this;
     this.summary = new RedisLoadSummary({
       client,
       keys,
       clock,
       run,
-      ...(options.loadSummaryScriptBuildPairs === undefined
-        ? {}
-        : { scriptBuildPairs: options.loadSummaryScriptBuildPairs }),
+      scriptBuildPairs: options.loadSummaryScriptBuildPairs,
     });
     this.direct = {
       client,
@@ -167,15 +155,12 @@ export class RedisStore implements SlotStore {
     };
   }
 
-  /**
-   * Resolves once the store may admit on its current connection: the epoch verified, and after a Redis restart the
-   * leases restored and the grace waited out. Admitting calls do this by themselves.
-   */
+  /** Resolves once the store may admit (admitting calls wait for it by themselves). */
   ready(): Promise<void> {
     return this.epoch.ensure();
   }
 
-  /** Restarts of Redis this store detected (a new epoch found after it had verified one). */
+  /** Redis restarts this store detected. */
   get restartsDetected(): number {
     return this.epoch.restarts;
   }
@@ -196,11 +181,11 @@ export class RedisStore implements SlotStore {
     this.counts[purpose] += n;
   };
 
-  /** Runs one operation under the time bound, counting `n` commands for `purpose`. */
-  private run<T>(purpose: Purpose, n: number, work: () => Promise<T>): Promise<T> {
+  /** Runs one operation under the time bound. */
+  private readonly run = <T>(purpose: Purpose, n: number, work: () => Promise<T>): Promise<T> => {
     this.counts[purpose] += n;
     return this.deadlines.run(purpose, work);
-  }
+  };
 
   acquireFirst(targets: readonly AcquireTarget[], opts: AcquireOptions): Promise<AcquireReply[]> {
     if (targets.length === 0) return Promise.resolve([]);
@@ -265,11 +250,11 @@ export class RedisStore implements SlotStore {
           (l) => [l.max],
         ),
       );
-    // a restore is what the epoch check runs before it lets anything through; a reclaim admits, so it waits for it
+    // the epoch check itself runs the restore; a reclaim admits, so it waits for the check
     return restore ? send() : this.epoch.admitting('renew', send);
   }
 
-  /** The leases in script batches (≤ 50; per channel on Cluster), one `renew` command each: those not held. */
+  /** The leases not held, one `renew` command per batch. */
   private async leaseBatches<L extends LeaseRef>(
     leases: readonly L[],
     send: (batch: readonly L[]) => Promise<L[]>,
@@ -286,7 +271,6 @@ export class RedisStore implements SlotStore {
     return loads;
   }
 
-  /** One GET of the shared snapshot, or one script call, whatever the channel count (loads/load-summary.ts). */
   async exchangeLoads(exchange: LoadExchange): Promise<Map<string, ChannelLoad>> {
     const loads = await this.summary.exchange(exchange);
     this.hints.noteLoads(loads);
@@ -300,7 +284,7 @@ export class RedisStore implements SlotStore {
   async setCooldown(channelId: string, ms: number, reason: string): Promise<void> {
     const px = Math.max(1, Math.round(ms));
     await this.run('cooldown', 1, () => this.client.set(this.keys.cooldown(channelId), reason, 'PX', px));
-    // for the load summary's readers; the cooldown key alone is what the acquire script checks
+    // for the summary's readers; the acquire script checks the cooldown key alone
     await this.summary.noteCooldown(channelId, px);
   }
 
@@ -309,7 +293,7 @@ export class RedisStore implements SlotStore {
     await this.summary.clearCooldown(channelId);
   }
 
-  /** A channel's cooldown as stored: its reason and remaining time (-1: no expiry); null when it does not cool. */
+  /** The cooldown's reason and remaining time (-1: no expiry); null when the channel does not cool. */
   async readCooldown(channelId: string): Promise<{ reason: string; remainingMs: number } | null> {
     const key = this.keys.cooldown(channelId);
     const [reason, pttl] = await this.run('cooldown', 2, () =>
@@ -328,19 +312,17 @@ export class RedisStore implements SlotStore {
     return new RedisSharedSettings({ client, keys, count, clock }, options);
   }
 
-  /** PING under a one-second cap; when it fails, with the connection's socket error when there is one. */
   async health(): Promise<StoreHealth> {
     const health = await ping(this.client, this.clock, HEALTH_TIMEOUT_MS);
     if (health.healthy || this.socketError === undefined || health.error === this.socketError) return health;
     return { ...health, error: this.socketError };
   }
 
-  /** How the store reaches Redis: one node, a Cluster, or a Sentinel-managed primary. */
   get topologyKind(): TopologyKind {
     return topologyKindOf(this.client);
   }
 
-  /** Every master of a Cluster, or the one node of a single or Sentinel connection, each PINGed. */
+  /** Every master of a Cluster, or the one node, each PINGed. */
   nodes(): Promise<NodeHealth[]> {
     return nodeHealth(this.client, this.clock, HEALTH_TIMEOUT_MS);
   }
@@ -354,7 +336,7 @@ export class RedisStore implements SlotStore {
     } catch {
       // closed below
     }
-    // also ends what quit() leaves open: a Sentinel client's failover-detector subscriptions to the sentinels
+    // also ends what quit() leaves open: a Sentinel client's subscriptions to the sentinels
     this.client.disconnect();
   }
 }

@@ -1,47 +1,38 @@
-/**
- * The store's Redis connection, from one of three descriptions: a URL (one node), a Cluster (seed nodes, an optional
- * NAT map) or a Sentinel set (sentinels and the primary's name). Every client made here fails fast instead of queueing
- * commands forever, and auto-pipelines (on Cluster, one pipeline per node; scripts.ts keeps every call routable).
- * `subscriberOf` makes the extra connection a pub/sub subscription needs, for a client of any of the three kinds.
- */
+/** The store's Redis client, from a URL, a Cluster or a Sentinel set: it fails fast and auto-pipelines. */
 import { Cluster, Redis } from 'ioredis';
 import type { ClusterOptions, NatMap, RedisOptions, SentinelAddress } from 'ioredis';
 import { NodeSubscriber } from './node-subscriber.js';
 
-/** A Redis Cluster to connect to. */
 export interface ClusterConnection {
   /** Seed nodes, `host:port` or `{ host, port }`: any reachable subset; the rest is discovered. */
   nodes: readonly (string | { host: string; port: number })[];
   /** Addresses the nodes announce → addresses this process reaches them at (NAT, containers). */
   natMap?: Record<string, { host: string; port: number }>;
-  /** Password (and user name) of every node. */
+  /** Of every node. */
   password?: string;
   username?: string;
-  /** Use TLS to every node. */
   tls?: boolean;
   /** Further ioredis ClusterOptions (they win over the store's defaults). */
   options?: ClusterOptions;
 }
 
-/** A Sentinel-managed primary to connect to. */
 export interface SentinelConnection {
   /** The sentinels, `host:port` or `{ host, port }`. */
   sentinels: readonly (string | { host: string; port: number })[];
   /** The name the sentinels know the primary by (`sentinel monitor <name> ...`). */
   name: string;
-  /** Password (and user name) of the primary and replicas. */
+  /** Of the primary and replicas. */
   password?: string;
   username?: string;
-  /** Password (and user name) of the sentinels themselves. */
+  /** Of the sentinels themselves. */
   sentinelPassword?: string;
   sentinelUsername?: string;
-  /** Use TLS to the data nodes (and to the sentinels). */
+  /** TLS to the data nodes and the sentinels. */
   tls?: boolean;
   /** Further ioredis options (they win over the store's defaults). */
   options?: RedisOptions;
 }
 
-/** Whether the client is a Redis Cluster client (ioredis marks it). */
 export function isCluster(client: Redis | Cluster): client is Cluster {
   return (client as { isCluster?: boolean }).isCluster === true;
 }
@@ -56,10 +47,7 @@ export function defaultRedisOptions(): RedisOptions {
   };
 }
 
-/**
- * `host:port` (IPv6 in brackets) or an object, as ioredis takes it; a bad entry is a TypeError naming it. A host
- * with `@` or `/` is refused: that is a URL (perhaps with a password), which belongs in `url`.
- */
+/** `host:port` (IPv6 in brackets) or an object; a host with `@` or `/` is refused: a URL belongs in `url`. */
 export function parseAddress(address: string | { host: string; port: number }): {
   host: string;
   port: number;
@@ -80,7 +68,6 @@ export function clusterClient(c: ClusterConnection, redisOptions: RedisOptions =
   const { enableAutoPipelining: _pipelined, ...nodeOptions } = { ...defaultRedisOptions(), ...redisOptions };
   return new Cluster(c.nodes.map(parseAddress), {
     enableAutoPipelining: true,
-    // a node's connection fails fast like a single node's; the cluster client follows MOVED/ASK itself
     redisOptions: {
       ...nodeOptions,
       ...(c.password !== undefined && { password: c.password }),
@@ -100,7 +87,7 @@ export function clusterClient(c: ClusterConnection, redisOptions: RedisOptions =
   });
 }
 
-export function sentinelClient(s: SentinelConnection, redisOptions: RedisOptions = {}): Redis {
+function sentinelClient(s: SentinelConnection, redisOptions: RedisOptions = {}): Redis {
   if (!Array.isArray(s?.sentinels) || s.sentinels.length === 0) {
     throw new TypeError('Expected `sentinel.sentinels` to be a non-empty list of sentinels (host:port)');
   }
@@ -117,13 +104,12 @@ export function sentinelClient(s: SentinelConnection, redisOptions: RedisOptions
     ...(s.sentinelPassword !== undefined && { sentinelPassword: s.sentinelPassword }),
     ...(s.sentinelUsername !== undefined && { sentinelUsername: s.sentinelUsername }),
     ...(s.tls && { tls: {}, enableTLSForSentinelMode: true }),
-    // after a failover, a connection that lands on a node now a replica is closed and sent to the new primary
+    // a connection left on a demoted primary goes to the new one
     failoverDetector: true,
     ...s.options,
   });
 }
 
-/** What a pub/sub subscription needs of its connection. */
 export interface Subscriber {
   on(event: 'message', listener: (channel: string, message: string) => void): unknown;
   on(event: 'ready' | 'close', listener: () => void): unknown;
@@ -132,10 +118,7 @@ export interface Subscriber {
   disconnect(): void;
 }
 
-/**
- * A connection of its own for a pub/sub subscription, with the options a subscription needs (it waits through an
- * outage and resubscribes). On Cluster, a connection to one node at a time (node-subscriber.ts).
- */
+/** A pub/sub connection of its own, which waits through an outage and resubscribes. */
 export function subscriberOf(client: Redis | Cluster): Subscriber {
   const waitThrough: RedisOptions = { enableOfflineQueue: true, maxRetriesPerRequest: null };
   if (isCluster(client)) {
@@ -156,10 +139,7 @@ export interface ConnectionOptions {
   redisOptions?: RedisOptions;
 }
 
-/**
- * The client a store creates from exactly one of `url`, `cluster` and `sentinel` (exported as `createRedisClient`:
- * `slotgate doctor` checks with the same client, made to fail fast).
- */
+/** The client a store creates (exported as `createRedisClient`, for `slotgate doctor`). */
 export function createClient(options: ConnectionOptions): Redis | Cluster {
   const given = (['url', 'cluster', 'sentinel'] as const).filter((k) => options[k] !== undefined);
   if (given.length !== 1) {

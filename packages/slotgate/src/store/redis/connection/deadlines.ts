@@ -1,8 +1,6 @@
 /**
- * The time bound of every store operation: one watchdog timer for all operations in flight (a timer per operation
- * would cost more than the Redis command itself at thousands of admissions a second). An operation that outlives
- * `timeoutMs` fails with StoreUnavailableError, at most one watchdog period late; every failure of the work is
- * mapped to StoreUnavailableError too, so the admission pass fails closed on any Redis trouble.
+ * The time bound of every store operation, one watchdog timer for all (a timer each would cost more than the
+ * command). Time-outs and every failure become StoreUnavailableError: admission fails closed on any Redis trouble.
  */
 import type { Clock, Timer } from '../../../core/clock.js';
 import { StoreUnavailableError } from '../../../core/errors.js';
@@ -25,7 +23,7 @@ export class Deadlines {
     this.period = Math.max(5, Math.min(100, Math.floor(timeoutMs / 4)));
   }
 
-  /** Runs `work` under the bound. (Not an async function: on the hot path every promise layer costs.) */
+  /** Not an async function: on the hot path every promise layer costs. */
   run<T>(operation: string, work: () => Promise<T>): Promise<T> {
     return new Promise<T>((resolve, reject) => {
       const op: Pending = { deadline: this.clock.now() + this.timeoutMs, operation, reject };
@@ -42,14 +40,13 @@ export class Deadlines {
           if (this.pending.delete(op)) resolve(value);
         },
         (err: unknown) => {
-          if (!this.pending.delete(op)) return; // already timed out: a late failure is expected, not unhandled
+          if (!this.pending.delete(op)) return; // timed out already
           reject(err instanceof StoreUnavailableError ? err : failure(operation, err));
         },
       );
     });
   }
 
-  /** Ticks while operations are in flight; stops by itself when none are. */
   private watch(): void {
     if (this.timer) return;
     this.timer = this.clock.setTimer(() => {
@@ -75,7 +72,6 @@ export class Deadlines {
   }
 }
 
-/** A command's own error as the store reports it. */
 export function failure(operation: string, err: unknown): StoreUnavailableError {
   const message = err instanceof Error ? err.message : String(err);
   return new StoreUnavailableError(operation, `redis ${operation} failed: ${message}`, { cause: err });

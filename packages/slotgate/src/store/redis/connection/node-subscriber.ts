@@ -1,10 +1,7 @@
 /**
- * A pub/sub subscription on a Redis Cluster, on one node at a time. Classic pub/sub messages reach every node of a
- * cluster (the cluster bus forwards them), so any node will do. ioredis's own Cluster subscriber never reconnects its
- * connection and does not always notice that its node went away (its comments say so), which would leave an instance
- * deaf to its grants until the safety poll. This one reconnects to its node like any connection, moves to another
- * node of the cluster after a few failed attempts, subscribes again there, and emits 'close' and 'ready' like a
- * single node's subscriber, so the listeners' resync runs after every gap.
+ * A pub/sub subscription on a Redis Cluster, on any one node (the cluster bus forwards messages to all). ioredis's
+ * own does not always notice its node went away, leaving an instance deaf to its grants; this one moves to another
+ * node after a few failed reconnects and emits 'close' and 'ready', so listeners resync after every gap.
  */
 import { EventEmitter } from 'node:events';
 import { Redis } from 'ioredis';
@@ -27,11 +24,10 @@ export class NodeSubscriber extends EventEmitter {
     this.connect();
   }
 
-  /** The addresses to try: the cluster's nodes as it knows them now, else its seed nodes. */
+  /** The cluster's nodes as it knows them, else (before it connected) its seed nodes. */
   private addresses(): { host: string; port: number }[] {
     const known = this.cluster.nodes().map((n) => ({ host: n.options.host!, port: n.options.port! }));
     if (known.length) return known;
-    // before the client has connected: its seed nodes (not in its typings)
     const seeds = (
       this.cluster as unknown as { startupNodes: (string | number | { host?: string; port?: number })[] }
     ).startupNodes;
@@ -59,14 +55,12 @@ export class NodeSubscriber extends EventEmitter {
       this.emit('ready');
     });
     connection.on('message', (channel: string, message: string) => this.emit('message', channel, message));
-    // no more retries on this node: try the next one
     connection.on('end', () => {
       if (this.closed || this.connection !== connection) return;
       this.connect();
     });
   }
 
-  /** Subscribes on the current node and on every node the subscription moves to. */
   async subscribe(...channels: string[]): Promise<void> {
     for (const c of channels) this.channels.add(c);
     await this.connection!.subscribe(...channels);

@@ -1,13 +1,8 @@
-/**
- * The store's Redis topology as operations see it: how the store reaches Redis (one node, a Cluster, a Sentinel-managed
- * primary) and the health of each node it writes to — every master of a Cluster, or the one node a single or Sentinel
- * connection is on — each PINGed under a time-out. Addresses only (host:port): no password or user name ever appears.
- */
+/** The store's Redis topology and the health of each node it writes to. Addresses only, never credentials. */
 import type { Cluster, Redis } from 'ioredis';
 import { within, type Clock } from '../../../core/clock.js';
 import { isCluster } from './connection.js';
 
-/** How the store reaches Redis. */
 export type TopologyKind = 'single' | 'cluster' | 'sentinel';
 
 export interface NodeHealth {
@@ -16,22 +11,19 @@ export interface NodeHealth {
   /** 'master' (a Cluster master, a Sentinel primary), 'replica', or 'standalone' (a single node). */
   role: 'master' | 'replica' | 'standalone';
   healthy: boolean;
-  /** Round-trip time of the PING, when it answered. */
   latencyMs?: number;
-  /** Why it is not healthy. */
   error?: string;
 }
 
 export function topologyKindOf(client: Redis | Cluster): TopologyKind {
   if (isCluster(client)) return 'cluster';
-  // a client made for a Sentinel set carries its sentinels; the connection alone looks like one node
   return client.options.sentinels?.length ? 'sentinel' : 'single';
 }
 
 const hostPort = (host: string | undefined, port: number | undefined) =>
   `${host?.includes(':') ? `[${host}]` : (host ?? '?')}:${port ?? '?'}`;
 
-/** The node a connection is on: its socket's peer once connected (a Sentinel's primary), else what it was given. */
+/** Its socket's peer once connected (a Sentinel's primary), else the address it was given. */
 function addressOf(client: Redis): string {
   const stream = (client as unknown as { stream?: { remoteAddress?: string; remotePort?: number } }).stream;
   if (stream?.remoteAddress) return hostPort(stream.remoteAddress, stream.remotePort);
@@ -39,7 +31,7 @@ function addressOf(client: Redis): string {
   return hostPort(client.options.host, client.options.port);
 }
 
-/** PING under a time-out: a client call on a Redis that is down can take seconds to fail otherwise. */
+/** PING under a time-out: on a Redis that is down it can take seconds to fail otherwise. */
 export async function ping(
   client: Redis | Cluster,
   clock: Clock,
@@ -55,7 +47,7 @@ export async function ping(
   }
 }
 
-/** Every master of a Cluster (its seed nodes, unhealthy, before it knows any), or the one node, each PINGed. */
+/** Every master of a Cluster (its seed nodes, unhealthy, before it knows any), or the one node. */
 export async function nodeHealth(
   client: Redis | Cluster,
   clock: Clock,
@@ -79,8 +71,7 @@ export async function nodeHealth(
         ...(await ping(node, clock, timeoutMs)),
       })),
     );
-    // a master that went down leaves the client's node list but still owns its slots in the slot map: report it
-    // down instead of leaving it out (its channels fail closed meanwhile)
+    // a master that went down leaves the node list but still owns its slots: report it down
     const listed = new Set(masters.map((n) => `${n.options.host}:${n.options.port}`));
     const owners = new Set<string>();
     for (const owner of client.slots) if (owner?.[0] && !listed.has(owner[0])) owners.add(owner[0]);

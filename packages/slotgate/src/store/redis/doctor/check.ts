@@ -1,22 +1,7 @@
 /**
- * The leftover-key check: lists slotgate keys in Redis that no live owner will clean up — expired leases
- * and waiter registrations still stored, slots and queue keys without an expiry, cooldown keys without a TTL, keys of
- * the wrong type and unknown key shapes under the prefix. Read-only unless asked to fix; a fix removes exactly what
- * was reported (expired members, not the live ones next to them), and only while it is still in the state reported:
- * each removal is one small script that re-checks first, so a lease renewed meanwhile is never taken away.
- *
- * Slots held by a dead owner: a live lease (its expiry still ahead) whose token names an instance (`<instanceId>:<seq>`)
- * that the instance list (`<prefix>:v1:instances`) holds with a heartbeat older than OWNER_DEAD_AFTER_MS on the Redis
- * clock. An instance absent from the list is never called dead (a library user announces no heartbeat; a gateway's
- * first one may not have landed yet). A fix releases such a slot only while its lease still has the expiry reported
- * (a renewal means the owner lives), and passes it to the channel's oldest waiter as a release does.
- *
- * Keys of another schema version (`<prefix>:v2:...`), keys that look like another deployment's (prefix
- * `<prefix>:<more>`, e.g. `slotgate:staging:v1:...`) and an older release's queue keys (`:queue`, `:waiters`) are listed
- * as notes and never touched.
- *
- * A queue's scores are arrivals: a registration there has run out once it is older than the lifetime its member
- * names (`<max>|<lifetime ms>|<token>`, lua/includes/queue.lua).
+ * The leftover-key check: slotgate keys no live owner will clean up (expired members still stored, keys without an
+ * expiry, wrong types, unknown shapes) and live leases of dead owners. Read-only unless asked to fix (fix.ts). Keys
+ * of another schema version or prefix, and an older release's queue keys, are only noted.
  */
 import { describeResource } from '../../../core/client.js';
 import type { Cluster, Redis } from 'ioredis';
@@ -36,33 +21,29 @@ const EXPECTED_TYPE = {
   settings: 'hash',
   instances: 'hash',
   epoch: 'string',
-  load_summary: 'hash',
   load_counts: 'hash',
-  load_reporters: 'zset',
-  load_reporter: 'hash',
   load_cooling: 'hash',
   load_snapshot: 'string',
 } as const;
 
-/** SCAN MATCH treats `* ? [ ] \\` as glob syntax; a prefix is matched literally. */
-export function globEscape(text: string): string {
+/** A prefix matched literally by SCAN MATCH. */
+function globEscape(text: string): string {
   return text.replace(/[*?[\]\\]/g, '\\$&');
 }
 
 /** `<more>:v<N>:...` after the prefix: the shape of another slotgate prefix's keys. */
 const OTHER_PREFIX = /^[^{}\s]+?:v\d+:/;
 
-/** The nodes holding keys: every master of a Cluster (a client that is ready: its node list is filled then). */
+/** Every master of a Cluster: a client not ready yet lists none, and "clean" from scanning nothing would be a lie. */
 function nodesOf(client: Redis | Cluster): (Redis | Cluster)[] {
   if (!isCluster(client)) return [client];
   const masters = client.nodes('master');
-  // a Cluster client lists no node before it is ready: "clean" from scanning nothing would be a lie
   if (masters.length === 0)
     throw new Error('the Redis Cluster client knows no master node (is it connected?)');
   return masters;
 }
 
-/** Every key matching `pattern` on `nodes`; `maxCalls` bounds the SCAN calls per node. */
+/** `maxCalls` bounds the SCAN calls per node. */
 async function scanAll(nodes: (Redis | Cluster)[], pattern: string, maxCalls = Infinity): Promise<string[]> {
   const keys = new Set<string>();
   for (const node of nodes) {
@@ -77,11 +58,11 @@ async function scanAll(nodes: (Redis | Cluster)[], pattern: string, maxCalls = I
   return [...keys].sort();
 }
 
-/** Prefixes named in a hint, and SCAN calls (of COUNT 1000) per node spent looking for them. */
+/** Prefixes named in a hint, and SCAN calls per node spent looking for them. */
 const PREFIX_HINTS = 10;
 const HINT_SCAN_CALLS = 20;
 
-/** The prefixes of slotgate-shaped keys a bounded scan sees (a prefix has no braces or spaces). */
+/** The prefixes of slotgate-shaped keys a bounded scan sees. */
 async function prefixesSeen(nodes: (Redis | Cluster)[]): Promise<string[]> {
   const found = new Set<string>();
   for (const key of await scanAll(nodes, '*:v[0-9]*:*', HINT_SCAN_CALLS)) {
@@ -92,7 +73,10 @@ async function prefixesSeen(nodes: (Redis | Cluster)[]): Promise<string[]> {
   return [...found].sort();
 }
 
-/** The live leases of one slots key held by dead owners: one finding per owner. */
+/**
+ * Live leases held by instances whose heartbeat is older than OWNER_DEAD_AFTER_MS (Redis clock), one finding per
+ * owner. An instance absent from the list is never called dead: a library user announces no heartbeat.
+ */
 async function deadOwners(
   client: Redis | Cluster,
   key: string,
@@ -149,7 +133,6 @@ export async function checkLeftovers(
   const ages = all.includes(keys.instances())
     ? await heartbeatAges(client, keys, now)
     : new Map<string, number>();
-  // with no silent instance there is no dead owner to look for: no read of the live leases
   const anyDead = [...ages.values()].some((age) => age > OWNER_DEAD_AFTER_MS);
   const findings: Finding[] = [];
   const otherVersions: string[] = [];
@@ -185,49 +168,28 @@ export async function checkLeftovers(
       });
       continue;
     }
-    if (
-      shape.kind === 'settings' ||
-      shape.kind === 'instances' ||
-      shape.kind === 'epoch' ||
-      shape.kind === 'load_summary' ||
-      shape.kind === 'load_counts' ||
-      shape.kind === 'load_reporters' ||
-      shape.kind === 'load_reporter' ||
-      shape.kind === 'load_cooling' ||
-      shape.kind === 'load_snapshot'
-    )
-      continue;
+    if (!('channelId' in shape)) continue;
     const pttl = await client.pttl(key);
-    if (shape.kind === 'queue') {
-      // scores are arrivals (µs): a registration runs out the lifetime its member names after its arrival
-      const expired = ranOut(await client.zrange(key, 0, -1, 'WITHSCORES'), now);
-      if (expired.length > 0)
-        findings.push({
-          key,
-          kind: 'expired_members',
-          detail: `${expired.length} expired waiter registration${expired.length > 1 ? 's' : ''} still stored (owners gone)`,
-          members: expired,
-        });
-      if (pttl === -1) findings.push({ key, kind: 'no_expiry', detail: 'a queue key without an expiry' });
-      continue;
-    }
     if (shape.kind === 'cooldown') {
       if (pttl === -1)
         findings.push({ key, kind: 'cooldown_without_ttl', detail: 'a cooldown that never ends' });
       continue;
     }
-    if (shape.kind === 'slots' && anyDead)
-      findings.push(...(await deadOwners(client, key, shape.channelId, now, ages)));
-    const expired = await client.zrangebyscore(key, '-inf', now);
-    if (expired.length > 0) {
+    const queue = shape.kind === 'queue';
+    if (!queue && anyDead) findings.push(...(await deadOwners(client, key, shape.channelId, now, ages)));
+    const expired = queue
+      ? ranOut(await client.zrange(key, 0, -1, 'WITHSCORES'), now)
+      : await client.zrangebyscore(key, '-inf', now);
+    const noun = queue ? 'waiter registration' : 'lease';
+    if (expired.length > 0)
       findings.push({
         key,
         kind: 'expired_members',
-        detail: `${expired.length} expired lease${expired.length > 1 ? 's' : ''} still stored (owners gone)`,
+        detail: `${expired.length} expired ${noun}${expired.length > 1 ? 's' : ''} still stored (owners gone)`,
         members: expired,
       });
-    }
-    if (pttl === -1) findings.push({ key, kind: 'no_expiry', detail: 'a slots key without an expiry' });
+    if (pttl === -1)
+      findings.push({ key, kind: 'no_expiry', detail: `a ${shape.kind} key without an expiry` });
   }
 
   if (fix) fixed = await fixFindings(client, findings, prefix);
@@ -245,9 +207,8 @@ export async function checkLeftovers(
 }
 
 /**
- * The members of a queue (`ZRANGE … WITHSCORES`: member, arrival µs, …) whose registration has run out at `now` (ms):
- * arrived longer ago than the lifetime the member names ("<max>|<lifetime ms>|<token>"). A member of another shape
- * has no lifetime: run out.
+ * The queue members (`ZRANGE … WITHSCORES`, scored by arrival in µs) that arrived longer ago than the lifetime they
+ * name (lua/includes/queue.lua); a member of another shape has none.
  */
 function ranOut(withScores: readonly string[], now: number): string[] {
   const out: string[] = [];

@@ -1,8 +1,6 @@
 /**
- * `slotgate doctor --fix`: removes exactly what was reported, and only while it is still in the state reported —
- * each removal is one small script that checks first, so a lease renewed meanwhile is never taken away. A dead
- * owner's slot is released only while its lease still has the expiry reported, and passes to the channel's oldest
- * waiter as a release does.
+ * `slotgate doctor --fix`: removes exactly what was reported, each removal one script that checks first that it
+ * still stands, so a lease renewed meanwhile is never taken away.
  */
 import type { Cluster, Redis } from 'ioredis';
 import { chunk } from '../../../core/collections.js';
@@ -11,14 +9,11 @@ import { SCRIPTS } from '../scripts.js';
 import { heartbeatAges, redisNow } from './heartbeats.js';
 import { OWNER_DEAD_AFTER_MS, type Finding } from './report.js';
 
-/** The claim deadline and lease TTL of the grants a fix makes (the defaults: the doctor knows no settings). */
+/** The grants a fix makes take the default claim deadline and lease TTL: the doctor knows no settings. */
 const CLAIM_MS = 5000;
 const LEASE_TTL_MS = 60_000;
 
-/**
- * Undoes the findings that still stand, each in one script call that checks first (lua/fixLeftover-1.lua); returns
- * the number of removals and expiries set.
- */
+/** Returns the number of removals and expiries set. */
 export async function fixFindings(
   client: Redis | Cluster,
   findings: readonly Finding[],
@@ -31,10 +26,7 @@ export async function fixFindings(
   return fixed;
 }
 
-/**
- * Releases a dead owner's slots (lua/releaseDeadOwner-2.lua) after reading its heartbeat once more: an owner heard from
- * since the report keeps them. Each slot goes only while its lease still has the expiry reported.
- */
+/** An owner heard from since the report keeps its slots; each goes only while its lease has the expiry reported. */
 async function releaseDead(client: Redis | Cluster, keys: KeyBuilder, f: Finding): Promise<number> {
   const ages = await heartbeatAges(client, keys, await redisNow(client));
   if (!((ages.get(f.owner!) ?? -Infinity) > OWNER_DEAD_AFTER_MS)) return 0;
@@ -47,7 +39,7 @@ async function releaseDead(client: Redis | Cluster, keys: KeyBuilder, f: Finding
   );
 }
 
-/** Expired members removed per script call, so one huge set never blocks Redis for long. */
+/** Per script call, so one huge set never blocks Redis for long. */
 const FIX_BATCH = 500;
 
 async function fixOne(client: Redis | Cluster, f: Finding): Promise<number> {

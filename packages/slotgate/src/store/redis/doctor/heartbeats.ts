@@ -1,4 +1,3 @@
-/** The instances' heartbeats, read against the Redis clock: how long ago each was last heard from. */
 import type { Cluster, Redis } from 'ioredis';
 import type { KeyBuilder } from '../keys.js';
 import { redisMs } from '../loads/redis-offset.js';
@@ -7,7 +6,7 @@ export async function redisNow(client: Redis | Cluster): Promise<number> {
   return redisMs(await client.time());
 }
 
-/** The age of each instance's last heartbeat (ms, against `now`), from the instance list. */
+/** The age of each instance's last heartbeat at `now` (Redis ms). */
 export async function heartbeatAges(
   client: Redis | Cluster,
   keys: KeyBuilder,

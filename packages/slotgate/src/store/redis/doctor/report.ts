@@ -1,12 +1,9 @@
-/** What `slotgate doctor` finds, and how it says it. */
-
 export type FindingKind =
   'expired_members' | 'no_expiry' | 'cooldown_without_ttl' | 'wrong_type' | 'unknown_key' | 'dead_owner';
 
 /**
- * An instance whose heartbeat (every 5 s in the gateway) is older than this is dead: three missed heartbeats, the
- * age at which the gateway's instance list drops it too. The heartbeat's time is the instance's clock, compared with
- * the Redis clock: clocks apart by more than a few seconds make this check unreliable.
+ * A heartbeat (every 5 s in the gateway) older than this means a dead instance: three missed. It is stamped by the
+ * instance's clock and compared with Redis's, so clocks seconds apart make the check unreliable.
  */
 export const OWNER_DEAD_AFTER_MS = 15_000;
 
@@ -14,15 +11,15 @@ export interface Finding {
   key: string;
   kind: FindingKind;
   detail: string;
-  /** Expired members (for expired_members). */
+  /** expired_members and dead_owner. */
   members?: string[];
-  /** The Redis type found (for wrong_type and unknown_key): a fix deletes the key only while it still has it. */
+  /** wrong_type and unknown_key: a fix deletes the key only while it still has this type. */
   type?: string;
-  /** dead_owner: the instance holding the slots, its last heartbeat's age, and when its last lease expires by itself. */
+  /** dead_owner: the instance, its heartbeat's age, when its last lease expires by itself. */
   owner?: string;
   silentMs?: number;
   freesInMs?: number;
-  /** dead_owner: the channel, and each member's expiry score as reported (a fix releases only while unchanged). */
+  /** dead_owner: the channel, and each member's expiry as reported (a fix releases only while unchanged). */
   channelId?: string;
   scores?: number[];
 }
@@ -33,16 +30,13 @@ export interface DoctorReport {
   nodes: number;
   scanned: number;
   findings: Finding[];
-  /** Keys under the prefix of another schema version: reported, never counted or touched. */
+  /** Noted, never touched: keys of another schema version. */
   otherVersions: string[];
-  /** An older release's queue keys (`:queue`, `:waiters`): they expire by themselves. Reported, never touched. */
+  /** Noted, never touched: an older release's queue keys (`:queue`, `:waiters`), which expire by themselves. */
   olderQueues: string[];
-  /** Keys of another prefix that starts with this one (`<prefix>:<more>:v1:...`): reported, never touched. */
+  /** Noted, never touched: keys of a longer prefix (`<prefix>:<more>:v1:...`). */
   otherPrefixes: string[];
-  /**
-   * Only when no key was under the prefix: the prefixes of slotgate-shaped keys (`<prefix>:v<N>:...`) a bounded scan
-   * saw (at most PREFIX_HINTS of them, from at most HINT_SCAN_CALLS SCAN calls per node), to say where keys may be.
-   */
+  /** Only when no key was under the prefix: the slotgate prefixes a bounded scan saw. */
   prefixesSeen?: string[];
   fixed: number;
 }

@@ -1,24 +1,10 @@
 /**
- * Redis restarts and failovers. A Redis that comes back empty has forgotten every lease in flight, so the first
- * instance to admit on it would put up to 2 × max at the upstream; a replica promoted by a failover lacks the last
- * leases written (replication is asynchronous). The key `<prefix>:v1:epoch` holds
- * `<id>|<created at, Redis ms>|<kind>|<run_id of the redis-server that made or last confirmed it>`: every instance
- * remembers the epoch it last verified, and checks it again whenever its connection comes back (a restart always
- * drops connections; so does a failover). Until the check has passed, the store sends no admitting command (acquire,
- * enqueue, a waiter's poll, a reclaim). The check (lua/checkEpoch-1.lua) makes a new epoch when the key is missing,
- * and when the key was recorded by another redis-server process (kind `failover`). An instance that finds an epoch
- * other than its own re-registers its live leases (the restore listeners), then waits until `graceMs` after the
- * epoch was created, so the rest of the fleet (reconnecting on its own back-off) registers its leases before anyone
- * admits.
- *
- * A missing key makes an epoch of kind `restart` when the instance had verified an older one, else `start`: an
- * instance that knew no epoch before cannot tell a fresh Redis from a restarted one. `restart` and `failover` epochs
- * hold admissions for the grace period (an instance starting then waits out the rest of it too); a `start` epoch (a
- * fleet's first start, or a restart first seen by an instance that had just started) holds nothing.
- *
- * On Cluster every master holds an epoch key of its own (`<prefix>:v1:epoch:{<tag>}`, a tag whose hash slot the master
- * serves, cluster-epochs.ts), checked whenever one of the node connections comes back: a master that restarted empty
- * or was failed over to a replica has lost leases of its channels just like a single node.
+ * Fencing a Redis that lost leases (restarted empty, or a promoted replica): without it the first instance to admit
+ * could put up to 2 × max at the upstream. Each instance remembers the epoch it last verified and checks it again
+ * (lua/checkEpoch-1.lua) after every lost connection, sending no admitting command until the check passes. A new
+ * epoch means: re-register the live leases (restart listeners), then admit nothing until `graceMs` after its creation,
+ * so the rest of the fleet registers its leases first. A `start` epoch (no older one known) holds nothing. On Cluster,
+ * one epoch key per master (cluster-epochs.ts).
  */
 import type { Cluster, Redis } from 'ioredis';
 import type { Clock } from '../../../core/clock.js';
@@ -43,30 +29,27 @@ export interface EpochDeps {
 const CHECK_RETRY_MS = 250;
 
 export class Epoch {
-  /** The epoch id last verified, per epoch key (one key; on Cluster one per master). */
+  /** The epoch id last verified, per epoch key. */
   private readonly known = new Map<string, string>();
   private verified = false;
-  /** Bumped by every lost connection: a check that spans one does not count as verified. */
+  /** Bumped by every lost connection: a check that spans one does not verify. */
   private losses = 0;
   private checking: Promise<void> | undefined;
   private readonly listeners = new Set<RestartListener>();
-  /** Restarts detected since this store was created. */
   restarts = 0;
 
   private readonly reconnectListeners = new Set<() => void>();
-  /** A restart drops every connection: verify again before the next admitting command. */
   private readonly onClose = (): void => this.invalidate();
-  /** And at once on reconnect: an instance holding leases but admitting nothing still registers them again. */
+  /** At once on reconnect: an instance holding leases but admitting nothing still registers them again. */
   private readonly onReady = (): void => {
     for (const listener of this.reconnectListeners) listener();
     void this.ensure().catch(() => {});
   };
 
   /**
-   * On Cluster, each node's connection (a master can restart alone). ioredis may replace a node's connection rather
-   * than reconnect it, and a replaced one's 'close' comes after it left the pool. So a check runs at once (its restore
-   * must not wait for an admitting command) when a node connection comes back after a loss, when a node leaves, and
-   * when an address seen before joins again; a node's first connection needs none (every check covers all masters).
+   * On Cluster, each node's connection (a master can restart alone). ioredis may replace a node's connection, whose
+   * 'close' then comes after it left the pool: so a check runs at once when a node comes back after a loss, when one
+   * leaves, and when an address seen before joins again.
    */
   private readonly followed = new Map<Redis, { close: () => void; ready: () => void }>();
   private readonly seen = new Set<string>();
@@ -99,7 +82,6 @@ export class Epoch {
     this.recheck();
   };
 
-  /** A Cluster node came back or went: tell the reconnect listeners, and check until a check passes. */
   private recheck(): void {
     this.invalidate();
     for (const listener of this.reconnectListeners) listener();
@@ -108,10 +90,7 @@ export class Epoch {
 
   private detached = false;
 
-  /**
-   * On Cluster, a node that left comes back only when the client refreshes its slot map, which an idle client does
-   * not do soon: keep checking (each check reaches every master, connecting to it) until one passes.
-   */
+  /** A Cluster node that left comes back only with a slot map refresh, which an idle client delays: keep checking. */
   private checkUntilVerified(): void {
     if (this.detached || this.verified) return;
     this.ensure().catch(() => this.deps.clock.sleep(CHECK_RETRY_MS).then(() => this.checkUntilVerified()));
@@ -129,7 +108,6 @@ export class Epoch {
     }
   }
 
-  /** Stops following the client's connections (the store closes). */
   detach(): void {
     const { client } = this.deps;
     this.detached = true;
@@ -144,16 +122,12 @@ export class Epoch {
     client.off('ready', this.onReady);
   }
 
-  /** Calls the listener whenever the connection is established again after a loss. Returns the unsubscribe. */
   onReconnect(listener: () => void): () => void {
     this.reconnectListeners.add(listener);
     return () => void this.reconnectListeners.delete(listener);
   }
 
-  /**
-   * Runs an admitting command once the epoch is verified on this connection (at once in the steady state). A failed
-   * check fails the command as its own operation.
-   */
+  /** Runs an admitting command once the epoch is verified; a failed check fails it as its own operation. */
   admitting<T>(operation: string, work: () => Promise<T>): Promise<T> {
     if (this.verified) return work();
     return this.ensure().then(work, (err: unknown) => {
@@ -162,12 +136,6 @@ export class Epoch {
     });
   }
 
-  /** Whether the epoch was verified on the current connection: admitting commands may go out. */
-  get ok(): boolean {
-    return this.verified;
-  }
-
-  /** The connection was lost: verify again before the next admitting command. */
   invalidate(): void {
     this.verified = false;
     this.losses++;
@@ -178,7 +146,7 @@ export class Epoch {
     return () => void this.listeners.delete(listener);
   }
 
-  /** Resolves once the epoch is verified (restoring and waiting out the grace when Redis restarted). Coalesced. */
+  /** Resolves once the epoch is verified (restored and the grace waited out after a restart). Coalesced. */
   ensure(): Promise<void> {
     if (this.verified) return Promise.resolve();
     return (this.checking ??= this.check().finally(() => {
@@ -225,9 +193,8 @@ export class Epoch {
   }
 
   /**
-   * On Cluster, a master can answer while the others refuse (a cluster coming back from an outage: the first master
-   * up makes its epoch while the rest still reply CLUSTERDOWN), so an epoch made by a check is not yet seen by anyone
-   * else. Its grace starts here, once this check has reached every master; until then it has no creation time.
+   * On Cluster one master may make its epoch while others still refuse (CLUSTERDOWN), so a new epoch has no creation
+   * time until a check has reached every master: its grace starts here.
    */
   private async startGraces(
     keys: readonly string[],

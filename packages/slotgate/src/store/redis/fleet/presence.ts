@@ -1,7 +1,4 @@
-/**
- * Instances announcing themselves in one Redis hash (id → JSON with `seen_at`), for operators' views of the fleet.
- * The hash expires a minute after the last announcement, so a fleet that is gone leaves nothing behind.
- */
+/** Instances announced in one hash (id → JSON with `seen_at`), which expires a minute after the last announcement. */
 import type { Cluster, Redis } from 'ioredis';
 import type { Clock } from '../../../core/clock.js';
 import type { Purpose } from '../../store.js';
@@ -10,15 +7,16 @@ import type { KeyBuilder } from '../keys.js';
 
 const HASH_TTL_MS = 60_000;
 
+/** What the fleet's Redis parts (presence, shared settings) need of the store. */
+export interface FleetDeps {
+  client: Redis | Cluster;
+  keys: KeyBuilder;
+  count: (purpose: Purpose, n: number) => void;
+  clock: Clock;
+}
+
 export class RedisPresence implements Presence {
-  constructor(
-    private readonly deps: {
-      client: Redis | Cluster;
-      keys: KeyBuilder;
-      count: (purpose: Purpose, n: number) => void;
-      clock: Clock;
-    },
-  ) {}
+  constructor(private readonly deps: FleetDeps) {}
 
   async announce(info: InstanceInfo): Promise<void> {
     const key = this.deps.keys.instances();

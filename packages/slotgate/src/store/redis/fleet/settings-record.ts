@@ -1,43 +1,33 @@
-/**
- * The record kept next to the settings overrides in Redis (lua/includes/settingsRecord.lua), and what an instance
- * makes of a read: take the overrides as they are, record a change made outside the scripts, or put back what the
- * store lost. Pure functions; what an instance last read is kept by shared-settings.ts.
- */
+/** The record kept next to the settings overrides (lua/includes/settingsRecord.lua), and what a read decides. */
 import type { OverridesOrigin } from '../../fleet.js';
 
 const CHANGES = ['update', 'reset', 'external'] as const;
 type Change = (typeof CHANGES)[number];
 
 export interface SettingsRecord {
-  /** Counts the recorded changes; the highest wins. */
   version: number;
   change: Change;
-  /** Redis time in ms; null when unknown. */
+  /** Redis ms; null when unknown. */
   at: number | null;
-  /** The instance that made the change; '' when unknown. */
+  /** '' when unknown. */
   by: string;
-  /** The digest of the overrides this record was written with. */
+  /** Of the overrides this record was written with. */
   digest: string;
-  /** Set by a restore. */
   restoredAt: number | null;
   restoredBy: string;
 }
 
-/** One read: the overrides as stored (JSON text per field), their record (null when none) and their digest now. */
+/** One read: the overrides (JSON text per field), their record and their digest now. */
 export interface SettingsSnapshot {
   fields: Record<string, string>;
   record: SettingsRecord | null;
   digest: string;
 }
 
-/** A read whose record matches its content: what an instance keeps, and re-publishes after a store loss. */
+/** A read whose record matches its content: what an instance puts back after a store loss. */
 export type RecordedSnapshot = SettingsSnapshot & { record: SettingsRecord };
 
-/**
- * - `apply`: take the overrides as they are;
- * - `record`: take them, and record the change made outside the scripts (no record, or one of other content);
- * - `restore`: the store lost overrides this instance has read (no record, or an older one): put them back.
- */
+/** `record`: take the overrides and record a change made outside the scripts; `restore`: put back what was lost. */
 export type SettingsAction = 'apply' | 'record' | 'restore';
 
 export function decide(known: RecordedSnapshot | undefined, now: SettingsSnapshot): SettingsAction {
@@ -60,10 +50,7 @@ function pairs(flat: unknown): Record<string, string> {
 const ms = (text: string | undefined): number | null =>
   text && Number.isSafeInteger(Number(text)) ? Number(text) : null;
 
-/**
- * A record as stored; null when there is none. Its version is read as the scripts read it (Lua's `tonumber`); a
- * record damaged otherwise is taken as not matching its content, so the next change rewrites it.
- */
+/** The version is read as Lua's `tonumber` reads it; a record damaged otherwise fails to match, and is rewritten. */
 export function parseRecord(fields: Record<string, string>): SettingsRecord | null {
   const version = Number(fields.version);
   if (fields.version === undefined || !Number.isFinite(version)) return null;
@@ -79,7 +66,6 @@ export function parseRecord(fields: Record<string, string>): SettingsRecord | nu
   };
 }
 
-/** The reply of lua/readSettings-2.lua. */
 export function parseSnapshot(reply: unknown): SettingsSnapshot {
   if (!Array.isArray(reply) || reply.length !== 3) {
     throw new TypeError(`unexpected settings reply ${JSON.stringify(reply)}`);
@@ -87,7 +73,7 @@ export function parseSnapshot(reply: unknown): SettingsSnapshot {
   return { fields: pairs(reply[0]), record: parseRecord(pairs(reply[1])), digest: String(reply[2]) };
 }
 
-/** The overrides' values: JSON per field, a field that is not JSON as its text (the parser then judges it). */
+/** JSON per field; a field that is not JSON as its text, for the parser to judge. */
 export function fieldValues(fields: Record<string, string>): Record<string, unknown> {
   const values: Record<string, unknown> = {};
   for (const [key, text] of Object.entries(fields)) {
@@ -113,7 +99,7 @@ export function originOf(record: SettingsRecord): OverridesOrigin {
   };
 }
 
-/** The arguments of lua/restoreSettings-2.lua after the instance's own id: the record, then the overrides. */
+/** lua/restoreSettings-2.lua's arguments after the instance id. */
 export function restoreArgs(known: RecordedSnapshot): string[] {
   const { version, change, at, by } = known.record;
   return [String(version), change, at === null ? '' : String(at), by, ...Object.entries(known.fields).flat()];

@@ -1,25 +1,16 @@
 /**
- * Settings overrides shared through Redis: they live in one hash, next to a record of their last change (a version,
- * the Redis time, the instance: settings-record.ts); a change is announced on a pub/sub channel, and every instance
- * re-reads both on the announcement, on every reconnect, and periodically as the fallback for a lost message. A hash
- * whose content does not validate is rejected whole: the instance keeps what it has.
- *
- * A Redis that comes back empty (restarted without persistence) has lost the overrides, but not every instance has:
- * an instance that finds no record, or one older than the last it read, keeps the overrides in force and puts back
- * what it last read. A reset is recorded with a version of its own, so the highest version wins wherever the copies
- * come from, and a reset is never undone by an instance that had not seen it yet.
+ * Settings overrides in one hash beside a record of their last change (settings-record.ts), re-read on every
+ * announcement, reconnect and `rereadMs`. An instance that finds no record, or an older one than it read, keeps its
+ * overrides and puts them back; resets are versioned too, so the highest version wins and no reset is undone.
  */
-import type { Cluster, Redis } from 'ioredis';
-import type { Clock, Timer } from '../../../core/clock.js';
+import type { Timer } from '../../../core/clock.js';
 import { randomInstanceId } from '../../../core/ids.js';
-import { type Purpose } from '../../store.js';
 import {
   NO_ORIGIN,
   type OverridesOrigin,
   type SharedSettings,
   type SharedSettingsOptions,
 } from '../../fleet.js';
-import type { KeyBuilder } from '../keys.js';
 import { SETTINGS_SCRIPTS } from '../scripts.js';
 import {
   decide,
@@ -31,13 +22,7 @@ import {
   type SettingsSnapshot,
 } from './settings-record.js';
 import { subscriberOf, type Subscriber } from '../connection/connection.js';
-
-export interface RedisSharedSettingsDeps {
-  client: Redis | Cluster;
-  keys: KeyBuilder;
-  count: (purpose: Purpose, n: number) => void;
-  clock: Clock;
-}
+import type { FleetDeps } from './presence.js';
 
 export class RedisSharedSettings<T extends object> implements SharedSettings<T> {
   private subscriber: Subscriber | undefined;
@@ -45,7 +30,7 @@ export class RedisSharedSettings<T extends object> implements SharedSettings<T> 
   private closed = false;
   /** The overrides last handed to onOverrides, as JSON. */
   private last = '';
-  /** The last read whose record matched its content: what this instance puts back after a store loss. */
+  /** What this instance puts back after a store loss. */
   private known: RecordedSnapshot | undefined;
   private current: OverridesOrigin = NO_ORIGIN;
   private refreshing: Promise<void> | undefined;
@@ -53,7 +38,7 @@ export class RedisSharedSettings<T extends object> implements SharedSettings<T> 
   private readonly instanceId: string;
 
   constructor(
-    private readonly deps: RedisSharedSettingsDeps,
+    private readonly deps: FleetDeps,
     private readonly opts: SharedSettingsOptions<T>,
   ) {
     this.instanceId = opts.instanceId ?? randomInstanceId();
@@ -72,7 +57,7 @@ export class RedisSharedSettings<T extends object> implements SharedSettings<T> 
     return SETTINGS_SCRIPTS.read.call(this.deps.client, this.keys, []);
   }
 
-  /** Runs lua/writeSettings-2.lua: the version recorded, 0 or -1 (see there). */
+  /** The version recorded, 0 or -1 (lua/writeSettings-2.lua). */
   private async record(change: string, known: number, digest: string, fields: string[]): Promise<number> {
     this.deps.count('settings', 1);
     const by = change === 'external' ? '' : this.instanceId;
@@ -84,7 +69,7 @@ export class RedisSharedSettings<T extends object> implements SharedSettings<T> 
     const valid = this.opts.parse(update);
     const fields = Object.entries(valid).flatMap(([k, v]) => [k, JSON.stringify(v)]);
     if (fields.length === 0) return;
-    // An update builds on the newest overrides this instance has read: a store that lost them gets them back first.
+    // a store that lost the overrides this update builds on gets them back first
     for (let attempt = 0; attempt < 2; attempt++) {
       const known = this.known;
       if ((await this.record('update', known?.record.version ?? 0, '', fields)) > 0) return;
@@ -102,14 +87,13 @@ export class RedisSharedSettings<T extends object> implements SharedSettings<T> 
     const subscriber = subscriberOf(this.deps.client);
     subscriber.on('error', (err: Error) => this.opts.onError?.(err));
     subscriber.on('message', () => void this.refresh());
-    // After a reconnect, messages sent meanwhile are lost, and a restarted Redis may have lost the overrides too.
+    // messages sent during a gap are lost, and a restarted Redis may have lost the overrides
     subscriber.on('ready', () => void this.refresh());
     subscriber.subscribe(this.deps.keys.settingsChannel()).catch((err: Error) => this.opts.onError?.(err));
     this.subscriber = subscriber;
     this.scheduleReread();
   }
 
-  /** The fallback for a lost announcement: a re-read every `rereadMs`. */
   private scheduleReread(): void {
     if (this.closed) return;
     this.timer = this.deps.clock.setTimer(() => {
@@ -118,14 +102,13 @@ export class RedisSharedSettings<T extends object> implements SharedSettings<T> 
     }, this.opts.rereadMs ?? 5000);
   }
 
-  /** One read at a time: a refresh asked for during one runs once more after it, so the newest read applies last. */
+  /** One read at a time; one asked for meanwhile runs after it, so the newest read applies last. */
   private refresh(): Promise<void> {
     if (this.refreshing) {
       this.again = true;
       return this.refreshing;
     }
     const run = async () => {
-      // A few passes at most: a store that disagrees with itself waits for the next announcement or re-read.
       for (let pass = 0; pass < 3 && (pass === 0 || this.again) && !this.closed; pass++) {
         this.again = false;
         try {
@@ -143,7 +126,6 @@ export class RedisSharedSettings<T extends object> implements SharedSettings<T> 
     const snapshot = await this.read();
     const action = decide(this.known, snapshot);
     if (action === 'restore') {
-      // Keep the overrides in force; the next read sees the restored ones (or a newer version restored elsewhere).
       if (!(await this.restore(this.known!))) this.again = true;
       return;
     }
@@ -159,13 +141,12 @@ export class RedisSharedSettings<T extends object> implements SharedSettings<T> 
       this.last = text;
       this.opts.onOverrides(overrides);
     }
-    // Changed outside the scripts (by hand, or by an older release): recorded once, by whichever instance gets there
-    // first; its announcement brings every instance the record.
+    // changed outside the scripts: the first instance there records it, and its announcement tells the rest
     if (action === 'record')
       await this.record('external', snapshot.record?.version ?? 0, snapshot.digest, []);
   }
 
-  /** Puts back the overrides `known` holds; true when this instance did (false: the store has them or newer). */
+  /** True when this instance put them back (false: the store has them or newer). */
   private async restore(known: RecordedSnapshot): Promise<boolean> {
     this.deps.count('settings', 1);
     const args = [this.deps.keys.settingsChannel(), this.instanceId, ...restoreArgs(known)];

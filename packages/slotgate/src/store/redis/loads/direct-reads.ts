@@ -1,8 +1,4 @@
-/**
- * Loads read straight from each channel's own keys (lua/readLoads-n.lua): the rollback path of
- * `load_cache_enabled: false` and the operators' views. One script call per batch of at most 50 channels (one per
- * channel on Cluster), each reading the Redis clock once; read-only.
- */
+/** Loads read straight from each channel's own keys: the rollback path and the operators' views. Read-only. */
 import type { Cluster, Redis } from 'ioredis';
 import { countByInstance } from '../../holders.js';
 import type { ChannelLoad } from '../../store.js';
@@ -13,13 +9,12 @@ import { batchesOf } from '../slots/topology.js';
 export interface DirectReadDeps {
   client: Redis | Cluster;
   keys: KeyBuilder;
-  /** Runs the work under the store's time bound, counting `n` load_read commands. */
   run: <T>(n: number, work: () => Promise<T>) => Promise<T>;
-  /** How long a registration lives past its arrival, as this store last registered one. */
+  /** The registration lifetime this store last registered with. */
   liveMs: () => number;
 }
 
-export function toLoad(active: number, waiting: number, pttl: number): ChannelLoad {
+function toLoad(active: number, waiting: number, pttl: number): ChannelLoad {
   const coolingDown = pttl !== -2;
   return { active, waiting, coolingDown, cooldownRemainingMs: coolingDown ? pttl : 0 };
 }
@@ -50,7 +45,7 @@ export async function readLoads(
   return loads;
 }
 
-/** Who holds each channel's live slots: one read-only call per channel on its own key (Cluster-legal). */
+/** One call per channel: Cluster-legal. */
 export async function readHolders(
   deps: DirectReadDeps,
   channelIds: readonly string[],

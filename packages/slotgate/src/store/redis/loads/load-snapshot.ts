@@ -1,15 +1,11 @@
 /**
- * The load summary's snapshot as data (load-summary.ts does the I/O): an instance's counts packed one number per
- * channel, a snapshot's text parsed into a view, and the sums of every instance's field as lua/exchangeLoads-3.lua
- * makes them, for a reader that builds the snapshot itself.
- *
- * A snapshot is `{"l": [channel, summed count, …], "c": [channel, cooldown end, …], "v": [instance, version, …],
- * "n": count}`; an instance's field is `[version, lapse time, channel, packed count, …]` (JSON).
+ * The load summary's data, without I/O. A snapshot is `{"l": [channel, summed count, …], "c": [channel, cooldown
+ * end, …], "v": [instance, version, …], "n": count}`; an instance's field `[version, lapse time, channel, count, …]`.
  */
 import type { OwnCounts } from '../../store.js';
 
-/** A channel's count in the summary is `active + waiting × WAITING_UNIT`: one number per channel to sum and read. */
-export const WAITING_UNIT = 2 ** 26;
+/** A channel's count in the summary is `active + waiting × WAITING_UNIT`: one number to sum. */
+const WAITING_UNIT = 2 ** 26;
 
 export function packCounts(counts: OwnCounts): number {
   return Math.max(0, Math.floor(counts.active)) + Math.max(0, Math.floor(counts.waiting)) * WAITING_UNIT;
@@ -22,11 +18,7 @@ export function unpackCounts(value: string | number | null | undefined): OwnCoun
   return { active: n - waiting * WAITING_UNIT, waiting };
 }
 
-/**
- * What a read shows: packed counts and cooldown ends (Redis ms) per channel (a channel not named counts 0), the
- * version of each instance's counts the sums hold, and how many (instance, channel) counts they summed (what a build
- * costs).
- */
+/** Packed counts and cooldown ends per channel, each instance's version summed, and how many counts were summed. */
 export interface SummaryView {
   counts: Map<string, string>;
   cooling: Map<string, number>;
@@ -34,7 +26,6 @@ export interface SummaryView {
   pairs: number;
 }
 
-/** The pairs of a flat `[key, value, …]` array (nothing for anything else). */
 function pairsOf<V>(flat: unknown, value: (v: unknown) => V): Map<string, V> {
   const map = new Map<string, V>();
   if (Array.isArray(flat))
@@ -42,7 +33,6 @@ function pairsOf<V>(flat: unknown, value: (v: unknown) => V): Map<string, V> {
   return map;
 }
 
-/** A snapshot's parts (what its JSON holds) as a view. */
 function viewOf({ l, c, v, n }: { l?: unknown; c?: unknown; v?: unknown; n?: unknown }): SummaryView {
   return {
     counts: pairsOf(l, String),
@@ -52,15 +42,11 @@ function viewOf({ l, c, v, n }: { l?: unknown; c?: unknown; v?: unknown; n?: unk
   };
 }
 
-/** A snapshot's text as a view (an empty one for none). */
 export function parseSnapshot(text: string | null): SummaryView {
   return viewOf(text === null ? {} : (JSON.parse(text) as Record<string, unknown>));
 }
 
-/**
- * The snapshot of every instance's field and the cooling hash as read (HGETALL), the lapsed (lapse time at or before
- * `now`, Redis ms) and the unreadable left out and named, as the script builds it.
- */
+/** The snapshot of the fields read, as the script builds it; the lapsed and unreadable left out and named. */
 export function sumFields(
   fields: Record<string, string>,
   cooling: Record<string, string>,

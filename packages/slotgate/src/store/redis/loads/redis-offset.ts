@@ -1,7 +1,6 @@
 /**
- * The Redis clock as the load summary estimates it: the offset to this process's clock at the last TIME read. The
- * summary dates its counts' lapse and the cooldowns' ends with it; both only order candidates, and the acquire
- * script alone decides by Redis's own clock.
+ * The Redis clock estimated by its offset at the last TIME. Only the load summary's dates use it: the acquire script
+ * alone decides, by Redis's own clock.
  */
 import type { Clock } from '../../../core/clock.js';
 
@@ -16,7 +15,6 @@ export class RedisOffset {
 
   constructor(private readonly clock: Clock) {}
 
-  /** Whether no TIME was read yet. */
   get unknown(): boolean {
     return this.offset === undefined;
   }
@@ -25,7 +23,7 @@ export class RedisOffset {
     this.offset = redisMs(time) - this.clock.now();
   }
 
-  /** Whether a read should carry a TIME (the last is `everyMs` old); claims it when it says yes. */
+  /** Whether a read should carry a TIME; claims it when it says yes. */
   claimRefresh(everyMs: number): boolean {
     const now = this.clock.now();
     if (now - this.readAt < everyMs) return false;
@@ -33,7 +31,6 @@ export class RedisOffset {
     return true;
   }
 
-  /** Now on the Redis clock, by the last offset. */
   now(): number {
     return this.clock.now() + (this.offset ?? 0);
   }

@@ -1,21 +1,20 @@
 /**
- * What one store put in the load summary for one instance (load-summary.ts): its counts as versions, each the whole
- * of its counts as one HSET wrote them, kept while a snapshot may still hold them, so a reader can take its own counts
- * out of a snapshot's sums by the version the snapshot names.
+ * The versions of one instance's counts in the load summary, kept while a snapshot may still hold them, so a reader
+ * can take its own counts out of the sums by the version the snapshot names.
  */
 import { randomBytes } from 'node:crypto';
 import type { LoadExchange } from '../../store.js';
 import { packCounts, type SummaryView } from './load-snapshot.js';
 
-/** One version of an instance's counts (channel → packed count, non-zero only), as one HSET put it in. */
-export interface Version {
+interface Version {
   n: number;
+  /** channel → packed count, non-zero only. */
   counts: ReadonlyMap<string, number>;
-  /** When a later version was put in (performance.now() ms). */
+  /** When a later version was put in (performance.now()). */
   replacedAt?: number;
 }
 
-/** What puts a version in: the field's JSON ('' when it holds nothing: the field is deleted), a new hash expiry. */
+/** The field's JSON ('' deletes it) and the counts hash's new expiry ('' for none). */
 export interface FieldWrite {
   field: string;
   expiry: number | '';
@@ -23,30 +22,27 @@ export interface FieldWrite {
 
 const EMPTY: ReadonlyMap<string, number> = new Map();
 
-/** How long an instance's counts live without an exchange that gives a keep, when none ever gave one. */
+/** The lapse of an instance's counts when no exchange ever gave a keep. */
 const DEFAULT_KEEP_MS = 60_000;
 
-/** Versions remembered at most (the last always). */
 const MAX_VERSIONS = 256;
 
 export class ReportedCounts {
-  /** Random: versions are `<tag>.<n>`, so another process under the same instance id never matches. */
+  /** Versions are `<tag>.<n>`: another process under the same instance id never matches. */
   private readonly tag = randomBytes(6).toString('base64url');
   private n = 0;
-  /** Versions by n, oldest first: the last one, and those replaced lately. */
+  /** The last version and those replaced lately, oldest first. */
   private readonly versions = new Map<number, Version>();
-  /** When its counts lapse (Redis ms, by the clock estimate) and the keep that set it. */
+  /** Redis ms, by the clock estimate. */
   private lapseAt: number | undefined;
   private keepMs: number | undefined;
-  /** Whether the next write renews the hash's expiry (with a keep). */
   private renewDue = true;
 
-  /** The last version (undefined before any): the instance's counts as last put in. */
   get last(): Version | undefined {
     return this.versions.get(this.n);
   }
 
-  /** Applies the exchange's counts (and keep) to the last version's, as a new version; `now` on the Redis clock. */
+  /** The exchange's counts applied to the last version's, as a new version; `now` on the Redis clock. */
   apply(ex: Pick<LoadExchange, 'mode' | 'counts' | 'keepMs'>, now: number): Version {
     const counts = new Map(ex.mode === 'changes' ? this.last?.counts : undefined);
     if (ex.mode !== 'leave') {
@@ -64,8 +60,7 @@ export class ReportedCounts {
     this.lapseAt ??= Math.round(now + DEFAULT_KEEP_MS);
     const version: Version = { n: ++this.n, counts };
     this.versions.set(version.n, version);
-    // (writes failing one after the other are never confirmed: the oldest go first; a snapshot naming one is read
-    // again without a max age)
+    // unconfirmed versions pile up while writes fail: a snapshot naming a dropped one is read again fresh
     for (const n of this.versions.keys()) {
       if (this.versions.size <= MAX_VERSIONS) break;
       this.versions.delete(n);
@@ -73,7 +68,6 @@ export class ReportedCounts {
     return version;
   }
 
-  /** What puts the version in: its field, and the counts hash's new expiry with a keep not renewed yet. */
   writeOf(version: Version): FieldWrite {
     const flat: (string | number)[] = [`${this.tag}.${version.n}`, this.lapseAt!];
     for (const [id, packed] of version.counts) flat.push(id, packed);
@@ -84,10 +78,7 @@ export class ReportedCounts {
     return { field: version.counts.size > 0 ? JSON.stringify(flat) : '', expiry };
   }
 
-  /**
-   * A version was put in: the versions before it are replaced in Redis, and a snapshot built from them is served for
-   * at most `servedMs`: they are forgotten a while after that.
-   */
+  /** The versions before `version` are replaced; a snapshot of them is served at most `servedMs` more. */
   confirmed(version: Version, servedMs: number): void {
     const now = performance.now();
     for (const [n, v] of this.versions) {
@@ -97,12 +88,12 @@ export class ReportedCounts {
     }
   }
 
-  /** The counts a snapshot's sums hold of this instance (none: not in it); undefined for a version not known. */
+  /** This instance's counts in a snapshot's sums; undefined for a version not remembered. */
   ownIn(view: SummaryView, instanceId: string): ReadonlyMap<string, number> | undefined {
     const version = view.versions.get(instanceId);
     if (version === undefined) return EMPTY;
     const dot = version.lastIndexOf('.');
-    // another process under the same id put these in (this one's predecessor, say): they are not this one's to take out
+    // another process under the same id put these in: not this one's to take out
     if (version.slice(0, dot) !== this.tag) return EMPTY;
     return this.versions.get(Number(version.slice(dot + 1)))?.counts;
   }

@@ -1,8 +1,6 @@
 /**
- * The registrations asked for in one job (a waiter joining two queues, the waiters one reply flight resumed) go out
- * together when the job ends, each standing as of its request's arrival measured then: one asked for early in the job
- * would otherwise stand later for having waited for the others. On one node they share one enqueueWaiter call (one
- * EVALSHA and one TIME for all); on Cluster each is a call of its own, its keys in one channel's hash slot.
+ * The registrations of one job go out together when it ends, each with its arrival lead measured then (else one
+ * asked for early would stand later for waiting on the others). One call for all on one node; one each on Cluster.
  */
 import type { Cluster, Redis } from 'ioredis';
 import { preciseNow, type Clock } from '../../../core/clock.js';
@@ -10,18 +8,17 @@ import { clampArrivalLead, type EnqueueReply } from '../../store.js';
 import { isCluster } from '../connection/connection.js';
 import { SCRIPTS } from '../scripts.js';
 
-/** Registrations one call carries at most. */
 const MAX_PER_CALL = 100;
-/** The arguments of one registration: its arrival lead (µs) is the last. */
-export const ENQUEUE_ARGS = 7;
+/** The arguments of one registration, its arrival lead (µs) last. */
+const ENQUEUE_ARGS = 7;
 
 type Arg = string | number;
 
 interface Pending {
   keys: string[];
-  /** Its arguments without the arrival lead, which is added when the call goes out. */
+  /** Without the arrival lead. */
   args: Arg[];
-  /** When its request arrived, on the clock's precise reading. */
+  /** When its request arrived (preciseNow()). */
   arrivedAt: number;
   resolve: (reply: EnqueueReply) => void;
   reject: (err: unknown) => void;
@@ -33,11 +30,9 @@ export class EnqueueBatch {
   constructor(
     private readonly client: Redis | Cluster,
     private readonly clock: Clock,
-    /** Counts one `wait` command. */
     private readonly count: () => void,
   ) {}
 
-  /** Sends the registration with the others of this job; `args` without the arrival lead. */
   send(keys: string[], args: Arg[], arrivedAt: number): Promise<EnqueueReply> {
     if (args.length !== ENQUEUE_ARGS - 1)
       throw new RangeError(`enqueueWaiter takes ${ENQUEUE_ARGS} arguments`);

@@ -1,8 +1,6 @@
 /**
- * The messages on an instance's grants channel (`<prefix>:v1:grants:<instanceId>`), sent by the scripts
- * (lua/includes/queue.lua) and delivered to the instance's QueueListener: a slot granted to one of its waiters
- * (`g\n<token>\n<channel>`), and a queue formed on a channel where it holds a slot (`q\n<channel>`). The channel id
- * is the rest of the message, whatever it holds.
+ * An instance's grants channel: `g\n<token>\n<channel>` (a slot granted to one of its waiters) and `q\n<channel>`
+ * (a queue formed where it holds a slot), from lua/includes/queue.lua. The channel id is the rest, whatever it holds.
  */
 import type { Cluster, Redis } from 'ioredis';
 import type { Listening, QueueListener } from '../../store.js';
@@ -11,22 +9,18 @@ import type { KeyBuilder } from '../keys.js';
 import type { Members } from './members.js';
 import type { QueueHints } from './queue-hints.js';
 
-export const GRANT_MESSAGE = 'g';
-export const QUEUED_MESSAGE = 'q';
-
-/** A message as sent: what it says, and of which channel and token; undefined for another shape. */
-export function parseMessage(
+function parseMessage(
   message: string,
 ): { kind: 'grant'; token: string; channelId: string } | { kind: 'queued'; channelId: string } | undefined {
   let [kind, rest] = [message.slice(0, 2), message.slice(2)];
-  // an older release sends `G` and `Q` with a time first
+  // `G` and `Q` carry a time first (still sent by older releases)
   if (kind === 'G\n' || kind === 'Q\n') {
     rest = rest.slice(rest.indexOf('\n') + 1);
     kind = kind.toLowerCase();
   }
-  if (kind === `${QUEUED_MESSAGE}\n`) return { kind: 'queued', channelId: rest };
+  if (kind === 'q\n') return { kind: 'queued', channelId: rest };
   const cut = rest.indexOf('\n');
-  if (kind !== `${GRANT_MESSAGE}\n` || cut <= 0) return undefined;
+  if (kind !== 'g\n' || cut <= 0) return undefined;
   return { kind: 'grant', token: rest.slice(0, cut), channelId: rest.slice(cut + 1) };
 }
 
@@ -37,15 +31,11 @@ export class GrantMessages {
     private readonly deps: { client: Redis | Cluster; keys: KeyBuilder; hints: QueueHints; members: Members },
   ) {}
 
-  /** The listener of an instance listening through this store. */
   listenerOf(instanceId: string): QueueListener | undefined {
     return this.listeners.get(instanceId);
   }
 
-  /**
-   * Subscribes to the instance's grants channel on a connection of its own. Messages sent while it reconnects are
-   * lost: once the subscription is back, every waiter checks its queues (QueueListener.resync).
-   */
+  /** Messages sent while the subscription reconnects are lost: once it is back, the listener resyncs. */
   listen(instanceId: string, listener: QueueListener): Listening {
     const { keys, hints, members } = this.deps;
     this.listeners.set(instanceId, listener);
@@ -70,7 +60,6 @@ export class GrantMessages {
         listener.queued(message.channelId);
       }
     });
-    // with Redis down at start, the subscription completes when it answers
     const ready = subscriber.subscribe(channel).then(
       () => undefined,
       () => undefined,

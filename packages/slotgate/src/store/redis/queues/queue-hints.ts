@@ -1,9 +1,7 @@
 /**
- * Which channels this store believes have waiters: replies and messages mark a channel, replies that saw no waiter
- * clear it. A release always grants to the oldest waiter in Redis whatever the hint says; the hint only decides
- * whether a slot may pass to a request of this instance without a release (a handoff) and whether a newcomer skips
- * the channel. Each mark is numbered, so a reply to a command sent before a mark (a queue-formed message that came by
- * another connection) never clears it.
+ * Which channels this store believes have waiters. The hint only decides whether a slot may be handed off without a
+ * release and whether a newcomer skips the channel. Marks are numbered, so a reply to a command sent before a mark
+ * (a message that came by another connection) never clears it.
  */
 import type { AcquireReply, AcquireTarget, ChannelLoad } from '../../store.js';
 
@@ -15,7 +13,7 @@ export class QueueHints {
     return this.marks.has(channelId);
   }
 
-  /** The stamp of a command sent now: its reply clears only the marks made before it. */
+  /** A command's stamp: its reply clears only the marks made before it. */
   stamp(): number {
     return this.marked;
   }
@@ -24,7 +22,6 @@ export class QueueHints {
     this.marks.set(channelId, ++this.marked);
   }
 
-  /** The reply to a command sent at `stamp` saw no waiter on the channel. */
   clear(channelId: string, stamp: number): void {
     if ((this.marks.get(channelId) ?? Infinity) <= stamp) this.marks.delete(channelId);
   }
@@ -37,7 +34,7 @@ export class QueueHints {
     });
   }
 
-  /** Waiters in a load read mark; none never clears (a read counts registrations by one lifetime only). */
+  /** A load read without waiters never clears: it counts registrations by one lifetime only. */
   noteLoads(loads: ReadonlyMap<string, ChannelLoad>): void {
     for (const [id, load] of loads) if (load.waiting > 0) this.mark(id);
   }

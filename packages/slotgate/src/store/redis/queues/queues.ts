@@ -1,8 +1,4 @@
-/**
- * The wait queues in Redis: one FIFO queue per channel (lua/enqueueWaiter-n.lua and its companions). A waiter
- * registers, is granted a slot by the release that frees one (queues/release-call.ts), polls now and then for a lost
- * message, and leaves; every call under the store's time bound.
- */
+/** The wait queues in Redis: one FIFO per channel; a release grants the slot it frees (release-call.ts). */
 import type { Cluster, Redis } from 'ioredis';
 import { preciseNow, type Clock } from '../../../core/clock.js';
 import {
@@ -26,7 +22,6 @@ export interface QueueDeps {
   deadlines: Deadlines;
   count: (purpose: Purpose, n: number) => void;
   clock: Clock;
-  /** How long a grant waits for its instance to claim it before the slot passes on. */
   claimMs: number;
   hints: QueueHints;
   members: Members;
@@ -43,7 +38,7 @@ export class RedisQueues {
     return [this.deps.keys.slots(channelId), this.deps.keys.queue(channelId)];
   }
 
-  /** The grant parameters every queue script takes (claim deadline, lease TTL, grants prefix, channel id). */
+  /** The grant arguments every queue script takes. */
   private grantArgs(channelId: string, leaseTtlMs: number): (string | number)[] {
     return [this.deps.claimMs, leaseTtlMs, this.deps.keys.grants(), channelId];
   }
@@ -55,7 +50,7 @@ export class RedisQueues {
     return this.register(w, options, () => this.batch.send(this.keysOf(w.channelId), args, arrivedAt));
   }
 
-  /** `from`'s registration becomes `to`'s in its place (lua/requeueWaiter-2.lua), with `from`'s lifetime. */
+  /** `to` takes `from`'s place, with its lifetime. */
   async requeue(from: WaiterRef, to: WaiterRef, options: EnqueueOptions): Promise<EnqueueReply> {
     const { members, client, count } = this.deps;
     const fromMember = members.of(from);
@@ -96,8 +91,8 @@ export class RedisQueues {
       else hints.mark(w.channelId);
       return reply;
     } catch (err) {
-      // Uncertain, like an acquire: the script may still run, and the caller, told it failed, will never leave. One
-      // detached removal behind it undoes it (a grant it made passes on); the registration's expiry is the backstop.
+      // The script may still run, and the caller, told it failed, will never leave: a detached removal undoes it
+      // (a grant passes on); the registration's expiry is the backstop.
       this.leave(w, options.leaseTtlMs).catch(() => {});
       if (fromMember) this.leaveMember(w.channelId, fromMember, options.leaseTtlMs, true).catch(() => {});
       throw err;

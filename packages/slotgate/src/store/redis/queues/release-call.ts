@@ -1,7 +1,6 @@
 /**
- * The one release path: every release is one releaseSlot call (lua/releaseSlot-2.lua) that frees the slot and grants
- * it to the channel's oldest live waiter in the same script. A waiter of the releasing instance gets a full lease,
- * named in the reply, and takes it over with no claim.
+ * Every release is one releaseSlot call, which grants the slot to the oldest live waiter in the same script. A waiter
+ * of the releasing instance gets a full lease, named in the reply, with no claim.
  */
 import type { Clock } from '../../../core/clock.js';
 import { instanceOfToken } from '../../../core/ids.js';
@@ -20,11 +19,11 @@ export interface ReleaseDeps {
   hints: QueueHints;
   members: Members;
   messages: GrantMessages;
-  /** Gives back a grant no listener of this store takes over (its instance stopped listening meanwhile). */
+  /** For a grant no listener of this store takes over (its instance stopped listening meanwhile). */
   giveBack: (channelId: string, token: string, leaseTtlMs: number) => void;
 }
 
-/** The releaseSlot call of one lease; its reply says whether the token held a slot. */
+/** Its reply: whether the token held a slot. */
 export function releaseCall(deps: ReleaseDeps, lease: ReleaseRequest): ScriptCall<boolean> {
   const { keys, clock, hints, members, messages } = deps;
   const { channelId, token, ttlMs } = lease;

@@ -1,7 +1,6 @@
-/** The arguments of one acquireSlots call for a group of acquire requests, and the reading of its reply. */
 import type { AcquireOptions, AcquireReply, AcquireTarget } from '../../store.js';
 import type { KeyBuilder } from '../keys.js';
-import { splitAcquireReply } from '../scripts.js';
+import { SCRIPTS, splitAcquireReply } from '../scripts.js';
 
 export interface AcquireRequest {
   targets: readonly AcquireTarget[];
@@ -11,19 +10,17 @@ export interface AcquireRequest {
 export interface ScriptCall<R> {
   keys: string[];
   args: (string | number)[];
-  /** The reply, read from the script's raw result. */
   read(raw: unknown): R;
 }
 
-/** Channels a coalesced call may try in total: bounds the time one script holds Redis. */
+/** Bounds the time one coalesced call holds Redis. */
 export const MAX_CHANNELS_PER_CALL = 200;
 
-/** The call for requests that share a lease TTL and a cooldown setting (lua/acquireSlots-n.lua). */
+/** One call for requests that share a lease TTL and a cooldown setting. */
 export function acquireCall(
   keys: KeyBuilder,
   claimMs: number,
   requests: readonly AcquireRequest[],
-  parse: (raw: unknown) => AcquireReply[],
 ): ScriptCall<AcquireReply[][]> {
   const { leaseTtlMs, checkCooldown } = requests[0]!.opts;
   const index = new Map<string, number>();
@@ -53,14 +50,11 @@ export function acquireCall(
       ...channelArgs,
       ...requestArgs,
     ],
-    read: (raw) => splitAcquireReply(parse(raw), requests),
+    read: (raw) => splitAcquireReply(SCRIPTS.acquireSlots.reply(raw), requests),
   };
 }
 
-/**
- * Splits a turn's acquires into calls: requests with the same lease TTL and cooldown setting (normally all of them),
- * trying at most `max` channels in total per call (a lone request may exceed it).
- */
+/** Groups requests of the same lease TTL and cooldown setting, at most `max` channels per group (or one request). */
 export function groupAcquires<Q extends { request: AcquireRequest }>(
   queue: readonly Q[],
   max: number,

@@ -1,7 +1,4 @@
-/**
- * The batched lease scripts (renewLeases, reclaimLeases): a batch's distinct slots keys as KEYS, and per lease its
- * key's index, its token and any extra arguments; the reply names the positions of the leases not held.
- */
+/** One call of renewLeases or reclaimLeases for a batch; returns the leases not held. */
 import type { Cluster, Redis } from 'ioredis';
 import type { LeaseRef } from '../../store.js';
 import type { KeyBuilder } from '../keys.js';

@@ -1,9 +1,7 @@
 /**
- * What differs between one Redis node and a Redis Cluster, in one place. On one node a turn's commands share one
- * pipeline, one acquire call may try many channels, and batches of leases or channels may mix channels. On Cluster
- * every script call must stay within one hash slot: an acquire tries one channel per call, batches are per channel,
- * and each command goes out on its own (ioredis's auto-pipelining writes them once per node). A command Redis
- * redirected while slots move is sent again (connection/cluster-deadlines.ts).
+ * What differs between one node and a Cluster. On one node a turn shares one pipeline and a call may span channels.
+ * On Cluster every script call must stay in one hash slot, so calls and batches are per channel, each sent on its own
+ * (auto-pipelined per node).
  */
 import type { Cluster, Redis } from 'ioredis';
 import { chunk, pushTo } from '../../../core/collections.js';
@@ -27,7 +25,6 @@ export interface TurnDeps {
   releaseCall: (lease: ReleaseRequest) => ScriptCall<boolean>;
 }
 
-/** One call of a turn: its script, its arguments, and whom to tell. */
 interface Outgoing {
   purpose: 'acquire' | 'release';
   script: Script<unknown>;
@@ -35,7 +32,7 @@ interface Outgoing {
   settle: Pick<Queued<unknown, unknown>, 'resolve' | 'reject'>;
 }
 
-/** A turn's calls: its releases first, then its acquires grouped into calls of up to 200 channels. */
+/** A turn's calls: its releases first, then its acquires grouped. */
 function outgoing(deps: TurnDeps, { releases, acquires }: Turn, perCall: number): Outgoing[] {
   const calls: Outgoing[] = releases.map((q) => ({
     purpose: 'release',
@@ -68,11 +65,10 @@ class SingleNodeTurns extends TurnQueue {
   protected send(turn: Turn): void {
     const { client, deadlines, count } = this.deps;
     const calls = outgoing(this.deps, turn, MAX_CHANNELS_PER_CALL);
-    if (calls.length === 0) return turn.written.forEach((resolve) => resolve());
+    if (calls.length === 0) return;
     const pipeline = client.pipeline();
     for (const { script, call } of calls) script.queue(pipeline, call.keys, call.args);
     const sent = pipeline.exec() as Promise<[Error | null, unknown][]>;
-    turn.written.forEach((resolve) => resolve());
     calls.forEach(({ purpose, call, settle }, i) => {
       count(purpose, 1);
       deadlines
@@ -88,7 +84,7 @@ class SingleNodeTurns extends TurnQueue {
   }
 }
 
-/** Cluster: each call on its own, a turn's acquires of one channel in one call. */
+/** Cluster: a turn's acquires of one channel in one call. */
 class ClusterTurns extends TurnQueue {
   readonly maxChannelsPerAcquire = 1;
 
@@ -101,7 +97,7 @@ class ClusterTurns extends TurnQueue {
     const byChannel = new Map<string, Turn['acquires']>();
     for (const q of turn.acquires) pushTo(byChannel, q.request.targets[0]!.channelId, q);
     const calls = [...byChannel.values()].flatMap((acquires) =>
-      outgoing(this.deps, { releases: [], acquires, written: [] }, MAX_CHANNELS_PER_CALL),
+      outgoing(this.deps, { releases: [], acquires }, MAX_CHANNELS_PER_CALL),
     );
     for (const { purpose, script, call, settle } of [
       ...outgoing(this.deps, { ...turn, acquires: [] }, 0),
@@ -112,8 +108,6 @@ class ClusterTurns extends TurnQueue {
         .run(purpose, () => script.send(client, call.keys, call.args).then((raw) => call.read(raw)))
         .then(settle.resolve, settle.reject);
     }
-    // commands sent later (load reads) queue behind these on each node's auto-pipeline
-    turn.written.forEach((resolve) => resolve());
   }
 }
 
