@@ -12,8 +12,8 @@ import { Cooldowns } from './limits/cooldowns.js';
 import type { Engine, WaitSpan } from './engine.js';
 import { Handoff } from './leases/handoff.js';
 import { LoadView } from './loads/load-view.js';
-import { admitInForce } from './pass/follow-config.js';
-import { StatsRecorder, statsOf, type AdmissionStats, type Outcome } from './stats.js';
+import { admitInForce } from './pass/pass.js';
+import { StatsRecorder, type AdmissionStats, type Outcome } from './stats.js';
 import * as views from './views.js';
 import {
   ClientFallback,
@@ -298,7 +298,7 @@ export class AdmissionEngine implements Admission {
   }
 
   stats(): AdmissionStats {
-    return statsOf(this.engine, this.instanceId, this.localShare);
+    return views.statsOf(this.engine, this.instanceId, this.localShare);
   }
 
   async close(): Promise<void> {

@@ -1,7 +1,5 @@
 /** The counters the admission engine keeps; a gateway exports them to Prometheus. */
-import { clientIdOf, isClientResource } from '../core/client.js';
-import type { Engine } from './engine.js';
-import type { LocalShare, StoreFailureMode } from './leases/local-share.js';
+import type { StoreFailureMode } from './leases/local-share.js';
 import type { CapacityReason } from '../core/errors.js';
 import { Histogram, type HistogramSnapshot } from '../core/histogram.js';
 import type { Purpose } from '../store/store.js';
@@ -67,37 +65,4 @@ export class StatsRecorder {
   firstTriesFull = 0;
   grants = 0;
   leasesLost = 0;
-}
-
-export function statsOf(engine: Engine, instanceId: string, localShare: LocalShare): AdmissionStats {
-  const { leases, tickets, inbox, recorder: r, store, view, handoff } = engine;
-  const channels: Record<string, ChannelStats> = {};
-  const clients: Record<string, ChannelStats> = {};
-  const touch = (id: string) =>
-    isClientResource(id)
-      ? (clients[clientIdOf(id)] ??= { active: 0, waiting: 0 })
-      : (channels[id] ??= { active: 0, waiting: 0 });
-  for (const lease of leases.leases()) touch(lease.channelId).active++;
-  for (const [id, n] of tickets.unlimitedActive) touch(id).active += n;
-  for (const id of inbox.channels()) touch(id).waiting = inbox.count(id);
-  return {
-    instanceId,
-    store: store.kind,
-    commands: { ...store.commands },
-    outcomes: { ...r.outcomes },
-    acquireAttempts: r.acquireAttempts,
-    acquireCalls: r.acquireCalls,
-    firstTries: r.firstTries,
-    firstTriesFull: r.firstTriesFull,
-    handoffs: handoff.count,
-    grants: r.grants,
-    admissionLatencyMs: r.admissionLatency.snapshot(),
-    waitTimeMs: r.waitTime.snapshot(),
-    loadView: { ...view.counters },
-    leasesLost: r.leasesLost,
-    liveLeases: leases.size,
-    localShare: { mode: localShare.mode, active: localShare.active, admitted: localShare.admitted },
-    channels,
-    clients,
-  };
 }

@@ -1,14 +1,17 @@
-/** What operators read of channels and clients, from the store or the load view; unlimited channels from here. */
+/** What operators read: channels and clients from the store or the load view (unlimited channels from here), and the stats. */
 import { isBounded, type Candidate } from '../core/channel.js';
 import {
   CLIENT_RESOURCE_PREFIX,
   clientIdOf,
+  isClientResource,
   isLimited,
   validateClient,
   type Client,
 } from '../core/client.js';
 import type { ChannelLoad } from '../store/store.js';
 import type { Engine } from './engine.js';
+import type { LocalShare } from './leases/local-share.js';
+import type { AdmissionStats, ChannelStats } from './stats.js';
 
 /** Adds the unlimited channels' loads: this instance's tickets and cooldowns. */
 function withUnlimited(engine: Engine, channels: readonly Candidate[], loads: Map<string, ChannelLoad>) {
@@ -62,4 +65,37 @@ export async function readClients(
   const ids = clients.filter(isLimited).map((c) => CLIENT_RESOURCE_PREFIX + c.id);
   const loads = ids.length ? await engine.store.readLoads(ids) : new Map<string, ChannelLoad>();
   return new Map([...loads].map(([id, load]) => [clientIdOf(id), load]));
+}
+
+export function statsOf(engine: Engine, instanceId: string, localShare: LocalShare): AdmissionStats {
+  const { leases, tickets, inbox, recorder: r, store, view, handoff } = engine;
+  const channels: Record<string, ChannelStats> = {};
+  const clients: Record<string, ChannelStats> = {};
+  const touch = (id: string) =>
+    isClientResource(id)
+      ? (clients[clientIdOf(id)] ??= { active: 0, waiting: 0 })
+      : (channels[id] ??= { active: 0, waiting: 0 });
+  for (const lease of leases.leases()) touch(lease.channelId).active++;
+  for (const [id, n] of tickets.unlimitedActive) touch(id).active += n;
+  for (const id of inbox.channels()) touch(id).waiting = inbox.count(id);
+  return {
+    instanceId,
+    store: store.kind,
+    commands: { ...store.commands },
+    outcomes: { ...r.outcomes },
+    acquireAttempts: r.acquireAttempts,
+    acquireCalls: r.acquireCalls,
+    firstTries: r.firstTries,
+    firstTriesFull: r.firstTriesFull,
+    handoffs: handoff.count,
+    grants: r.grants,
+    admissionLatencyMs: r.admissionLatency.snapshot(),
+    waitTimeMs: r.waitTime.snapshot(),
+    loadView: { ...view.counters },
+    leasesLost: r.leasesLost,
+    liveLeases: leases.size,
+    localShare: { mode: localShare.mode, active: localShare.active, admitted: localShare.admitted },
+    channels,
+    clients,
+  };
 }

@@ -26,7 +26,7 @@ export interface LeaseManagerOptions {
   onStore?: (answered: boolean) => void;
 }
 
-interface AcquireOutcome {
+export interface AcquireOutcome {
   /** One reply per target tried; the last is 'acquired' when `lease` is set. */
   replies: AcquireReply[];
   lease?: Lease;

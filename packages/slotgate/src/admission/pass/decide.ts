@@ -70,6 +70,8 @@ export function nextBatch<C extends Candidate>(
 
 /** Queues one waiter tries before it gives up with queue_full. */
 const WAIT_QUEUE_TRIES = 3;
+/** Queues one waiter joins at most: each extra queue costs a grant that passes on. */
+export const QUEUES_PER_WAITER = 2;
 
 /**
  * The queues a waiter tries, emptiest first relative to their size (`maxWaiting`, else the max: waiters per slot), so

@@ -1,19 +1,74 @@
 /**
- * One pass: walk the tiers from the highest priority down, try bounded channels under one budget, admit an unlimited
- * one at once, wait when all are full. A store failure fails bounded channels closed; the walk goes on.
+ * Passes of an acquire. One pass walks the tiers from the highest priority down, tries bounded channels under one
+ * budget, admits an unlimited one at once and waits when all are full; a store failure fails bounded channels closed
+ * and the walk goes on. Passes run until one admits: a ticket admitted while the configuration changed stands only if
+ * the set in force allows it (its channel there, its max not below its lease's); else its slot goes back and the
+ * request passes again.
  */
 import { abortable } from '../../core/abort.js';
 import { isBounded, type Candidate } from '../../core/channel.js';
-import { StoreUnavailableError } from '../../core/errors.js';
+import { NoChannelError, StoreUnavailableError } from '../../core/errors.js';
 import { shareSuffix } from '../../core/ids.js';
 import { weightedPick } from '../../core/order.js';
 import type { Lease } from '../leases/lease-manager.js';
 import type { AcquireReply, ChannelLoad } from '../../store/store.js';
 import type { Prepared } from './candidates.js';
 import { nextBatch, orderTier, waitQueues } from './decide.js';
-import { tryAcquire, type Attempt, type Engine, type Moved } from '../engine.js';
-import type { Ticket } from '../types.js';
+import { tryAcquire, type Attempt, type Engine, type Moved, type WaitSpan } from '../engine.js';
+import type { AcquireRequest, Ticket } from '../types.js';
+import { NO_CHANNEL_LEFT } from '../waiting/reconfigure.js';
 import { waitForSlot } from '../waiting/waiter.js';
+
+export async function admitInForce<C extends Candidate>(
+  engine: Engine,
+  request: AcquireRequest<C>,
+  prepared: Prepared<C>,
+  arrivedAt: number,
+  /** A wait already under way (for a limited client's own slot): its deadline holds for the whole acquire. */
+  waited?: WaitSpan,
+): Promise<Ticket<C>> {
+  const { clock } = engine;
+  let configVersion = engine.configVersion();
+  let span: WaitSpan | undefined = waited;
+  for (;;) {
+    if (prepared.candidates.length === 0) {
+      throw span ? new NoChannelError(NO_CHANNEL_LEFT) : new NoChannelError();
+    }
+    const result = await runPass(engine, prepared, { request, configVersion, arrivedAt, span });
+    if ('next' in result) {
+      ({ next: prepared, configVersion, span } = result);
+      continue;
+    }
+    const waited = span && result.waitedMs === 0 ? { ...result, waitedMs: clock.now() - span.start } : result;
+    if (engine.configVersion() === configVersion) return waited;
+    configVersion = engine.configVersion();
+    prepared = engine.resolve(request);
+    const kept = stillAdmitted(engine, waited, prepared);
+    if (kept) return kept;
+    void waited.release({ handoff: false });
+    const start = span?.start ?? clock.now() - waited.waitedMs;
+    span ??= { start, deadline: start + engine.settings().wait_timeout_ms };
+  }
+}
+
+/** The ticket under the set in force (with that set's channel object), or undefined if the set does not allow it. */
+function stillAdmitted<C extends Candidate>(
+  engine: Engine,
+  ticket: Ticket<C>,
+  now: Prepared<C>,
+): Ticket<C> | undefined {
+  const channel = now.candidates.find((c) => c.id === ticket.channel.id);
+  if (!channel) return undefined;
+  if (ticket.token === undefined) {
+    if (isBounded(channel)) return undefined;
+  } else if (isBounded(channel)) {
+    // the max it was admitted under is its lease's (a rare path: the scan is fine)
+    let admittedUnder = 0;
+    for (const lease of engine.leases.leases()) if (lease.token === ticket.token) admittedUnder = lease.max;
+    if (channel.maxConcurrency! < admittedUnder) return undefined;
+  }
+  return channel === ticket.channel ? ticket : { ...ticket, channel };
+}
 
 /** One pass over a prepared candidate set: a ticket, or the set to go on with when the waiter's set changed. */
 export async function runPass<C extends Candidate>(

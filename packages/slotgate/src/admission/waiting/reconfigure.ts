@@ -6,9 +6,9 @@ import { isBounded, type Candidate } from '../../core/channel.js';
 import { NoChannelError } from '../../core/errors.js';
 import { tryAcquire, type Moved } from '../engine.js';
 import type { Prepared } from '../pass/candidates.js';
-import { waitQueues } from '../pass/decide.js';
+import { QUEUES_PER_WAITER, waitQueues } from '../pass/decide.js';
 import type { Ticket } from '../types.js';
-import { QUEUES_PER_WAITER, type Place, type Registration, type Waiter } from './waiter.js';
+import type { Place, Registration, Waiter } from './waiter.js';
 
 /** What a request whose candidate set became empty while it waited is told. */
 export const NO_CHANNEL_LEFT =

@@ -13,15 +13,13 @@ import type { ChannelLoad, EnqueueOptions, EnqueueReply, WaiterRef } from '../..
 import type { Engine, Attempt, Moved } from '../engine.js';
 import type { Lease } from '../leases/lease-book.js';
 import type { Prepared } from '../pass/candidates.js';
-import { maxWaitingOf } from '../pass/decide.js';
+import { maxWaitingOf, QUEUES_PER_WAITER } from '../pass/decide.js';
 import type { Ticket } from '../types.js';
 import type { Mailbox } from './inbox.js';
 import { followConfig } from './reconfigure.js';
 
 /** How long a registration outlives the wait deadline, so a live waiter never loses its place to expiry. */
 const WAITER_TTL_MARGIN_MS = 2000;
-/** Queues one waiter joins at most: each extra queue costs a grant that passes on. */
-export const QUEUES_PER_WAITER = 2;
 /** The abort reason of a waiter's nap cut short by a grant (a constant: no DOMException per wake-up). */
 const WOKEN = Object.freeze({ woken: true });
 
