@@ -195,16 +195,8 @@ function requeue(
 }
 
 /** A waiter leaves; `sweep` (default) as one giving up, which also sweeps expired leases; false for a plain leave. */
-function leaveQueue(
-  id: string,
-  token: string,
-  max: number,
-  { sweep = true, ...o }: QueueOptions & { sweep?: boolean } = {},
-) {
-  return SCRIPTS.leaveQueue.call(client, queueKeys(id), [
-    ...queueArgs(id, member(token, max, o.liveMs), o),
-    sweep ? 1 : 0,
-  ]);
+function leaveQueue(id: string, token: string, max: number, o: QueueOptions = {}) {
+  return SCRIPTS.leaveQueue.call(client, queueKeys(id), queueArgs(id, member(token, max, o.liveMs), o));
 }
 
 /** The arrival score (µs) of a registration that arrived `ms` ago on the Redis clock. */
@@ -557,6 +549,29 @@ describe('renew script', () => {
 });
 
 describe('enqueueWaiter script', () => {
+  it('a registration behind live waiters sweeps a lease that ran out and grants its slot to the oldest waiter', async () => {
+    const feed = await grantsFeed();
+    await hold('lx', 'h:1');
+    expect(await enqueue('lx', 'a:1', 1)).toBe('queued');
+    // the holder died (or was cut off): its lease expired, nobody released it, and a timed out before any poll
+    await client.zadd(keys.slots('lx'), 1, 'h:1');
+    expect(await enqueue('lx', 'b:1', 1)).toBe('queued');
+    expect(await members(keys.slots('lx'))).toEqual(['a:1']);
+    expect(await members(keys.queue('lx'))).toEqual([member('b:1', 1)]);
+    // b now heads the queue: a, holding the slot, is told a queue formed
+    expect(await feed.settle()).toEqual(['h q lx', 'a g a:1 lx', 'a q lx']);
+  });
+
+  it('behind live waiters, the registration granted by its own sweep is told so in the reply, not by a message', async () => {
+    const feed = await grantsFeed();
+    await hold('lz', 'h:1', 'h:2');
+    expect(await enqueue('lz', 'a:1', 2)).toBe('queued');
+    await client.zadd(keys.slots('lz'), 1, 'h:1', 1, 'h:2');
+    expect(await enqueue('lz', 'b:1', 2)).toBe('granted');
+    expect((await members(keys.slots('lz'))).sort()).toEqual(['a:1', 'b:1']);
+    expect(await feed.settle()).toEqual(['h q lz', 'a g a:1 lz']);
+  });
+
   it('queues behind a full channel up to max waiting, then replies queue full without adding', async () => {
     await hold('w', 'h:1');
     expect(await enqueue('w', 'w:1', 1, { maxWaiting: 2 })).toBe('queued');
@@ -1080,24 +1095,12 @@ describe('pollWaiter and leaveQueue scripts', () => {
     expect(await feed.settle()).toEqual(['h q lg', 'a g a:1 lg', 'b g b:1 lg']);
   });
 
-  it('a leave that finds a lease expired in a full channel sweeps it and grants the slot to the next waiter', async () => {
-    const feed = await grantsFeed();
-    await hold('lx', 'h:1');
-    expect(await enqueue('lx', 'a:1', 1)).toBe('queued');
-    expect(await enqueue('lx', 'b:1', 1)).toBe('queued');
-    // the holder died (or was cut off): its lease expired, and nobody released it
-    await client.zadd(keys.slots('lx'), 1, 'h:1');
-    expect(await leaveQueue('lx', 'a:1', 1)).toBe(false); // a gives up before any poll of its own
-    expect(await members(keys.slots('lx'))).toEqual(['b:1']);
-    expect(await feed.settle()).toEqual(['h q lx', 'b g b:1 lx']);
-  });
-
-  it('a leave of a waiter granted elsewhere (sweep "0") only takes it out: the expired lease stays for a poll', async () => {
+  it('a leave of a member still queued only takes it out, even when a lease ran out: a registration or a poll sweeps', async () => {
     await hold('ly', 'h:1');
     expect(await enqueue('ly', 'a:1', 1)).toBe('queued');
     expect(await enqueue('ly', 'b:1', 1)).toBe('queued');
     await client.zadd(keys.slots('ly'), 1, 'h:1');
-    expect(await leaveQueue('ly', 'a:1', 1, { sweep: false })).toBe(false);
+    expect(await leaveQueue('ly', 'a:1', 1)).toBe(false);
     expect(await members(keys.slots('ly'))).toEqual(['h:1']);
     expect(await members(keys.queue('ly'))).toEqual([member('b:1', 1)]);
     // b's safety poll sweeps it and finds itself granted

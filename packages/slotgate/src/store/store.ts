@@ -169,8 +169,8 @@ export interface SlotStore {
   enqueue(waiter: WaiterRef, options: EnqueueOptions): Promise<EnqueueReply>;
   /** A waiter's safety check for a lost message or queue; grants what is free first. */
   pollWaiter(waiter: WaiterRef, leaseTtlMs: number): Promise<WaiterState>;
-  /** Takes the waiter out; a grant it holds passes on (true then). `givingUp` (default true) also frees expired slots. */
-  leaveQueue(waiter: WaiterRef, leaseTtlMs: number, givingUp?: boolean): Promise<boolean>;
+  /** Takes the waiter out; a grant it holds passes on (true then). */
+  leaveQueue(waiter: WaiterRef, leaseTtlMs: number): Promise<boolean>;
   /** Moves a registration to a new token and max in its place (a grant held is given back: head); lost: the tail. */
   requeue(from: WaiterRef, to: WaiterRef, options: EnqueueOptions): Promise<EnqueueReply>;
   /** Delivers grants and queue news for this instance's waiters until stopped. */

@@ -303,16 +303,14 @@ export class Waiter<C extends Candidate> {
     this.exit(p);
   }
 
-  /** Out of every queue (a grant there passes on); one that gave up also frees slots whose leases ran out. */
+  /** Out of every queue (a grant there passes on). */
   private leaveAll(): void {
     const { inbox, store } = this.engine;
     for (const t of this.tokens) inbox.close(t);
     for (const p of this.places) {
       this.exit(p);
       if (p === this.claimed) continue;
-      void store
-        .leaveQueue(this.refOf(p), this.settings.lease_ttl_ms, this.claimed === undefined)
-        .catch(() => {});
+      void store.leaveQueue(this.refOf(p), this.settings.lease_ttl_ms).catch(() => {});
     }
   }
 }

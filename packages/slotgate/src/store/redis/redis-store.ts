@@ -216,8 +216,8 @@ export class RedisStore implements SlotStore {
     return this.epoch.admitting('wait_poll', () => this.queues.poll(waiter, leaseTtlMs));
   }
 
-  leaveQueue(waiter: WaiterRef, leaseTtlMs: number, givingUp = true): Promise<boolean> {
-    return this.queues.leave(waiter, leaseTtlMs, givingUp);
+  leaveQueue(waiter: WaiterRef, leaseTtlMs: number): Promise<boolean> {
+    return this.queues.leave(waiter, leaseTtlMs);
   }
 
   requeue(from: WaiterRef, to: WaiterRef, options: EnqueueOptions): Promise<EnqueueReply> {

@@ -20,9 +20,10 @@
   "!<error>" for a registration whose commands failed. Registrations of one call arrive in the order given. When a
   queue forms (the waiter is left waiting with no live waiter ahead), every instance holding a slot of the channel is
   told (see tellHolders in includes/queue.lua).
-  Cost: per registration, ZCOUNT of the live registrations, ZADD, PTTL (+ PEXPIRE); into a queue with no live
-  waiter also ZREMRANGEBYSCORE of the oldest, the grant loop, and when it stays queued ZRANGE of the slots and one
-  PUBLISH per holding instance. TIME once per call.
+  Cost: per registration, ZCOUNT of the live registrations, ZADD, PTTL (+ PEXPIRE); behind live waiters, a
+  ZREMRANGEBYSCORE of the expired leases (+ the grant loop when it freed one); into a queue with no live waiter,
+  ZREMRANGEBYSCORE of the oldest, the grant loop, and when it stays queued ZRANGE of the slots and one PUBLISH per
+  holding instance. TIME once per call.
 ]]
 --- @include "redisNow"
 --- @include "queue"
@@ -45,8 +46,9 @@ local function enqueue(k, a, order)
   end
   redis.call('ZADD', ch.queue, string.format('%d', redisNowUs() + order - (tonumber(ARGV[a + 7]) or 0)), member)
   extendQueue(ch.queue, liveMs)
-  -- live waiters ahead: a slot that came free was granted to them when it did
-  if behind then
+  -- live waiters ahead: a slot that came free was granted to them when it did, unless its holder died; its lease,
+  -- run out, is swept here (a waiter that times out before its first poll never sweeps) and the grant loop runs
+  if behind and sweepSlots(ch.slots) == 0 then
     return 1
   end
   local granted, head = grantFree(ch, member)

@@ -94,7 +94,7 @@ export class RedisQueues {
       // The script may still run, and the caller, told it failed, will never leave: a detached removal undoes it
       // (a grant passes on); the registration's expiry is the backstop.
       this.leave(w, options.leaseTtlMs).catch(() => {});
-      if (fromMember) this.leaveMember(w.channelId, fromMember, options.leaseTtlMs, true).catch(() => {});
+      if (fromMember) this.leaveMember(w.channelId, fromMember, options.leaseTtlMs).catch(() => {});
       throw err;
     }
   }
@@ -110,23 +110,34 @@ export class RedisQueues {
     return state;
   }
 
-  leave(w: WaiterRef, leaseTtlMs: number, givingUp = true): Promise<boolean> {
+  leave(w: WaiterRef, leaseTtlMs: number): Promise<boolean> {
     const member = this.deps.members.of(w);
     this.deps.members.forget(w.channelId, w.token);
-    return this.leaveMember(w.channelId, member, leaseTtlMs, givingUp);
+    return this.leaveMember(w.channelId, member, leaseTtlMs, w.max > 0);
   }
 
+  /**
+   * A plain ZREM of the member first: a grant takes its member out of the queue in the same script, so a member
+   * still queued held nothing here. Only when it was gone does the script follow, to give back a grant it holds.
+   * `queued` false (a grant's give-back names no queued member): the script alone.
+   */
   private leaveMember(
     channelId: string,
     member: string,
     leaseTtlMs: number,
-    givingUp: boolean,
+    queued = true,
   ): Promise<boolean> {
-    const { client, count, deadlines } = this.deps;
+    const { client, count, deadlines, keys } = this.deps;
     count('wait', 1);
-    const args = [member, ...this.grantArgs(channelId, leaseTtlMs), givingUp ? 1 : 0];
-    return deadlines.run('wait_unregister', () =>
-      SCRIPTS.leaveQueue.call(client, this.keysOf(channelId), args),
-    );
+    return deadlines.run('wait_unregister', async () => {
+      if (queued) {
+        if ((await client.zrem(keys.queue(channelId), member)) === 1) return false;
+        count('wait', 1);
+      }
+      return SCRIPTS.leaveQueue.call(client, this.keysOf(channelId), [
+        member,
+        ...this.grantArgs(channelId, leaseTtlMs),
+      ]);
+    });
   }
 }
