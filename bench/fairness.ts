@@ -98,6 +98,21 @@ export function fifoInversions(
     const r = records[order[k]!]!;
     laterAdmission[k] = Math.min(laterAdmission[k + 1]!, isAdmitted(r) ? r.outcome : Infinity);
   }
+  // the latest arrival among the admissions before time t: admissions by outcome, with a running max of arrival
+  const admissions = records.filter(isAdmitted).sort((a, b) => a.outcome - b.outcome);
+  const latestArrival = admissions.map((r) => r.arrival);
+  for (let k = 1; k < latestArrival.length; k++)
+    latestArrival[k] = Math.max(latestArrival[k]!, latestArrival[k - 1]!);
+  const latestAdmittedArrivalBefore = (t: number): number => {
+    let lo = 0;
+    let hi = admissions.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >> 1;
+      if (admissions[mid]!.outcome < t) lo = mid + 1;
+      else hi = mid;
+    }
+    return lo === 0 ? -Infinity : latestArrival[lo - 1]!;
+  };
   let waiters = 0;
   let overtaken = 0;
   let overtakerGapMs = 0;
@@ -110,15 +125,8 @@ export function fifoInversions(
     while (next < order.length && records[order[next]!]!.arrival === w.arrival) next++;
     if (laterAdmission[next]! >= w.outcome) return;
     overtaken++;
-    // the latest arrival admitted before the waiter's outcome (only admissions before it can be: none after that)
-    for (let j = order.length - 1; j >= next; j--) {
-      const r = records[order[j]!]!;
-      if (r.arrival - w.arrival <= overtakerGapMs) break;
-      if (isAdmitted(r) && r.outcome < w.outcome) {
-        overtakerGapMs = r.arrival - w.arrival;
-        break;
-      }
-    }
+    // a later arrival was admitted before the waiter, so the latest admitted before it is such a later arrival
+    overtakerGapMs = Math.max(overtakerGapMs, latestAdmittedArrivalBefore(w.outcome) - w.arrival);
   });
   return { waiters, overtaken, overtakerGapMs };
 }
