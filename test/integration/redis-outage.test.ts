@@ -208,13 +208,9 @@ describe('Redis outages', () => {
     cleanups.push(() => feed.disconnect());
     const heard: string[] = [];
     feed.on('pmessage', (_p: string, channel: string, message: string) =>
-      // (a grant's claim deadline, "G\n<deadline>\n…", and when a queue formed, "Q\n<formed at>\n…", are left out:
-      // their values are the Redis clock's)
+      // (a grant's claim deadline, "c\n<ms>\n…", is left out)
       heard.push(
-        `${channel.slice(keys.grants().length)} ${message
-          .replace(/^G\n\d+\n/, 'g\n')
-          .replace(/^Q\n\d+\n/, 'q\n')
-          .replace(/\n/g, ' ')}`,
+        `${channel.slice(keys.grants().length)} ${message.replace(/^c\n\d+\n/, 'g\n').replace(/\n/g, ' ')}`,
       ),
     );
     await feed.psubscribe(`${keys.grants()}*`);

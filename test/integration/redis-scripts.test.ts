@@ -269,7 +269,8 @@ async function channelKeys(id: string): Promise<string[]> {
 }
 
 /**
- * Every message published on this test's grants channels, as "<instance> <kind> <token/channel…>", in order.
+ * Every message published on this test's grants channels, as "<instance> <kind> <token/channel…>", in order; a grant
+ * with the default claim deadline reads "<instance> g <token> <channel>", another "<instance> c <ms> <token> …".
  * `settle` publishes a marker after everything the test ran and returns the messages once the marker is back: Redis
  * delivers a connection's messages in publish order, so none published before it is missing.
  */
@@ -279,7 +280,8 @@ async function grantsFeed(): Promise<{ settle(): Promise<string[]> }> {
   const channelPrefix = keys.grants();
   const seen: string[] = [];
   sub.on('pmessage', (_pattern: string, channel: string, message: string) => {
-    seen.push(`${channel.slice(channelPrefix.length)} ${message.split('\n').join(' ')}`);
+    const text = message.replace(new RegExp(`^c\n${CLAIM_MS}\n`), 'g\n');
+    seen.push(`${channel.slice(channelPrefix.length)} ${text.split('\n').join(' ')}`);
   });
   await sub.psubscribe(`${channelPrefix}*`);
   let markers = 0;
@@ -724,7 +726,8 @@ describe('grants: a freed slot goes to the oldest live waiter', () => {
     const score = Number(await client.zscore(keys.slots('d'), 'gw-1:host:7'));
     expect(score).toBeGreaterThanOrEqual(before + 2_500);
     expect(score).toBeLessThanOrEqual(after + 2_500);
-    expect(await feed.settle()).toEqual(['h q d', 'gw-1:host g gw-1:host:7 d']);
+    // the message names the claim deadline the grant was scored with
+    expect(await feed.settle()).toEqual(['h q d', 'gw-1:host c 2500 gw-1:host:7 d']);
   });
 
   it("a release by a waiter's own instance grants it a full lease, named in the reply, with no message", async () => {
@@ -959,7 +962,7 @@ describe('grants: a freed slot goes to the oldest live waiter', () => {
         pollWaiter: [],
         releaseSlot: ['b g b:1 u'],
       };
-      expect(await feed.settle()).toEqual(['h q u', 'a g a:1 u', ...told[touch]]);
+      expect(await feed.settle()).toEqual(['h q u', 'a c 150 a:1 u', ...told[touch]]);
       // a late claim of the expired grant finds it gone
       expect(await renew([['u', 'a:1']], 60_000)).toEqual([1]);
     },

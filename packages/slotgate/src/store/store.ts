@@ -82,11 +82,12 @@ export type EnqueueReply = 'granted' | 'queued' | 'queue_full';
 export type WaiterState = 'granted' | 'queued' | 'gone';
 
 /**
- * A slot granted to a waiter. `claim`: held only until the claim deadline; the waiter renews it or gives it back.
+ * A slot granted to a waiter. `claim`: held only until the claim deadline, `heldMs` from the grant when the message
+ * says (the grant came after the waiter's registration was sent); the waiter renews it or gives it back.
  * `lease`: a full lease (this instance's own release granted it) whose TTL began no earlier than `since`.
  */
 export type Grant =
-  | { kind: 'claim'; channelId: string; token: string }
+  | { kind: 'claim'; channelId: string; token: string; heldMs?: number | undefined }
   | { kind: 'lease'; channelId: string; token: string; ttlMs: number; since: number };
 
 export interface Listening {

@@ -3,9 +3,9 @@ import { systemClock, within, type Clock } from '../../core/clock.js';
 import { StoreUnavailableError } from '../../core/errors.js';
 import { randomInstanceId, tokenOf } from '../../core/ids.js';
 import type { AcquireReply, AcquireTarget, LeaseRef, SlotStore } from '../../store/store.js';
-import { LeaseBook, type Lease, type LeaseEvent } from './lease-book.js';
+import { fenceMarginMs, LeaseBook, type Lease, type LeaseEvent } from './lease-book.js';
 import { retryRelease } from './release-retry.js';
-import { Renewal } from './renewal.js';
+import { RENEW_BUDGET_MS, Renewal } from './renewal.js';
 
 export { fenceMarginMs, type Lease, type LeaseEvent } from './lease-book.js';
 
@@ -49,6 +49,7 @@ export class LeaseManager {
   private readonly ttl: () => number;
   private readonly emit: (event: LeaseEvent) => void;
   private readonly onStore: (answered: boolean) => void;
+  private readonly fencing: () => { enabled: boolean; reclaim: boolean };
   private readonly book: LeaseBook;
   private readonly renewal: Renewal;
   private seq = 0;
@@ -60,7 +61,7 @@ export class LeaseManager {
     const clock = (this.clock = options.clock ?? systemClock);
     const emit = (this.emit = (event: LeaseEvent) => options.onEvent?.(event));
     const onStore = (this.onStore = options.onStore ?? (() => {}));
-    const fencing = options.fencing ?? (() => ({ enabled: true, reclaim: true }));
+    const fencing = (this.fencing = options.fencing ?? (() => ({ enabled: true, reclaim: true })));
     this.instanceId = options.instanceId ?? randomInstanceId();
     this.ttl = options.leaseTtlMs;
     this.book = new LeaseBook({
@@ -152,6 +153,25 @@ export class LeaseManager {
     return lost.length > 0 ? undefined : this.hold(channelId, token, max, leaseTtlMs, sentAt);
   }
 
+  /**
+   * Holds a slot granted to a waiter with no claim: the grant holds it `heldMs` from when it was made, which is after
+   * `sentAt` (the registration's send), so the lease runs from `sentAt`; the renewal claims it in time for its fence.
+   * Undefined, and the caller claims first, when too little is left or fencing is off (nothing would end the request
+   * if the grant passed on).
+   */
+  holdGrant(
+    channelId: string,
+    token: string,
+    max: number,
+    heldMs: number,
+    sentAt: number,
+  ): Lease | undefined {
+    this.open();
+    const left = sentAt + heldMs - this.clock.now();
+    if (!this.fencing().enabled || left < fenceMarginMs(heldMs) + RENEW_BUDGET_MS) return undefined;
+    return this.hold(channelId, token, max, heldMs, sentAt);
+  }
+
   /** Takes over a grant that is a full lease already (this instance's own release made it), from `since`. */
   adopt(channelId: string, token: string, max: number, ttlMs: number, since: number): Lease {
     this.open();
@@ -172,7 +192,7 @@ export class LeaseManager {
 
   private hold(channelId: string, token: string, max: number, ttlMs: number, sentAt: number): Lease {
     const lease = this.book.hold(channelId, token, max, ttlMs, sentAt);
-    this.renewal.schedule();
+    this.renewal.schedule(lease);
     return lease;
   }
 

@@ -1,11 +1,15 @@
 /**
- * One timer renews every live lease each `lease_ttl_ms / 3` (within a second after a failure). A lease the store lost
- * is taken back into a free slot when fencing allows, else lost. After a Redis restart every lease is registered
- * again, whatever the load, before the store admits anything.
+ * One timer renews every live lease each `lease_ttl_ms / 3` (within a second after a failure), sooner when a lease
+ * shorter than that (a grant not claimed yet) would otherwise reach its fence. A lease the store lost is taken back
+ * into a free slot when fencing allows, else lost. After a Redis restart every lease is registered again, whatever
+ * the load, before the store admits anything.
  */
 import type { Clock, Timer } from '../../core/clock.js';
 import type { SlotStore } from '../../store/store.js';
-import { refsOf, type Lease, type LeaseBook, type LeaseEvent } from './lease-book.js';
+import { fenceMarginMs, refsOf, type Lease, type LeaseBook, type LeaseEvent } from './lease-book.js';
+
+/** What a renewal's round trip may take, at the least, before its lease's fence. */
+export const RENEW_BUDGET_MS = 1000;
 
 interface RenewalOptions {
   store: SlotStore;
@@ -21,6 +25,9 @@ interface RenewalOptions {
 
 export class Renewal {
   private timer: Timer | undefined;
+  private timerAt = Infinity;
+  /** Live leases shorter than the lease TTL (grants held with no claim): each renewed before its fence. */
+  private readonly short = new Set<Lease>();
   private renewing: Promise<void> | undefined;
   private registering: Promise<void> | undefined;
   /** After a failed renewal (or with local slots to register) the next tick comes within a second. */
@@ -32,18 +39,30 @@ export class Renewal {
     this.unsubscribe = opts.store.onRestart(() => this.restore());
   }
 
-  /** Keeps one timer running while leases are live. */
-  schedule(): void {
-    if (this.timer || this.closed) return;
-    const period = Math.max(1, Math.floor(this.opts.ttl() / 3));
-    this.timer = this.opts.clock.setTimer(
+  /** Keeps one timer running while leases are live, early enough for `lease` (just held) too. */
+  schedule(lease?: Lease): void {
+    if (this.closed) return;
+    const { clock, book, ttl } = this.opts;
+    if (lease && lease.ttlMs < ttl()) this.short.add(lease);
+    const period = Math.max(1, Math.floor(ttl() / 3));
+    let at = clock.now() + (this.soon || this.hasLocal() ? Math.min(period, 1000) : period);
+    for (const l of this.short) {
+      if (book.get(l.token) !== l || l.ttlMs >= ttl())
+        this.short.delete(l); // released, or renewed since
+      else at = Math.min(at, l.expiresAt - fenceMarginMs(l.ttlMs) - RENEW_BUDGET_MS);
+    }
+    if (this.timer && this.timerAt <= at) return;
+    this.timer?.cancel();
+    this.timerAt = at;
+    this.timer = clock.setTimer(
       () => {
         this.timer = undefined;
+        this.timerAt = Infinity;
         void this.renewAll().finally(() => {
           if (this.opts.book.size > 0) this.schedule();
         });
       },
-      this.soon || this.hasLocal() ? Math.min(period, 1000) : period,
+      Math.max(1, at - clock.now()),
     );
   }
 

@@ -8,8 +8,11 @@ import type { Grant, QueueListener } from '../../store/store.js';
 export interface Mailbox {
   /** The channels granted to this waiter and not taken yet, oldest first. */
   readonly granted: string[];
-  /** Of those, the grants that are full leases already (made by this instance's own release). */
-  readonly leased: Map<string, { ttlMs: number; since: number }>;
+  /**
+   * Of those, how long each holds with no claim: `ttlMs` from `since` for a full lease (made by this instance's own
+   * release), from the grant for another (which came after the registration's send).
+   */
+  readonly held: Map<string, { ttlMs: number; since?: number }>;
   /** Set when the store's subscription came back after a loss: the waiter polls its queues now. */
   recheck: boolean;
   /** Ends the waiter's sleep: a grant or a recheck arrived. */
@@ -24,7 +27,7 @@ export class Inbox implements QueueListener {
   constructor(private readonly giveBack: (channelId: string, token: string) => void) {}
 
   open(token: string): Mailbox {
-    const box: Mailbox = { granted: [], leased: new Map(), recheck: false, onGrant: undefined };
+    const box: Mailbox = { granted: [], held: new Map(), recheck: false, onGrant: undefined };
     this.boxes.set(token, box);
     return box;
   }
@@ -51,7 +54,8 @@ export class Inbox implements QueueListener {
     const box = this.boxes.get(token);
     if (!box || !this.byChannel.get(channelId)?.includes(token)) return this.giveBack(channelId, token);
     box.granted.push(channelId);
-    if (grant.kind === 'lease') box.leased.set(channelId, { ttlMs: grant.ttlMs, since: grant.since });
+    if (grant.kind === 'lease') box.held.set(channelId, { ttlMs: grant.ttlMs, since: grant.since });
+    else if (grant.heldMs !== undefined) box.held.set(channelId, { ttlMs: grant.heldMs });
     box.onGrant?.();
   }
 

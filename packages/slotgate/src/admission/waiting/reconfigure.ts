@@ -48,7 +48,7 @@ export async function followConfig<C extends Candidate>(
 /** The registration replacing `p` under `to`'s max: a new token, so a grant made to `p`'s is never claimed. */
 function move<C extends Candidate>(w: Waiter<C>, p: Place<C>, to: C): Registration<C> {
   w.drop(p);
-  w.box.leased.delete(p.channel.id);
+  w.box.held.delete(p.channel.id);
   for (let i = w.box.granted.length - 1; i >= 0; i--)
     if (w.box.granted[i] === p.channel.id) w.box.granted.splice(i, 1);
   const moved: Place<C> = { channel: to, token: w.newToken(), max: to.maxConcurrency! };

@@ -28,6 +28,8 @@ export interface Place<C extends Candidate> {
   channel: C;
   token: string;
   max: number;
+  /** When its registration was sent: every grant to the token comes after. */
+  sentAt?: number;
 }
 
 /** A registration to make: the place, and the store call that makes it (an enqueue or a requeue). */
@@ -240,6 +242,7 @@ export class Waiter<C extends Candidate> {
   /** Makes one registration; the waiter counts in this instance's loads from before it is sent. */
   private async register([p, call]: Registration<C>): Promise<EnqueueReply> {
     this.enter(p);
+    p.sentAt = this.engine.clock.now();
     let reply: EnqueueReply;
     try {
       reply = await call();
@@ -268,15 +271,20 @@ export class Waiter<C extends Candidate> {
     return undefined;
   }
 
-  /** Takes a grant: one that is a full lease already with no store call, another by a claim. */
+  /**
+   * Takes a grant with no store call when it holds long enough without a claim (a full lease already, or a grant whose
+   * duration is known, dated from the registration's send); else by a claim.
+   */
   private async claim(p: Place<C>): Promise<Ticket<C> | undefined> {
     const { leases, clock, recorder, tickets } = this.engine;
     const id = p.channel.id;
-    const leased = this.box.leased.get(id);
-    this.box.leased.delete(id);
-    const lease: Lease | undefined = leased
-      ? leases.adopt(id, p.token, p.max, leased.ttlMs, leased.since)
-      : await leases.claim(id, p.token, p.max);
+    const held = this.box.held.get(id);
+    this.box.held.delete(id);
+    let lease: Lease | undefined;
+    if (held?.since !== undefined) lease = leases.adopt(id, p.token, p.max, held.ttlMs, held.since);
+    else if (held && p.sentAt !== undefined)
+      lease = leases.holdGrant(id, p.token, p.max, held.ttlMs, p.sentAt);
+    lease ??= await leases.claim(id, p.token, p.max);
     if (!lease) {
       this.drop(p);
       return undefined;

@@ -80,7 +80,9 @@ export class MemoryQueues {
       slots.members.set(head.ref.token, now + this.claimMs);
       granted.push(head.ref.token);
       if (head.ref.token !== quiet)
-        this.tell(head.ref.token, (l) => l.grant({ kind: 'claim', channelId, token: head.ref.token }));
+        this.tell(head.ref.token, (l) =>
+          l.grant({ kind: 'claim', channelId, token: head.ref.token, heldMs: this.claimMs }),
+        );
     }
     if (queue.length === 0) this.queues.delete(channelId);
     return granted;

@@ -1,6 +1,7 @@
 /**
- * An instance's grants channel: `g\n<token>\n<channel>` (a slot granted to one of its waiters) and `q\n<channel>`
- * (a queue formed where it holds a slot), from lua/includes/queue.lua. The channel id is the rest, whatever it holds.
+ * An instance's grants channel: `c\n<claim deadline ms>\n<token>\n<channel>` (a slot granted to one of its waiters,
+ * held that long from the grant with no claim) and `q\n<channel>` (a queue formed where it holds a slot), from
+ * lua/includes/queue.lua. The channel id is the rest, whatever it holds.
  */
 import type { Cluster, Redis } from 'ioredis';
 import type { Listening, QueueListener } from '../../store.js';
@@ -9,11 +10,21 @@ import type { KeyBuilder } from '../keys.js';
 import type { Members } from './members.js';
 import type { QueueHints } from './queue-hints.js';
 
-function parseMessage(
-  message: string,
-): { kind: 'grant'; token: string; channelId: string } | { kind: 'queued'; channelId: string } | undefined {
+type Message =
+  | { kind: 'grant'; token: string; channelId: string; heldMs: number | undefined }
+  | { kind: 'queued'; channelId: string };
+
+function parseMessage(message: string): Message | undefined {
   let [kind, rest] = [message.slice(0, 2), message.slice(2)];
-  // `G` and `Q` carry a time first (still sent by older releases)
+  let heldMs: number | undefined;
+  if (kind === 'c\n') {
+    const cut = rest.indexOf('\n');
+    heldMs = Number(rest.slice(0, cut));
+    if (!(heldMs > 0)) heldMs = undefined;
+    rest = rest.slice(cut + 1);
+    kind = 'g\n';
+  }
+  // older releases: `g` and `G` grants with no duration (claimed at once); `G` and `Q` carry a Redis time first
   if (kind === 'G\n' || kind === 'Q\n') {
     rest = rest.slice(rest.indexOf('\n') + 1);
     kind = kind.toLowerCase();
@@ -21,7 +32,7 @@ function parseMessage(
   if (kind === 'q\n') return { kind: 'queued', channelId: rest };
   const cut = rest.indexOf('\n');
   if (kind !== 'g\n' || cut <= 0) return undefined;
-  return { kind: 'grant', token: rest.slice(0, cut), channelId: rest.slice(cut + 1) };
+  return { kind: 'grant', token: rest.slice(0, cut), channelId: rest.slice(cut + 1), heldMs };
 }
 
 export class GrantMessages {
@@ -54,7 +65,8 @@ export class GrantMessages {
       const message = from === channel ? parseMessage(text) : undefined;
       if (message?.kind === 'grant') {
         members.forget(message.channelId, message.token);
-        listener.grant({ kind: 'claim', channelId: message.channelId, token: message.token });
+        const { channelId, token, heldMs } = message;
+        listener.grant({ kind: 'claim', channelId, token, heldMs });
       } else if (message?.kind === 'queued') {
         hints.mark(message.channelId);
         listener.queued(message.channelId);

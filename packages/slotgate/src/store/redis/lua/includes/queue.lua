@@ -7,8 +7,8 @@ local MAX_LIVE_MS = 62000
 -- How many of the oldest waiters a grant chooses among (core/fair-share.ts, FAIR_WINDOW).
 local FAIR_WINDOW = 64
 -- Messages on an instance's grants channel (store/redis/queues/messages.ts): a slot granted to one of its waiters,
--- "g\n<token>\n<channel>"; a queue formed on a channel where it holds a slot, "q\n<channel>".
-local GRANT_MESSAGE = 'g'
+-- "c\n<claim deadline ms>\n<token>\n<channel>"; a queue formed on a channel where it holds a slot, "q\n<channel>".
+local GRANT_MESSAGE = 'c'
 local QUEUED_MESSAGE = 'q'
 
 -- The arrival (µs) at or before which a registration living `liveMs` has run out, as a number and as a score string.
@@ -207,7 +207,8 @@ local function grantFree(ch, quiet, localInstance)
       granted[#granted + 1] = head
       grantedMax = math.min(grantedMax or max, max)
       if head ~= quiet and not mine then
-        redis.call('PUBLISH', ch.notify .. instance, GRANT_MESSAGE .. '\n' .. token .. '\n' .. ch.id)
+        redis.call('PUBLISH', ch.notify .. instance,
+          GRANT_MESSAGE .. '\n' .. string.format('%d', ch.claimMs) .. '\n' .. token .. '\n' .. ch.id)
       end
     end
   end
