@@ -346,7 +346,7 @@ describe('uncertain acquire', () => {
         return new Promise<boolean>(() => {}); // never settles
       },
     });
-    const m = manager({ store, cleanupTimeoutMs: 500 });
+    const m = manager({ store });
     await expect(m.acquireFirst(one('a'), true)).rejects.toBeInstanceOf(StoreUnavailableError);
     await clock.advance(499);
     expect(events).toEqual([]);

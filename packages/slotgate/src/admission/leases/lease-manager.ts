@@ -16,8 +16,6 @@ export interface LeaseManagerOptions {
   /** Read at every acquire and renewal, so a settings change applies at once. */
   leaseTtlMs: () => number;
   onEvent?: (event: LeaseEvent) => void;
-  /** Cap on the cleanup removal after an uncertain acquire. @default 500 */
-  cleanupTimeoutMs?: number;
   /** Read at every loss: `enabled` false only reports a lost lease; `reclaim` false never takes one back. */
   fencing?: () => { enabled: boolean; reclaim: boolean };
   /** Asked for a lease past its deadline, with the local slots on its channel: true keeps it local. */
@@ -25,6 +23,9 @@ export interface LeaseManagerOptions {
   /** Told of every acquire's and renewal's fate: true when the store answered. */
   onStore?: (answered: boolean) => void;
 }
+
+/** Cap on the cleanup removal after an uncertain acquire. */
+const CLEANUP_TIMEOUT_MS = 500;
 
 export interface AcquireOutcome {
   /** One reply per target tried; the last is 'acquired' when `lease` is set. */
@@ -56,7 +57,7 @@ export class LeaseManager {
   private readonly releasing = new Set<Promise<void>>();
   private closed = false;
 
-  constructor(private readonly options: LeaseManagerOptions) {
+  constructor(options: LeaseManagerOptions) {
     const store = (this.store = options.store);
     const clock = (this.clock = options.clock ?? systemClock);
     const emit = (this.emit = (event: LeaseEvent) => options.onEvent?.(event));
@@ -138,7 +139,7 @@ export class LeaseManager {
   private cleanUp(targets: readonly AcquireTarget[], token: string, ttlMs: number): void {
     const removals = targets.map((t) => this.store.release({ channelId: t.channelId, token }, ttlMs).done);
     const all = Promise.allSettled(removals).then((r) => r.every((x) => x.status === 'fulfilled'));
-    void within(this.clock, all, this.options.cleanupTimeoutMs ?? 500).then((cleaned) => {
+    void within(this.clock, all, CLEANUP_TIMEOUT_MS).then((cleaned) => {
       const channelIds = targets.map((t) => t.channelId);
       this.emit({ type: 'acquire_uncertain', channelIds, token, cleaned: cleaned === true });
     });

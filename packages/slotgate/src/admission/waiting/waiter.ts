@@ -4,7 +4,7 @@
  * registrations are always removed, detached from cancellation.
  */
 import type { Candidate } from '../../core/channel.js';
-import { jitter } from '../../core/backoff.js';
+import { jitter } from '../../core/jitter.js';
 import { preciseNow } from '../../core/clock.js';
 import { CapacityError, StoreUnavailableError } from '../../core/errors.js';
 import { shareSuffix } from '../../core/ids.js';

@@ -200,12 +200,7 @@ function parseSnapshotReply(reply: unknown): SnapshotReply {
 }
 
 function parseAcquireReply(reply: unknown): AcquireReply[] {
-  if (!Array.isArray(reply)) throw new TypeError(`unexpected acquire reply ${JSON.stringify(reply)}`);
-  return reply.map((code) => {
-    const parsed = ACQUIRE_CODES[Number(code)];
-    if (!parsed) throw new TypeError(`unexpected acquire reply code ${JSON.stringify(code)}`);
-    return parsed;
-  });
+  return list(reply).map((r) => ACQUIRE_CODES[code(r, ACQUIRE_CODES)]!);
 }
 
 /** The acquire script's flat codes per request: a request's end at its first "acquired" or after its channels. */
