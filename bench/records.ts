@@ -111,9 +111,13 @@ export class OversellError extends Error {
 
 export const sum = (values: readonly number[]): number => values.reduce((a, b) => a + b, 0);
 
-/** Adds each count of `from` into `into`. */
-export function addCounts(into: Record<string, number>, from: Record<string, number> | undefined): void {
-  for (const [k, v] of Object.entries(from ?? {})) into[k] = (into[k] ?? 0) + v;
+/** Adds each count of every one of `from` into `into`, and returns `into`. */
+export function addCounts(
+  into: Record<string, number>,
+  ...from: readonly (Record<string, number> | undefined)[]
+): Record<string, number> {
+  for (const counts of from) for (const [k, v] of Object.entries(counts ?? {})) into[k] = (into[k] ?? 0) + v;
+  return into;
 }
 
 export function deltaOf(

@@ -246,13 +246,11 @@ export function clientMeter(counter: RoundTripCounter, sessions: readonly Sessio
         const d = deltaOf(before[k], after[k]);
         return d ? [d] : [];
       });
-      const purposes: Record<string, number> = {};
-      for (const c of counters) addCounts(purposes, c);
       return {
         roundTrips: rt.requests,
         socketWrites: rt.writes,
         clientCpuMs: (cpu.user + cpu.system) / 1000,
-        ...(counters.length ? { purposes, counters } : {}),
+        ...(counters.length ? { purposes: addCounts({}, ...counters), counters } : {}),
       };
     },
   };

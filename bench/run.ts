@@ -71,14 +71,12 @@ export function summarize(
 
 /** The process figures of a run's workers, summed, and the holds of all of them swept together. */
 export function workersTotal(results: readonly WorkerResult[]) {
-  const purposes: Record<string, number> = {};
-  for (const r of results) addCounts(purposes, r.purposes);
   return {
     roundTrips: sum(results.map((r) => r.roundTrips)),
     socketWrites: sum(results.map((r) => r.socketWrites)),
     clientCpuMs: sum(results.map((r) => r.clientCpuMs)),
     highest: highestOverlap(results.map((r) => r.intervals)),
-    purposes: results.some((r) => r.purposes) ? purposes : undefined,
+    purposes: results.some((r) => r.purposes) ? addCounts({}, ...results.map((r) => r.purposes)) : undefined,
   };
 }
 
@@ -169,11 +167,6 @@ export async function runScaleOut(
     timeoutMs: durationS * 1000 + 30_000,
   });
   const loads = results.map((r) => r.load!);
-  const all = <K extends 'refusals' | 'errors'>(key: K) => {
-    const out: Record<string, number> = {};
-    for (const l of loads) addCounts(out, l[key]);
-    return out;
-  };
   const perInstance: InstanceFigures[] = results.map((r) => ({
     admissions: r.load!.admissions,
     admissionsPerS: r.load!.admissions / r.load!.windowS,
@@ -194,8 +187,8 @@ export async function runScaleOut(
     },
     {
       admissions: sum(loads.map((l) => l.admissions)),
-      refusals: all('refusals'),
-      errors: all('errors'),
+      refusals: addCounts({}, ...loads.map((l) => l.refusals)),
+      errors: addCounts({}, ...loads.map((l) => l.errors)),
       latencies: loads.flatMap((l) => l.latencies).sort((a, b) => a - b),
       refusalLatencies: loads.flatMap((l) => l.refusalLatencies).sort((a, b) => a - b),
       windowS: durationS,
