@@ -86,15 +86,13 @@ export async function runInProcess(
   contender: Contender,
   scenario: Scenario,
   durationS: number,
-  opts: { warmupMs?: number; acquirers?: number } = {},
+  opts: { warmupMs?: number } = {},
 ): Promise<RunRecord> {
   const channels = channelsOf(scenario);
   const candidateSets = candidateSetsOf(scenario, channels);
-  const acquirers = opts.acquirers ?? scenario.acquirers;
   const counter = new RoundTripCounter();
   const namespace = newNamespace(scenario.id, contender.id);
   const session = await contender.setup({
-    redisUrl: redis.url,
     channels,
     namespace,
     client: () => counter.client(redis.url),
@@ -103,7 +101,7 @@ export async function runInProcess(
   let before: ServerSnapshot | undefined;
   let after: ServerSnapshot | undefined;
   let load: LoadResult;
-  const common = { session, candidateSets, acquirers, holdMs: scenario.holdMs };
+  const common = { session, candidateSets, acquirers: scenario.acquirers, holdMs: scenario.holdMs };
   try {
     const warmupMs = opts.warmupMs ?? 500;
     if (warmupMs > 0) await runLoad({ ...common, durationMs: warmupMs });
@@ -128,7 +126,7 @@ export async function runInProcess(
       scenario: scenario.id,
       contender: contender.id,
       label: contender.label,
-      params: { ...paramsOf(scenario, durationS, 1), acquirers },
+      params: paramsOf(scenario, durationS, 1),
     },
     load,
     { before: before!, after: after! },

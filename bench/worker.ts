@@ -81,7 +81,6 @@ async function onSetup(m: WorkerSetup): Promise<void> {
   sessions = await Promise.all(
     m.instances.map(() =>
       contender.setup({
-        redisUrl: m.redisUrl,
         channels: m.channels,
         namespace: m.namespace,
         client: () => counter.client(m.redisUrl),
@@ -115,7 +114,7 @@ async function onRun(m: WorkerRun): Promise<WorkerResult> {
     client?: BenchClient,
     dispatched?: number,
   ): Promise<RequestRecord> => {
-    const base = { instance: instances[k]!, arrival, hold, client: client?.id, dispatched };
+    const base = { instance: instances[k]!, arrival, client: client?.id, dispatched };
     let admitted: Admitted;
     try {
       admitted = await sessions[k]!.acquire(set, client);
@@ -177,7 +176,7 @@ async function onRun(m: WorkerRun): Promise<WorkerResult> {
           lags.push(dispatched - arrival);
           if (inFlight >= (m.maxInFlight ?? Infinity)) {
             capHits++;
-            const shed = { arrival, outcome: wallNow(), reason: 'in_flight_cap', hold: 0, dispatched };
+            const shed = { arrival, outcome: wallNow(), reason: 'in_flight_cap', dispatched };
             records.push({ instance: instances[a.session]!, ...shed });
             continue;
           }
