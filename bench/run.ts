@@ -10,7 +10,7 @@ import {
   commandDelta,
   perNodeDelta,
   RoundTripCounter,
-  type ProcessFigures,
+  type MeterFigures,
   type RedisUnderTest,
   type ServerSnapshot,
 } from './redis.js';
@@ -34,7 +34,7 @@ export function summarize(
   base: Pick<RunRecord, 'scenario' | 'contender' | 'label' | 'params'>,
   load: Pick<LoadResult, 'admissions' | 'refusals' | 'errors' | 'latencies' | 'refusalLatencies' | 'windowS'>,
   server: { before: ServerSnapshot; after: ServerSnapshot },
-  extra: Omit<ProcessFigures, 'counters'> & Pick<RunRecord, 'highest' | 'instances'>,
+  extra: Omit<MeterFigures, 'counters'> & Pick<RunRecord, 'highest' | 'instances'>,
 ): RunRecord {
   const { before, after } = server;
   const record: RunRecord = {

@@ -10,7 +10,7 @@ import { loadContender } from './contenders/index.js';
 import type { HoldShape } from './draws.js';
 import { monotonicUs, percentile, runLoad, type LoadResult } from './load.js';
 import type { RequestRecord } from './fairness.js';
-import { clientMeter, RoundTripCounter, type ProcessFigures } from './redis.js';
+import { clientMeter, RoundTripCounter, type MeterFigures } from './redis.js';
 import { Refused, type Admitted, type BenchChannel, type BenchClient, type Session } from './types.js';
 
 export interface WorkerSetup {
@@ -56,7 +56,7 @@ export type WorkerRun = {
   | { mode: 'closed'; endAt: number; workers: ClosedWorker[]; hold?: HoldShape }
 );
 
-export interface WorkerResult extends ProcessFigures {
+export interface WorkerResult extends MeterFigures {
   type: 'result';
   records: RequestRecord[];
   /** channel → flat [start, end, …] µs on the monotonic clock; the same holds by client. */
