@@ -84,24 +84,15 @@ export function forkChild(name: string): Child {
   return {
     send: (message) => proc.send(message as object),
     next<T>(type: string, timeoutMs = 60_000) {
+      let timer: NodeJS.Timeout | undefined;
       return new Promise<T>((resolve, reject) => {
-        const timer = setTimeout(
+        timer = setTimeout(
           () => reject(new Error(`${name}: no "${type}" within ${timeoutMs} ms`)),
           timeoutMs,
         );
-        waiting.push({
-          type,
-          resolve: (m) => {
-            clearTimeout(timer);
-            resolve(m as T);
-          },
-          reject: (e) => {
-            clearTimeout(timer);
-            reject(e);
-          },
-        });
+        waiting.push({ type, resolve: resolve as (m: unknown) => void, reject });
         deliver();
-      });
+      }).finally(() => clearTimeout(timer));
     },
     async kill() {
       if (proc.exitCode !== null || proc.signalCode !== null) return;

@@ -46,8 +46,7 @@ export async function openCluster(nodes?: readonly string[]): Promise<RedisUnder
       : `Redis Cluster ${version}, ${masters.length} masters from the given nodes (other clients' traffic would count too)`,
     async snapshot() {
       const perNode = await Promise.all(admins.map((a) => nodeSnapshot(a.client, a.address)));
-      const commands: Record<string, number> = {};
-      for (const n of perNode) addCounts(commands, n.commands);
+      const commands = addCounts({}, ...perNode.map((n) => n.commands));
       return { commands, cpuSeconds: sum(perNode.map((n) => n.cpuSeconds)), at: performance.now(), perNode };
     },
     async cleanup(namespace) {

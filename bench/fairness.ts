@@ -15,7 +15,6 @@ export interface RequestRecord {
   /** Why it was refused: the contender's reason, `in_flight_cap` (shed by the bench) or `error: …`. */
   reason?: string;
   client?: string;
-  hold: number;
   /** Open loop: when the load generator handed it to its contender (the trace time plus the dispatch lag). */
   dispatched?: number;
   /** When the holder gave the slot back (admitted only). */
@@ -82,6 +81,18 @@ export function hadToWait(records: readonly RequestRecord[], slots: number): boo
   return out;
 }
 
+/** By binary search: how long the prefix of indices 0 … n − 1 on which `inPrefix` holds is (false after it). */
+function prefixLength(n: number, inPrefix: (i: number) => boolean): number {
+  let lo = 0;
+  let hi = n;
+  while (lo < hi) {
+    const mid = (lo + hi) >> 1;
+    if (inPrefix(mid)) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
 /**
  * Waiters (the records flagged in `waited`) and how many of them a later arrival overtook (admitted strictly before
  * the waiter's outcome). `overtakerGapMs`: the largest arrival gap between an overtaken waiter and its latest
@@ -104,14 +115,8 @@ export function fifoInversions(
   for (let k = 1; k < latestArrival.length; k++)
     latestArrival[k] = Math.max(latestArrival[k]!, latestArrival[k - 1]!);
   const latestAdmittedArrivalBefore = (t: number): number => {
-    let lo = 0;
-    let hi = admissions.length;
-    while (lo < hi) {
-      const mid = (lo + hi) >> 1;
-      if (admissions[mid]!.outcome < t) lo = mid + 1;
-      else hi = mid;
-    }
-    return lo === 0 ? -Infinity : latestArrival[lo - 1]!;
+    const k = prefixLength(admissions.length, (i) => admissions[i]!.outcome < t);
+    return k === 0 ? -Infinity : latestArrival[k - 1]!;
   };
   let waiters = 0;
   let overtaken = 0;
@@ -146,15 +151,9 @@ export function grantLatencies(records: readonly RequestRecord[], waited: readon
   records.forEach((r, i) => {
     if (!waited[i] || r.channel === undefined) return;
     const list = releases.get(r.channel) ?? [];
-    // the last release at or before the admission: binary search for the first one after it
-    let lo = 0;
-    let hi = list.length;
-    while (lo < hi) {
-      const mid = (lo + hi) >> 1;
-      if (list[mid]! <= r.outcome) lo = mid + 1;
-      else hi = mid;
-    }
-    if (lo > 0) out.push(r.outcome - list[lo - 1]!);
+    // the last release at or before the admission
+    const k = prefixLength(list.length, (i) => list[i]! <= r.outcome);
+    if (k > 0) out.push(r.outcome - list[k - 1]!);
   });
   return out.sort((a, b) => a - b);
 }

@@ -49,7 +49,7 @@ export async function runFleet(
   if (s.kind === 'clients' && !variant) throw new Error(`${s.id}: no variant given`);
   const channels = channelsOf(s);
   const trace = s.kind === 'open' ? traceOf(s, durationS, instances) : [];
-  const loopEnd = fleetWindow(s, durationS, instances).to;
+  const window = fleetWindow(s, durationS, instances);
   const workload = (i: number, startAt: number): RunBody => {
     if (s.kind === 'open') {
       const arrivals = trace
@@ -66,7 +66,7 @@ export async function runFleet(
     // fair2's instance i starts i × staggerMs after the first
     const late = s.kind === 'fair' ? i * s.staggerMs : 0;
     const hold = s.kind === 'clients' ? { hold: s.hold } : {};
-    return { mode: 'closed', startAt: startAt + late, endAt: startAt + loopEnd, workers, ...hold };
+    return { mode: 'closed', startAt: startAt + late, endAt: startAt + window.to, workers, ...hold };
   };
   const drainMs = (s.kind === 'fair' ? 5000 : s.waitTimeoutMs + s.hold.capMs) + 15_000;
   const done = await runOnWorkers(redis, pool, {
@@ -97,7 +97,6 @@ export async function runFleet(
   if (s.kind === 'open' && records.length !== trace.length)
     throw new Error(`${records.length} records for a trace of ${trace.length} requests`);
   const slots = s.channels * s.max;
-  const window = fleetWindow(s, durationS, instances);
   const figures = fleetFigures(records, { slots, instances, window });
   const ideal =
     s.kind === 'open' && s.maxWaiting !== undefined

@@ -27,16 +27,15 @@ export const highestText = (highest: Record<string, number>, max: number): strin
   return `${top}/${max}${top > max ? ' **OVERSOLD**' : ''}`;
 };
 
-export function table(headers: readonly string[], rows: readonly (readonly (string | number)[])[]): string {
-  const line = (cells: readonly (string | number)[]) => `| ${cells.join(' | ')} |`;
-  return [line(headers), line(headers.map(() => '---')), ...rows.map(line)].join('\n');
-}
-
 /** A column: its header and its cell for one row. */
 export type Column<T> = readonly [header: string, cell: (row: T) => string | number];
 
-export const columns = <T>(rows: readonly T[], cols: readonly Column<T>[]): string =>
-  table(
-    cols.map((c) => c[0]),
-    rows.map((r) => cols.map((c) => c[1](r))),
-  );
+/** A markdown table of `rows`, one column of each of `cols`. */
+export function columns<T>(rows: readonly T[], cols: readonly Column<T>[]): string {
+  const line = (cells: readonly (string | number)[]) => `| ${cells.join(' | ')} |`;
+  return [
+    line(cols.map((c) => c[0])),
+    line(cols.map(() => '---')),
+    ...rows.map((r) => line(cols.map((c) => c[1](r)))),
+  ].join('\n');
+}

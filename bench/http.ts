@@ -73,9 +73,7 @@ export async function runHttp(
     const countersAfter = await counters();
     const windowS = (after.at - before.at) / 1000;
 
-    const statuses: Record<string, number> = {};
-    for (const r of results) addCounts(statuses, r.statuses);
-    const purposes: Record<string, number> = {};
+    const statuses = addCounts({}, ...results.map((r) => r.statuses));
     const refusals: Record<string, number> = {};
     const errors: Record<string, number> = {};
     const perInstance: InstanceFigures[] = nodes.map((_, i) => {
@@ -85,7 +83,6 @@ export async function runHttp(
         { ...b.stats.commands, fetch_rounds: b.stats.loadView.fetches },
         { ...a.stats.commands, fetch_rounds: a.stats.loadView.fetches },
       )!;
-      addCounts(purposes, commands);
       for (const [k, v] of Object.entries(outcomes)) {
         if (k.startsWith('capacity_') && v > 0) addCounts(refusals, { [k.slice(9)]: v });
         if ((k === 'store_unavailable' || k === 'no_channel') && v > 0) addCounts(errors, { [k]: v });
@@ -121,7 +118,7 @@ export async function runHttp(
         socketWrites: total('socketWrites'),
         clientCpuMs: total('clientCpuMs'),
         highest: upstream.highest(),
-        purposes,
+        purposes: addCounts({}, ...perInstance.map((p) => p.purposes)),
         instances: perInstance,
       },
     );

@@ -83,7 +83,6 @@ export function idealClosedLoop(o: {
         arrival: at,
         outcome: t,
         channel: o.channel.id,
-        hold,
         release: t + hold,
       });
       const until = t + hold;

@@ -28,7 +28,6 @@ export function idealFifo(
         arrival: req.at,
         outcome: start,
         channel: slotChannel[slot]!,
-        hold: req.hold,
         release: start + req.hold,
       };
     }
@@ -37,7 +36,6 @@ export function idealFifo(
       arrival: req.at,
       outcome: req.at + waitTimeoutMs,
       reason: 'wait_timeout',
-      hold: req.hold,
     };
   });
 }

@@ -7,7 +7,7 @@ import { Agent, request } from 'node:http';
 import os from 'node:os';
 import autocannon from 'autocannon';
 import { forkChild } from './children.js';
-import { fmt, table } from './format.js';
+import { columns, fmt } from './format.js';
 import { percentile } from './load.js';
 
 export type NodeSpec =
@@ -268,61 +268,38 @@ export async function runProxyBench(options: ProxyBenchOptions = {}): Promise<Pr
 export function proxyBenchReport(r: ProxyBenchResult): string {
   const find = <R extends { contender: string; mode: Mode }>(rows: readonly R[], who: string, mode: Mode) =>
     rows.find((x) => x.contender === who && x.mode === mode);
-  const throughput = table(
-    [
-      'contender',
-      'mode',
-      'requests/s',
-      'p50 ms',
-      'p99 ms',
-      'failed',
-      '× minimal proxy',
-      '× Fastify + undici',
-      'added p50 ms',
-      'CPU µs per request',
-    ],
-    r.throughput.map((row) => {
-      const floor = find(r.throughput, MINIMAL, row.mode);
-      const ratio = (base?: ThroughputRow) => (base ? fmt(row.requestsPerS / base.requestsPerS, 2) : '–');
-      return [
-        row.contender,
-        row.mode,
-        fmt(row.requestsPerS, 0),
-        fmt(row.p50Ms, 0),
-        fmt(row.p99Ms, 0),
-        row.failed,
-        ratio(floor),
-        ratio(find(r.throughput, FASTIFY, row.mode)),
-        floor ? fmt(row.p50Ms - floor.p50Ms, 0) : '–',
-        row.cpuUsPerRequest === undefined ? '–' : fmt(row.cpuUsPerRequest, 0),
-      ];
-    }),
-  );
-  const low = table(
-    [
-      'at low load (1 connection)',
-      'mode',
-      'p50 ms',
-      'p99 ms',
-      'failed',
-      'added p50 ms over direct',
-      'over minimal proxy',
-    ],
-    r.latency.map((row) => {
-      const over = (who: string) => {
-        const base = find(r.latency, who, row.mode);
-        return base && row !== base && row.contender !== DIRECT ? fmt(row.p50Ms - base.p50Ms, 3) : '–';
-      };
-      return [
-        row.contender,
-        row.mode,
-        fmt(row.p50Ms, 3),
-        fmt(row.p99Ms, 3),
-        row.failed,
-        over(DIRECT),
-        over(MINIMAL),
-      ];
-    }),
-  );
+  const ratio = (row: ThroughputRow, who: string) => {
+    const base = find(r.throughput, who, row.mode);
+    return base ? fmt(row.requestsPerS / base.requestsPerS, 2) : '–';
+  };
+  const addedP50 = (row: ThroughputRow) => {
+    const floor = find(r.throughput, MINIMAL, row.mode);
+    return floor ? fmt(row.p50Ms - floor.p50Ms, 0) : '–';
+  };
+  const throughput = columns(r.throughput, [
+    ['contender', (row) => row.contender],
+    ['mode', (row) => row.mode],
+    ['requests/s', (row) => fmt(row.requestsPerS, 0)],
+    ['p50 ms', (row) => fmt(row.p50Ms, 0)],
+    ['p99 ms', (row) => fmt(row.p99Ms, 0)],
+    ['failed', (row) => row.failed],
+    ['× minimal proxy', (row) => ratio(row, MINIMAL)],
+    ['× Fastify + undici', (row) => ratio(row, FASTIFY)],
+    ['added p50 ms', addedP50],
+    ['CPU µs per request', (row) => (row.cpuUsPerRequest === undefined ? '–' : fmt(row.cpuUsPerRequest, 0))],
+  ]);
+  const over = (row: LatencyRow, who: string) => {
+    const base = find(r.latency, who, row.mode);
+    return base && row !== base && row.contender !== DIRECT ? fmt(row.p50Ms - base.p50Ms, 3) : '–';
+  };
+  const low = columns(r.latency, [
+    ['at low load (1 connection)', (row) => row.contender],
+    ['mode', (row) => row.mode],
+    ['p50 ms', (row) => fmt(row.p50Ms, 3)],
+    ['p99 ms', (row) => fmt(row.p99Ms, 3)],
+    ['failed', (row) => row.failed],
+    ['added p50 ms over direct', (row) => over(row, DIRECT)],
+    ['over minimal proxy', (row) => over(row, MINIMAL)],
+  ]);
   return [`# slotgate beside a minimal proxy`, '', r.parameters, '', throughput, '', low].join('\n');
 }

@@ -26,20 +26,27 @@ export interface FleetRecord {
   loopDelayMaxMs: number;
 }
 
-export interface InstanceFigures {
-  admissions: number;
-  admissionsPerS: number;
+/** What the process(es) running the contender did over a window (a run's, or one instance's). */
+export interface ProcessFigures {
+  /** Requests the contender's code sent (a pipeline or transaction counts once), and its clients' socket writes. */
   roundTrips: number;
   socketWrites: number;
+  /** CPU of the process(es), ms. */
   clientCpuMs: number;
+  /** slotgate's own counters, summed over its sessions: commands by purpose, load-view rounds, handoffs, first tries. */
   purposes?: Record<string, number>;
+}
+
+export interface InstanceFigures extends ProcessFigures {
+  admissions: number;
+  admissionsPerS: number;
   p50Ms: number;
   p99Ms: number;
   refusals: number;
 }
 
 /** One measured run of one scenario and contender. */
-export interface RunRecord {
+export interface RunRecord extends ProcessFigures {
   scenario: string;
   contender: string;
   label: string;
@@ -61,13 +68,6 @@ export interface RunRecord {
   /** INFO commandstats delta over the window (Lua-internal commands included). */
   serverCommands: Record<string, number>;
   redisCpuMs: number;
-  /** Requests the contender's code sent (a pipeline or transaction counts once), and its clients' socket writes. */
-  roundTrips: number;
-  socketWrites: number;
-  /** CPU of the process(es) running the contender over the window, ms. */
-  clientCpuMs: number;
-  /** slotgate's own counters over the window: commands by purpose, load-view rounds, handoffs, first tries. */
-  purposes?: Record<string, number>;
   /** Highest concurrency the holders saw per channel (across processes), and the channels seen above their max. */
   highest: Record<string, number>;
   oversold: { channel: string; highest: number; max: number }[];
@@ -111,9 +111,13 @@ export class OversellError extends Error {
 
 export const sum = (values: readonly number[]): number => values.reduce((a, b) => a + b, 0);
 
-/** Adds each count of `from` into `into`. */
-export function addCounts(into: Record<string, number>, from: Record<string, number> | undefined): void {
-  for (const [k, v] of Object.entries(from ?? {})) into[k] = (into[k] ?? 0) + v;
+/** Adds each count of every one of `from` into `into`, and returns `into`. */
+export function addCounts(
+  into: Record<string, number>,
+  ...from: readonly (Record<string, number> | undefined)[]
+): Record<string, number> {
+  for (const counts of from) for (const [k, v] of Object.entries(counts ?? {})) into[k] = (into[k] ?? 0) + v;
+  return into;
 }
 
 export function deltaOf(

@@ -9,7 +9,7 @@ import {
   defaultRedisOptions,
 } from '../packages/slotgate/src/store/redis/connection/connection.js';
 import { parseCommandstats, RedisServer } from '../test/helpers/redis-server.js';
-import { addCounts, deltaOf, sum } from './records.js';
+import { addCounts, deltaOf, sum, type ProcessFigures } from './records.js';
 import type { Session } from './types.js';
 
 export interface NodeSnapshot {
@@ -213,14 +213,8 @@ export class RoundTripCounter {
   }
 }
 
-/** What one process measures on its side of a window: round trips, socket writes, CPU, the sessions' counters. */
-export interface ProcessFigures {
-  roundTrips: number;
-  socketWrites: number;
-  clientCpuMs: number;
-  /** Summed over the sessions. */
-  purposes?: Record<string, number>;
-  /** Per session, in their order. */
+/** What one process measures on its side of a window, and its sessions' counters one by one (in their order). */
+export interface MeterFigures extends ProcessFigures {
   counters?: Record<string, number>[];
 }
 
@@ -241,18 +235,16 @@ export function clientMeter(counter: RoundTripCounter, sessions: readonly Sessio
       cpu = process.cpuUsage(cpu);
       after = sessions.map((s) => s.counters?.());
     },
-    figures(): ProcessFigures {
+    figures(): MeterFigures {
       const counters = sessions.flatMap((_, k) => {
         const d = deltaOf(before[k], after[k]);
         return d ? [d] : [];
       });
-      const purposes: Record<string, number> = {};
-      for (const c of counters) addCounts(purposes, c);
       return {
         roundTrips: rt.requests,
         socketWrites: rt.writes,
         clientCpuMs: (cpu.user + cpu.system) / 1000,
-        ...(counters.length ? { purposes, counters } : {}),
+        ...(counters.length ? { purposes: addCounts({}, ...counters), counters } : {}),
       };
     },
   };

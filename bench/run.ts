@@ -10,7 +10,7 @@ import {
   commandDelta,
   perNodeDelta,
   RoundTripCounter,
-  type ProcessFigures,
+  type MeterFigures,
   type RedisUnderTest,
   type ServerSnapshot,
 } from './redis.js';
@@ -34,7 +34,7 @@ export function summarize(
   base: Pick<RunRecord, 'scenario' | 'contender' | 'label' | 'params'>,
   load: Pick<LoadResult, 'admissions' | 'refusals' | 'errors' | 'latencies' | 'refusalLatencies' | 'windowS'>,
   server: { before: ServerSnapshot; after: ServerSnapshot },
-  extra: Omit<ProcessFigures, 'counters'> & Pick<RunRecord, 'highest' | 'instances'>,
+  extra: Omit<MeterFigures, 'counters'> & Pick<RunRecord, 'highest' | 'instances'>,
 ): RunRecord {
   const { before, after } = server;
   const record: RunRecord = {
@@ -71,14 +71,12 @@ export function summarize(
 
 /** The process figures of a run's workers, summed, and the holds of all of them swept together. */
 export function workersTotal(results: readonly WorkerResult[]) {
-  const purposes: Record<string, number> = {};
-  for (const r of results) addCounts(purposes, r.purposes);
   return {
     roundTrips: sum(results.map((r) => r.roundTrips)),
     socketWrites: sum(results.map((r) => r.socketWrites)),
     clientCpuMs: sum(results.map((r) => r.clientCpuMs)),
     highest: highestOverlap(results.map((r) => r.intervals)),
-    purposes: results.some((r) => r.purposes) ? purposes : undefined,
+    purposes: results.some((r) => r.purposes) ? addCounts({}, ...results.map((r) => r.purposes)) : undefined,
   };
 }
 
@@ -88,15 +86,13 @@ export async function runInProcess(
   contender: Contender,
   scenario: Scenario,
   durationS: number,
-  opts: { warmupMs?: number; acquirers?: number } = {},
+  opts: { warmupMs?: number } = {},
 ): Promise<RunRecord> {
   const channels = channelsOf(scenario);
   const candidateSets = candidateSetsOf(scenario, channels);
-  const acquirers = opts.acquirers ?? scenario.acquirers;
   const counter = new RoundTripCounter();
   const namespace = newNamespace(scenario.id, contender.id);
   const session = await contender.setup({
-    redisUrl: redis.url,
     channels,
     namespace,
     client: () => counter.client(redis.url),
@@ -105,7 +101,7 @@ export async function runInProcess(
   let before: ServerSnapshot | undefined;
   let after: ServerSnapshot | undefined;
   let load: LoadResult;
-  const common = { session, candidateSets, acquirers, holdMs: scenario.holdMs };
+  const common = { session, candidateSets, acquirers: scenario.acquirers, holdMs: scenario.holdMs };
   try {
     const warmupMs = opts.warmupMs ?? 500;
     if (warmupMs > 0) await runLoad({ ...common, durationMs: warmupMs });
@@ -130,7 +126,7 @@ export async function runInProcess(
       scenario: scenario.id,
       contender: contender.id,
       label: contender.label,
-      params: { ...paramsOf(scenario, durationS, 1), acquirers },
+      params: paramsOf(scenario, durationS, 1),
     },
     load,
     { before: before!, after: after! },
@@ -169,11 +165,6 @@ export async function runScaleOut(
     timeoutMs: durationS * 1000 + 30_000,
   });
   const loads = results.map((r) => r.load!);
-  const all = <K extends 'refusals' | 'errors'>(key: K) => {
-    const out: Record<string, number> = {};
-    for (const l of loads) addCounts(out, l[key]);
-    return out;
-  };
   const perInstance: InstanceFigures[] = results.map((r) => ({
     admissions: r.load!.admissions,
     admissionsPerS: r.load!.admissions / r.load!.windowS,
@@ -194,8 +185,8 @@ export async function runScaleOut(
     },
     {
       admissions: sum(loads.map((l) => l.admissions)),
-      refusals: all('refusals'),
-      errors: all('errors'),
+      refusals: addCounts({}, ...loads.map((l) => l.refusals)),
+      errors: addCounts({}, ...loads.map((l) => l.errors)),
       latencies: loads.flatMap((l) => l.latencies).sort((a, b) => a - b),
       refusalLatencies: loads.flatMap((l) => l.refusalLatencies).sort((a, b) => a - b),
       windowS: durationS,

@@ -20,7 +20,6 @@ export class Refused extends Error {
 }
 
 export interface SetupContext {
-  redisUrl: string;
   channels: readonly BenchChannel[];
   /** In every key the contender writes. */
   namespace: string;

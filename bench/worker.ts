@@ -10,7 +10,7 @@ import { loadContender } from './contenders/index.js';
 import type { HoldShape } from './draws.js';
 import { monotonicUs, percentile, runLoad, type LoadResult } from './load.js';
 import type { RequestRecord } from './fairness.js';
-import { clientMeter, RoundTripCounter, type ProcessFigures } from './redis.js';
+import { clientMeter, RoundTripCounter, type MeterFigures } from './redis.js';
 import { Refused, type Admitted, type BenchChannel, type BenchClient, type Session } from './types.js';
 
 export interface WorkerSetup {
@@ -56,7 +56,7 @@ export type WorkerRun = {
   | { mode: 'closed'; endAt: number; workers: ClosedWorker[]; hold?: HoldShape }
 );
 
-export interface WorkerResult extends ProcessFigures {
+export interface WorkerResult extends MeterFigures {
   type: 'result';
   records: RequestRecord[];
   /** channel → flat [start, end, …] µs on the monotonic clock; the same holds by client. */
@@ -81,7 +81,6 @@ async function onSetup(m: WorkerSetup): Promise<void> {
   sessions = await Promise.all(
     m.instances.map(() =>
       contender.setup({
-        redisUrl: m.redisUrl,
         channels: m.channels,
         namespace: m.namespace,
         client: () => counter.client(m.redisUrl),
@@ -115,7 +114,7 @@ async function onRun(m: WorkerRun): Promise<WorkerResult> {
     client?: BenchClient,
     dispatched?: number,
   ): Promise<RequestRecord> => {
-    const base = { instance: instances[k]!, arrival, hold, client: client?.id, dispatched };
+    const base = { instance: instances[k]!, arrival, client: client?.id, dispatched };
     let admitted: Admitted;
     try {
       admitted = await sessions[k]!.acquire(set, client);
@@ -177,7 +176,7 @@ async function onRun(m: WorkerRun): Promise<WorkerResult> {
           lags.push(dispatched - arrival);
           if (inFlight >= (m.maxInFlight ?? Infinity)) {
             capHits++;
-            const shed = { arrival, outcome: wallNow(), reason: 'in_flight_cap', hold: 0, dispatched };
+            const shed = { arrival, outcome: wallNow(), reason: 'in_flight_cap', dispatched };
             records.push({ instance: instances[a.session]!, ...shed });
             continue;
           }

@@ -191,8 +191,8 @@ describe('the peak sweep', () => {
 describe('the per-client figures', () => {
   const r = (client: string, arrival: number, outcome: number, release?: number): RequestRecord =>
     release === undefined
-      ? { instance: 0, client, arrival, outcome, reason: 'wait_timeout', hold: 5 }
-      : { instance: 0, client, arrival, outcome, channel: 'c0', hold: release - outcome, release };
+      ? { instance: 0, client, arrival, outcome, reason: 'wait_timeout' }
+      : { instance: 0, client, arrival, outcome, channel: 'c0', release };
 
   it('counts arrivals, admissions, waits and held slot-time inside the window', () => {
     const records = [
@@ -270,7 +270,6 @@ describe("the light client's ratio to the ideal weighted-fair scheduler", () => 
       arrival,
       outcome: arrival + wait,
       channel: 'c0',
-      hold: 100,
       release: arrival + wait + 100,
     });
     const run = (records: RequestRecord[]) =>

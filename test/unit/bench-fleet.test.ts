@@ -19,9 +19,9 @@ import { idealFifo } from '../../bench/ideal.js';
 import { arrivalRate, makeTrace } from '../../bench/openloop.js';
 
 const admitted = (arrival: number, outcome: number, channel: string, release: number, instance = 0) =>
-  ({ instance, arrival, outcome, channel, hold: release - outcome, release }) satisfies RequestRecord;
+  ({ instance, arrival, outcome, channel, release }) satisfies RequestRecord;
 const refused = (arrival: number, outcome: number, reason = 'wait_timeout', instance = 0) =>
-  ({ instance, arrival, outcome, reason, hold: 10 }) satisfies RequestRecord;
+  ({ instance, arrival, outcome, reason }) satisfies RequestRecord;
 
 describe("Jain's index and the min/max share", () => {
   it('is 1 for equal shares, 1/n when one takes all, (Σx)²/(n·Σx²) in between', () => {
@@ -166,11 +166,11 @@ describe('the ideal FIFO scheduler', () => {
       { at: 200, hold: 10, instance: 0 }, // free: admitted at once
     ];
     expect(idealFifo(trace, [{ id: 'c0', max: 1 }], 100)).toEqual([
-      { instance: 0, arrival: 0, outcome: 0, channel: 'c0', hold: 150, release: 150 },
-      { instance: 1, arrival: 10, outcome: 110, reason: 'wait_timeout', hold: 20 },
-      { instance: 0, arrival: 60, outcome: 150, channel: 'c0', hold: 20, release: 170 },
-      { instance: 1, arrival: 70, outcome: 170, reason: 'wait_timeout', hold: 10 },
-      { instance: 0, arrival: 200, outcome: 200, channel: 'c0', hold: 10, release: 210 },
+      { instance: 0, arrival: 0, outcome: 0, channel: 'c0', release: 150 },
+      { instance: 1, arrival: 10, outcome: 110, reason: 'wait_timeout' },
+      { instance: 0, arrival: 60, outcome: 150, channel: 'c0', release: 170 },
+      { instance: 1, arrival: 70, outcome: 170, reason: 'wait_timeout' },
+      { instance: 0, arrival: 200, outcome: 200, channel: 'c0', release: 210 },
     ]);
   });
 

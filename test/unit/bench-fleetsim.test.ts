@@ -118,12 +118,12 @@ const cell: SimCell = {
 
 describe("a cell's figures", () => {
   const records: RequestRecord[] = [
-    { instance: 0, arrival: 1000, outcome: 1010, channel: 'c0', hold: 1 },
-    { instance: 0, arrival: 1100, outcome: 1400, channel: 'c1', hold: 1 },
-    { instance: 1, arrival: 1200, outcome: 1230, channel: 'c0', hold: 1 },
-    { instance: 1, arrival: 1300, outcome: 1800, reason: 'wait_timeout', hold: 1 },
-    { instance: 1, arrival: 900, outcome: 1050, channel: 'c1', hold: 1 }, // arrived before the window, admitted in it
-    { instance: 0, arrival: 1900, outcome: 2100, channel: 'c0', hold: 1 }, // admitted after the window
+    { instance: 0, arrival: 1000, outcome: 1010, channel: 'c0' },
+    { instance: 0, arrival: 1100, outcome: 1400, channel: 'c1' },
+    { instance: 1, arrival: 1200, outcome: 1230, channel: 'c0' },
+    { instance: 1, arrival: 1300, outcome: 1800, reason: 'wait_timeout' },
+    { instance: 1, arrival: 900, outcome: 1050, channel: 'c1' }, // arrived before the window, admitted in it
+    { instance: 0, arrival: 1900, outcome: 2100, channel: 'c0' }, // admitted after the window
   ];
   const input: CellInput = {
     cell,
