@@ -61,8 +61,6 @@ export interface ReloadOptions {
   log: FastifyBaseLogger;
 }
 
-export type Reloader = ReturnType<typeof watchConfig>;
-
 /** Reloads on demand and whenever the file changes; `close` stops watching it. */
 export function watchConfig(options: ReloadOptions) {
   const { path, current, log } = options;
