@@ -16,7 +16,7 @@ import type { GatewayMetrics } from './metrics.js';
 import type { ProxyResult } from './proxy/context.js';
 import { shapeOf } from './proxy/request.js';
 import { registerAdminRoutes, type AdminContext } from './routes/admin.js';
-import { registerClientRoutes, registerModelRoutes } from './routes/client.js';
+import { registerClientRoutes } from './routes/client.js';
 import { registerOpenRoutes } from './routes/open.js';
 import type { ReadinessCheck } from './readiness.js';
 import type { UpstreamClient } from './upstream.js';
@@ -129,7 +129,6 @@ export function buildApp(deps: AppDeps): FastifyInstance {
       deps.onResult?.(result);
     },
   });
-  registerModelRoutes(app, deps.registry);
   registerOpenRoutes(app, deps.ready, deps.metrics);
   registerAdminRoutes(app, { ...deps, metrics: traffic });
   return app;

@@ -177,9 +177,9 @@ export function toHttpError(err: unknown): HttpError {
   return new HttpError('internal_error', 'slotgate: internal error');
 }
 
-export function errorBody(err: HttpError, shape: ApiShape, extra: Record<string, unknown> = {}): unknown {
+export function errorBody(err: HttpError, shape: ApiShape): unknown {
   const spec = GATEWAY_ERRORS[err.code];
   if (shape === 'anthropic')
-    return { type: 'error', error: { type: spec.anthropicType, message: err.message, ...extra } };
-  return { error: { message: err.message, type: spec.type, code: err.code, ...extra } };
+    return { type: 'error', error: { type: spec.anthropicType, message: err.message } };
+  return { error: { message: err.message, type: spec.type, code: err.code } };
 }

@@ -1,5 +1,6 @@
 /** slotgate-gateway: an OpenAI/Anthropic-compatible gateway on slotgate, to embed; docs/api.md lists this surface. */
-export { createGateway, CLIENT_ROUTES, type Gateway, type GatewayOptions } from './server.js';
+export { createGateway, type Gateway, type GatewayOptions } from './server.js';
+export { CLIENT_ROUTES } from './routes/client.js';
 export { ConfigError, loadConfigFile, parseConfig, parseConfigText } from './config.js';
 export type { GatewayConfig, ChannelConfig, TokenConfig, MockConfig } from './config-schema.js';
 export {

@@ -3,21 +3,13 @@
  * before the engine, which reports to it. docs/operations.md lists every metric.
  */
 import { Counter, Registry, collectDefaultMetrics } from 'prom-client';
-import type { Admission, NodeHealth } from 'slotgate';
-import type { ChannelRegistry } from './channels.js';
 import { AdmissionLatency, registerAdmissionCounters } from './metrics/admission.js';
-import { registerLoadGauges } from './metrics/load.js';
+import { registerLoadGauges, type LoadSources } from './metrics/load.js';
 import { scrapedGauge } from './metrics/scrape.js';
-import { registerStoreMetrics } from './metrics/store.js';
+import { registerStoreMetrics, type StoreSources } from './metrics/store.js';
 import { TrafficMetrics } from './metrics/traffic.js';
 
-export interface MetricsSources {
-  admission: () => Admission;
-  channels: () => ChannelRegistry;
-  storeUp: () => Promise<boolean>;
-  storeKind: string;
-  /** A Redis store's nodes (every Cluster master, or the one node), each PINGed; undefined for another store. */
-  storeNodes?: () => Promise<NodeHealth[]>;
+export interface MetricsSources extends LoadSources, Omit<StoreSources, 'stats'> {
   configVersion: () => number;
 }
 

@@ -3,6 +3,7 @@
  * balancer and kubelet, so concurrent probes share one answer, kept for a moment.
  */
 import type { SlotStore } from 'slotgate';
+import { sharedRead } from './shared-read.js';
 
 export interface Readiness {
   ready: boolean;
@@ -24,21 +25,11 @@ export async function storeReadiness(store: SlotStore): Promise<Readiness> {
 }
 
 /** `check` asked at most once per `ttlMs` after it settled, its call shared; a check that throws is not ready. */
-export function cachedReadiness(
-  check: ReadinessCheck,
-  ttlMs: number,
-  now: () => number = Date.now,
-): ReadinessCheck {
-  let last: { at: number; answer: Promise<Readiness> } | undefined;
-  return () => {
-    if (last && now() - last.at < ttlMs) return last.answer;
-    const answer = check().catch((err: unknown): Readiness => ({
+export function cachedReadiness(check: ReadinessCheck, ttlMs: number, now?: () => number): ReadinessCheck {
+  const guarded = () =>
+    check().catch((err: unknown): Readiness => ({
       ready: false,
       reason: `readiness check failed: ${String(err)}`,
     }));
-    const entry = { at: Number.POSITIVE_INFINITY, answer };
-    last = entry;
-    void answer.then(() => (entry.at = now()));
-    return answer;
-  };
+  return sharedRead(guarded, ttlMs, now);
 }

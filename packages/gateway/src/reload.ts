@@ -61,16 +61,10 @@ export interface ReloadOptions {
   log: FastifyBaseLogger;
 }
 
-export interface Reloader {
-  /** Re-reads the config file; on error keeps the old configuration and returns the error. */
-  reload(): Promise<ConfigError | undefined>;
-  /** Stops watching the file. */
-  close(): void;
-}
-
-/** Reloads on demand and whenever the file changes. */
-export function watchConfig(options: ReloadOptions): Reloader {
+/** Reloads on demand and whenever the file changes; `close` stops watching it. */
+export function watchConfig(options: ReloadOptions) {
   const { path, current, log } = options;
+  /** Re-reads the config file; on error keeps the old configuration and returns the error. */
   const reload = async (): Promise<ConfigError | undefined> => {
     try {
       const loaded = await loadConfigFile(path);

@@ -7,11 +7,9 @@ import type { Admission, SlotStore } from 'slotgate';
 import { buildApp, closeApp, type AppDeps } from './app.js';
 import type { ConfigError } from './config.js';
 import type { GatewayConfig } from './config-schema.js';
-import { watchConfig, type Reloader } from './reload.js';
+import { watchConfig } from './reload.js';
 import { GatewayRuntime } from './runtime.js';
 import type { GatewaySettings } from './settings.js';
-
-export { CLIENT_ROUTES } from './routes/client.js';
 
 export interface GatewayOptions extends Pick<AppDeps, 'logger' | 'onResult' | 'history'> {
   config: GatewayConfig;
@@ -55,7 +53,7 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
     history: options.history,
   });
   await runtime.start(app.log);
-  const reloader: Reloader | undefined = options.configPath
+  const reloader = options.configPath
     ? watchConfig({
         path: options.configPath,
         transform: options.transformConfig,

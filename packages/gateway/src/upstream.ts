@@ -5,7 +5,6 @@
 import type { Readable } from 'node:stream';
 import { Agent, errors as undiciErrors, request } from 'undici';
 import type { GatewayConfig } from './config-schema.js';
-import type { ApiShape } from './http-errors.js';
 import type { GatewayChannel } from './channels.js';
 
 export interface UpstreamResponse {
@@ -19,21 +18,16 @@ export interface UpstreamCall {
   /** e.g. /v1/chat/completions */
   path: string;
   body: Buffer;
-  shape: ApiShape;
   /** Client headers worth forwarding (accept, anthropic-version, anthropic-beta, openai-beta, user-agent). */
   clientHeaders: Record<string, string | string[] | undefined>;
   signal: AbortSignal;
 }
 
 /** The upstream could not be reached or stopped answering before its headers: the request may be retried. */
-export class UpstreamConnectError extends Error {
-  readonly code = 'upstream_unreachable';
-}
+export class UpstreamConnectError extends Error {}
 
 /** No response headers within first_byte_ms: not retried (the upstream may still be working on it). */
-export class UpstreamTimeoutError extends Error {
-  readonly code = 'upstream_timeout';
-}
+export class UpstreamTimeoutError extends Error {}
 
 const FORWARDED = ['accept', 'anthropic-version', 'anthropic-beta', 'openai-beta', 'user-agent'];
 
@@ -79,8 +73,6 @@ export class UpstreamClient {
         body: call.body,
         signal: call.signal,
         dispatcher: this.agent,
-        headersTimeout: this.timeouts.first_byte_ms,
-        bodyTimeout: this.timeouts.idle_ms,
       });
       return { status: res.statusCode, headers: res.headers, body: res.body };
     } catch (err) {

@@ -5,7 +5,8 @@
 import type { Registry } from 'prom-client';
 import type { Admission, ChannelLoad, ChannelStats } from 'slotgate';
 import type { ChannelRegistry } from '../channels.js';
-import { oncePerScrape, scrapedGauge, type Sample } from './scrape.js';
+import { scrapedGauge, type Sample } from './scrape.js';
+import { sharedRead } from '../shared-read.js';
 
 export interface LoadSources {
   admission: () => Admission;
@@ -101,7 +102,7 @@ export function registerLoadGauges(register: Registry, sources: LoadSources): vo
       },
     });
   }
-  const rows = oncePerScrape(() => readChannelRows(sources));
+  const rows = sharedRead(() => readChannelRows(sources));
   for (const [name, help, value] of PER_CHANNEL) {
     scrapedGauge(register, {
       name,

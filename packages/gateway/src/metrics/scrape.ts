@@ -35,22 +35,3 @@ function collector<L extends string>({ read }: ScrapedSpec<L>) {
     for (const [labels, value] of samples) this.inc(labels, value);
   };
 }
-
-/**
- * `read` shared by the metrics of one scrape: a registry collects all its metrics at once, so the first caller
- * starts the read and the others join it; the next scrape reads again.
- */
-export function oncePerScrape<T>(read: () => Promise<T>): () => Promise<T> {
-  let round: Promise<T> | undefined;
-  return () => {
-    if (!round) {
-      const pending = read();
-      const done = () => {
-        if (round === pending) round = undefined;
-      };
-      round = pending;
-      pending.then(done, done);
-    }
-    return round;
-  };
-}

@@ -1,7 +1,8 @@
 /** The admission store as this instance sees it: the commands it issued by purpose, the load view, store health. */
 import type { Registry } from 'prom-client';
 import { PURPOSES, type AdmissionStats, type NodeHealth } from 'slotgate';
-import { oncePerScrape, scrapedCounter, scrapedGauge } from './scrape.js';
+import { scrapedCounter, scrapedGauge } from './scrape.js';
+import { sharedRead } from '../shared-read.js';
 
 export interface StoreSources {
   stats: () => AdmissionStats;
@@ -39,7 +40,7 @@ export function registerStoreMetrics(register: Registry, sources: StoreSources):
 
 /** One PING round per scrape, shared by both gauges; the masters only, so the label set stays small. */
 function registerNodeGauges(register: Registry, readNodes: () => Promise<NodeHealth[]>): void {
-  const nodes = oncePerScrape(() => readNodes().catch((): NodeHealth[] => []));
+  const nodes = sharedRead(() => readNodes().catch((): NodeHealth[] => []));
   scrapedGauge(register, {
     name: 'slotgate_redis_node_up',
     help: 'Whether each Redis node the store writes to (every Cluster master, or the one node) answers PING (1) or not (0)',

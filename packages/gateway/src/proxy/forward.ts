@@ -90,7 +90,7 @@ function callChannel(req: ProxiedRequest, { channel }: Slot): Promise<UpstreamRe
     return mockRespond(mock, { channelId: channel.id, path, shape, body: req.json, signal: stop.signal });
   }
   const clientHeaders = req.request.headers;
-  return req.ctx.upstream.call({ channel, path, body: req.body, shape, clientHeaders, signal: stop.signal });
+  return req.ctx.upstream.call({ channel, path, body: req.body, clientHeaders, signal: stop.signal });
 }
 
 /** At most `cap` bytes of a body; the rest is not read (the stream is destroyed). */

@@ -53,13 +53,10 @@ function mockError(mock: MockConfig, shape: ApiShape, channelId: string): Upstre
 
 let seq = 0;
 
-export async function mockRespond(
-  mock: MockConfig,
-  req: MockRequest,
-  random: () => number = Math.random,
-): Promise<UpstreamResponse> {
+export async function mockRespond(mock: MockConfig, req: MockRequest): Promise<UpstreamResponse> {
   await sleep(mock.latency_ms, undefined, { signal: req.signal });
-  if (mock.error_rate > 0 && random() < mock.error_rate) return mockError(mock, req.shape, req.channelId);
+  if (mock.error_rate > 0 && Math.random() < mock.error_rate)
+    return mockError(mock, req.shape, req.channelId);
   const model = typeof req.body.model === 'string' ? req.body.model : 'mock';
   const id = `mock-${Date.now().toString(36)}-${++seq}`;
   const created = Math.floor(Date.now() / 1000);

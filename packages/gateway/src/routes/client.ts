@@ -1,6 +1,5 @@
 /** The client API: the OpenAI- and Anthropic-compatible POST routes, each proxied, and GET /v1/models. */
 import type { FastifyInstance } from 'fastify';
-import type { ChannelRegistry } from '../channels.js';
 import { HttpError } from '../http-errors.js';
 import { newAccessRecord } from '../logging.js';
 import type { ProxyContext } from '../proxy/context.js';
@@ -19,12 +18,9 @@ export const CLIENT_ROUTES = [
 export function registerClientRoutes(app: FastifyInstance, ctx: ProxyContext): void {
   for (const path of CLIENT_ROUTES)
     app.post(path, (request, reply) => proxyRequest(ctx, request, reply, path));
-}
-
-/** The model names the caller's token group can use, in OpenAI's list shape. */
-export function registerModelRoutes(app: FastifyInstance, registry: () => ChannelRegistry): void {
+  // the model names the caller's token group can use, in OpenAI's list shape
   app.get('/v1/models', async (request) => {
-    const channels = registry();
+    const channels = ctx.registry();
     const token = channels.authenticate(presentedToken(request, 'openai'));
     if (!token) throw new HttpError('invalid_api_key', 'missing or invalid API key');
     (request.access ??= newAccessRecord()).token = token.name; // the access line names the caller, as for the proxy
