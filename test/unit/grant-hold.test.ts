@@ -84,6 +84,24 @@ describe('a grant held from its registration, with no claim', () => {
     await waiting.value!.release();
   });
 
+  it('while the store fails, the claim is retried at most every 100 ms until the fence ends the request', async () => {
+    const { clock, store, holder, waiting, sentAt, calls } = await queuedBehindOther();
+    await elapse(clock, 1_000);
+    await holder.release();
+    await flush();
+    const ticket = waiting.value!;
+    store.renew = (leases) => {
+      calls.push(clock.now());
+      return Promise.reject(new Error(`redis down (${leases.length})`));
+    };
+    await elapse(clock, CLAIM_MS);
+    const fence = sentAt + CLAIM_MS - fenceMarginMs(CLAIM_MS);
+    expect(calls[0]).toBe(sentAt + RENEW_BY);
+    expect(calls.length).toBeLessThanOrEqual((fence - calls[0]!) / 100 + 1);
+    expect(ticket.lost.aborted).toBe(true); // fenced, never past the grant's deadline
+    await ticket.release();
+  });
+
   it('with fencing off nothing would end a request whose grant passed on: it claims at once', async () => {
     const { clock, holder, waiting, sentAt, calls } = await queuedBehindOther({
       lease_fencing_enabled: false,

@@ -10,6 +10,8 @@ import { fenceMarginMs, refsOf, type Lease, type LeaseBook, type LeaseEvent } fr
 
 /** What a renewal's round trip may take, at the least, before its lease's fence. */
 export const RENEW_BUDGET_MS = 1000;
+/** After a failed renewal, a short lease's next try is at least this far off (the store may fail at once). */
+const RETRY_FLOOR_MS = 100;
 
 interface RenewalOptions {
   store: SlotStore;
@@ -62,7 +64,7 @@ export class Renewal {
           if (this.opts.book.size > 0) this.schedule();
         });
       },
-      Math.max(1, at - clock.now()),
+      Math.max(this.soon ? RETRY_FLOOR_MS : 1, at - clock.now()),
     );
   }
 
