@@ -38,16 +38,20 @@ async function queuedBehindOther(settings = {}) {
   const sentAt = clock.now();
   const waiting = track(clock, admission.acquire({ candidates: [channel] }));
   await flush();
-  return { clock, store, holder: holder!, waiting, sentAt, calls };
+  /** The other instance releases `afterMs` after the registration went out: the waiter is granted its slot. */
+  const grantAfter = async (afterMs: number) => {
+    await elapse(clock, afterMs);
+    await holder!.release();
+    await flush();
+    return waiting.value!;
+  };
+  return { clock, store, waiting, sentAt, calls, grantAfter };
 }
 
 describe('a grant held from its registration, with no claim', () => {
   it('a request granted and done well inside the claim deadline never calls the store to claim', async () => {
-    const { clock, holder, waiting, sentAt, calls } = await queuedBehindOther();
-    await elapse(clock, 1_000);
-    await holder.release();
-    await flush();
-    const ticket = waiting.value!;
+    const { clock, waiting, sentAt, calls, grantAfter } = await queuedBehindOther();
+    const ticket = await grantAfter(1_000);
     expect(waiting.at).toBe(sentAt + 1_000);
     await elapse(clock, 1_000);
     await ticket.release();
@@ -56,11 +60,8 @@ describe('a grant held from its registration, with no claim', () => {
   });
 
   it('a longer hold is renewed before its fence, once, and then runs on the lease TTL', async () => {
-    const { clock, store, holder, waiting, sentAt, calls } = await queuedBehindOther();
-    await elapse(clock, 1_000);
-    await holder.release();
-    await flush();
-    const ticket = waiting.value!;
+    const { clock, store, sentAt, calls, grantAfter } = await queuedBehindOther();
+    const ticket = await grantAfter(1_000);
     await elapse(clock, CLAIM_MS + 1_000);
     // dated from the registration's send (1 s before the grant), not from the grant
     expect(calls).toEqual([sentAt + RENEW_BY]);
@@ -72,11 +73,9 @@ describe('a grant held from its registration, with no claim', () => {
   });
 
   it('a grant with too little of its deadline left is claimed before the request is admitted', async () => {
-    const { clock, holder, waiting, sentAt, calls } = await queuedBehindOther();
+    const { clock, waiting, sentAt, calls, grantAfter } = await queuedBehindOther();
     const late = RENEW_BY + fenceMarginMs(CLAIM_MS); // less than a margin and a round trip left
-    await elapse(clock, late);
-    await holder.release();
-    await flush();
+    await grantAfter(late);
     expect(calls).toEqual([sentAt + late]);
     expect(waiting.at).toBe(sentAt + late);
     await elapse(clock, CLAIM_MS);
@@ -85,11 +84,8 @@ describe('a grant held from its registration, with no claim', () => {
   });
 
   it('while the store fails, the claim is retried at most every 100 ms until the fence ends the request', async () => {
-    const { clock, store, holder, waiting, sentAt, calls } = await queuedBehindOther();
-    await elapse(clock, 1_000);
-    await holder.release();
-    await flush();
-    const ticket = waiting.value!;
+    const { clock, store, sentAt, calls, grantAfter } = await queuedBehindOther();
+    const ticket = await grantAfter(1_000);
     store.renew = (leases) => {
       calls.push(clock.now());
       return Promise.reject(new Error(`redis down (${leases.length})`));
@@ -103,12 +99,10 @@ describe('a grant held from its registration, with no claim', () => {
   });
 
   it('with fencing off nothing would end a request whose grant passed on: it claims at once', async () => {
-    const { clock, holder, waiting, sentAt, calls } = await queuedBehindOther({
+    const { waiting, sentAt, calls, grantAfter } = await queuedBehindOther({
       lease_fencing_enabled: false,
     });
-    await elapse(clock, 1_000);
-    await holder.release();
-    await flush();
+    await grantAfter(1_000);
     expect(calls).toEqual([sentAt + 1_000]);
     await waiting.value!.release();
   });
