@@ -23,7 +23,7 @@ const HOP_BY_HOP = new Set([
   'set-cookie',
 ]);
 
-function copyHeaders(reply: FastifyReply, headers: UpstreamResponse['headers']): void {
+export function copyHeaders(reply: FastifyReply, headers: UpstreamResponse['headers']): void {
   for (const [name, value] of Object.entries(headers))
     if (value !== undefined && !HOP_BY_HOP.has(name.toLowerCase())) reply.header(name, value);
 }

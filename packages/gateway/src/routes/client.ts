@@ -3,6 +3,7 @@ import type { FastifyInstance } from 'fastify';
 import { HttpError } from '../http-errors.js';
 import { newAccessRecord } from '../logging.js';
 import type { ProxyContext } from '../proxy/context.js';
+import { COUNT_TOKENS_PATH, countTokens } from '../proxy/count-tokens.js';
 import { proxyRequest } from '../proxy/forward.js';
 import { presentedToken } from '../proxy/request.js';
 
@@ -18,6 +19,8 @@ export const CLIENT_ROUTES = [
 export function registerClientRoutes(app: FastifyInstance, ctx: ProxyContext): void {
   for (const path of CLIENT_ROUTES)
     app.post(path, (request, reply) => proxyRequest(ctx, request, reply, path));
+  // Anthropic's token counting generates nothing: forwarded (or answered by a mock) without taking a slot
+  app.post(COUNT_TOKENS_PATH, (request, reply) => countTokens(ctx, request, reply));
   // the model names the caller's token group can use, in OpenAI's list shape
   app.get('/v1/models', async (request) => {
     const channels = ctx.registry();
