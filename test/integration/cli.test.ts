@@ -1,5 +1,6 @@
 /**
- * The `slotgate` command line as a person meets it, run as child processes: `--version`; one-line errors with the
+ * The `slotgate` command line as a person meets it, run as child processes: `--version`; doctor's `--help` with its
+ * heartbeat thresholds; one-line errors with the
  * cause and what to do, exit 2 for usage errors (a bad --port, a bad Redis URL, an unknown option or command) and for
  * doctor's unreachable Redis (named without its password, with the socket error); serve's unreachable Redis named with
  * the socket error, its repeated sync errors logged once; exit 1 when the port is in use — with nothing left in the
@@ -35,6 +36,14 @@ describe('slotgate command line', { timeout: 60_000 }, () => {
     const run = await cli('--version');
     expect(run.code, run.stderr).toBe(0);
     expect(run.stdout.trim()).toBe(version);
+  });
+
+  it('doctor --help states the heartbeat period and both thresholds: late after 7.5 s, presumed dead after 15 s', async () => {
+    const run = await cli('doctor', '--help');
+    expect(run.code, run.stderr).toBe(0);
+    expect(run.stdout).toContain('every 5 s');
+    expect(run.stdout).toMatch(/late +its last heartbeat is older than 7\.5 s/);
+    expect(run.stdout).toMatch(/dead +older than 15 s \(three missed\)/);
   });
 
   it('usage errors: one line naming the flag and the value, exit 2, never a password', async () => {

@@ -3,7 +3,8 @@
  * exactly, a read-only run changes nothing, --fix removes exactly what was reported (live members, other versions and
  * other prefixes survive), the command line exits 1 with findings and 0 when clean, and real traffic (waiters
  * included) leaves nothing behind once its holder is gone and one lease TTL has passed — while a crashed holder next
- * to a live one leaves exactly its own leases.
+ * to a live one leaves exactly its own leases. Slots of an instance whose heartbeat is late but not yet dead are listed
+ * with its age (never "clean"), exit 0, and never released.
  */
 import { describe, expect, it } from 'vitest';
 import { spawn, type ChildProcess } from 'node:child_process';
@@ -13,7 +14,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { Redis } from 'ioredis';
 import { checkLeftovers } from '../../packages/slotgate/src/store/redis/doctor/check.js';
 import { fixFindings } from '../../packages/slotgate/src/store/redis/doctor/fix.js';
-import type { Finding } from '../../packages/slotgate/src/store/redis/doctor/report.js';
+import type { Finding, LateOwner } from '../../packages/slotgate/src/store/redis/doctor/report.js';
 import { KeyBuilder } from '../../packages/slotgate/src/store/redis/keys.js';
 import { LeaseManager, type LeaseEvent } from '../../packages/slotgate/src/admission/leases/lease-manager.js';
 import { RedisStore } from '../../packages/slotgate/src/store/redis/redis-store.js';
@@ -417,6 +418,67 @@ describe('slotgate doctor: slots of dead owners', () => {
     const again = await cli('--redis', redisUrl(), '--prefix', prefix);
     expect(again.code, again.stdout).toBe(0);
     expect(again.stdout).toContain('clean: no leftover keys');
+  });
+
+  it('lists the live slots of an instance whose heartbeat is late but not yet dead, with its age: never "clean", exit 0, --fix leaves them', async () => {
+    const redis = await client();
+    const prefix = prefixForTest('doctor-late');
+    const k = new KeyBuilder(prefix);
+    const [sec] = await redis.time();
+    const now = Number(sec) * 1000;
+    await redis.zadd(k.slots('ch'), now + 30_000, 'late:1', now + 30_000, 'late:2', now + 30_000, 'fresh:1');
+    await redis.pexpire(k.slots('ch'), 60_000);
+    // Ages only grow while the test runs: 'late' is past the late threshold (7.5 s) from the start, and far from the
+    // dead one (15 s); 'fresh' is a live gateway between two beats (every 5 s), planted again before each CLI run.
+    const plantHeartbeats = async (freshAge: number) => {
+      await heartbeat(redis, prefix, 'late', 7_600);
+      await heartbeat(redis, prefix, 'fresh', freshAge);
+    };
+    await plantHeartbeats(4_000);
+
+    const report = await checkLeftovers(redis, prefix);
+    expect(report.findings).toEqual([]);
+    expect(report.lateOwners).toHaveLength(1);
+    const [late] = report.lateOwners;
+    expect(late).toMatchObject({
+      owner: 'late',
+      slots: 2,
+      held: [{ key: k.slots('ch'), channelId: 'ch', slots: 2 }],
+    });
+    expect(late!.silentMs).toBeGreaterThanOrEqual(7_600);
+    expect(late!.silentMs + late!.deadInMs).toBe(15_000);
+    expect(late!.held[0]!.freesInMs).toBeGreaterThan(20_000);
+
+    await plantHeartbeats(0);
+    const run = await cli('--redis', redisUrl(), '--prefix', prefix);
+    expect(run.code, run.stderr).toBe(0);
+    expect(run.stdout).not.toContain('clean');
+    expect(run.stdout).toMatch(
+      /^late heartbeats: 2 slots held by 1 instance not heard from for over 7\.5 s/m,
+    );
+    const age =
+      /LATE OWNER 2 slots held by instance late, last heartbeat (\d+) s ago \(2 of channel "ch"\)/.exec(
+        run.stdout,
+      );
+    expect(age, run.stdout).not.toBeNull();
+    expect(Number(age![1])).toBeGreaterThanOrEqual(8);
+    expect(Number(age![1])).toBeLessThanOrEqual(15);
+    expect(run.stdout).not.toContain('fresh');
+
+    await plantHeartbeats(0);
+    const json = await cli('--redis', redisUrl(), '--prefix', prefix, '--json');
+    expect(json.code, json.stderr).toBe(0);
+    const parsed = JSON.parse(json.stdout) as { findings: Finding[]; lateOwners: LateOwner[] };
+    expect(parsed.findings).toEqual([]);
+    expect(parsed.lateOwners.map((o) => [o.owner, o.slots, o.silentMs >= 7_600])).toEqual([
+      ['late', 2, true],
+    ]);
+
+    await plantHeartbeats(0);
+    const fixed = await cli('--redis', redisUrl(), '--prefix', prefix, '--fix');
+    expect(fixed.code, fixed.stderr).toBe(0);
+    expect(fixed.stdout).toContain('LATE OWNER 2 slots held by instance late');
+    expect(await redis.zcard(k.slots('ch'))).toBe(3); // a late owner's slots are never released
   });
 
   it("--fix leaves a dead owner's slot renewed after the report, and an owner heard from again", async () => {

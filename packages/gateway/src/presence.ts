@@ -4,11 +4,12 @@
  */
 import { hostname } from 'node:os';
 import type { FastifyBaseLogger } from 'fastify';
-import type { InstanceInfo, SlotStore } from 'slotgate';
+import { HEARTBEAT_PERIOD_MS, OWNER_DEAD_AFTER_MS, type InstanceInfo, type SlotStore } from 'slotgate';
 
-const HEARTBEAT_MS = 5000;
-/** An instance not heard of for this long drops out of the instance list (three missed heartbeats). */
-const INSTANCE_MAX_AGE_MS = 15_000;
+/** The period `slotgate doctor` derives its late and dead thresholds from. */
+const HEARTBEAT_MS = HEARTBEAT_PERIOD_MS;
+/** An instance not heard of for this long drops out of the instance list (three missed heartbeats, as the doctor's dead). */
+const INSTANCE_MAX_AGE_MS = OWNER_DEAD_AFTER_MS;
 /** A raw call on a Redis that is down can take seconds to fail (ioredis holds it for a reconnect): not waited for. */
 const PRESENCE_WAIT_MS = 1000;
 

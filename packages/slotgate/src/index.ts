@@ -71,9 +71,12 @@ export type {
 } from './store/fleet.js';
 export { checkLeftovers } from './store/redis/doctor/check.js';
 export {
+  HEARTBEAT_PERIOD_MS,
   OWNER_DEAD_AFTER_MS,
+  OWNER_LATE_AFTER_MS,
   formatReport as formatLeftoverReport,
   type DoctorReport,
   type Finding,
   type FindingKind,
+  type LateOwner,
 } from './store/redis/doctor/report.js';

@@ -1,4 +1,7 @@
-/** `slotgate doctor`: checks a Redis for leftover keys; exit 1 when it finds some, 2 when it cannot run. */
+/**
+ * `slotgate doctor`: checks a Redis for leftover keys; exit 1 when it finds some, 2 when it cannot run. Slots of
+ * owners whose heartbeat is late are reported but, like the notes, are no finding (nothing to fix yet): exit 0.
+ */
 import type { RedisOptions } from 'ioredis';
 import { checkLeftovers, createRedisClient, formatLeftoverReport as formatReport } from 'slotgate';
 import { ConfigError, parseConfig, parseDocument, readConfigText } from '../config.js';

@@ -2,6 +2,7 @@
 /** The `slotgate` command line: `serve` and `doctor`. Exit codes: docs/operations.md. */
 import { readFileSync } from 'node:fs';
 import { Command, CommanderError } from 'commander';
+import { HEARTBEAT_PERIOD_MS, OWNER_DEAD_AFTER_MS, OWNER_LATE_AFTER_MS } from 'slotgate';
 import { doctor, type DoctorOptions } from './doctor.js';
 import { serve, type ServeOptions } from './serve.js';
 
@@ -41,12 +42,27 @@ program
   // not `.action(serve)`: commander's second argument, the Command, would be taken for the environment
   .action((opts: ServeOptions) => serve(opts));
 
+const secs = (ms: number) => `${ms / 1000} s`;
+
 program
   .command('doctor')
   .description(
     'check Redis for slotgate keys nobody will clean up (expired leases and waiters still stored, keys without ' +
       'expiry, unknown keys) and for slots held by instances whose heartbeat stopped (dead owner, frees in N s); ' +
       'exit 1 when there are any, 2 when it cannot run',
+  )
+  .addHelpText(
+    'after',
+    [
+      '',
+      `Heartbeats: every gateway writes one into the instance list every ${secs(HEARTBEAT_PERIOD_MS)}.`,
+      `  late  its last heartbeat is older than ${secs(OWNER_LATE_AFTER_MS)} (the next one is half a period`,
+      '        overdue): its slots are listed under "late heartbeats" (never "clean") and',
+      '        left alone; exit 0 unless there are findings',
+      `  dead  older than ${secs(OWNER_DEAD_AFTER_MS)} (three missed): its slots are findings (exit 1)`,
+      '        that --fix releases',
+      "Ages compare the instance's clock with Redis's.",
+    ].join('\n'),
   )
   .option('--redis <url>', 'Redis URL (env REDIS_URL)')
   .option('--cluster <nodes>', 'Redis Cluster seed nodes, host:port[,host:port...] (env REDIS_CLUSTER_NODES)')

@@ -1,17 +1,17 @@
 /**
  * The leftover-key check: slotgate keys no live owner will clean up (expired members still stored, keys without an
  * expiry, wrong types, unknown shapes) and live leases of dead owners. Read-only unless asked to fix (fix.ts). Keys
- * of another schema version or prefix, and an older release's queue keys, are only noted.
+ * of another schema version or prefix, an older release's queue keys, and live leases of owners whose heartbeat is
+ * late but not yet dead (owners.ts), are only noted.
  */
-import { describeResource } from '../../../core/client.js';
 import type { Cluster, Redis } from 'ioredis';
-import { instanceOfToken } from '../../../core/ids.js';
 import { KeyBuilder, SCHEMA_VERSION } from '../keys.js';
 import { isCluster } from '../connection/connection.js';
 import { memberLifetime } from '../queues/members.js';
 import { fixFindings } from './fix.js';
 import { heartbeatAges, redisNow } from './heartbeats.js';
-import { OWNER_DEAD_AFTER_MS, type DoctorReport, type Finding } from './report.js';
+import { anySilent, silentOwners } from './owners.js';
+import type { DoctorReport, Finding, LateOwner } from './report.js';
 
 const EXPECTED_TYPE = {
   slots: 'zset',
@@ -73,47 +73,6 @@ async function prefixesSeen(nodes: (Redis | Cluster)[]): Promise<string[]> {
   return [...found].sort();
 }
 
-/**
- * Live leases held by instances whose heartbeat is older than OWNER_DEAD_AFTER_MS (Redis clock), one finding per
- * owner. An instance absent from the list is never called dead: a library user announces no heartbeat.
- */
-async function deadOwners(
-  client: Redis | Cluster,
-  key: string,
-  channelId: string,
-  now: number,
-  ages: ReadonlyMap<string, number>,
-): Promise<Finding[]> {
-  const live = await client.zrangebyscore(key, `(${now}`, '+inf', 'WITHSCORES');
-  const byOwner = new Map<string, { members: string[]; scores: number[] }>();
-  for (let i = 0; i < live.length; i += 2) {
-    const owner = instanceOfToken(live[i]!);
-    if (!((ages.get(owner) ?? -Infinity) > OWNER_DEAD_AFTER_MS)) continue;
-    const held = byOwner.get(owner) ?? { members: [], scores: [] };
-    held.members.push(live[i]!);
-    held.scores.push(Number(live[i + 1]));
-    byOwner.set(owner, held);
-  }
-  return [...byOwner].map(([owner, { members, scores }]) => {
-    const silentMs = ages.get(owner)!;
-    const freesInMs = Math.max(...scores) - now;
-    const n = members.length;
-    return {
-      key,
-      kind: 'dead_owner',
-      detail:
-        `${n} slot${n > 1 ? 's' : ''} of ${describeResource(channelId)} held by instance ${owner}, whose heartbeat stopped ` +
-        `${Math.round(silentMs / 1000)} s ago (dead owner): frees in ${Math.ceil(freesInMs / 1000)} s by itself`,
-      members,
-      owner,
-      silentMs,
-      freesInMs,
-      channelId,
-      scores,
-    };
-  });
-}
-
 async function pushUnknown(client: Redis | Cluster, findings: Finding[], key: string): Promise<void> {
   const type = await client.type(key);
   if (type !== 'none')
@@ -133,7 +92,8 @@ export async function checkLeftovers(
   const ages = all.includes(keys.instances())
     ? await heartbeatAges(client, keys, now)
     : new Map<string, number>();
-  const anyDead = [...ages.values()].some((age) => age > OWNER_DEAD_AFTER_MS);
+  const silent = anySilent(ages);
+  const late = new Map<string, LateOwner>();
   const findings: Finding[] = [];
   const otherVersions: string[] = [];
   const olderQueues: string[] = [];
@@ -176,7 +136,8 @@ export async function checkLeftovers(
       continue;
     }
     const queue = shape.kind === 'queue';
-    if (!queue && anyDead) findings.push(...(await deadOwners(client, key, shape.channelId, now, ages)));
+    if (!queue && silent)
+      findings.push(...(await silentOwners(client, key, shape.channelId, now, ages, late)));
     const expired = queue
       ? ranOut(await client.zrange(key, 0, -1, 'WITHSCORES'), now)
       : await client.zrangebyscore(key, '-inf', now);
@@ -198,6 +159,7 @@ export async function checkLeftovers(
     nodes: nodes.length,
     scanned: all.length,
     findings,
+    lateOwners: [...late.values()].sort((a, b) => a.owner.localeCompare(b.owner)),
     otherVersions,
     olderQueues,
     otherPrefixes,
