@@ -2,7 +2,8 @@
  * examples/slotgate.yaml, the config file the README sends a newcomer to: it loads with the gateway's own loader
  * (its `env:` secrets set to stand-ins), and `slotgate serve --config` runs it as written against a private
  * redis-server and a fake upstream standing in for OpenAI and Anthropic (only the channels' base URLs are replaced):
- * each provider's route reaches its channel with that channel's key, and the admin token opens /admin/status.
+ * each provider's route reaches its channel with that channel's key, and the admin token opens /admin/status. Its
+ * commented `mock` channel, uncommented, serves both APIs with no provider keys.
  */
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -21,6 +22,17 @@ import { RedisServer } from '../helpers/redis-server.js';
 
 const EXAMPLE = 'examples/slotgate.yaml';
 const TEXT = readFileSync(join(ROOT, EXAMPLE), 'utf8');
+
+/** The id of the example's commented `mock` channel, for trying the file without provider keys. */
+const MOCK_ID = 'try-without-keys';
+
+/** The example with its mock channel uncommented (the `  # ` of each of its lines removed), as a newcomer would. */
+function withMock(text = TEXT): string {
+  const block = new RegExp(`^  # - id: ${MOCK_ID}\\n(?:  # {3}.*\\n)+`, 'm');
+  const found = block.exec(text);
+  expect(found, `a commented channel "${MOCK_ID}" in ${EXAMPLE}`).not.toBeNull();
+  return text.replace(block, found![0].replace(/^ {2}# /gm, '  '));
+}
 
 /** The variables the example reads (`env:NAME` outside comments), each set to a stand-in value. */
 const ENV_NAMES = [...TEXT.matchAll(/^[^#\n]*?\benv:([A-Za-z_][A-Za-z0-9_]*)/gm)].map((m) => m[1]!);
@@ -48,6 +60,22 @@ describe(`${EXAMPLE}`, () => {
     expect(config.admin.token).toBe(ENV.SLOTGATE_ADMIN_TOKEN);
     expect(config.redis?.url).toBe('redis://127.0.0.1:6379');
     expect(config.settings).toMatchObject({ wait_timeout_ms: 5000, max_waiting_per_channel: 32 });
+  });
+
+  it('has a commented mock channel that, uncommented, serves its models without provider keys', () => {
+    expect(parseConfigText(TEXT, EXAMPLE, ENV).channels.map((c) => c.id)).not.toContain(MOCK_ID);
+    const config = parseConfigText(withMock(), EXAMPLE, ENV);
+    const mock = config.channels.find((c) => c.id === MOCK_ID);
+    expect(mock).toMatchObject({
+      type: 'mock',
+      models: ['gpt-4o-mini', 'claude-sonnet-4'],
+      max_concurrency: 2,
+    });
+    // it comes first for its models: above every other channel's priority
+    expect(config.channels.every((c) => c === mock || c.priority < mock!.priority)).toBe(true);
+    expect(config.channels.filter((c) => c.type !== 'mock').flatMap((c) => c.models)).toEqual(
+      expect.arrayContaining(mock!.models),
+    );
   });
 
   it('stops with an error naming the variable when one is unset', () => {
@@ -109,6 +137,44 @@ describe(`${EXAMPLE}`, () => {
       expect(status.status).toBe(200);
       expect(await status.json()).toMatchObject({ store: 'redis' });
       for (const secret of Object.values(ENV)) expect(gw.output()).not.toContain(secret);
+    });
+
+    it('serves both APIs from the uncommented mock channel, with no request reaching a provider', async () => {
+      // the providers' base URLs on the fake upstream, to see that nothing reaches them
+      const text = withMock(
+        TEXT.replace('https://api.openai.com/v1', upstream.url('openai-main')).replace(
+          'https://api.anthropic.com',
+          upstream.url('anthropic-main'),
+        ),
+      );
+      const before = upstream.requests('openai-main').length + upstream.requests('anthropic-main').length;
+      const path = await writeConfig(dir.dir, 'with-mock.yaml', text);
+      const gw = await spawnGateway({ configPath: path, args: ['--redis', redis.url], env: cleanEnv(ENV) });
+      await gw.ready;
+      const post = (route: string, body: unknown) =>
+        fetch(`${gw.url}${route}`, {
+          method: 'POST',
+          headers: { authorization: `Bearer ${ENV.SLOTGATE_CLIENT_KEY}`, 'content-type': 'application/json' },
+          body: JSON.stringify(body),
+        });
+      const chat = await post('/v1/chat/completions', {
+        model: 'gpt-4o-mini',
+        messages: [{ role: 'user', content: 'hi' }],
+      });
+      expect(chat.status).toBe(200);
+      expect(chat.headers.get('x-slotgate-channel')).toBe(MOCK_ID);
+      expect(await chat.json()).toMatchObject({ object: 'chat.completion' });
+      const messages = await post('/v1/messages', {
+        model: 'claude-sonnet-4',
+        max_tokens: 16,
+        messages: [{ role: 'user', content: 'hi' }],
+      });
+      expect(messages.status).toBe(200);
+      expect(messages.headers.get('x-slotgate-channel')).toBe(MOCK_ID);
+      expect(await messages.json()).toMatchObject({ type: 'message', role: 'assistant' });
+      expect(upstream.requests('openai-main').length + upstream.requests('anthropic-main').length).toBe(
+        before,
+      );
     });
 
     it('starts with --redis over a file that uses a deprecated setting, and warns of it', async () => {

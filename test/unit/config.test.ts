@@ -1,6 +1,6 @@
 /** The config file schema: every problem in one report, secrets never echoed. */
 import { describe, expect, it } from 'vitest';
-import { ConfigError, parseConfig } from '../../packages/gateway/src/config.js';
+import { ConfigError, parseConfig, parseDocument } from '../../packages/gateway/src/config.js';
 import { redisConnection } from '../../packages/gateway/src/config-redis.js';
 import { checkingIntervalMs, timeoutOptions } from '../../packages/gateway/src/http-options.js';
 
@@ -212,5 +212,48 @@ describe('parseConfig: redis.cluster and redis.sentinel', () => {
     expect(problems({ redis: { cluster: { nodes: [] } } })).toEqual([
       expect.stringMatching(/^redis\.cluster\.nodes: .*got \[\]$/),
     ]);
+  });
+});
+
+describe('parseDocument: a YAML syntax error', () => {
+  function yamlProblem(text: string): string {
+    try {
+      parseDocument(text, 'broken.yaml');
+    } catch (err) {
+      expect(err).toBeInstanceOf(ConfigError);
+      const issues = (err as ConfigError).issues;
+      expect(issues).toHaveLength(1);
+      return issues[0]!;
+    }
+    throw new Error('expected a ConfigError');
+  }
+
+  it('says what is wrong and where, ending in the position (no dangling colon), quoting none of the file', () => {
+    const cases: [string, RegExp][] = [
+      ['server:\n  port: 1\n bad: 2\n', /at line 3, column 1$/],
+      ['channels: [1, 2\n', /at line \d+, column \d+$/],
+      [`admin:\n  token: "${'s3cret-in-the-file'}\n`, /at line \d+, column \d+$/],
+      ['a:\n\t- b\n', /^not valid YAML\/JSON: Tabs are not allowed as indentation at line 2, column 1$/],
+    ];
+    for (const [text, expected] of cases) {
+      const problem = yamlProblem(text);
+      expect(problem).toMatch(/^not valid YAML\/JSON: \S/);
+      expect(problem).toMatch(expected);
+      expect(problem).not.toMatch(/[:\s]$/);
+      expect(problem).not.toContain('\n');
+      expect(problem).not.toContain('s3cret');
+    }
+  });
+
+  it('reads as one sentence in the ConfigError message', () => {
+    try {
+      parseDocument('a: b: c\n', 'broken.yaml');
+      expect.unreachable();
+    } catch (err) {
+      expect((err as Error).message).toBe(
+        'invalid configuration in broken.yaml:\n' +
+          '  - not valid YAML/JSON: Nested mappings are not allowed in compact mappings at line 1, column 4',
+      );
+    }
   });
 });

@@ -10,13 +10,13 @@ import Fastify, {
   type FastifyRequest,
 } from 'fastify';
 import { HttpError, echo, errorBody, toHttpError } from './http-errors.js';
-import { clientErrorHandler, requestId, timeoutOptions } from './http-options.js';
+import { clientErrorHandler, requestId, requestIdHeaders, timeoutOptions } from './http-options.js';
 import { logAccess, loggerOptions, noteError } from './logging.js';
 import type { GatewayMetrics } from './metrics.js';
 import type { ProxyResult } from './proxy/context.js';
 import { shapeOf } from './proxy/request.js';
 import { registerAdminRoutes, type AdminContext } from './routes/admin.js';
-import { registerClientRoutes } from './routes/client.js';
+import { CLIENT_ROUTES, registerClientRoutes } from './routes/client.js';
 import { registerOpenRoutes } from './routes/open.js';
 import type { ReadinessCheck } from './readiness.js';
 import type { UpstreamClient } from './upstream.js';
@@ -54,6 +54,23 @@ function fastifyHttpError(err: FastifyError, bodyLimit: number): HttpError | und
   return undefined;
 }
 
+/** The client routes' paths, and the prefix of GET /v1/models/{id}. */
+const CLIENT_PATHS = new Set<string>([...CLIENT_ROUTES, '/v1/models']);
+
+/**
+ * The path a client meant when it names a client route without its `/v1` (an OpenAI SDK whose base URL lacks it) or
+ * with it twice (an Anthropic SDK whose base URL has it); else undefined.
+ */
+export function meantPath(path: string): string | undefined {
+  const fixed = path.startsWith('/v1/v1/')
+    ? path.slice(3)
+    : path.startsWith('/v1/')
+      ? undefined
+      : `/v1${path}`;
+  if (fixed !== undefined && (CLIENT_PATHS.has(fixed) || /^\/v1\/models\/[^/]/.test(fixed))) return fixed;
+  return undefined;
+}
+
 export function buildApp(deps: AppDeps): FastifyInstance {
   const config = deps.config();
   // Fixed at build time (like the rest of `server`): a reload does not change the limit Fastify enforces.
@@ -69,7 +86,7 @@ export function buildApp(deps: AppDeps): FastifyInstance {
     // frameworkErrors answer outside the hooks: the request id is set here for them
     void reply
       .code(httpError.status)
-      .headers({ ...httpError.headers, 'x-request-id': request.id })
+      .headers({ ...httpError.headers, ...requestIdHeaders(request.id) })
       .send(errorBody(httpError, shape));
   };
 
@@ -103,7 +120,7 @@ export function buildApp(deps: AppDeps): FastifyInstance {
 
   // (callback hooks: an async hook costs a promise and a microtask on every request)
   app.addHook('onSend', (request, reply, payload, done) => {
-    reply.header('x-request-id', request.id);
+    reply.headers(requestIdHeaders(request.id));
     done(null, payload);
   });
 
@@ -115,9 +132,17 @@ export function buildApp(deps: AppDeps): FastifyInstance {
   app.setErrorHandler(answerError);
 
   app.setNotFoundHandler((request, reply) => {
-    const err = new HttpError('not_found', `no route ${request.method} ${echo(request.url.split('?')[0]!)}`);
+    const path = request.url.split('?')[0]!;
+    const meant = meantPath(path);
+    const hint =
+      meant === undefined
+        ? ''
+        : `; did you mean ${echo(meant)}? The client routes are under /v1: an OpenAI SDK's base URL ends in /v1 ` +
+          `(http://host:port/v1), an Anthropic SDK's does not (http://host:port)`;
+    const err = new HttpError('not_found', `no route ${request.method} ${echo(path)}${hint}`);
     noteError(request, err.code);
-    void reply.code(404).send(errorBody(err, shapeOf(request.url)));
+    // in the shape of the route meant, so an Anthropic SDK that doubled the /v1 reads it
+    void reply.code(404).send(errorBody(err, shapeOf(meant ?? path)));
   });
 
   const traffic = deps.metrics.traffic;

@@ -140,7 +140,10 @@ export function parseDocument(text: string, source: string): unknown {
   try {
     return parseYaml(text) ?? undefined;
   } catch (err) {
-    throw new ConfigError(source, [`not valid YAML/JSON: ${(err as Error).message.split('\n')[0]}`]);
+    // the parser's first line only (the lines after it quote the file, which may hold a secret), without the colon
+    // that introduced them: "… at line 3, column 1"
+    const first = (err as Error).message.split('\n')[0]!.replace(/:\s*$/, '');
+    throw new ConfigError(source, [`not valid YAML/JSON: ${first}`]);
   }
 }
 

@@ -18,6 +18,15 @@ export function requestId(request: IncomingMessage): string {
   return typeof given === 'string' && REQUEST_ID.test(given) ? given : randomUUID();
 }
 
+/**
+ * The request id as every answer carries it: `x-request-id`, and the same value as `request-id`, the header the
+ * Anthropic SDK reads (`err.requestID`, `_request_id`). Both replace any an upstream sent. A client's `request-id` is
+ * not read: only its `x-request-id` (see requestId).
+ */
+export function requestIdHeaders(id: string): Record<'x-request-id' | 'request-id', string> {
+  return { 'x-request-id': id, 'request-id': id };
+}
+
 /** How often Node checks the request time-outs: its default, 30 s, would let a 10 s time-out run to 40 s. */
 export function checkingIntervalMs(server: GatewayConfig['server']): number {
   return Math.min(1000, Math.ceil(Math.min(server.headers_timeout_ms, server.request_timeout_ms) / 4));

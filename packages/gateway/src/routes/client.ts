@@ -1,6 +1,6 @@
-/** The client API: the OpenAI- and Anthropic-compatible POST routes, each proxied, and GET /v1/models. */
+/** The client API: the OpenAI- and Anthropic-compatible POST routes, each proxied, and GET /v1/models (and /{id}). */
 import type { FastifyInstance } from 'fastify';
-import { HttpError } from '../http-errors.js';
+import { HttpError, echo, type ApiShape } from '../http-errors.js';
 import { newAccessRecord } from '../logging.js';
 import type { ProxyContext } from '../proxy/context.js';
 import { COUNT_TOKENS_PATH, countTokens } from '../proxy/count-tokens.js';
@@ -28,9 +28,27 @@ export function registerClientRoutes(app: FastifyInstance, ctx: ProxyContext): v
     if (!token) throw new HttpError('invalid_api_key', 'missing or invalid API key');
     (request.access ??= newAccessRecord()).token = token.name; // the access line names the caller, as for the proxy
     const models = channels.models(token.group);
-    return {
-      object: 'list',
-      data: models.map((id) => ({ id, object: 'model', created: 0, owned_by: 'slotgate' })),
-    };
+    return { object: 'list', data: models.map(modelObject) };
   });
+  // one model (openai `models.retrieve`), when an enabled channel of either API serves it for the caller's group (a
+  // `*` channel serves any); the wildcard takes an id with a slash in it whether sent encoded or not
+  app.get('/v1/models/*', async (request) => {
+    const channels = ctx.registry();
+    const token = channels.authenticate(presentedToken(request, 'openai'));
+    if (!token) throw new HttpError('invalid_api_key', 'missing or invalid API key');
+    const access = (request.access ??= newAccessRecord());
+    access.token = token.name;
+    const id = (access.model = (request.params as { '*': string })['*']);
+    const served = SHAPES.some((shape) => channels.candidates(token.group, id, shape).length > 0);
+    if (!served)
+      throw new HttpError('model_not_found', `no channel serves model ${echo(id)} for this API key's group`);
+    return modelObject(id);
+  });
+}
+
+const SHAPES: readonly ApiShape[] = ['openai', 'anthropic'];
+
+/** A model in OpenAI's shape. */
+function modelObject(id: string) {
+  return { id, object: 'model', created: 0, owned_by: 'slotgate' } as const;
 }
