@@ -10,8 +10,9 @@ export interface Attempt {
   /** The call it belongs to, and its try (0 = the first, 1… = the SDK's retries). */
   call: number;
   try: number;
-  /** When it was sent, ms after the burst started. */
+  /** When it was sent and when its answer's headers came back, ms after the burst started. */
   sentAt: number;
+  answeredAt: number;
   status: number;
   retryAfter: string | null;
   retryAfterMs: string | null;
@@ -57,6 +58,7 @@ export async function runSdkBurst(opts: {
       const res = await fetch(input, init);
       attempts.push({
         ...entry,
+        answeredAt: performance.now() - start,
         status: res.status,
         retryAfter: res.headers.get('retry-after'),
         retryAfterMs: res.headers.get('retry-after-ms'),
