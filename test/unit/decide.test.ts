@@ -204,7 +204,7 @@ describe('capacityError', () => {
     ...over,
   });
 
-  it('names the saturated channels and the rest, with Retry-After 1 s when something was full', () => {
+  it('names the saturated channels and the rest, with Retry-After 1 s when something was full and no retry hint is given', () => {
     const err = capacityError('full', context({ coolingMs: (id) => (id === 'c' ? 30_000 : 0) }));
     expect(err).toBeInstanceOf(CapacityError);
     expect(err.code).toBe('channel_capacity_exhausted');

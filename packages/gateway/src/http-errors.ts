@@ -39,12 +39,12 @@ const ERRORS = {
   channel_capacity_exhausted: {
     status: 429,
     meaning:
-      'every candidate channel is at its max concurrency: none free and waiting off, the wait queue full, or the wait timed out. Retry-After says when to try again.',
+      'every candidate channel is at its max concurrency: none free and waiting off, the wait queue full, or the wait timed out. retry-after-ms and Retry-After say when a slot is likely (jittered).',
   },
   client_concurrency_exceeded: {
     status: 429,
     meaning:
-      "the caller's client (its token's max_concurrency, shared by the tokens of one client) has that many requests in flight across the fleet and none of its slots came free: waiting off, its queue full, or the wait timed out. Retry-After says when to try again.",
+      "the caller's client (its token's max_concurrency, shared by the tokens of one client) has that many requests in flight across the fleet and none of its slots came free: waiting off, its queue full, or the wait timed out. retry-after-ms and Retry-After say when a slot is likely (jittered).",
   },
   admission_store_unavailable: {
     status: 503,
@@ -150,15 +150,25 @@ export class HttpError extends Error {
   }
 }
 
+/**
+ * A capacity 429's retry hint: `retry-after-ms` (whole ms, which the openai and Anthropic SDKs honour before
+ * Retry-After) and `Retry-After` in whole seconds, rounded up, at least 1.
+ */
+export function retryHeaders(retryAfterMs: number): Record<string, string> {
+  const ms = Number.isFinite(retryAfterMs) && retryAfterMs > 0 ? Math.ceil(retryAfterMs) : 1000;
+  return { 'retry-after-ms': String(ms), 'retry-after': String(Math.max(1, Math.ceil(ms / 1000))) };
+}
+
 /** Maps any error to the HTTP error the client sees. Messages of unknown errors are not echoed. */
 export function toHttpError(err: unknown): HttpError {
   if (err instanceof HttpError) return err;
   if (err instanceof CapacityError || err instanceof ClientLimitError) {
     const code = err instanceof CapacityError ? 'channel_capacity_exhausted' : 'client_concurrency_exceeded';
-    const seconds = Math.max(1, Math.ceil(err.retryAfterMs / 1000));
-    return new HttpError(code, `slotgate: ${err.message} [reason: ${err.reason}]`, {
-      'retry-after': String(seconds),
-    });
+    return new HttpError(
+      code,
+      `slotgate: ${err.message} [reason: ${err.reason}]`,
+      retryHeaders(err.retryAfterMs),
+    );
   }
   if (err instanceof StoreUnavailableError) {
     return new HttpError(

@@ -6,7 +6,8 @@ import { CapacityError, ClientLimitError, NoChannelError, StoreUnavailableError 
 import { admissionSettings, type Settings } from '../core/settings.js';
 import { LeaseManager } from './leases/lease-manager.js';
 import type { ChannelLoad, Listening } from '../store/store.js';
-import { capacityError } from './pass/capacity.js';
+import { capacityError, retryHintOf } from './pass/capacity.js';
+import { HoldTimes } from '../core/retry-hint.js';
 import { CandidateSets, type Prepared } from './pass/candidates.js';
 import { Cooldowns } from './limits/cooldowns.js';
 import type { Engine, WaitSpan } from './engine.js';
@@ -109,6 +110,9 @@ export class AdmissionEngine implements Admission {
       maxConcurrentFetches: options.maxConcurrentFetches,
     });
     const handoff = new Handoff(leases, clock);
+    const random = options.random ?? Math.random;
+    const holds = new HoldTimes();
+    const retryHint = retryHintOf({ view, holds, random, settings });
     const capacity: Engine['capacityError'] = (reason, candidates, saturated, waitedOn) =>
       capacityError(reason, {
         candidates,
@@ -116,6 +120,7 @@ export class AdmissionEngine implements Admission {
         waitedOn,
         waitTimeoutMs: this.current.wait_timeout_ms,
         coolingMs: (id) => cooldowns.localMs(id),
+        retryHint,
       });
     const tickets = new Tickets({
       leases,
@@ -124,12 +129,14 @@ export class AdmissionEngine implements Admission {
       settings,
       queued: (id) => store.queued(id),
       aborted: (channel) => capacity('aborted', [channel], [], channel),
+      clock,
+      holds,
     });
     this.listening = store.listen(this.instanceId, inbox);
     this.engine = {
       store,
       clock,
-      random: options.random ?? Math.random,
+      random,
       leases,
       view,
       inbox,

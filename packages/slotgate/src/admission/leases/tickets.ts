@@ -3,7 +3,9 @@
  * nobody waiting may be handed off within this turn. An unlimited channel's ticket counts in this process only.
  */
 import type { Candidate } from '../../core/channel.js';
+import type { Clock } from '../../core/clock.js';
 import type { CapacityError } from '../../core/errors.js';
+import type { HoldTimes } from '../../core/retry-hint.js';
 import type { Settings } from '../../core/settings.js';
 import type { Lease, LeaseManager } from './lease-manager.js';
 import type { Handoff } from './handoff.js';
@@ -49,13 +51,17 @@ export class Tickets {
       /** Whether the channel has waiters (a slot given back then goes to the oldest, never to a handoff). */
       queued: (channelId: string) => boolean;
       aborted: (channel: Candidate) => CapacityError;
+      clock: Clock;
+      /** Each release records how long the slot was held: the Retry-After hint of a capacity error uses them. */
+      holds: HoldTimes;
     },
   ) {}
 
   /** A ticket for a lease the store (or a handoff) just gave; handed straight back when the caller has given up. */
   bounded<C extends Candidate>(channel: C, lease: Lease, waitedMs: number, signal?: AbortSignal): Ticket<C> {
-    const { leases, view, handoff, settings, queued } = this.deps;
+    const { leases, view, handoff, settings, queued, clock, holds } = this.deps;
     view.noteActive(channel.id, 1);
+    const since = clock.now();
     let released: Promise<void> | undefined;
     const ticket: Ticket<C> = {
       channel,
@@ -64,6 +70,7 @@ export class Tickets {
       lost: lease.lost,
       release: (options) => {
         if (released) return released;
+        holds.record(channel.id, clock.now() - since);
         const removal = leases.release(lease);
         // counted out now: the removal goes out with this turn's commands, ahead of any later load read (a lost
         // lease was counted out when it was lost)

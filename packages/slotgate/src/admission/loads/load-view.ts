@@ -273,6 +273,13 @@ export class LoadView {
     };
   }
 
+  /** Waiters on the channel as last shown (however old), or as this instance counts them if more: no store read. */
+  shownWaiting(id: string): number {
+    const entry = this.cache.get(id);
+    const shown = entry ? this.local.corrected(id, entry).waiting : 0;
+    return Math.max(shown, this.opts.local.waiting(id));
+  }
+
   noteActive(id: string, change: 1 | -1): void {
     this.local.noteActive(id, change);
     this.reports.changed(id);
