@@ -45,11 +45,8 @@ async function attempt(req: ProxiedRequest, slot: Slot, settings: GatewaySetting
     res = await callChannel(req, slot);
   } catch (err) {
     if (failed(req, slot)) return 'gone';
-    ctx.metrics.upstreamAnswered(channel.id, 'error');
-    if (err instanceof UpstreamTimeoutError) throw new HttpError('upstream_timeout', err.message);
-    if (!(err instanceof UpstreamConnectError)) throw err;
-    req.request.log.warn({ channel: channel.id, err: err.message }, 'upstream unreachable');
-    return chain.unreachable(channel.id, err.message, settings) ? 'retry' : 'give up';
+    const message = unreachable(req, channel.id, err);
+    return chain.unreachable(channel.id, message, settings) ? 'retry' : 'give up';
   }
   ctx.metrics.upstreamAnswered(channel.id, res.status, elapsed());
   req.access.upstreamStatus = res.status;
@@ -83,7 +80,19 @@ function failed(req: ProxiedRequest, slot: Slot): boolean {
   throw toHttpError(slot.ticket.lost.reason);
 }
 
-function callChannel(req: ProxiedRequest, { channel }: Slot): Promise<UpstreamResponse> {
+/** A call that got no answer: an unreachable upstream's message (another channel may be tried); else it throws. */
+export function unreachable(req: ProxiedRequest, channelId: string, err: unknown): string {
+  req.ctx.metrics.upstreamAnswered(channelId, 'error');
+  if (err instanceof UpstreamTimeoutError) throw new HttpError('upstream_timeout', err.message);
+  if (!(err instanceof UpstreamConnectError)) throw err;
+  req.request.log.warn({ channel: channelId, err: err.message }, 'upstream unreachable');
+  return err.message;
+}
+
+export function callChannel(
+  req: ProxiedRequest,
+  { channel }: Pick<Slot, 'channel'>,
+): Promise<UpstreamResponse> {
   const { path, shape, stop } = req;
   if (channel.config.type === 'mock') {
     const mock = channel.config.mock ?? DEFAULT_MOCK;

@@ -35,7 +35,7 @@ export function streamBack(
   res: UpstreamResponse,
   elapsed: () => number,
 ): FastifyReply {
-  const { ctx, chain, reply } = req;
+  const { ctx } = req;
   const channel = slot.channel.id;
   // A slot lost mid-stream cuts the body (the upstream call's signal ends it); an event stream ends with an error event.
   const eventStream = String(res.headers['content-type'] ?? '').startsWith('text/event-stream');
@@ -54,14 +54,25 @@ export function streamBack(
     if (streamed === res.body) ended(err);
   });
   if (streamed !== res.body) finished(res.body, ended);
-  reply.raw.once('close', slot.release);
+  req.reply.raw.once('close', slot.release);
+  return sendUpstream(req, channel, res, streamed);
+}
+
+/** An upstream answer as the client gets it: its status and headers, and `body` (the answer's, or a fenced copy). */
+export function sendUpstream(
+  req: ProxiedRequest,
+  channel: string,
+  res: UpstreamResponse,
+  body: Readable = res.body,
+): FastifyReply {
+  const { ctx, chain, reply } = req;
   reply.code(res.status);
   copyHeaders(reply, res.headers);
   reply.header('x-slotgate-channel', channel);
   const { attempts, waitedMs } = chain;
   if (waitedMs > 0) reply.header('x-slotgate-waited-ms', String(Math.round(waitedMs)));
   ctx.onResult?.({ channel, status: res.status, attempts, waitedMs, source: 'upstream' });
-  return reply.send(streamed);
+  return reply.send(body);
 }
 
 /** The event stream as the client gets it: once the slot is lost, one error event in the API's own shape ends it. */
