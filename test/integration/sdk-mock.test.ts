@@ -5,7 +5,7 @@
  * SDK's body and the channel's credentials without taking one of its slots.
  */
 import Anthropic from '@anthropic-ai/sdk';
-import OpenAI from 'openai';
+import type OpenAI from 'openai';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { FakeUpstream, gate } from '../helpers/fake-upstream.js';
 import {
@@ -19,6 +19,7 @@ import {
   type TestGateway,
 } from '../helpers/gateway.js';
 import { useCleanups } from '../helpers/cleanups.js';
+import { anthropicOf, openaiOf, type SentRequest } from '../helpers/sdk.js';
 
 const fileCleanups = useCleanups('all');
 expectNoSecretsLogged();
@@ -30,7 +31,7 @@ let up: FakeUpstream;
 let openai: OpenAI;
 let anthropic: Anthropic;
 /** What the Anthropic SDK sent, as it left the client. */
-const sent: { url: string; headers: Headers; body: string }[] = [];
+const sent: SentRequest[] = [];
 
 beforeAll(async () => {
   up = await FakeUpstream.start();
@@ -57,16 +58,8 @@ beforeAll(async () => {
     }),
   );
   fileCleanups.push(() => gw.close());
-  openai = new OpenAI({ apiKey: SECRETS.clientToken, baseURL: `${gw.url}/v1`, maxRetries: 0 });
-  anthropic = new Anthropic({
-    apiKey: SECRETS.clientToken,
-    baseURL: gw.url,
-    maxRetries: 0,
-    fetch: (input, init) => {
-      sent.push({ url: String(input), headers: new Headers(init?.headers), body: String(init?.body) });
-      return fetch(input, init);
-    },
-  });
+  openai = openaiOf(gw.url);
+  anthropic = anthropicOf(gw.url, { sent });
 });
 
 describe('openai SDK against a mock channel', () => {

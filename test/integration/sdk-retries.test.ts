@@ -13,6 +13,7 @@ import { runSdkBurst, summarize } from '../../bench/sdk-burst.js';
 import { FakeUpstream } from '../helpers/fake-upstream.js';
 import { SECRETS, configDoc, expectNoSecretsLogged, startGateway } from '../helpers/gateway.js';
 import { useCleanups } from '../helpers/cleanups.js';
+import { CHAT_COMPLETION } from '../helpers/sdk.js';
 
 const cleanups = useCleanups();
 expectNoSecretsLogged();
@@ -23,18 +24,9 @@ beforeEach(async () => {
   cleanups.push(() => up.close());
 });
 
-const completion = {
-  id: 'chatcmpl-1',
-  object: 'chat.completion',
-  created: 1,
-  model: 'gpt-x',
-  choices: [{ index: 0, message: { role: 'assistant', content: 'ok' }, finish_reason: 'stop' }],
-  usage: { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 },
-};
-
 describe('SDK retries against a full channel', () => {
   it('20 concurrent calls, default retries: jittered retry-after-ms, retries spread out, at least 8 succeed', async () => {
-    up.on('one', { delayMs: 200, json: completion });
+    up.on('one', { delayMs: 200, json: CHAT_COMPLETION });
     const gw = await startGateway(
       configDoc({
         channels: [

@@ -20,6 +20,7 @@ import {
   streamingCall,
   type TestGateway,
 } from '../helpers/gateway.js';
+import { anthropicOf, openaiOf } from '../helpers/sdk.js';
 
 expectNoSecretsLogged();
 
@@ -53,8 +54,8 @@ beforeAll(async () => {
       settings: { wait_enabled: false },
     }),
   );
-  openai = new OpenAI({ apiKey: SECRETS.clientToken, baseURL: `${gw.url}/v1`, maxRetries: 0 });
-  anthropic = new Anthropic({ apiKey: SECRETS.clientToken, baseURL: gw.url, maxRetries: 0 });
+  openai = openaiOf(gw.url);
+  anthropic = anthropicOf(gw.url);
 });
 afterAll(() => gw?.close());
 
@@ -81,7 +82,7 @@ describe('openai models.retrieve (GET /v1/models/{id})', () => {
     expect(raw.status).toBe(200);
     expect(raw.json()).toMatchObject({ id: 'org/slashed-x', object: 'model' });
     // a `*` channel serves any model to its group (models.list cannot name them)
-    const vip = new OpenAI({ apiKey: SECRETS.vipToken, baseURL: `${gw.url}/v1`, maxRetries: 0 });
+    const vip = openaiOf(gw.url, { apiKey: SECRETS.vipToken });
     expect(await vip.models.retrieve('anything-x')).toMatchObject({ id: 'anything-x', object: 'model' });
   });
 
@@ -101,7 +102,7 @@ describe('openai models.retrieve (GET /v1/models/{id})', () => {
   });
 
   it('needs the same API key as models.list', async () => {
-    const stranger = new OpenAI({ apiKey: 'not-a-key', baseURL: `${gw.url}/v1`, maxRetries: 0 });
+    const stranger = openaiOf(gw.url, { apiKey: 'not-a-key' });
     const err = await thrown(stranger.models.retrieve('mock-x'));
     expect(err).toBeInstanceOf(OpenAI.AuthenticationError);
     expect((err as InstanceType<typeof OpenAI.AuthenticationError>).code).toBe('invalid_api_key');
@@ -110,7 +111,7 @@ describe('openai models.retrieve (GET /v1/models/{id})', () => {
 
 describe('request-id', () => {
   it("the Anthropic SDK's err.requestID on the gateway's own 401 is the answer's x-request-id", async () => {
-    const stranger = new Anthropic({ apiKey: 'not-a-key', baseURL: gw.url, maxRetries: 0 });
+    const stranger = anthropicOf(gw.url, { apiKey: 'not-a-key' });
     const err = await thrown(
       stranger.messages.create({
         model: 'mock-x',
@@ -213,7 +214,7 @@ describe('a client route without its /v1', () => {
   });
 
   it('is a NotFoundError naming the path for an openai SDK whose base URL lacks /v1', async () => {
-    const noV1 = new OpenAI({ apiKey: SECRETS.clientToken, baseURL: gw.url, maxRetries: 0 });
+    const noV1 = openaiOf(gw.url, { base: '' });
     const err = await thrown(noV1.chat.completions.create(chat('mock-x') as never));
     expect(err).toBeInstanceOf(OpenAI.NotFoundError);
     expect((err as Error).message).toContain('"/v1/chat/completions"');
@@ -222,7 +223,7 @@ describe('a client route without its /v1', () => {
   it('is a NotFoundError in the Anthropic shape for an Anthropic SDK whose base URL has /v1', async () => {
     const res = await post('/messages', { model: 'mock-x', max_tokens: 8, messages: [] });
     expect(((await res.json()) as { error: { message: string } }).error.message).toContain('"/v1/messages"');
-    const doubled = new Anthropic({ apiKey: SECRETS.clientToken, baseURL: `${gw.url}/v1`, maxRetries: 0 });
+    const doubled = anthropicOf(gw.url, { base: '/v1' });
     const err = await thrown(
       doubled.messages.create({
         model: 'mock-x',

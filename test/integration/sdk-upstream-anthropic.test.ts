@@ -21,12 +21,13 @@ import {
   type TestGateway,
 } from '../helpers/gateway.js';
 import { useCleanups } from '../helpers/cleanups.js';
+import { anthropicOf, type SentRequest } from '../helpers/sdk.js';
 
 const cleanups = useCleanups('all');
 expectNoSecretsLogged();
 
 /** What the SDK sent, as it left the client. */
-const sent: { url: string; headers: Headers; body: string }[] = [];
+const sent: SentRequest[] = [];
 let up: FakeUpstream;
 let gw: TestGateway;
 let anthropic: Anthropic;
@@ -50,15 +51,7 @@ beforeAll(async () => {
     }),
   );
   cleanups.push(() => gw.close());
-  anthropic = new Anthropic({
-    apiKey: SECRETS.clientToken,
-    baseURL: gw.url,
-    maxRetries: 0,
-    fetch: (input, init) => {
-      sent.push({ url: String(input), headers: new Headers(init?.headers), body: String(init?.body) });
-      return fetch(input, init);
-    },
-  });
+  anthropic = anthropicOf(gw.url, { sent });
 });
 beforeEach(() => {
   up.reset();

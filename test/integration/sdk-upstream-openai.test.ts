@@ -21,17 +21,12 @@ import {
   type TestGateway,
 } from '../helpers/gateway.js';
 import { useCleanups } from '../helpers/cleanups.js';
+import { CHAT_COMPLETION, openaiOf, type SentRequest } from '../helpers/sdk.js';
 
 const cleanups = useCleanups('all');
 expectNoSecretsLogged();
 
-/** What the SDK sent, as it left the client. */
-interface Sent {
-  url: string;
-  headers: Headers;
-  body: string;
-}
-const sent: Sent[] = [];
+const sent: SentRequest[] = [];
 let up: FakeUpstream;
 let gw: TestGateway;
 let openai: OpenAI;
@@ -44,16 +39,7 @@ async function gateway(id: string, settings: Record<string, unknown>): Promise<T
   return started;
 }
 
-const client = (url: string) =>
-  new OpenAI({
-    apiKey: SECRETS.clientToken,
-    baseURL: `${url}/v1`,
-    maxRetries: 0,
-    fetch: (input, init) => {
-      sent.push({ url: String(input), headers: new Headers(init?.headers), body: String(init?.body) });
-      return fetch(input, init);
-    },
-  });
+const client = (url: string) => openaiOf(url, { sent });
 
 beforeAll(async () => {
   up = await FakeUpstream.start();
@@ -97,14 +83,6 @@ async function thrown(call: Promise<unknown>): Promise<APIError<number, Headers>
 }
 
 const messages = [{ role: 'user' as const, content: 'hi' }];
-const completion = {
-  id: 'chatcmpl-1',
-  object: 'chat.completion',
-  created: 1,
-  model: 'gpt-x',
-  choices: [{ index: 0, message: { role: 'assistant', content: 'hello' }, finish_reason: 'stop' }],
-  usage: { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 },
-};
 const chunk = (delta: Record<string, string>, finish: string | null = null) =>
   sseData({
     id: 'chatcmpl-2',
@@ -136,7 +114,7 @@ const event = (type: string, data: Record<string, unknown>) =>
 
 describe('openai SDK → gateway → openai channel: every route', () => {
   it('chat.completions.create, plain', async () => {
-    up.on('oa', { json: completion, headers: { 'x-request-id': 'req_upstream' } });
+    up.on('oa', { json: CHAT_COMPLETION, headers: { 'x-request-id': 'req_upstream' } });
     const params = { model: 'gpt-x', messages, temperature: 0.5, user: 'u-1' };
     const { data, response: res, request_id } = await openai.chat.completions.create(params).withResponse();
     expect(expectForwarded('/chat/completions').headers['content-type']).toBe('application/json');
@@ -305,7 +283,7 @@ describe('aborts', () => {
     up.on('oa', (req) =>
       (JSON.parse(req.body.toString()) as { stream?: boolean }).stream
         ? { sse: [first, () => hold.promise, chunk({ content: 'lo' }), 'data: [DONE]\n\n'] }
-        : { json: completion },
+        : { json: CHAT_COMPLETION },
     );
     const controller = new AbortController();
     const stream = await openai.chat.completions.create(
