@@ -572,6 +572,41 @@ export function runStoreContract(
       expect(store.commands.load_read - before).toBe(3);
     });
 
+    it('the high-water mark: the most slots held at once, noted by admissions, grants and restores, over the last minute or two', async () => {
+      const a = listen('pk');
+      await a.ready;
+      // three admissions on max 4, two released: the mark keeps the three
+      const [t1, t2] = await fill('pk', 3, 4);
+      await release({ channelId: 'pk', token: t1! });
+      await release({ channelId: 'pk', token: t2! });
+      // a waiter with nobody ahead, under a max of 3, is granted the slot at once: a grant is noted too
+      const pg = await fill('pg', 2, 2);
+      expect(await store.enqueue(w('pg', 'pk:w', 3), queueOpts(5))).toBe('granted');
+      // a restore takes leases back whatever the load: the mark shows the channel above its max of 1
+      const [pr] = await fill('pr', 1, 1);
+      expect(await store.reclaim([{ channelId: 'pr', token: 'back:1', max: 1 }], 60_000, true)).toEqual([]);
+      // all released: what the mark says, it noted (a read never reports less than the live slots)
+      for (const token of [...pg, 'pk:w']) await release({ channelId: 'pg', token });
+      for (const token of [pr!, 'back:1']) await release({ channelId: 'pr', token });
+      const peaks = await store.readPeaks(['pk', 'pg', 'pr', 'idle', 'pk']);
+      expect([...peaks.keys()]).toEqual(['pk', 'pg', 'pr', 'idle']);
+      expect([...peaks.values()].map((p) => p.peak)).toEqual([3, 3, 2, 0]);
+      for (const { windowMs } of peaks.values()) {
+        expect(windowMs).toBeGreaterThanOrEqual(60_000);
+        expect(windowMs).toBeLessThanOrEqual(120_000);
+      }
+      expect((await store.readLoads(['pk'])).get('pk')!.active).toBe(1);
+      // a refused acquire and a renewal add nothing: the mark stays
+      const [held] = await fill('pf', 1, 1);
+      expect(await store.acquireFirst(one('pf', 1), opts('pf:x'))).toEqual(['full']);
+      expect(await store.renew([{ channelId: 'pf', token: held! }], 60_000)).toEqual([]);
+      expect((await store.readPeaks(['pf'])).get('pf')!.peak).toBe(1);
+      // one read-only call per batch of channels (per channel on Cluster), under load_read
+      const before = store.commands.load_read;
+      await store.readPeaks(['pk', 'pg']);
+      expect(store.commands.load_read - before).toBe(store.maxChannelsPerAcquire === 1 ? 2 : 1);
+    });
+
     it('channel ids with braces, colons and spaces stay separate', async () => {
       const ids = ['a{b}', 'a', 'x:y', 'with space', '%7B'];
       for (const id of ids)
@@ -582,6 +617,8 @@ export function runStoreContract(
       expect([...loads.values()].map((l) => l.active)).toEqual([1, 1, 1, 1, 1]);
       const holders = await store.readHolders(ids);
       expect(ids.map((id) => [...holders.get(id)!.values()])).toEqual(ids.map(() => [1]));
+      const peaks = await store.readPeaks(ids);
+      expect(ids.map((id) => peaks.get(id)!.peak)).toEqual([1, 1, 1, 1, 1]);
     });
 
     it('counts commands by purpose', async () => {

@@ -297,9 +297,12 @@ describe('slotgate doctor', () => {
     const after = await checkLeftovers(redis, prefix);
     expect(after.findings).toEqual([]);
     // the store's epoch key (redis.md), which stays by design, and the load summary's keys, which expire 1.25 lease
-    // TTLs after the last instance holding anything renewed them (the cooling hash an hour after its last cooldown)
+    // TTLs after the last instance holding anything renewed them (the cooling hash an hour after its last cooldown),
+    // and the channels' high-water marks, which go two minutes after their minute's first note
     const summaryKeys = await redis.keys(`${k.base}:loads*`);
-    expect(after.scanned).toBe(1 + summaryKeys.length);
+    const peakKeys = await redis.keys(`${k.base}:{*}:peak`);
+    expect(peakKeys.sort()).toEqual([k.peak('busy'), k.peak('crash')]);
+    expect(after.scanned).toBe(1 + summaryKeys.length + peakKeys.length);
     expect(events.filter((e) => e.type === 'lease_lost')).toEqual([]);
     const cleanRun = await cli('--redis', redisUrl(), '--prefix', prefix);
     expect(cleanRun.code, cleanRun.stdout).toBe(0);

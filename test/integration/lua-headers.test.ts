@@ -119,6 +119,7 @@ describe("every wrapper's calls", () => {
     expect(await store.reclaim([{ channelId: 'b', token: 'x:2', max: 1 }], 60_000, false)).toEqual([]);
     expect((await store.readLoads(['a', 'b'])).size).toBe(2);
     expect((await store.readHolders(['b'])).get('b')).toEqual(new Map([['x', 1]]));
+    expect((await store.readPeaks(['b'])).get('b')!.peak).toBe(1);
     const counts = new Map([['b', { active: 1, waiting: 0 }]]);
     await store.exchangeLoads({ instanceId: 'x', mode: 'changes', counts, keepMs: 60_000, read: ['b'] });
     // the settings overrides: read, written, and put back after the store lost them

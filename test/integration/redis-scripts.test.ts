@@ -12,6 +12,7 @@ import { KeyBuilder, encodeChannelId } from '../../packages/slotgate/src/store/r
 import { MAX_REGISTRATION_LIVE_MS } from '../../packages/slotgate/src/store/redis/queues/members.js';
 import { RedisStore } from '../../packages/slotgate/src/store/redis/redis-store.js';
 import { SCRIPTS, loadLua } from '../../packages/slotgate/src/store/redis/scripts.js';
+import { PEAK_MINUTE_MS } from '../../packages/slotgate/src/store/peak.js';
 import { redisMs } from '../../packages/slotgate/src/store/redis/loads/redis-offset.js';
 import { redisUrl, uniquePrefix } from '../helpers/redis.js';
 import { useCleanups } from '../helpers/cleanups.js';
@@ -90,7 +91,7 @@ async function acquireMany(
     targets.forEach((t, i) => {
       if (!index.has(t.id)) {
         index.set(t.id, index.size + 1);
-        k.push(keys.slots(t.id), keys.cooldown(t.id), keys.queue(t.id));
+        k.push(keys.slots(t.id), keys.cooldown(t.id), keys.queue(t.id), keys.peak(t.id));
         channelArgs.push(t.max, t.id);
       }
       requestArgs.push(i === targets.length - 1 ? -index.get(t.id)! : index.get(t.id)!);
@@ -142,7 +143,7 @@ interface QueueOptions {
 const member = (token: string, max: number, live = LIVE_MS) => `${max}|${live}|${token}`;
 /** The lifetime a member names. */
 const liveOfMember = (m: string) => Number(m.split('|')[1]);
-const queueKeys = (id: string) => [keys.slots(id), keys.queue(id)];
+const queueKeys = (id: string) => [keys.slots(id), keys.queue(id), keys.peak(id)];
 const queueArgs = (id: string, first: string, o: Omit<QueueOptions, 'liveMs'>) => [
   first,
   o.claimMs ?? CLAIM_MS,
@@ -581,8 +582,8 @@ describe('enqueueWaiter script', () => {
     expect(await enqueue('w', 'w:3', 1, { maxWaiting: 2 })).toBe('queue_full');
     expect(await members(keys.queue('w'))).toEqual([member('w:1', 1), member('w:2', 1)]);
     expect(await members(keys.slots('w'))).toEqual(['h:1']);
-    // the queue is one key: no other is written for the registrations
-    expect(await channelKeys('w')).toEqual([keys.queue('w'), keys.slots('w')].sort());
+    // the queue is one key: no other is written for the registrations (the peak key is the holder's admission's)
+    expect(await channelKeys('w')).toEqual([keys.peak('w'), keys.queue('w'), keys.slots('w')].sort());
   });
 
   it('20 concurrent enqueues with max waiting 3 register exactly 3', async () => {
@@ -593,7 +594,9 @@ describe('enqueueWaiter script', () => {
     expect(replies.filter((r) => r === 'queued')).toHaveLength(3);
     expect(replies.filter((r) => r === 'queue_full')).toHaveLength(17);
     expect(await client.zcard(keys.queue('burst'))).toBe(3);
-    expect(await channelKeys('burst')).toEqual([keys.queue('burst'), keys.slots('burst')].sort());
+    expect(await channelKeys('burst')).toEqual(
+      [keys.peak('burst'), keys.queue('burst'), keys.slots('burst')].sort(),
+    );
   });
 
   it('scores a waiter by arrival (µs) in the queue; its registration lives the lifetime its member names past that arrival', async () => {
@@ -1386,6 +1389,49 @@ describe('key expiry: set, and only ever extended', () => {
   });
 });
 
+describe('the high-water mark (includes/peak.lua)', () => {
+  const MINUTE = PEAK_MINUTE_MS;
+  /** The current minute of the Redis clock, at least 2 s before the next one starts (it waits out a turn). */
+  async function steadyMinute(): Promise<number> {
+    const now = await redisNow();
+    if (now % MINUTE > MINUTE - 2000) await untilRedisPasses(now - (now % MINUTE) + MINUTE);
+    return Math.floor((await redisNow()) / MINUTE);
+  }
+  const readPeak = async (id: string) => {
+    const [now, peak, since] = await SCRIPTS.readPeaks.call(client, [keys.slots(id), keys.peak(id)], []);
+    return { peak, windowMs: now! - since! };
+  };
+
+  it("a new minute moves the last minute's peak back, and a read covers the minute before and this one", async () => {
+    const minute = await steadyMinute();
+    await client.hset(keys.peak('turn'), 'b', minute - 1, 'p', 5, 'q', 7);
+    // read in the next minute: the last minute's peak counts, the one before it no longer
+    expect((await readPeak('turn')).peak).toBe(5);
+    expect(await acquire([{ id: 'turn', max: 9 }], 't:1', LEASE_TTL_MS)).toEqual([1]);
+    expect(await client.hgetall(keys.peak('turn'))).toEqual({ b: String(minute), p: '1', q: '5' });
+    const read = await readPeak('turn');
+    expect(read.peak).toBe(5);
+    expect(read.windowMs).toBeGreaterThanOrEqual(MINUTE);
+    expect(read.windowMs).toBeLessThan(2 * MINUTE);
+    // older than the minute before: forgotten, both by a read and by the next note
+    await client.hset(keys.peak('old'), 'b', minute - 2, 'p', 5);
+    expect((await readPeak('old')).peak).toBe(0);
+    expect(await acquire([{ id: 'old', max: 9 }], 'o:1', LEASE_TTL_MS)).toEqual([1]);
+    expect(await client.hgetall(keys.peak('old'))).toEqual({ b: String(minute), p: '1', q: '0' });
+    // a key that lives two minutes from its minute's first note, so it goes when the channel stays idle
+    const pttl = await client.pttl(keys.peak('old'));
+    expect(pttl).toBeGreaterThan(MINUTE);
+    expect(pttl).toBeLessThanOrEqual(2 * MINUTE);
+  });
+
+  it('a read takes the live leases when more than the mark (slots held since before its window)', async () => {
+    await hold('long', 'l:1', 'l:2');
+    await client.del(keys.peak('long'));
+    expect((await readPeak('long')).peak).toBe(2);
+    expect(await client.exists(keys.peak('long'))).toBe(0); // read-only
+  });
+});
+
 describe('exchangeLoads script', () => {
   const snapshot = (maxAge: number, write: string[] = ['', '', ''], build = 1, drop: string[] = []) =>
     SCRIPTS.exchangeLoads.call(
@@ -1592,12 +1638,14 @@ describe('Cluster: every script call stays within one hash slot', () => {
     // the direct reads: the loads and the holders, one channel per call
     expect([...(await store.readLoads([id, other])).keys()]).toEqual([id, other]);
     expect([...(await store.readHolders([id, other])).keys()]).toEqual([id, other]);
+    expect([...(await store.readPeaks([id, other])).keys()]).toEqual([id, other]);
 
     const tags = new Set([encodeChannelId(id), encodeChannelId(other), hashTag(keys.loadSummary())]);
     for (const k of [keys.loadCounts(), keys.loadCooling(), keys.loadSnapshot(50)])
       expect(hashTag(k)).toBe(hashTag(keys.loadSummary()));
     expect(hashTag(keys.slots(id))).toBe(encodeChannelId(id));
-    for (const k of [keys.queue(id), keys.cooldown(id)]) expect(hashTag(k)).toBe(hashTag(keys.slots(id)));
+    for (const k of [keys.queue(id), keys.cooldown(id), keys.peak(id)])
+      expect(hashTag(k)).toBe(hashTag(keys.slots(id)));
     // the epoch check carries one key of its own per master (one here): `<prefix>:v1:epoch:{e<n>}`
     const epochCalls = calls.filter((c) => c.keys[0]!.startsWith(keys.epoch()));
     expect(epochCalls.map((c) => c.keys)).toContainEqual([`${keys.epoch()}:{e0}`]);

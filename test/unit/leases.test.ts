@@ -75,6 +75,7 @@ function stub(overrides: Overrides): SlotStore {
     queued: (id) => inner.queued(id),
     readLoads: (ids) => inner.readLoads(ids),
     exchangeLoads: (e) => inner.exchangeLoads(e),
+    readPeaks: (ids) => inner.readPeaks(ids),
     readHolders: (ids) => inner.readHolders(ids),
     setCooldown: (...a) => inner.setCooldown(...a),
     clearCooldown: (id) => inner.clearCooldown(id),

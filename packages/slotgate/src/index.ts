@@ -62,6 +62,7 @@ export {
 } from './store/redis/connection/connection.js';
 export type { NodeHealth, TopologyKind } from './store/redis/connection/nodes.js';
 export { PURPOSES, type SlotStore, type ChannelLoad, type Purpose, type StoreHealth } from './store/store.js';
+export { PEAK_MINUTE_MS, type ChannelPeak } from './store/peak.js';
 export type {
   SharedSettings,
   SharedSettingsOptions,

@@ -6,6 +6,7 @@ import { CapacityError, ClientLimitError, NoChannelError, StoreUnavailableError 
 import { admissionSettings, type Settings } from '../core/settings.js';
 import { LeaseManager } from './leases/lease-manager.js';
 import type { ChannelLoad, Listening } from '../store/store.js';
+import type { ChannelPeak } from '../store/peak.js';
 import { capacityError, retryHintOf } from './pass/capacity.js';
 import { HoldTimes } from '../core/retry-hint.js';
 import { CandidateSets, type Prepared } from './pass/candidates.js';
@@ -294,6 +295,10 @@ export class AdmissionEngine implements Admission {
 
   viewLoads(channels: readonly Candidate[]): Promise<Map<string, ChannelLoad>> {
     return views.viewLoads(this.engine, channels);
+  }
+
+  readPeaks(channels: readonly Candidate[]): Promise<Map<string, ChannelPeak>> {
+    return views.readPeaks(this.engine, channels);
   }
 
   readHolders(channels: readonly Candidate[]): Promise<Map<string, Map<string, number>>> {

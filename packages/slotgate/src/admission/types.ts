@@ -6,6 +6,7 @@ import type { Random } from '../core/order.js';
 import type { Settings, SettingsUpdate } from '../core/settings.js';
 import type { LeaseEvent } from './leases/lease-manager.js';
 import type { ChannelLoad, SlotStore } from '../store/store.js';
+import type { ChannelPeak } from '../store/peak.js';
 import type { StoreFailureMode } from './leases/local-share.js';
 import type { AdmissionStats, Outcome } from './stats.js';
 
@@ -111,6 +112,11 @@ export interface Admission {
   readLoads(channels: readonly Candidate[]): Promise<Map<string, ChannelLoad>>;
   /** Loads through the load view (cached, this instance's counts on store trouble); for dashboards and metrics. */
   viewLoads(channels: readonly Candidate[]): Promise<Map<string, ChannelLoad>>;
+  /**
+   * Each bounded channel's high-water mark across the fleet: the most slots held at once over the last one to two
+   * minutes, from the store. Throws StoreUnavailableError.
+   */
+  readPeaks(channels: readonly Candidate[]): Promise<Map<string, ChannelPeak>>;
   /** Who holds each channel's slots: instance id → slots held, from the store. Throws StoreUnavailableError. */
   readHolders(channels: readonly Candidate[]): Promise<Map<string, Map<string, number>>>;
   /** Limited clients' slots, from the store: client id → active and waiting. Throws StoreUnavailableError. */

@@ -8,6 +8,7 @@ import {
   validateClient,
   type Client,
 } from '../core/client.js';
+import type { ChannelPeak } from '../store/peak.js';
 import type { ChannelLoad } from '../store/store.js';
 import type { Engine } from './engine.js';
 import type { LocalShare } from './leases/local-share.js';
@@ -40,6 +41,15 @@ export async function viewLoads(
   channels: readonly Candidate[],
 ): Promise<Map<string, ChannelLoad>> {
   return withUnlimited(engine, channels, await engine.view.read(boundedIds(channels)));
+}
+
+/** The bounded channels' high-water marks (an unlimited channel has no slots in the store). */
+export async function readPeaks(
+  engine: Engine,
+  channels: readonly Candidate[],
+): Promise<Map<string, ChannelPeak>> {
+  const ids = boundedIds(channels);
+  return ids.length ? engine.store.readPeaks(ids) : new Map();
 }
 
 export async function readHolders(

@@ -1,5 +1,6 @@
 /** The slot store, the only place slot ownership is decided: RedisStore (shared) and MemoryStore (one process). */
 import type { Presence, SharedSettings, SharedSettingsOptions } from './fleet.js';
+import type { ChannelPeak } from './peak.js';
 
 /** What a store command was issued for; stats and metrics count commands by purpose. */
 export type Purpose = 'load_read' | 'acquire' | 'release' | 'renew' | 'wait' | 'cooldown' | 'settings';
@@ -183,6 +184,8 @@ export interface SlotStore {
   readLoads(channelIds: readonly string[]): Promise<Map<string, ChannelLoad>>;
   /** The load summary: one command whatever the channel count. */
   exchangeLoads(exchange: LoadExchange): Promise<Map<string, ChannelLoad>>;
+  /** Per channel, its high-water mark over the last one to two minutes (store/peak.ts), read-only. */
+  readPeaks(channelIds: readonly string[]): Promise<Map<string, ChannelPeak>>;
   /** Per channel, instance id → live slots held. */
   readHolders(channelIds: readonly string[]): Promise<Map<string, Map<string, number>>>;
 

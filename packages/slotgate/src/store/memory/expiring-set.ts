@@ -1,6 +1,13 @@
-/** token → expiry (ms), with expired members dropped on demand. */
+/** token → expiry (ms), with expired members dropped on demand; `added` hears the live count after each add. */
 export class ExpiringSet {
   readonly members = new Map<string, number>();
+
+  constructor(private readonly added: (live: number, now: number) => void = () => {}) {}
+
+  add(token: string, expiry: number, now: number): void {
+    this.members.set(token, expiry);
+    this.added(this.live(now), now);
+  }
 
   live(now: number): number {
     let n = 0;

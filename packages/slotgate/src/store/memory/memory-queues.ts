@@ -77,7 +77,7 @@ export class MemoryQueues {
       const head = queue[pick]!;
       if (slots.full(head.ref.max, now)) break;
       queue.splice(pick, 1);
-      slots.members.set(head.ref.token, now + this.claimMs);
+      slots.add(head.ref.token, now + this.claimMs, now);
       granted.push(head.ref.token);
       if (head.ref.token !== quiet)
         this.tell(head.ref.token, (l) =>

@@ -26,6 +26,7 @@ import { ExpiringSet } from './expiring-set.js';
 import { holdersOf } from '../holders.js';
 import { LocalPresence, LocalSharedSettings } from './local-fleet.js';
 import { MemoryQueues } from './memory-queues.js';
+import { PeakMark, type ChannelPeak } from '../peak.js';
 
 export interface MemoryStoreOptions {
   /** @default the system clock */
@@ -46,6 +47,7 @@ export class MemoryStore implements SlotStore {
   private readonly slots = new Map<string, ExpiringSet>();
   private readonly queues: MemoryQueues;
   private readonly cooldowns = new Map<string, Cooldown>();
+  private readonly peaks = new Map<string, PeakMark>();
   private readonly counts = emptyCounts();
   readonly presence: Presence;
 
@@ -69,8 +71,14 @@ export class MemoryStore implements SlotStore {
 
   private slotsOf(id: string): ExpiringSet {
     let set = this.slots.get(id);
-    if (!set) this.slots.set(id, (set = new ExpiringSet()));
+    if (!set) this.slots.set(id, (set = new ExpiringSet((live, now) => this.peakOf(id).note(live, now))));
     return set;
+  }
+
+  private peakOf(id: string): PeakMark {
+    let mark = this.peaks.get(id);
+    if (!mark) this.peaks.set(id, (mark = new PeakMark()));
+    return mark;
   }
 
   private cooling(id: string, now: number): Cooldown | undefined {
@@ -100,7 +108,7 @@ export class MemoryStore implements SlotStore {
       }
       const set = this.slotsOf(target.channelId);
       if (!set.full(target.max, now)) {
-        set.members.set(opts.token, now + opts.leaseTtlMs);
+        set.add(opts.token, now + opts.leaseTtlMs, now);
         replies.push('acquired');
         return replies;
       }
@@ -170,7 +178,7 @@ export class MemoryStore implements SlotStore {
         lost.push(lease);
         continue;
       }
-      set.members.set(lease.token, now + leaseTtlMs);
+      set.add(lease.token, now + leaseTtlMs, now);
     }
     return lost;
   }
@@ -209,6 +217,14 @@ export class MemoryStore implements SlotStore {
     return loads;
   }
 
+  async readPeaks(channelIds: readonly string[]): Promise<Map<string, ChannelPeak>> {
+    const ids = [...new Set(channelIds)];
+    this.counts.load_read += Math.ceil(ids.length / BATCH_SIZE);
+    const now = this.clock.now();
+    const live = (id: string) => this.slots.get(id)?.live(now) ?? 0;
+    return new Map(ids.map((id) => [id, (this.peaks.get(id) ?? new PeakMark()).read(live(id), now)]));
+  }
+
   async readHolders(channelIds: readonly string[]): Promise<Map<string, Map<string, number>>> {
     const ids = [...new Set(channelIds)];
     this.counts.load_read += ids.length;
@@ -228,6 +244,7 @@ export class MemoryStore implements SlotStore {
 
   async close(): Promise<void> {
     this.slots.clear();
+    this.peaks.clear();
     this.queues.clear();
     this.cooldowns.clear();
   }

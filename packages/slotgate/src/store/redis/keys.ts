@@ -20,14 +20,18 @@ interface ChannelKeys {
   slots: string;
   queue: string;
   cooldown: string;
+  peak: string;
 }
 
 /** A channel key's kind by its suffix; `:queue` and `:waiters` are `legacy_queue`. */
-const CHANNEL_KINDS: Record<string, 'slots' | 'queue' | 'cooldown'> = {
+const CHANNEL_KINDS: Record<string, ChannelKind> = {
   slots: 'slots',
   fifo: 'queue',
   cooldown: 'cooldown',
+  peak: 'peak',
 };
+
+type ChannelKind = 'slots' | 'queue' | 'cooldown' | 'peak';
 
 /** Channel key strings are cached: the acquire path asks for them on every call. */
 const CACHE_LIMIT = 10_000;
@@ -53,6 +57,7 @@ export class KeyBuilder {
         slots: `${tag}:slots`,
         queue: `${tag}:fifo`,
         cooldown: `${tag}:cooldown`,
+        peak: `${tag}:peak`,
       };
       if (this.cache.size >= CACHE_LIMIT) this.cache.clear();
       this.cache.set(id, keys);
@@ -70,6 +75,11 @@ export class KeyBuilder {
 
   cooldown(id: string): string {
     return this.channel(id).cooldown;
+  }
+
+  /** The channel's high-water mark (lua/includes/peak.lua). */
+  peak(id: string): string {
+    return this.channel(id).peak;
   }
 
   /** The pub/sub channel of one instance's grants (its prefix is passed to the scripts). */
@@ -127,7 +137,7 @@ export class KeyBuilder {
   parse(
     key: string,
   ):
-    | { channelId: string; kind: 'slots' | 'queue' | 'cooldown' | 'legacy_queue' }
+    | { channelId: string; kind: ChannelKind | 'legacy_queue' }
     | { kind: 'settings' | 'instances' | 'epoch' | 'load_counts' | 'load_cooling' | 'load_snapshot' }
     | null {
     if (key === this.settings() || key === this.settingsRecord()) return { kind: 'settings' };
@@ -138,7 +148,7 @@ export class KeyBuilder {
     if (key === this.instances()) return { kind: 'instances' };
     if (key === this.epoch() || key.startsWith(`${this.epoch()}:{`)) return { kind: 'epoch' };
     if (!key.startsWith(`${this.base}:{`)) return null;
-    const m = /^\{([^{}]*)\}:(slots|fifo|cooldown|queue|waiters)$/.exec(key.slice(this.base.length + 1));
+    const m = /^\{([^{}]*)\}:(slots|fifo|cooldown|peak|queue|waiters)$/.exec(key.slice(this.base.length + 1));
     if (!m) return null;
     return { channelId: decodeChannelId(m[1]!), kind: CHANNEL_KINDS[m[2]!] ?? 'legacy_queue' };
   }

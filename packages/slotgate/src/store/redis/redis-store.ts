@@ -2,6 +2,7 @@
 import type { Cluster, Redis, RedisOptions } from 'ioredis';
 import { systemClock, type Clock } from '../../core/clock.js';
 import type { Presence, SharedSettings, SharedSettingsOptions } from '../fleet.js';
+import type { ChannelPeak } from '../peak.js';
 import {
   emptyCounts,
   type AcquireOptions,
@@ -31,7 +32,7 @@ import { Epoch } from './fencing/epoch.js';
 import { RedisPresence } from './fleet/presence.js';
 import { RedisSharedSettings } from './fleet/shared-settings.js';
 import { KeyBuilder } from './keys.js';
-import { readHolders, readLoads, type DirectReadDeps } from './loads/direct-reads.js';
+import { readHolders, readLoads, readPeaks, type DirectReadDeps } from './loads/direct-reads.js';
 import { RedisLoadSummary } from './loads/load-summary.js';
 import { Members } from './queues/members.js';
 import { GrantMessages } from './queues/messages.js';
@@ -248,6 +249,7 @@ export class RedisStore implements SlotStore {
           [leaseTtlMs, restore ? 1 : 0],
           batch,
           (l) => [l.max],
+          true,
         ),
       );
     // the epoch check itself runs the restore; a reclaim admits, so it waits for the check
@@ -275,6 +277,10 @@ export class RedisStore implements SlotStore {
     const loads = await this.summary.exchange(exchange);
     this.hints.noteLoads(loads);
     return loads;
+  }
+
+  readPeaks(channelIds: readonly string[]): Promise<Map<string, ChannelPeak>> {
+    return readPeaks(this.direct, channelIds);
   }
 
   readHolders(channelIds: readonly string[]): Promise<Map<string, Map<string, number>>> {

@@ -126,10 +126,10 @@ const numbers = (reply: unknown): number[] => list(reply).map(Number);
 const enqueueReply = (reply: unknown): EnqueueReply => ENQUEUE_CODES[code(reply, ENQUEUE_CODES)]!;
 
 export const SCRIPTS = {
-  acquireSlots: new Script('acquireSlots-n', parseAcquireReply, [3]),
+  acquireSlots: new Script('acquireSlots-n', parseAcquireReply, [4]),
   renewLeases: new Script('renewLeases-n', numbers, [1]),
-  reclaimLeases: new Script('reclaimLeases-n', numbers, [1]),
-  enqueueWaiter: new Script('enqueueWaiter-n', enqueueReply, [2]),
+  reclaimLeases: new Script('reclaimLeases-n', numbers, [2]),
+  enqueueWaiter: new Script('enqueueWaiter-n', enqueueReply, [3]),
   /**
    * The same script with several registrations (single node only), an Error for one whose commands failed. It shares
    * enqueueWaiter's command names, so it declares the same Cluster key count (whichever is defined first registers).
@@ -140,15 +140,15 @@ export const SCRIPTS = {
       list(reply).map((r) =>
         typeof r === 'string' && r.startsWith('!') ? new Error(r.slice(1)) : enqueueReply(r),
       ),
-    [2],
+    [3],
   ),
-  releaseSlot: new Script('releaseSlot-2', (reply): ReleaseSlotReply => {
+  releaseSlot: new Script('releaseSlot-3', (reply): ReleaseSlotReply => {
     const [removed, waiting, ...local] = list(reply);
     return { removed: Number(removed) === 1, waiting: Number(waiting) === 1, local: local.map(String) };
   }),
-  pollWaiter: new Script('pollWaiter-2', (reply): WaiterState => WAITER_CODES[code(reply, WAITER_CODES)]!),
-  requeueWaiter: new Script('requeueWaiter-2', enqueueReply),
-  leaveQueue: new Script('leaveQueue-2', (reply) => Number(reply) === 1),
+  pollWaiter: new Script('pollWaiter-3', (reply): WaiterState => WAITER_CODES[code(reply, WAITER_CODES)]!),
+  requeueWaiter: new Script('requeueWaiter-3', enqueueReply),
+  leaveQueue: new Script('leaveQueue-3', (reply) => Number(reply) === 1),
   checkEpoch: new Script('checkEpoch-1', (reply): { value: string; now: number } => {
     const [value, now] = list(reply, 2);
     return { value: String(value), now: Number(now) };
@@ -158,10 +158,11 @@ export const SCRIPTS = {
     return { value: value == null ? undefined : String(value), now: Number(now) };
   }),
   readLoads: new Script('readLoads-n', numbers, [3]),
+  readPeaks: new Script('readPeaks-n', numbers, [2]),
   readHolders: new Script('readHolders-1', (reply) => (Array.isArray(reply) ? reply.map(String) : [])),
   exchangeLoads: new Script('exchangeLoads-3', parseSnapshotReply),
   fixLeftover: new Script('fixLeftover-1', Number),
-  releaseDeadOwner: new Script('releaseDeadOwner-2', Number),
+  releaseDeadOwner: new Script('releaseDeadOwner-3', Number),
 } as const;
 
 /** The settings scripts, on the two settings keys. */

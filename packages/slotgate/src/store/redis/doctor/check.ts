@@ -18,6 +18,7 @@ const EXPECTED_TYPE = {
   queue: 'zset',
   legacy_queue: 'zset',
   cooldown: 'string',
+  peak: 'hash',
   settings: 'hash',
   instances: 'hash',
   epoch: 'string',
@@ -133,6 +134,10 @@ export async function checkLeftovers(
     if (shape.kind === 'cooldown') {
       if (pttl === -1)
         findings.push({ key, kind: 'cooldown_without_ttl', detail: 'a cooldown that never ends' });
+      continue;
+    }
+    if (shape.kind === 'peak') {
+      if (pttl === -1) findings.push({ key, kind: 'no_expiry', detail: 'a peak key without an expiry' });
       continue;
     }
     const queue = shape.kind === 'queue';

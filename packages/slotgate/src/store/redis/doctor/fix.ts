@@ -34,7 +34,7 @@ async function releaseDead(client: Redis | Cluster, keys: KeyBuilder, f: Finding
   const pairs = f.members!.flatMap((m, i) => [m, f.scores![i]!]);
   return SCRIPTS.releaseDeadOwner.call(
     client,
-    [keys.slots(id), keys.queue(id)],
+    [keys.slots(id), keys.queue(id), keys.peak(id)],
     [CLAIM_MS, LEASE_TTL_MS, keys.grants(), id, ...pairs],
   );
 }

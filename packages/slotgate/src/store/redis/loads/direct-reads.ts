@@ -1,6 +1,7 @@
 /** Loads read straight from each channel's own keys: the rollback path and the operators' views. Read-only. */
 import type { Cluster, Redis } from 'ioredis';
 import { countByInstance } from '../../holders.js';
+import type { ChannelPeak } from '../../peak.js';
 import type { ChannelLoad } from '../../store.js';
 import type { KeyBuilder } from '../keys.js';
 import { SCRIPTS } from '../scripts.js';
@@ -19,30 +20,58 @@ function toLoad(active: number, waiting: number, pttl: number): ChannelLoad {
   return { active, waiting, coolingDown, cooldownRemainingMs: coolingDown ? pttl : 0 };
 }
 
-export async function readLoads(
+/** Reads the channels in batches of one script call (on Cluster one channel each); per channel its slice of a reply. */
+async function readEach<T>(
+  deps: DirectReadDeps,
+  channelIds: readonly string[],
+  call: (batch: readonly { channelId: string }[]) => Promise<number[]>,
+  of: (reply: number[], i: number) => T,
+): Promise<Map<string, T>> {
+  const batches = batchesOf(
+    deps.client,
+    [...new Set(channelIds)].map((channelId) => ({ channelId })),
+  );
+  const replies = await deps.run(batches.length, () => Promise.all(batches.map(call)));
+  const out = new Map<string, T>();
+  batches.forEach((batch, b) => batch.forEach(({ channelId }, i) => out.set(channelId, of(replies[b]!, i))));
+  return out;
+}
+
+export function readLoads(
   deps: DirectReadDeps,
   channelIds: readonly string[],
 ): Promise<Map<string, ChannelLoad>> {
   const { client, keys } = deps;
-  const batches = batchesOf(
-    client,
-    [...new Set(channelIds)].map((channelId) => ({ channelId })),
+  return readEach(
+    deps,
+    channelIds,
+    (batch) =>
+      SCRIPTS.readLoads.call(
+        client,
+        batch.flatMap(({ channelId: id }) => [keys.slots(id), keys.queue(id), keys.cooldown(id)]),
+        [deps.liveMs()],
+      ),
+    (reply, i) => toLoad(reply[3 * i]!, reply[3 * i + 1]!, reply[3 * i + 2]!),
   );
-  const read = (batch: readonly { channelId: string }[]) =>
-    SCRIPTS.readLoads.call(
-      client,
-      batch.flatMap(({ channelId: id }) => [keys.slots(id), keys.queue(id), keys.cooldown(id)]),
-      [deps.liveMs()],
-    );
-  const replies = await deps.run(batches.length, () => Promise.all(batches.map(read)));
-  const loads = new Map<string, ChannelLoad>();
-  batches.forEach((batch, b) =>
-    batch.forEach(({ channelId }, i) => {
-      const [active, waiting, pttl] = replies[b]!.slice(3 * i, 3 * i + 3);
-      loads.set(channelId, toLoad(active!, waiting!, pttl!));
-    }),
+}
+
+/** readPeaks-n.lua replies the Redis time first, then per channel its peak and the window's start. */
+export function readPeaks(
+  deps: DirectReadDeps,
+  channelIds: readonly string[],
+): Promise<Map<string, ChannelPeak>> {
+  const { client, keys } = deps;
+  return readEach(
+    deps,
+    channelIds,
+    (batch) =>
+      SCRIPTS.readPeaks.call(
+        client,
+        batch.flatMap(({ channelId: id }) => [keys.slots(id), keys.peak(id)]),
+        [],
+      ),
+    (reply, i) => ({ peak: reply[1 + 2 * i]!, windowMs: reply[0]! - reply[2 + 2 * i]! }),
   );
-  return loads;
 }
 
 /** One call per channel: Cluster-legal. */

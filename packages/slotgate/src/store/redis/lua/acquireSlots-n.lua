@@ -4,12 +4,13 @@
   order and is admitted into the first one with a free slot and nobody waiting: a channel with a queue first grants
   its free slots to its oldest waiters (includes/queue.lua), and a newcomer never takes a slot ahead of them.
 
-  KEYS[3c-2]  slots key of channel c     (sorted set: member = lease token, score = expiry ms on the Redis clock)
-  KEYS[3c-1]  cooldown key of channel c  (string; exists while the channel cools down)
-  KEYS[3c]    queue key of channel c     (see enqueueWaiter-n.lua)
+  KEYS[4c-3]  slots key of channel c     (sorted set: member = lease token, score = expiry ms on the Redis clock)
+  KEYS[4c-2]  cooldown key of channel c  (string; exists while the channel cools down)
+  KEYS[4c-1]  queue key of channel c     (see enqueueWaiter-n.lua)
+  KEYS[4c]    peak key of channel c      (hash: its high-water mark, includes/peak.lua)
   ARGV[1]     lease TTL in ms (every request of a call has the same TTL and cooldown setting)
   ARGV[2]     "1" to check cooldowns, "0" to skip the check (cooldown_enabled = false)
-  ARGV[3]     number of channels C (= #KEYS / 3)
+  ARGV[3]     number of channels C (= #KEYS / 4)
   ARGV[4]     claim deadline in ms of a grant to a waiter
   ARGV[5]     grants channel prefix (an instance's channel is this plus its id)
   ARGV[4+2c]  max concurrency of channel c (> 0)
@@ -20,21 +21,24 @@
   admission (1 = acquired, 0 = full, 2 = cooling, 3 = others are waiting).
   Cost: per channel tried (once per call), EXISTS of its cooldown key (when checking) and of its queue key, ZCARD;
   for a channel with a queue, the grant loop (on a full channel only its oldest waiter is read); a ZREMRANGEBYSCORE
-  of expired leases when the slots look full. Per admission: ZADD and PTTL (+ PEXPIRE once per quarter TTL). TIME
-  once per call.
+  of expired leases when the slots look full. Per admission: ZADD and PTTL (+ PEXPIRE once per quarter TTL). Per
+  channel admitted into, the high-water mark (HMGET, + HSET at a new peak). TIME once per call.
 ]]
 --- @include "redisNow"
+--- @include "peak"
 --- @include "queue"
 local ttl = tonumber(ARGV[1])
 local checkCooldown = ARGV[2] == '1'
 local channels = tonumber(ARGV[3])
--- per channel c, what this call found: cooling, waiters left after its grants, the slots in use, swept
-local cooling, queued, count, swept = {}, {}, {}, {}
+-- per channel c, what this call found: cooling, waiters left after its grants, the slots in use, swept, and the slots
+-- held after its admissions
+local cooling, queued, count, swept, high = {}, {}, {}, {}, {}
 
 local function chOf(c)
   return {
-    slots = KEYS[3 * c - 2],
-    queue = KEYS[3 * c],
+    slots = KEYS[4 * c - 3],
+    queue = KEYS[4 * c - 1],
+    peak = KEYS[4 * c],
     claimMs = tonumber(ARGV[4]),
     leaseTtl = ttl,
     notify = ARGV[5],
@@ -44,10 +48,10 @@ end
 
 -- The slots of channel c in use: counted once per call, less the expired leases once it reaches `max`.
 local function liveCount(c, max)
-  local live = count[c] or redis.call('ZCARD', KEYS[3 * c - 2])
+  local live = count[c] or redis.call('ZCARD', KEYS[4 * c - 3])
   if live >= max and not swept[c] then
     swept[c] = true
-    live = live - sweepSlots(KEYS[3 * c - 2])
+    live = live - sweepSlots(KEYS[4 * c - 3])
   end
   count[c] = live
   return live
@@ -59,9 +63,9 @@ local function waitersLeft(c, max)
     return queued[c]
   end
   local left = false
-  if redis.call('EXISTS', KEYS[3 * c]) == 1 then
+  if redis.call('EXISTS', KEYS[4 * c - 1]) == 1 then
     -- a full channel whose oldest waiter is live has nothing to grant: only that one is read
-    local oldest = liveCount(c, max) >= max and redis.call('ZRANGE', KEYS[3 * c], 0, 0, 'WITHSCORES') or {}
+    local oldest = liveCount(c, max) >= max and redis.call('ZRANGE', KEYS[4 * c - 1], 0, 0, 'WITHSCORES') or {}
     if oldest[1] and not ranOut(oldest[1], oldest[2]) then
       left = true
     else
@@ -87,16 +91,17 @@ while a <= #ARGV do
     end
     local max = tonumber(ARGV[4 + 2 * c])
     if checkCooldown and cooling[c] == nil then
-      cooling[c] = redis.call('EXISTS', KEYS[3 * c - 1]) == 1
+      cooling[c] = redis.call('EXISTS', KEYS[4 * c - 2]) == 1
     end
     if checkCooldown and cooling[c] then
       codes[#codes + 1] = 2
     elseif waitersLeft(c, max) then
       codes[#codes + 1] = 3
     elseif liveCount(c, max) < max then
-      redis.call('ZADD', KEYS[3 * c - 2], redisNow() + ttl, token)
-      extendSlots(KEYS[3 * c - 2], ttl)
+      redis.call('ZADD', KEYS[4 * c - 3], redisNow() + ttl, token)
+      extendSlots(KEYS[4 * c - 3], ttl)
       count[c] = count[c] + 1
+      high[c] = count[c]
       codes[#codes + 1] = 1
       -- admitted: the rest of its channels are not tried
       while not last do
@@ -108,5 +113,8 @@ while a <= #ARGV do
     end
   until last
   a = a + 1
+end
+for c, held in pairs(high) do
+  notePeak(KEYS[4 * c], held)
 end
 return codes

@@ -4,13 +4,14 @@
   (the store sends the registrations of one event-loop turn together): each does what a call of its own would, except
   that they share one reading of the Redis clock. On Cluster every call is one registration.
 
-  Per registration i (from 1), its keys at 2(i-1), its arguments at 7(i-1):
+  Per registration i (from 1), its keys at 3(i-1), its arguments at 7(i-1):
   KEYS[1]  slots key (sorted set: member = lease token, score = expiry ms on the Redis clock)
   KEYS[2]  queue key (sorted set: member = "<max>|<live>|<token>", score = arrival µs on the Redis clock; a
            registration lives <live> ms past its arrival, includes/queue.lua)
+  KEYS[3]  peak key (hash: the channel's high-water mark, includes/peak.lua)
   ARGV[1]     the member "<max>|<live>|<token>": the max the waiter waits under, how long its registration lives
               past its arrival (its wait timeout plus a margin, at most 62 s), its token
-  ARGV[2..5]  claim deadline ms, lease TTL ms, grants channel prefix, channel id (as in releaseSlot-2.lua)
+  ARGV[2..5]  claim deadline ms, lease TTL ms, grants channel prefix, channel id (as in releaseSlot-3.lua)
   ARGV[6]     max waiting (>= 1)
   ARGV[7]     how long before this call its request reached its instance, µs (at most 50 ms), so it stands in the
               queue as of then; "0" for now
@@ -26,6 +27,7 @@
   holding instance. TIME once per call.
 ]]
 --- @include "redisNow"
+--- @include "peak"
 --- @include "queue"
 
 -- One registration: its keys after KEYS[k], its arguments after ARGV[a], `order` its place in the call (from 0).
@@ -64,14 +66,14 @@ local function enqueue(k, a, order)
   return 1
 end
 
-local n = #KEYS / 2
+local n = #KEYS / 3
 if n == 1 then
   return enqueue(0, 0, 0)
 end
 -- a registration whose commands fail answers "!<error>" alone; the others stand, as in calls of their own
 local replies = {}
 for i = 1, n do
-  local ok, reply = pcall(enqueue, 2 * (i - 1), 7 * (i - 1), i - 1)
+  local ok, reply = pcall(enqueue, 3 * (i - 1), 7 * (i - 1), i - 1)
   if ok then
     replies[i] = reply
   else

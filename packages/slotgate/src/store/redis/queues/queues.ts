@@ -35,7 +35,8 @@ export class RedisQueues {
   }
 
   private keysOf(channelId: string): string[] {
-    return [this.deps.keys.slots(channelId), this.deps.keys.queue(channelId)];
+    const { keys } = this.deps;
+    return [keys.slots(channelId), keys.queue(channelId), keys.peak(channelId)];
   }
 
   /** The grant arguments every queue script takes. */

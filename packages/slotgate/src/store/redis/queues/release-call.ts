@@ -32,7 +32,7 @@ export function releaseCall(deps: ReleaseDeps, lease: ReleaseRequest): ScriptCal
   const stamp = hints.stamp();
   const sentAt = clock.now();
   return {
-    keys: [keys.slots(channelId), keys.queue(channelId)],
+    keys: [keys.slots(channelId), keys.queue(channelId), keys.peak(channelId)],
     args: [token, deps.claimMs, ttlMs, keys.grants(), channelId, local],
     read(raw) {
       const reply = SCRIPTS.releaseSlot.reply(raw);

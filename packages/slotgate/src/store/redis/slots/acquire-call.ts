@@ -33,7 +33,8 @@ export function acquireCall(
       let c = index.get(t.channelId);
       if (c === undefined) {
         index.set(t.channelId, (c = index.size + 1));
-        callKeys.push(keys.slots(t.channelId), keys.cooldown(t.channelId), keys.queue(t.channelId));
+        const id = t.channelId;
+        callKeys.push(keys.slots(id), keys.cooldown(id), keys.queue(id), keys.peak(id));
         channelArgs.push(t.max, t.channelId);
       }
       requestArgs.push(i === targets.length - 1 ? -c : c);

@@ -1,6 +1,6 @@
 -- The wait queue of one channel: one sorted set, member = "<max>|<live>|<token>", score = arrival on the Redis clock in
 -- µs (FIFO, within the fair share between clients). A registration lives <live> ms past its arrival: its waiter's
--- wait timeout plus a margin, at most MAX_LIVE_MS. Needs redisNow.
+-- wait timeout plus a margin, at most MAX_LIVE_MS. Needs redisNow and peak.
 
 -- The longest a registration lives (store/redis/queues/members.ts, MAX_REGISTRATION_LIVE_MS).
 local MAX_LIVE_MS = 62000
@@ -80,12 +80,13 @@ local function sweepSlots(slotsKey)
   return redis.call('ZREMRANGEBYSCORE', slotsKey, '-inf', redisNow())
 end
 
--- The channel a queue script works on: its slots and queue keys at KEYS[k + 1..k + 2], and the grant parameters at
--- ARGV[first..first + 3] (claim deadline ms, lease TTL ms, grants channel prefix, channel id).
+-- The channel a queue script works on: its slots, queue and peak keys at KEYS[k + 1..k + 3], and the grant parameters
+-- at ARGV[first..first + 3] (claim deadline ms, lease TTL ms, grants channel prefix, channel id).
 local function channelOf(k, first)
   return {
     slots = KEYS[k + 1],
     queue = KEYS[k + 2],
+    peak = KEYS[k + 3],
     claimMs = tonumber(ARGV[first]),
     leaseTtl = tonumber(ARGV[first + 1]),
     notify = ARGV[first + 2],
@@ -100,11 +101,19 @@ end
 -- asking under a lower max than the slots in use waits. A waiter whose registration ran out is dropped on the way.
 -- A granted token holds its slot until the claim deadline, unless it is a waiter of `localInstance` (the instance
 -- running this script): that one gets a full lease at once. Every other grant is told to its instance, but `quiet`'s
--- (the caller answers it directly). Expired leases are swept once, when they would keep a waiter out. Returns the
--- members granted and the oldest live member left waiting (nil when none).
+-- (the caller answers it directly). Expired leases are swept once, when they would keep a waiter out. The slots held
+-- after the grants go to the channel's high-water mark. Returns the members granted and the oldest live member left
+-- waiting (nil when none).
 local function grantFree(ch, quiet, localInstance)
   local granted = {}
-  local live, swept, extended, pruned = nil, false, false, false
+  local live = nil
+  local function done(head)
+    if #granted > 0 then
+      notePeak(ch.peak, live)
+    end
+    return granted, head
+  end
+  local swept, extended, pruned = false, false, false
   local grantedMax = nil -- the lowest max granted under in this call
   local held = nil -- live slots per client, read when the window is mixed
   local window, arrivals, gone, left, clients = {}, {}, {}, 0, nil
@@ -125,7 +134,7 @@ local function grantFree(ch, quiet, localInstance)
       end
       left = #window
       if left == 0 then
-        return granted, nil
+        return done(nil)
       end
       clients = nil
       if string.find(table.concat(window, '\n'), '~', 1, true) then
@@ -188,7 +197,7 @@ local function grantFree(ch, quiet, localInstance)
       redis.call('ZREM', ch.queue, head)
       gone[pick], left = true, left - 1
     elseif live >= max then
-      return granted, head
+      return done(head)
     else
       local instance = instanceOf(token)
       local mine = localInstance ~= nil and localInstance ~= '' and instance == localInstance

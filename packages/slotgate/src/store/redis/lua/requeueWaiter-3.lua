@@ -9,10 +9,10 @@
   Then the free slots are granted to the oldest waiters, each under its own max, `to` included (no message for it).
   A grant made to `from` is gone for good.
 
-  KEYS[1..2]  slots and queue keys (see enqueueWaiter-n.lua)
+  KEYS[1..3]  slots, queue and peak keys (see enqueueWaiter-n.lua)
   ARGV[1]     the member "<max>|<live>|<token>" of `from`
   ARGV[2]     the member of `to` (its lifetime is `from`'s: the same wait)
-  ARGV[3..6]  claim deadline ms, lease TTL ms, grants channel prefix, channel id (as in releaseSlot-2.lua)
+  ARGV[3..6]  claim deadline ms, lease TTL ms, grants channel prefix, channel id (as in releaseSlot-3.lua)
   ARGV[7]     max waiting (>= 1), for a waiter the queue lost
 
   Returns 2 = `to` holds a slot at once (claim it), 1 = queued, 0 = queue full (the queue had lost `from`). When `to`
@@ -21,6 +21,7 @@
   ZADD; PTTL (+ PEXPIRE); the grant loop; at the head, ZRANGE of the slots and one PUBLISH per holding instance.
 ]]
 --- @include "redisNow"
+--- @include "peak"
 --- @include "queue"
 local ch = channelOf(0, 3)
 local from, to = ARGV[1], ARGV[2]

@@ -3,14 +3,15 @@
   only while its lease still has the expiry reported (a renewal since then means its owner is alive: it stays), and
   passes the freed slots to the channel's oldest live waiters as a release does (grantFree, includes/queue.lua).
 
-  KEYS[1..2]  slots and queue keys (see enqueueWaiter-n.lua)
-  ARGV[1..4]  claim deadline ms, lease TTL ms, grants channel prefix, channel id (as in releaseSlot-2.lua)
+  KEYS[1..3]  slots, queue and peak keys (see enqueueWaiter-n.lua)
+  ARGV[1..4]  claim deadline ms, lease TTL ms, grants channel prefix, channel id (as in releaseSlot-3.lua)
   ARGV[5..]   pairs: a lease token, then the expiry score reported for it
 
   Returns the number of slots released.
-  Cost: per pair ZSCORE (+ ZREM); when one was released, the grant loop of releaseSlot-2.lua.
+  Cost: per pair ZSCORE (+ ZREM); when one was released, the grant loop of releaseSlot-3.lua.
 ]]
 --- @include "redisNow"
+--- @include "peak"
 --- @include "queue"
 local released = 0
 for i = 5, #ARGV, 2 do

@@ -4,6 +4,7 @@
 
   KEYS[1]  slots key (sorted set: member = lease token, score = expiry ms on the Redis clock)
   KEYS[2]  queue key (see enqueueWaiter-n.lua)
+  KEYS[3]  peak key (hash: the channel's high-water mark, includes/peak.lua)
   ARGV[1]  the lease token
   ARGV[2]  claim deadline in ms (how long a grant waits for its instance to claim it)
   ARGV[3]  lease TTL in ms (a slots key keeps at least this much expiry)
@@ -15,9 +16,10 @@
   Returns { 1 when the token held a slot else 0, 1 when live waiters are left else 0, then the tokens of the
   releasing instance's waiters granted }.
   Cost: ZREM, ZRANGE of the oldest waiters; with waiters, ZCARD and TIME, per grant ZADD, ZREM and PUBLISH, and once
-  PTTL (+ PEXPIRE); a ZREMRANGEBYSCORE when the slots look full.
+  PTTL (+ PEXPIRE) and the high-water mark (HMGET, + HSET at a new peak); a ZREMRANGEBYSCORE when the slots look full.
 ]]
 --- @include "redisNow"
+--- @include "peak"
 --- @include "queue"
 local removed = redis.call('ZREM', KEYS[1], ARGV[1])
 local granted, head = grantFree(channelOf(0, 2), nil, ARGV[6])
