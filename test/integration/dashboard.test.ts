@@ -197,6 +197,7 @@ interface Row {
   inUse: string;
   barWidth: string;
   barFull: boolean;
+  peak: string;
   waiting: string;
   cooldown: string;
 }
@@ -212,8 +213,9 @@ function readRows(page: Page): Promise<Row[]> {
         // the inline style the page set (the target width; the rendered one animates towards it)
         barWidth: (bar?.querySelector('span') as { style: { width: string } } | null)?.style.width ?? '',
         barFull: bar?.classList.contains('full') ?? false,
-        waiting: cells[2]?.textContent ?? '',
-        cooldown: cells[4]?.textContent ?? '',
+        peak: cells[2]?.textContent ?? '',
+        waiting: cells[3]?.textContent ?? '',
+        cooldown: cells[5]?.textContent ?? '',
       };
     }),
   );
@@ -405,6 +407,9 @@ describe('GET /dashboard in a browser', () => {
     expect(await page.locator('#cmd-card').isVisible()).toBe(true);
     expect(await page.locator('#fleet-card').isVisible()).toBe(true);
     await expect.poll(() => fleetRow(page, 'busy'), POLL).toEqual({ [status.instance_id]: '2' });
+    // the high-water mark against the max, in the channels table; an unlimited channel has none
+    await expect.poll(async () => (await rowOf(page, 'busy')).peak, POLL).toBe('2 / 2');
+    expect((await rowOf(page, 'free')).peak).toBe('—');
 
     await mkdir(`${ROOT}test-artifacts`, { recursive: true });
     await page.screenshot({ path: ARTIFACT, fullPage: true });
@@ -510,6 +515,8 @@ describe('GET /dashboard in a browser', () => {
       const [idA, idB] = [a.gw.admission.instanceId, b.gw.admission.instanceId];
       await expect.poll(() => fleetRow(page, 'busy'), POLL).toEqual({ [idA]: '1', [idB]: '1' });
       expect(await fleetRow(page, 'steady')).toEqual({ [idA]: '0', [idB]: '0' });
+      // the two gateways' slots make one high-water mark, read from the store
+      expect((await rowOf(page, 'busy')).peak).toBe('2 / 2');
       expect(await textOf(page, '#fleet tr[data-fleet-channel="busy"] td:nth-child(2)')).toBe('2 / 2');
       const head = await page.$$eval('#fleet thead th', (ths) => ths.map((th) => th.textContent));
       expect(head.slice(0, 2)).toEqual(['channel', 'in use / max']);

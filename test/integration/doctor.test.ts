@@ -9,6 +9,9 @@
 import { describe, expect, it } from 'vitest';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Redis } from 'ioredis';
@@ -482,6 +485,55 @@ describe('slotgate doctor: slots of dead owners', () => {
     expect(fixed.code, fixed.stderr).toBe(0);
     expect(fixed.stdout).toContain('LATE OWNER 2 slots held by instance late');
     expect(await redis.zcard(k.slots('ch'))).toBe(3); // a late owner's slots are never released
+  });
+
+  it("prints each channel's high-water mark, against its max from --config, ABOVE MAX when a restore went over it", async () => {
+    const prefix = prefixForTest('doctor-peak');
+    const store = new RedisStore({ url: redisUrl(), prefix });
+    cleanups.push(() => store.close());
+    const opts = (token: string) => ({ token, leaseTtlMs: 60_000, checkCooldown: true });
+    for (const token of ['a:1', 'a:2'])
+      expect(await store.acquireFirst([{ channelId: 'ch', max: 2 }], opts(token))).toEqual(['acquired']);
+    expect(await store.acquireFirst([{ channelId: 'low', max: 3 }], opts('a:3'))).toEqual(['acquired']);
+    // a restore takes a lease back whatever the load: 3 held at once on a channel of max 2
+    expect(await store.reclaim([{ channelId: 'ch', token: 'b:1', max: 2 }], 60_000, true)).toEqual([]);
+
+    const report = await checkLeftovers(await client(), prefix);
+    expect(report.findings).toEqual([]);
+    expect(report.peaks.map((p) => [p.channelId, p.peak])).toEqual([
+      ['ch', 3],
+      ['low', 1],
+    ]);
+    const dir = await mkdtemp(join(tmpdir(), 'slotgate-doctor-'));
+    cleanups.push(() => rm(dir, { recursive: true, force: true }));
+    const config = join(dir, 'slotgate.yaml');
+    await writeFile(
+      config,
+      [
+        `redis: { url: "${redisUrl()}", prefix: "${prefix}" }`,
+        'channels:',
+        '  - { id: ch, type: openai, key: env:UNSET_KEY, models: [m], max_concurrency: 2 }',
+        '  - { id: low, type: openai, key: env:UNSET_KEY, models: [n], max_concurrency: 3 }',
+      ].join('\n'),
+    );
+    const run = await cli('--config', config);
+    expect(run.code, run.stderr).toBe(0);
+    expect(run.stdout).toMatch(
+      /most slots held at once in the last \d+ s: channel "ch" 3 of max 2 — ABOVE MAX, channel "low" 1 of max 3$/m,
+    );
+    // without a config there is no max to compare with
+    const bare = await cli('--redis', redisUrl(), '--prefix', prefix);
+    expect(bare.stdout).toMatch(
+      /most slots held at once in the last \d+ s: channel "ch" 3, channel "low" 1$/m,
+    );
+    // a peak key that lost its expiry is a leftover; --fix gives it two minutes
+    const redis = await client();
+    const peakKey = new KeyBuilder(prefix).peak('low');
+    await redis.persist(peakKey);
+    const leftover = await checkLeftovers(redis, prefix);
+    expect(leftover.findings.map((f) => [f.kind, f.key])).toEqual([['no_expiry', peakKey]]);
+    expect((await checkLeftovers(redis, prefix, true)).fixed).toBe(1);
+    expect(await redis.pttl(peakKey)).toBeGreaterThan(60_000);
   });
 
   it("--fix leaves a dead owner's slot renewed after the report, and an owner heard from again", async () => {

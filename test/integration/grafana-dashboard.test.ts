@@ -131,6 +131,7 @@ describe('docs/grafana-dashboard.json', () => {
     expect([...used]).toEqual(
       expect.arrayContaining([
         'slotgate_channel_in_flight',
+        'slotgate_channel_in_flight_peak',
         'slotgate_channel_max_concurrency',
         'slotgate_admissions_total',
         'slotgate_wait_duration_seconds_bucket',

@@ -229,6 +229,15 @@ describe('GET /metrics', () => {
     expect(valueOf(busy.exp, 'slotgate_channel_in_flight', { channel: 'solo' })).toBe(1);
     expect(valueOf(busy.exp, 'slotgate_channel_local_in_flight', { channel: 'solo' })).toBe(1);
     expect(valueOf(busy.exp, 'slotgate_live_leases')).toBe(1);
+    // the high-water mark, read from the store, with the window it covers; an unlimited channel has none
+    expect(valueOf(busy.exp, 'slotgate_channel_in_flight_peak', { channel: 'solo' })).toBe(1);
+    const window = valueOf(busy.exp, 'slotgate_channel_in_flight_peak_window_seconds', { channel: 'solo' });
+    expect(window).toBeGreaterThanOrEqual(60);
+    expect(window).toBeLessThanOrEqual(120);
+    const pool = valueOf(busy.exp, 'slotgate_channel_in_flight_peak', { channel: 'pool' });
+    expect(pool).toBeGreaterThanOrEqual(1);
+    expect(pool).toBeLessThanOrEqual(4);
+    expect(select(busy.exp, 'slotgate_channel_in_flight_peak', { channel: 'free' })).toEqual([]);
 
     statuses.push(await holder, ...rejected);
     // The slot goes back just after the response ends (the release is detached from the request).
@@ -346,11 +355,13 @@ describe('GET /metrics', () => {
     expect(valueOf(s2.exp, 'slotgate_channel_cooling', { channel: 'queue' })).toBe(0);
 
     for (const { text, exp } of [first, busy, s1, s2]) expectSafeLabels(text, exp);
-    // Bounded cardinality: one series per configured channel in every per-channel gauge (the upstream counters and
-    // histograms have a series per channel that was called, and their channel labels are checked above).
+    // Bounded cardinality: one series per configured channel in every per-channel gauge, per bounded channel in the
+    // high-water mark's (the upstream counters and histograms have a series per channel that was called, and their
+    // channel labels are checked above).
+    const bounded = CHANNELS.filter((c) => c.max_concurrency > 0).length;
     for (const f of s2.exp.families.values())
       if (f.type === 'gauge' && f.samples.some((s) => 'channel' in s.labels))
-        expect(f.samples.length, f.name).toBe(CHANNELS.length);
+        expect(f.samples.length, f.name).toBe(f.name.includes('_peak') ? bounded : CHANNELS.length);
   });
 
   it('reports the store down when its Redis stops answering', async () => {

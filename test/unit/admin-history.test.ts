@@ -121,16 +121,23 @@ describe('GET /admin/history', () => {
 });
 
 describe('GET /admin/fleet', () => {
-  it('lists who holds each bounded channel’s slots (nobody when idle); unlimited channels are left out', async () => {
+  it('lists who holds each bounded channel’s slots (nobody when idle) and the most held at once; unlimited channels are left out', async () => {
     const gw = await gateway(new ManualClock());
     const res = await gw.app.inject({ method: 'GET', url: '/admin/fleet', headers: admin });
     expect(res.statusCode).toBe(200);
+    const window = expect.any(Number);
     expect(res.json()).toEqual({
       instance_id: gw.admission.instanceId,
       channels: [
-        { id: 'm', max_concurrency: 2, in_use: 0, holders: [] },
-        { id: 'real', max_concurrency: 3, in_use: 0, holders: [] },
+        { id: 'm', max_concurrency: 2, in_use: 0, peak: 0, peak_window_s: window, holders: [] },
+        { id: 'real', max_concurrency: 3, in_use: 0, peak: 0, peak_window_s: window, holders: [] },
       ],
     });
+    // one request at a time: the mark says 1 once they are over, over a window of one to two minutes
+    for (let i = 0; i < 2; i++) expect(await chat(gw, 'm')).toBe(200);
+    const after = (await gw.app.inject({ method: 'GET', url: '/admin/fleet', headers: admin })).json();
+    expect(after.channels[0]).toMatchObject({ id: 'm', in_use: 0, peak: 1 });
+    expect(after.channels[0].peak_window_s).toBeGreaterThanOrEqual(60);
+    expect(after.channels[0].peak_window_s).toBeLessThanOrEqual(120);
   });
 });

@@ -21,18 +21,38 @@ const NO_REDIS =
   'give --redis URL, --cluster host:port[,...], --sentinel host:port[,...] --master NAME or --config FILE ' +
   '(or set REDIS_URL, REDIS_CLUSTER_NODES or REDIS_SENTINELS)';
 
-/** A config file's `redis` section as written: the doctor needs no channel key, so their variables may be unset. */
-async function fileSection(path: string): Promise<unknown> {
-  return (parseDocument(await readConfigText(path), path) as { redis?: unknown } | undefined)?.redis;
+/** A config file as written: the doctor needs no channel key, so their variables may be unset. */
+async function fileDocument(path: string): Promise<{ redis?: unknown; channels?: unknown } | undefined> {
+  return parseDocument(await readConfigText(path), path) as
+    { redis?: unknown; channels?: unknown } | undefined;
 }
 
 const isObject = (v: unknown): v is Record<string, unknown> =>
   v !== null && typeof v === 'object' && !Array.isArray(v);
 
+/** The config's channels that have a max (id → max_concurrency), for the high-water marks; none without a config. */
+function channelMaxes(doc: { channels?: unknown } | undefined): Map<string, number> {
+  const maxes = new Map<string, number>();
+  for (const c of Array.isArray(doc?.channels) ? doc.channels : []) {
+    if (
+      isObject(c) &&
+      typeof c.id === 'string' &&
+      typeof c.max_concurrency === 'number' &&
+      c.max_concurrency > 0
+    )
+      maxes.set(c.id, c.max_concurrency);
+  }
+  return maxes;
+}
+
 /** The validated `redis` section to check: the config file's, with what the flags and environment name instead. */
-async function redisSection(opts: DoctorOptions, env: NodeJS.ProcessEnv): Promise<RedisConfig> {
+async function redisSection(
+  opts: DoctorOptions,
+  env: NodeJS.ProcessEnv,
+  doc: { redis?: unknown } | undefined,
+): Promise<RedisConfig> {
   const choice = redisTarget(opts, env);
-  const raw = opts.config ? await fileSection(opts.config) : undefined;
+  const raw = doc?.redis;
   // a section of the wrong shape goes to the schema as it is, for its error
   const section = isObject(raw) || raw === undefined ? withTarget(raw, choice) : raw;
   if (section === undefined) {
@@ -66,8 +86,11 @@ function doctorClient(c: RedisConnection) {
 
 export async function doctor(opts: DoctorOptions, env: NodeJS.ProcessEnv = process.env): Promise<number> {
   let redis: RedisConfig;
+  let maxes: Map<string, number>;
   try {
-    redis = await redisSection(opts, env);
+    const doc = opts.config ? await fileDocument(opts.config) : undefined;
+    maxes = channelMaxes(doc);
+    redis = await redisSection(opts, env, doc);
   } catch (err) {
     if (!(err instanceof UsageError || err instanceof ConfigError)) throw err;
     console.error(`slotgate doctor: ${err.message}`);
@@ -78,7 +101,7 @@ export async function doctor(opts: DoctorOptions, env: NodeJS.ProcessEnv = proce
   client.once('ready', () => (connected = true));
   try {
     const report = await checkLeftovers(client, redis.prefix, opts.fix === true);
-    console.log(opts.json ? JSON.stringify(report, null, 2) : formatReport(report, opts.fix === true));
+    console.log(opts.json ? JSON.stringify(report, null, 2) : formatReport(report, opts.fix === true, maxes));
     return report.findings.length > 0 && !opts.fix ? 1 : 0;
   } catch (err) {
     const cause = lastError();

@@ -62,6 +62,8 @@ program
       `  dead  older than ${secs(OWNER_DEAD_AFTER_MS)} (three missed): its slots are findings (exit 1)`,
       '        that --fix releases',
       "Ages compare the instance's clock with Redis's.",
+      'High-water marks: the most slots each channel held at once across the fleet in the last 1-2 min;',
+      '  with --config, against its max_concurrency ("ABOVE MAX" when over it; the exit code is unchanged)',
     ].join('\n'),
   )
   .option('--redis <url>', 'Redis URL (env REDIS_URL)')

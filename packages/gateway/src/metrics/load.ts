@@ -3,7 +3,7 @@
  * scrape costs no Redis command while its snapshot is fresh) and on this instance, against the configured limits.
  */
 import type { Registry } from 'prom-client';
-import type { Admission, ChannelLoad, ChannelStats } from 'slotgate';
+import type { Admission, ChannelLoad, ChannelPeak, ChannelStats } from 'slotgate';
 import type { ChannelRegistry } from '../channels.js';
 import { scrapedGauge, type Sample } from './scrape.js';
 import { sharedRead } from '../shared-read.js';
@@ -83,6 +83,28 @@ const PER_CLIENT: Array<[string, string, (stats: ChannelStats, max: number) => n
 
 const IDLE: ChannelStats = { active: 0, waiting: 0 };
 
+/** The bounded channels' high-water marks, one store read per scrape; none when it fails (no series, not 0). */
+async function readPeaks(sources: LoadSources): Promise<Map<string, ChannelPeak>> {
+  const bounded = sources.channels().channels.filter((c) => c.maxConcurrency > 0);
+  return sources
+    .admission()
+    .readPeaks(bounded)
+    .catch(() => new Map());
+}
+
+const PEAKS: Array<[string, string, (peak: ChannelPeak) => number]> = [
+  [
+    'slotgate_channel_in_flight_peak',
+    'The most requests in flight on the channel at once across all instances, over the window below (store)',
+    (p) => p.peak,
+  ],
+  [
+    'slotgate_channel_in_flight_peak_window_seconds',
+    'How far back slotgate_channel_in_flight_peak reaches: 60 to 120 s',
+    (p) => p.windowMs / 1000,
+  ],
+];
+
 export function registerLoadGauges(register: Registry, sources: LoadSources): void {
   for (const [name, help, value] of PER_CLIENT) {
     scrapedGauge(register, {
@@ -113,6 +135,16 @@ export function registerLoadGauges(register: Registry, sources: LoadSources): vo
           const v = value(row);
           return v === undefined ? [] : [[{ channel: row.id }, v]];
         }),
+    });
+  }
+  const peaks = sharedRead(() => readPeaks(sources));
+  for (const [name, help, value] of PEAKS) {
+    scrapedGauge(register, {
+      name,
+      help,
+      labelNames: ['channel'],
+      read: async () =>
+        [...(await peaks())].map(([channel, peak]): Sample<'channel'> => [{ channel }, value(peak)]),
     });
   }
   scrapedGauge(register, {

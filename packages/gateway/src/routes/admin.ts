@@ -116,10 +116,16 @@ const thisInstance = (stats: ChannelStats | undefined) => ({
   waiting: stats?.waiting ?? 0,
 });
 
-/** GET /admin/fleet: who holds each bounded channel's slots, by instance (one store read per bounded channel). */
+/**
+ * GET /admin/fleet: who holds each bounded channel's slots, by instance (one store read per bounded channel), and the
+ * most held at once lately (the high-water mark: one read per 50 channels).
+ */
 async function fleet(ctx: AdminContext): Promise<Record<string, unknown>> {
   const bounded = ctx.registry().channels.filter((c) => c.maxConcurrency > 0);
-  const holders = await ctx.admission.readHolders(bounded);
+  const [holders, peaks] = await Promise.all([
+    ctx.admission.readHolders(bounded),
+    ctx.admission.readPeaks(bounded),
+  ]);
   return {
     instance_id: ctx.admission.instanceId,
     channels: bounded.map((c) => {
@@ -127,7 +133,15 @@ async function fleet(ctx: AdminContext): Promise<Record<string, unknown>> {
         .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
         .map(([instance, slots]) => ({ instance, slots }));
       const inUse = byInstance.reduce((n, h) => n + h.slots, 0);
-      return { id: c.id, max_concurrency: c.maxConcurrency, in_use: inUse, holders: byInstance };
+      const peak = peaks.get(c.id);
+      return {
+        id: c.id,
+        max_concurrency: c.maxConcurrency,
+        in_use: inUse,
+        peak: peak?.peak ?? inUse,
+        peak_window_s: peak ? Math.round(peak.windowMs / 1000) : 0,
+        holders: byInstance,
+      };
     }),
   };
 }

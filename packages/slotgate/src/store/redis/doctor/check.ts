@@ -8,10 +8,11 @@ import type { Cluster, Redis } from 'ioredis';
 import { KeyBuilder, SCHEMA_VERSION } from '../keys.js';
 import { isCluster } from '../connection/connection.js';
 import { memberLifetime } from '../queues/members.js';
+import { SCRIPTS } from '../scripts.js';
 import { fixFindings } from './fix.js';
 import { heartbeatAges, redisNow } from './heartbeats.js';
 import { anySilent, silentOwners } from './owners.js';
-import type { DoctorReport, Finding, LateOwner } from './report.js';
+import type { DoctorReport, Finding, LateOwner, Peak } from './report.js';
 
 const EXPECTED_TYPE = {
   slots: 'zset',
@@ -99,6 +100,7 @@ export async function checkLeftovers(
   const otherVersions: string[] = [];
   const olderQueues: string[] = [];
   const otherPrefixes: string[] = [];
+  const peaks: Peak[] = [];
   let fixed = 0;
 
   for (const key of all) {
@@ -138,6 +140,9 @@ export async function checkLeftovers(
     }
     if (shape.kind === 'peak') {
       if (pttl === -1) findings.push({ key, kind: 'no_expiry', detail: 'a peak key without an expiry' });
+      const id = shape.channelId;
+      const [at, peak, since] = await SCRIPTS.readPeaks.call(client, [keys.slots(id), key], []);
+      if (peak! > 0) peaks.push({ channelId: id, peak: peak!, windowMs: at! - since! });
       continue;
     }
     const queue = shape.kind === 'queue';
@@ -168,6 +173,7 @@ export async function checkLeftovers(
     otherVersions,
     olderQueues,
     otherPrefixes,
+    peaks,
     ...(all.length === 0 && { prefixesSeen: await prefixesSeen(nodes) }),
     fixed,
   };

@@ -50,6 +50,13 @@ export interface LateOwner {
   held: Array<{ key: string; channelId: string; slots: number; freesInMs: number }>;
 }
 
+/** A channel's high-water mark (store/peak.ts): the most slots held at once over the window before the check. */
+export interface Peak {
+  channelId: string;
+  peak: number;
+  windowMs: number;
+}
+
 export interface DoctorReport {
   prefix: string;
   /** Nodes scanned: every master of a Cluster, else 1. */
@@ -64,6 +71,8 @@ export interface DoctorReport {
   olderQueues: string[];
   /** Noted, never touched: keys of a longer prefix (`<prefix>:<more>:v1:...`). */
   otherPrefixes: string[];
+  /** The channels that held slots lately, with the most held at once (not a finding). */
+  peaks: Peak[];
   /** Only when no key was under the prefix: the slotgate prefixes a bounded scan saw. */
   prefixesSeen?: string[];
   fixed: number;
@@ -93,7 +102,25 @@ function lateLine(o: LateOwner): string {
   );
 }
 
-export function formatReport(report: DoctorReport, fix: boolean): string {
+/**
+ * The high-water marks, against each channel's max when `maxes` (channel id → max_concurrency, from a config) names
+ * it; a mark above its max says so.
+ */
+function peakLine(peaks: readonly Peak[], maxes: ReadonlyMap<string, number>): string {
+  const marks = peaks.map(({ channelId, peak }) => {
+    const max = maxes.get(channelId);
+    const of = max === undefined ? `${peak}` : `${peak} of max ${max}${peak > max ? ' — ABOVE MAX' : ''}`;
+    return `${describeResource(channelId)} ${of}`;
+  });
+  const longest = Math.max(...peaks.map((p) => p.windowMs));
+  return `  most slots held at once in the last ${Math.round(longest / 1000)} s: ${marks.join(', ')}`;
+}
+
+export function formatReport(
+  report: DoctorReport,
+  fix: boolean,
+  maxes: ReadonlyMap<string, number> = new Map(),
+): string {
   const nodes = `${report.nodes} node${report.nodes === 1 ? '' : 's'}`;
   const lines = [`slotgate doctor: prefix "${report.prefix}", ${report.scanned} key(s) scanned on ${nodes}`];
   const late = report.lateOwners;
@@ -112,6 +139,7 @@ export function formatReport(report: DoctorReport, fix: boolean): string {
       `  ${f.kind === 'dead_owner' ? 'DEAD OWNER' : 'LEFTOVER'} ${f.kind.padEnd(20)} ${f.key}  — ${f.detail}`,
     );
   for (const o of late) lines.push(lateLine(o));
+  if (report.peaks.length) lines.push(peakLine(report.peaks, maxes));
   for (const key of report.otherVersions)
     lines.push(`  note: ${key} belongs to another schema version; left alone`);
   for (const key of report.olderQueues)

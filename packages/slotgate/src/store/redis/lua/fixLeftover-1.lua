@@ -9,13 +9,13 @@
     revived a lease);
   - no_expiry: gives a slots key without expiry the expiry of its newest member, or deletes it when none is live;
     a queue (scores are arrival times, not expiries) gets two minutes, past any registration's end, as enqueues
-    extend it;
+    extend it, and a peak key (a hash) two minutes, as its notes do;
   - cooldown_without_ttl: deletes the string while it still has no TTL;
   - wrong_type / unknown_key: deletes the key while it still has the type reported.
 
   Returns the number of removals, an expiry set counting as one.
-  Cost: TYPE, then TIME + ZSCORE/ZREM per member, or PTTL + ZRANGE + PEXPIREAT/DEL (a queue: PTTL + PEXPIRE), or
-  PTTL + DEL, or DEL.
+  Cost: TYPE, then TIME + ZSCORE/ZREM per member, or PTTL + ZRANGE + PEXPIREAT/DEL (a queue or a peak key: PTTL +
+  PEXPIRE), or PTTL + DEL, or DEL.
 ]]
 --- @include "redisNow"
 local kind = ARGV[1]
@@ -37,7 +37,11 @@ if kind == 'expired_members' then
   return n
 end
 if kind == 'no_expiry' then
-  if ktype ~= 'zset' or redis.call('PTTL', KEYS[1]) ~= -1 then return 0 end
+  local peak = ktype == 'hash' and string.sub(KEYS[1], -5) == ':peak'
+  if (ktype ~= 'zset' and not peak) or redis.call('PTTL', KEYS[1]) ~= -1 then return 0 end
+  if peak then
+    return redis.call('PEXPIRE', KEYS[1], 120000)
+  end
   if queue then
     return redis.call('PEXPIRE', KEYS[1], 120000)
   end
