@@ -2,6 +2,7 @@
 import { ConfigError, loadConfigFile, parseConfig, parseConfigText, readDemoConfigText } from '../config.js';
 import type { GatewayConfig } from '../config-schema.js';
 import { describeRedis } from '../config-redis.js';
+import { RedisStore } from 'slotgate';
 import { createGateway, type Gateway } from '../server.js';
 import { redisTarget, UsageError, withTarget, type RedisFlags, type TargetChoice } from './redis-target.js';
 
@@ -85,6 +86,13 @@ export async function serve(opts: ServeOptions, env: NodeJS.ProcessEnv = process
       ? { configPath: path, transformConfig: (next: GatewayConfig) => withOverrides(next, opts, redis, env) }
       : {}),
   });
+  // a URL at a Cluster node, or a Cluster at a plain node, would pass readiness and fail every acquire
+  const mismatch = gateway.store instanceof RedisStore ? await gateway.store.topologyMismatch() : undefined;
+  if (mismatch) {
+    console.error(`slotgate serve: ${mismatch}`);
+    await gateway.close().catch(() => {});
+    process.exit(2);
+  }
   const { host, port } = config.server;
   let address: string;
   try {

@@ -27,7 +27,7 @@ import {
 import { createClient, type ClusterConnection, type SentinelConnection } from './connection/connection.js';
 import { deadlinesFor } from './connection/cluster-deadlines.js';
 import type { Deadlines } from './connection/deadlines.js';
-import { nodeHealth, ping, topologyKindOf, type NodeHealth, type TopologyKind } from './connection/nodes.js';
+import * as nodes from './connection/nodes.js';
 import { Epoch } from './fencing/epoch.js';
 import { RedisPresence } from './fleet/presence.js';
 import { RedisSharedSettings } from './fleet/shared-settings.js';
@@ -111,14 +111,8 @@ export class RedisStore implements SlotStore {
     const claimMs = options.claimMs ?? 5000;
     const deadlines = (this.deadlines = deadlinesFor(client, clock, options.timeoutMs ?? 1000));
     defineScripts(client);
-    this.epoch = new Epoch({
-      client,
-      key: keys.epoch(),
-      clock,
-      deadlines,
-      count,
-      graceMs: options.restartGraceMs ?? 3000,
-    });
+    const graceMs = options.restartGraceMs ?? 3000;
+    this.epoch = new Epoch({ client, key: keys.epoch(), clock, deadlines, count, graceMs });
     const { hints, members } = this;
     this.messages = new GrantMessages({ client, keys, hints, members });
     this.queues = new RedisQueues({ client, keys, deadlines, count, clock, claimMs, hints, members });
@@ -319,18 +313,23 @@ export class RedisStore implements SlotStore {
   }
 
   async health(): Promise<StoreHealth> {
-    const health = await ping(this.client, this.clock, HEALTH_TIMEOUT_MS);
+    const health = await nodes.ping(this.client, this.clock, HEALTH_TIMEOUT_MS);
     if (health.healthy || this.socketError === undefined || health.error === this.socketError) return health;
     return { ...health, error: this.socketError };
   }
 
-  get topologyKind(): TopologyKind {
-    return topologyKindOf(this.client);
+  get topologyKind(): nodes.TopologyKind {
+    return nodes.topologyKindOf(this.client);
+  }
+
+  /** A client of the wrong topology for the Redis it reaches (connection/nodes.ts); undefined when it matches. */
+  topologyMismatch(): Promise<string | undefined> {
+    return nodes.topologyMismatch(this.client, this.clock, HEALTH_TIMEOUT_MS);
   }
 
   /** Every master of a Cluster, or the one node, each PINGed. */
-  nodes(): Promise<NodeHealth[]> {
-    return nodeHealth(this.client, this.clock, HEALTH_TIMEOUT_MS);
+  nodes(): Promise<nodes.NodeHealth[]> {
+    return nodes.nodeHealth(this.client, this.clock, HEALTH_TIMEOUT_MS);
   }
 
   async close(): Promise<void> {

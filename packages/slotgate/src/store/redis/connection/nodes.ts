@@ -1,5 +1,5 @@
 /** The store's Redis topology and the health of each node it writes to. Addresses only, never credentials. */
-import type { Cluster, Redis } from 'ioredis';
+import { Redis, type Cluster } from 'ioredis';
 import { within, type Clock } from '../../../core/clock.js';
 import { isCluster } from './connection.js';
 
@@ -90,4 +90,50 @@ export async function nodeHealth(
   const role = kind === 'single' ? 'standalone' : client.options.role === 'slave' ? 'replica' : 'master';
   const health = await ping(client, clock, timeoutMs);
   return [{ address: addressOf(client), role, ...health }];
+}
+
+/** The one seed node of a Cluster client the check asks, with the options (auth, TLS) its nodes are reached with. */
+function firstSeed(client: Cluster): Redis {
+  const seeds = (client as unknown as { startupNodes: { host?: string; port?: number }[] }).startupNodes;
+  const { host, port } = seeds[0] ?? {};
+  return new Redis({
+    ...client.options.redisOptions,
+    ...(host !== undefined && { host }),
+    ...(port !== undefined && { port }),
+    lazyConnect: true,
+    enableOfflineQueue: false,
+    maxRetriesPerRequest: 0,
+    retryStrategy: () => null,
+  });
+}
+
+/**
+ * What is wrong with how the client reaches Redis: a single-node or Sentinel client at a Cluster node (every acquire
+ * would fail with MOVED), or a Cluster client whose seed node has no cluster support (it never finds a slot map).
+ * Undefined when the topology matches, or when Redis cannot be asked within `timeoutMs`.
+ */
+export async function topologyMismatch(
+  client: Redis | Cluster,
+  clock: Clock,
+  timeoutMs: number,
+): Promise<string | undefined> {
+  const cluster = isCluster(client);
+  if (cluster && client.nodes('master').length > 0) return undefined; // it found a slot map: a Cluster
+  const node = cluster ? firstSeed(client) : client;
+  try {
+    if (cluster) await within(clock, node.connect(), timeoutMs);
+    const info = await within(clock, node.info('cluster'), timeoutMs);
+    if (info === undefined) return undefined;
+    const enabled = /^cluster_enabled:1\s*$/m.test(info);
+    const where = addressOf(node);
+    if (!cluster && enabled)
+      return `${where} is a Redis Cluster node: connect to it as a Cluster (the gateway: --cluster or redis.cluster), not as a single node`;
+    if (cluster && !enabled)
+      return `${where} is not a Redis Cluster node (cluster support disabled): connect to it as a single node (the gateway: --redis or redis.url) or through Sentinel`;
+    return undefined;
+  } catch {
+    return undefined; // unreachable or refused: the health checks say so
+  } finally {
+    if (cluster) node.disconnect();
+  }
 }

@@ -14,6 +14,7 @@ import type { Purpose, RestartListener } from '../../store.js';
 import { epochKeys } from './cluster-epochs.js';
 import { isCluster } from '../connection/connection.js';
 import type { Deadlines } from '../connection/deadlines.js';
+import { topologyMismatch } from '../connection/nodes.js';
 import { SCRIPTS } from '../scripts.js';
 
 export interface EpochDeps {
@@ -160,13 +161,15 @@ export class Epoch {
     const cluster = isCluster(client);
     const keys = cluster ? await epochKeys(client, key) : [key];
     count('acquire', keys.length);
-    const replies = await deadlines.run('acquire', () =>
-      Promise.all(
-        keys.map((k) =>
-          SCRIPTS.checkEpoch.call(
-            client,
-            [k],
-            [randomInstanceId(), this.known.has(k) ? 'restart' : 'start', cluster ? '1' : '0'],
+    const replies = await this.named(() =>
+      deadlines.run('acquire', () =>
+        Promise.all(
+          keys.map((k) =>
+            SCRIPTS.checkEpoch.call(
+              client,
+              [k],
+              [randomInstanceId(), this.known.has(k) ? 'restart' : 'start', cluster ? '1' : '0'],
+            ),
           ),
         ),
       ),
@@ -190,6 +193,19 @@ export class Epoch {
       if (wait > 0) await clock.sleep(Math.min(wait, graceMs));
     }
     this.verified = losses === this.losses;
+  }
+
+  /** A MOVED answer to a single node's check means a Cluster node: the failure says so instead. */
+  private async named<T>(check: () => Promise<T>): Promise<T> {
+    try {
+      return await check();
+    } catch (err) {
+      const { client, clock } = this.deps;
+      if (isCluster(client) || !/\bMOVED\b/.test((err as Error).message)) throw err;
+      throw new Error((await topologyMismatch(client, clock, 1000)) ?? (err as Error).message, {
+        cause: err,
+      });
+    }
   }
 
   /**
