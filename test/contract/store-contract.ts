@@ -572,7 +572,7 @@ export function runStoreContract(
       expect(store.commands.load_read - before).toBe(3);
     });
 
-    it('the high-water mark: the most slots held at once, noted by admissions, grants and restores, over the last minute or two', async () => {
+    it('the high-water mark: the most slots held at once, after admissions, grants and restores, over the last minute or two', async () => {
       const a = listen('pk');
       await a.ready;
       // three admissions on max 4, two released: the mark keeps the three

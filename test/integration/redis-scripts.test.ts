@@ -582,8 +582,8 @@ describe('enqueueWaiter script', () => {
     expect(await enqueue('w', 'w:3', 1, { maxWaiting: 2 })).toBe('queue_full');
     expect(await members(keys.queue('w'))).toEqual([member('w:1', 1), member('w:2', 1)]);
     expect(await members(keys.slots('w'))).toEqual(['h:1']);
-    // the queue is one key: no other is written for the registrations (the peak key is the holder's admission's)
-    expect(await channelKeys('w')).toEqual([keys.peak('w'), keys.queue('w'), keys.slots('w')].sort());
+    // the queue is one key: no other is written for the registrations
+    expect(await channelKeys('w')).toEqual([keys.queue('w'), keys.slots('w')].sort());
   });
 
   it('20 concurrent enqueues with max waiting 3 register exactly 3', async () => {
@@ -594,9 +594,7 @@ describe('enqueueWaiter script', () => {
     expect(replies.filter((r) => r === 'queued')).toHaveLength(3);
     expect(replies.filter((r) => r === 'queue_full')).toHaveLength(17);
     expect(await client.zcard(keys.queue('burst'))).toBe(3);
-    expect(await channelKeys('burst')).toEqual(
-      [keys.peak('burst'), keys.queue('burst'), keys.slots('burst')].sort(),
-    );
+    expect(await channelKeys('burst')).toEqual([keys.queue('burst'), keys.slots('burst')].sort());
   });
 
   it('scores a waiter by arrival (µs) in the queue; its registration lives the lifetime its member names past that arrival', async () => {
@@ -1407,7 +1405,8 @@ describe('the high-water mark (includes/peak.lua)', () => {
     await client.hset(keys.peak('turn'), 'b', minute - 1, 'p', 5, 'q', 7);
     // read in the next minute: the last minute's peak counts, the one before it no longer
     expect((await readPeak('turn')).peak).toBe(5);
-    expect(await acquire([{ id: 'turn', max: 9 }], 't:1', LEASE_TTL_MS)).toEqual([1]);
+    await hold('turn', 't:1');
+    expect(await releaseSlot('turn', 't:1')).toBe(true);
     expect(await client.hgetall(keys.peak('turn'))).toEqual({ b: String(minute), p: '1', q: '5' });
     const read = await readPeak('turn');
     expect(read.peak).toBe(5);
@@ -1416,7 +1415,8 @@ describe('the high-water mark (includes/peak.lua)', () => {
     // older than the minute before: forgotten, both by a read and by the next note
     await client.hset(keys.peak('old'), 'b', minute - 2, 'p', 5);
     expect((await readPeak('old')).peak).toBe(0);
-    expect(await acquire([{ id: 'old', max: 9 }], 'o:1', LEASE_TTL_MS)).toEqual([1]);
+    await hold('old', 'o:1');
+    expect(await releaseSlot('old', 'o:1')).toBe(true);
     expect(await client.hgetall(keys.peak('old'))).toEqual({ b: String(minute), p: '1', q: '0' });
     // a key that lives two minutes from its minute's first note, so it goes when the channel stays idle
     const pttl = await client.pttl(keys.peak('old'));
@@ -1424,11 +1424,28 @@ describe('the high-water mark (includes/peak.lua)', () => {
     expect(pttl).toBeLessThanOrEqual(2 * MINUTE);
   });
 
-  it('a read takes the live leases when more than the mark (slots held since before its window)', async () => {
+  it('slots taken long before the window and released within it are counted: the count before each removal is noted', async () => {
     await hold('long', 'l:1', 'l:2');
+    // as if they were taken minutes ago: nothing noted in the window
+    await client.hset(keys.peak('long'), 'b', 1, 'p', 0);
+    expect((await readPeak('long')).peak).toBe(2); // live
+    expect(await releaseSlot('long', 'l:1')).toBe(true);
+    expect(await releaseSlot('long', 'l:2')).toBe(true);
+    expect((await readPeak('long')).peak).toBe(2); // noted by the first release
+    // admissions add nothing to the mark: its rises are seen by the next removal, or by a read while they are live
     await client.del(keys.peak('long'));
-    expect((await readPeak('long')).peak).toBe(2);
-    expect(await client.exists(keys.peak('long'))).toBe(0); // read-only
+    expect(await acquire([{ id: 'long', max: 3 }], 'l:3', LEASE_TTL_MS)).toEqual([1]);
+    expect(await client.exists(keys.peak('long'))).toBe(0);
+    expect((await readPeak('long')).peak).toBe(1);
+    expect(await client.exists(keys.peak('long'))).toBe(0); // a read writes nothing
+  });
+
+  it('a sweep of expired leases notes the count before it, expired leases included (an upper bound)', async () => {
+    const now = await redisNow();
+    await client.zadd(keys.slots('sw'), now - 1000, 'dead:1', now - 1000, 'dead:2');
+    expect(await acquire([{ id: 'sw', max: 2 }], 'n:1', LEASE_TTL_MS)).toEqual([1]);
+    expect(await client.zcard(keys.slots('sw'))).toBe(1);
+    expect(await client.hget(keys.peak('sw'), 'p')).toBe('2');
   });
 });
 

@@ -1,7 +1,8 @@
 /**
- * A channel's high-water mark: the most slots it held at once, noted each time a slot is added (the only moments the
- * count rises) by minute of the store's clock, and read over the previous minute and this one. RedisStore keeps it in
- * Redis (lua/includes/peak.lua), shared by the fleet; MemoryStore here.
+ * A channel's high-water mark: the most slots it held at once, by minute of the store's clock, read over the previous
+ * minute and this one. The count is noted just before slots go (between two removals it only rises), and a read takes
+ * the live count too (lua/includes/peak.lua says why that is exact). RedisStore keeps it in Redis, shared by the
+ * fleet; MemoryStore here.
  */
 
 /** The mark's unit of time: a read covers the minute before the current one and the current one so far. */

@@ -1,12 +1,17 @@
-/** token → expiry (ms), with expired members dropped on demand; `added` hears the live count after each add. */
+/**
+ * token → expiry (ms), with expired members dropped on demand. `removing` hears the count (expired members included,
+ * as Redis counts them) just before members go: the high-water mark (../peak.ts).
+ */
 export class ExpiringSet {
   readonly members = new Map<string, number>();
 
-  constructor(private readonly added: (live: number, now: number) => void = () => {}) {}
+  constructor(private readonly removing: (held: number) => void = () => {}) {}
 
-  add(token: string, expiry: number, now: number): void {
-    this.members.set(token, expiry);
-    this.added(this.live(now), now);
+  /** Whether the token held a member. */
+  remove(token: string): boolean {
+    if (!this.members.has(token)) return false;
+    this.removing(this.members.size);
+    return this.members.delete(token);
   }
 
   live(now: number): number {
@@ -16,7 +21,9 @@ export class ExpiringSet {
   }
 
   prune(now: number): void {
+    const held = this.members.size;
     for (const [token, expiry] of this.members) if (expiry <= now) this.members.delete(token);
+    if (this.members.size < held) this.removing(held);
   }
 
   /** Whether `max` live members fill it (the expired are dropped when it looks full). */

@@ -77,7 +77,7 @@ export class MemoryQueues {
       const head = queue[pick]!;
       if (slots.full(head.ref.max, now)) break;
       queue.splice(pick, 1);
-      slots.add(head.ref.token, now + this.claimMs, now);
+      slots.members.set(head.ref.token, now + this.claimMs);
       granted.push(head.ref.token);
       if (head.ref.token !== quiet)
         this.tell(head.ref.token, (l) =>
@@ -115,7 +115,7 @@ export class MemoryQueues {
     };
     if (at >= 0) queue[at] = waiter;
     // a grant it had not claimed is given back: at the head again, where it was when granted
-    else if (this.slotsOf(channelId).members.delete(from.token)) queue.unshift(waiter);
+    else if (this.slotsOf(channelId).remove(from.token)) queue.unshift(waiter);
     else if (queue.length >= options.maxWaiting) return 'queue_full';
     else queue.push(waiter);
     this.queues.set(channelId, queue);
@@ -147,7 +147,7 @@ export class MemoryQueues {
     const queue = this.live(ref.channelId).filter((w) => w.ref.token !== ref.token);
     if (queue.length) this.queues.set(ref.channelId, queue);
     else this.queues.delete(ref.channelId);
-    const returned = this.slotsOf(ref.channelId).members.delete(ref.token);
+    const returned = this.slotsOf(ref.channelId).remove(ref.token);
     if (returned) this.grantFree(ref.channelId);
     return returned;
   }

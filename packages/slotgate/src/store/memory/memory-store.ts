@@ -71,7 +71,8 @@ export class MemoryStore implements SlotStore {
 
   private slotsOf(id: string): ExpiringSet {
     let set = this.slots.get(id);
-    if (!set) this.slots.set(id, (set = new ExpiringSet((live, now) => this.peakOf(id).note(live, now))));
+    if (!set)
+      this.slots.set(id, (set = new ExpiringSet((held) => this.peakOf(id).note(held, this.clock.now()))));
     return set;
   }
 
@@ -108,7 +109,7 @@ export class MemoryStore implements SlotStore {
       }
       const set = this.slotsOf(target.channelId);
       if (!set.full(target.max, now)) {
-        set.add(opts.token, now + opts.leaseTtlMs, now);
+        set.members.set(opts.token, now + opts.leaseTtlMs);
         replies.push('acquired');
         return replies;
       }
@@ -120,7 +121,7 @@ export class MemoryStore implements SlotStore {
   release(lease: LeaseRef, _leaseTtlMs?: number): PendingRelease {
     this.counts.release++;
     const set = this.slots.get(lease.channelId);
-    const removed = set?.members.delete(lease.token) ?? false;
+    const removed = set?.remove(lease.token) ?? false;
     this.queues.grantFree(lease.channelId);
     if (set && set.members.size === 0) this.slots.delete(lease.channelId);
     return { done: Promise.resolve(removed), withdrawable: false, withdraw: () => false };
@@ -178,7 +179,7 @@ export class MemoryStore implements SlotStore {
         lost.push(lease);
         continue;
       }
-      set.add(lease.token, now + leaseTtlMs, now);
+      set.members.set(lease.token, now + leaseTtlMs);
     }
     return lost;
   }

@@ -243,7 +243,6 @@ export class RedisStore implements SlotStore {
           [leaseTtlMs, restore ? 1 : 0],
           batch,
           (l) => [l.max],
-          true,
         ),
       );
     // the epoch check itself runs the restore; a reclaim admits, so it waits for the check

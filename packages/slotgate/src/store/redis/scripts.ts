@@ -128,7 +128,7 @@ const enqueueReply = (reply: unknown): EnqueueReply => ENQUEUE_CODES[code(reply,
 export const SCRIPTS = {
   acquireSlots: new Script('acquireSlots-n', parseAcquireReply, [4]),
   renewLeases: new Script('renewLeases-n', numbers, [1]),
-  reclaimLeases: new Script('reclaimLeases-n', numbers, [2]),
+  reclaimLeases: new Script('reclaimLeases-n', numbers, [1]),
   enqueueWaiter: new Script('enqueueWaiter-n', enqueueReply, [3]),
   /**
    * The same script with several registrations (single node only), an Error for one whose commands failed. It shares

@@ -100,7 +100,8 @@ export async function checkLeftovers(
   const otherVersions: string[] = [];
   const olderQueues: string[] = [];
   const otherPrefixes: string[] = [];
-  const peaks: Peak[] = [];
+  /** Channels with slots or a high-water mark. */
+  const marked = new Set<string>();
   let fixed = 0;
 
   for (const key of all) {
@@ -140,12 +141,11 @@ export async function checkLeftovers(
     }
     if (shape.kind === 'peak') {
       if (pttl === -1) findings.push({ key, kind: 'no_expiry', detail: 'a peak key without an expiry' });
-      const id = shape.channelId;
-      const [at, peak, since] = await SCRIPTS.readPeaks.call(client, [keys.slots(id), key], []);
-      if (peak! > 0) peaks.push({ channelId: id, peak: peak!, windowMs: at! - since! });
+      marked.add(shape.channelId);
       continue;
     }
     const queue = shape.kind === 'queue';
+    if (!queue) marked.add(shape.channelId);
     if (!queue && silent)
       findings.push(...(await silentOwners(client, key, shape.channelId, now, ages, late)));
     const expired = queue
@@ -163,6 +163,7 @@ export async function checkLeftovers(
       findings.push({ key, kind: 'no_expiry', detail: `a ${shape.kind} key without an expiry` });
   }
 
+  const peaks = await peaksOf(client, keys, marked);
   if (fix) fixed = await fixFindings(client, findings, prefix);
   return {
     prefix,
@@ -177,6 +178,16 @@ export async function checkLeftovers(
     ...(all.length === 0 && { prefixesSeen: await prefixesSeen(nodes) }),
     fixed,
   };
+}
+
+/** The channels' high-water marks above 0, one read each (lua/readPeaks-n.lua). */
+async function peaksOf(client: Redis | Cluster, keys: KeyBuilder, ids: ReadonlySet<string>): Promise<Peak[]> {
+  const peaks: Peak[] = [];
+  for (const id of [...ids].sort()) {
+    const [at, peak, since] = await SCRIPTS.readPeaks.call(client, [keys.slots(id), keys.peak(id)], []);
+    if (peak! > 0) peaks.push({ channelId: id, peak: peak!, windowMs: at! - since! });
+  }
+  return peaks;
 }
 
 /**

@@ -21,8 +21,8 @@
   admission (1 = acquired, 0 = full, 2 = cooling, 3 = others are waiting).
   Cost: per channel tried (once per call), EXISTS of its cooldown key (when checking) and of its queue key, ZCARD;
   for a channel with a queue, the grant loop (on a full channel only its oldest waiter is read); a ZREMRANGEBYSCORE
-  of expired leases when the slots look full. Per admission: ZADD and PTTL (+ PEXPIRE once per quarter TTL). Per
-  channel admitted into, the high-water mark (HMGET, + HSET at a new peak). TIME once per call.
+  of expired leases when the slots look full (when it removes some, ZCARD and the high-water mark). Per admission:
+  ZADD and PTTL (+ PEXPIRE once per quarter TTL). TIME once per call.
 ]]
 --- @include "redisNow"
 --- @include "peak"
@@ -30,9 +30,8 @@
 local ttl = tonumber(ARGV[1])
 local checkCooldown = ARGV[2] == '1'
 local channels = tonumber(ARGV[3])
--- per channel c, what this call found: cooling, waiters left after its grants, the slots in use, swept, and the slots
--- held after its admissions
-local cooling, queued, count, swept, high = {}, {}, {}, {}, {}
+-- per channel c, what this call found: cooling, waiters left after its grants, the slots in use, swept
+local cooling, queued, count, swept = {}, {}, {}, {}
 
 local function chOf(c)
   return {
@@ -51,7 +50,7 @@ local function liveCount(c, max)
   local live = count[c] or redis.call('ZCARD', KEYS[4 * c - 3])
   if live >= max and not swept[c] then
     swept[c] = true
-    live = live - sweepSlots(KEYS[4 * c - 3])
+    live = live - sweepSlots(KEYS[4 * c - 3], KEYS[4 * c])
   end
   count[c] = live
   return live
@@ -101,7 +100,6 @@ while a <= #ARGV do
       redis.call('ZADD', KEYS[4 * c - 3], redisNow() + ttl, token)
       extendSlots(KEYS[4 * c - 3], ttl)
       count[c] = count[c] + 1
-      high[c] = count[c]
       codes[#codes + 1] = 1
       -- admitted: the rest of its channels are not tried
       while not last do
@@ -113,8 +111,5 @@ while a <= #ARGV do
     end
   until last
   a = a + 1
-end
-for c, held in pairs(high) do
-  notePeak(KEYS[4 * c], held)
 end
 return codes

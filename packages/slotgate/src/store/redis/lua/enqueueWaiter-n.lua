@@ -50,7 +50,7 @@ local function enqueue(k, a, order)
   extendQueue(ch.queue, liveMs)
   -- live waiters ahead: a slot that came free was granted to them when it did, unless its holder died; its lease,
   -- run out, is swept here (a waiter that times out before its first poll never sweeps) and the grant loop runs
-  if behind and sweepSlots(ch.slots) == 0 then
+  if behind and sweepSlots(ch.slots, ch.peak) == 0 then
     return 1
   end
   local granted, head = grantFree(ch, member)

@@ -9,8 +9,8 @@
   ARGV[2..5]  claim deadline ms, lease TTL ms, grants channel prefix, channel id (as in releaseSlot-3.lua)
 
   Returns 1 when a grant was given back, 0 otherwise.
-  Cost: ZREM of the member; when it was no longer queued, ZREM of the token's slot, and when it held one, the grant
-  loop.
+  Cost: ZREM of the member; when it was no longer queued, ZREM of the token's slot, and when it held one, ZCARD, TIME,
+  the high-water mark and the grant loop.
 ]]
 --- @include "redisNow"
 --- @include "peak"
@@ -20,7 +20,7 @@ local token = splitMember(member)
 -- a member still queued was granted nothing here (a grant takes it out of the queue in the same script)
 local returned = 0
 if redis.call('ZREM', KEYS[2], member) == 0 then
-  returned = redis.call('ZREM', KEYS[1], token)
+  returned = removeSlot(KEYS[1], KEYS[3], token)
 end
 if returned == 1 then
   grantFree(channelOf(0, 2), nil)

@@ -8,7 +8,8 @@
   ARGV[5..]   pairs: a lease token, then the expiry score reported for it
 
   Returns the number of slots released.
-  Cost: per pair ZSCORE (+ ZREM); when one was released, the grant loop of releaseSlot-3.lua.
+  Cost: per pair ZSCORE (+ ZREM, and for a slot released ZCARD and the high-water mark); when one was released, the
+  grant loop of releaseSlot-3.lua.
 ]]
 --- @include "redisNow"
 --- @include "peak"
@@ -17,7 +18,7 @@ local released = 0
 for i = 5, #ARGV, 2 do
   local score = redis.call('ZSCORE', KEYS[1], ARGV[i])
   if score and tonumber(score) == tonumber(ARGV[i + 1]) then
-    released = released + redis.call('ZREM', KEYS[1], ARGV[i])
+    released = released + removeSlot(KEYS[1], KEYS[3], ARGV[i])
   end
 end
 if released > 0 then

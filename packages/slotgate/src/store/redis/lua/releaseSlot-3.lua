@@ -15,13 +15,14 @@
 
   Returns { 1 when the token held a slot else 0, 1 when live waiters are left else 0, then the tokens of the
   releasing instance's waiters granted }.
-  Cost: ZREM, ZRANGE of the oldest waiters; with waiters, ZCARD and TIME, per grant ZADD, ZREM and PUBLISH, and once
-  PTTL (+ PEXPIRE) and the high-water mark (HMGET, + HSET at a new peak); a ZREMRANGEBYSCORE when the slots look full.
+  Cost: ZREM; when it held a slot, ZCARD, TIME and the high-water mark (HMGET, + HSET at a new peak, + PEXPIRE at a
+  minute's first); ZRANGE of the oldest waiters; with waiters, ZCARD, per grant ZADD, ZREM and PUBLISH, and once PTTL
+  (+ PEXPIRE); a ZREMRANGEBYSCORE when the slots look full.
 ]]
 --- @include "redisNow"
 --- @include "peak"
 --- @include "queue"
-local removed = redis.call('ZREM', KEYS[1], ARGV[1])
+local removed = removeSlot(KEYS[1], KEYS[3], ARGV[1])
 local granted, head = grantFree(channelOf(0, 2), nil, ARGV[6])
 local reply = { removed, head and 1 or 0 }
 if ARGV[6] ~= '' then

@@ -17,8 +17,8 @@
 
   Returns 2 = `to` holds a slot at once (claim it), 1 = queued, 0 = queue full (the queue had lost `from`). When `to`
   is left at the head, every instance holding a slot of the channel is told, as when a queue forms.
-  Cost: ZSCORE, ZREM of the member or of the token's slot (+ ZREMRANGEBYSCORE and ZRANGE of the head), or ZCOUNT and
-  ZADD; PTTL (+ PEXPIRE); the grant loop; at the head, ZRANGE of the slots and one PUBLISH per holding instance.
+  Cost: ZSCORE, ZREM of the member or of the token's slot (+ ZCARD and the high-water mark, ZREMRANGEBYSCORE and
+  ZRANGE of the head), or ZCOUNT and ZADD; PTTL (+ PEXPIRE); the grant loop; at the head, ZRANGE of the slots and one PUBLISH per holding instance.
 ]]
 --- @include "redisNow"
 --- @include "peak"
@@ -47,7 +47,7 @@ if arrival then
   if ranOut(to, arrival) then
     arrival = atHead()
   end
-elseif redis.call('ZREM', ch.slots, (splitMember(from))) == 1 then
+elseif removeSlot(ch.slots, ch.peak, (splitMember(from))) == 1 then
   arrival = atHead()
 else
   if redis.call('ZCOUNT', ch.queue, '(' .. deadCutoff(liveMs), '+inf') >= tonumber(ARGV[7]) then

@@ -1,7 +1,4 @@
-/**
- * One call of renewLeases or reclaimLeases for a batch; returns the leases not held. `withPeak`: each channel's peak
- * key follows its slots key (reclaimLeases).
- */
+/** One call of renewLeases or reclaimLeases for a batch; returns the leases not held. */
 import type { Cluster, Redis } from 'ioredis';
 import type { LeaseRef } from '../../store.js';
 import type { KeyBuilder } from '../keys.js';
@@ -16,20 +13,15 @@ export async function runLeaseBatch<L extends LeaseRef>(
   head: readonly Arg[],
   batch: readonly L[],
   extra: (lease: L) => readonly Arg[] = () => [],
-  withPeak = false,
 ): Promise<L[]> {
   const keyIndex = new Map<string, number>();
-  const callKeys: string[] = [];
   const args: Arg[] = [...head];
   for (const lease of batch) {
     const key = keys.slots(lease.channelId);
     let index = keyIndex.get(key);
-    if (index === undefined) {
-      keyIndex.set(key, (index = keyIndex.size + 1));
-      callKeys.push(key, ...(withPeak ? [keys.peak(lease.channelId)] : []));
-    }
+    if (index === undefined) keyIndex.set(key, (index = keyIndex.size + 1));
     args.push(index, lease.token, ...extra(lease));
   }
-  const notHeld = await script.call(client, callKeys, args);
+  const notHeld = await script.call(client, [...keyIndex.keys()], args);
   return notHeld.map((k) => batch[k - 1]!);
 }

@@ -1,4 +1,4 @@
--- Extends every key of the set `touched` (key → anything) to at least `ttl` ms: PTTL, and PEXPIRE only when it extends.
+-- Extends every key of the set `touched` (key → true) to at least `ttl` ms: PTTL, and PEXPIRE only when it extends.
 -- A slots key never expires before the leases it holds.
 local function extendKeys(touched, ttl)
   for key in pairs(touched) do

@@ -1,6 +1,9 @@
--- A channel's high-water mark: the most slots it held at once, noted by every script that adds one to its slots (the
--- only moments the count rises), per minute of the Redis clock. Hash: b = the minute (Redis ms ÷ PEAK_MINUTE_MS),
--- p = the peak of that minute, q = the peak of the minute before (0 when nothing was noted then). Needs redisNow.
+-- A channel's high-water mark: the most slots it held at once, per minute of the Redis clock. Every script that takes
+-- slots out (a release, a grant given back, a sweep of expired leases, a dead owner's release) notes the count just
+-- before: between two such moments the count only rises, so the most held over any stretch of time is the greatest of
+-- the counts noted in it and the count at its end (readPeaks-n.lua). Slots held since before a minute began are
+-- noted by the first removal in it. Hash: b = the minute (Redis ms ÷ PEAK_MINUTE_MS), p = the peak of that minute,
+-- q = the peak of the minute before (0 when nothing was noted then). Needs redisNow.
 
 -- store/peak.ts, PEAK_MINUTE_MS.
 local PEAK_MINUTE_MS = 60000

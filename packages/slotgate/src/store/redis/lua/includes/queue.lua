@@ -75,9 +75,23 @@ local function shareOf(token)
   return c, weight
 end
 
--- Sweeps the slots whose leases ran out; returns how many went.
-local function sweepSlots(slotsKey)
-  return redis.call('ZREMRANGEBYSCORE', slotsKey, '-inf', redisNow())
+-- Sweeps the slots whose leases ran out; returns how many went. When some went, the count before goes to the
+-- channel's high-water mark.
+local function sweepSlots(slotsKey, peakKey)
+  local swept = redis.call('ZREMRANGEBYSCORE', slotsKey, '-inf', redisNow())
+  if swept > 0 then
+    notePeak(peakKey, redis.call('ZCARD', slotsKey) + swept)
+  end
+  return swept
+end
+
+-- Takes `token`'s slot out; returns 1 when it held one. The count before goes to the channel's high-water mark.
+local function removeSlot(slotsKey, peakKey, token)
+  local removed = redis.call('ZREM', slotsKey, token)
+  if removed == 1 then
+    notePeak(peakKey, redis.call('ZCARD', slotsKey) + 1)
+  end
+  return removed
 end
 
 -- The channel a queue script works on: its slots, queue and peak keys at KEYS[k + 1..k + 3], and the grant parameters
@@ -101,19 +115,11 @@ end
 -- asking under a lower max than the slots in use waits. A waiter whose registration ran out is dropped on the way.
 -- A granted token holds its slot until the claim deadline, unless it is a waiter of `localInstance` (the instance
 -- running this script): that one gets a full lease at once. Every other grant is told to its instance, but `quiet`'s
--- (the caller answers it directly). Expired leases are swept once, when they would keep a waiter out. The slots held
--- after the grants go to the channel's high-water mark. Returns the members granted and the oldest live member left
--- waiting (nil when none).
+-- (the caller answers it directly). Expired leases are swept once, when they would keep a waiter out. Returns the
+-- members granted and the oldest live member left waiting (nil when none).
 local function grantFree(ch, quiet, localInstance)
   local granted = {}
-  local live = nil
-  local function done(head)
-    if #granted > 0 then
-      notePeak(ch.peak, live)
-    end
-    return granted, head
-  end
-  local swept, extended, pruned = false, false, false
+  local live, swept, extended, pruned = nil, false, false, false
   local grantedMax = nil -- the lowest max granted under in this call
   local held = nil -- live slots per client, read when the window is mixed
   local window, arrivals, gone, left, clients = {}, {}, {}, 0, nil
@@ -134,7 +140,7 @@ local function grantFree(ch, quiet, localInstance)
       end
       left = #window
       if left == 0 then
-        return done(nil)
+        return granted, nil
       end
       clients = nil
       if string.find(table.concat(window, '\n'), '~', 1, true) then
@@ -186,7 +192,7 @@ local function grantFree(ch, quiet, localInstance)
     -- not right after a grant under this max or a lower one: the freed slot it took filled the channel
     if live >= max and not swept and not (grantedMax and grantedMax <= max) then
       swept = true
-      live = live - sweepSlots(ch.slots)
+      live = live - sweepSlots(ch.slots, ch.peak)
     end
     if live >= max and pick ~= first then
       pick = first
@@ -197,7 +203,7 @@ local function grantFree(ch, quiet, localInstance)
       redis.call('ZREM', ch.queue, head)
       gone[pick], left = true, left - 1
     elseif live >= max then
-      return done(head)
+      return granted, head
     else
       local instance = instanceOf(token)
       local mine = localInstance ~= nil and localInstance ~= '' and instance == localInstance
