@@ -120,7 +120,7 @@ export function buildApp(deps: AppDeps): FastifyInstance {
 
   // (callback hooks: an async hook costs a promise and a microtask on every request)
   app.addHook('onSend', (request, reply, payload, done) => {
-    reply.headers(requestIdHeaders(request.id));
+    reply.headers(requestIdHeaders(request.id)).header('x-content-type-options', 'nosniff');
     done(null, payload);
   });
 

@@ -2,6 +2,7 @@
  * The channel registry: the configured channels as admission candidates, indexed by (API shape, group, model). Rebuilt
  * whole on every config reload and swapped in one assignment, so a request sees one consistent version.
  */
+import { createHash } from 'node:crypto';
 import type { Candidate, Client } from 'slotgate';
 import type { ChannelConfig, TokenConfig } from './config-schema.js';
 import type { ApiShape } from './http-errors.js';
@@ -12,6 +13,12 @@ export const SHAPES_OF_TYPE: Readonly<Record<ChannelConfig['type'], readonly Api
   anthropic: ['anthropic'],
   mock: ['openai', 'anthropic'],
 };
+
+/**
+ * Client tokens are held and looked up by their SHA-256 digest: a lookup's time depends on the digest, not on how
+ * many leading characters of a guess match a key, and the registry holds no key as a lookup key.
+ */
+const tokenDigest = (key: string): string => createHash('sha256').update(key).digest('base64');
 
 export interface GatewayChannel extends Candidate {
   id: string;
@@ -78,7 +85,7 @@ export class ChannelRegistry {
       };
       this.clientInfo.set(id, info);
       info.tokens.push(token.name);
-      this.tokens.set(token.key, { ...token, client: info.client });
+      this.tokens.set(tokenDigest(token.key), { ...token, client: info.client });
     }
   }
 
@@ -107,7 +114,7 @@ export class ChannelRegistry {
   /** The key's caller, or undefined. With no tokens configured, auth is off: callers are anonymous, unlimited. */
   authenticate(key: string | undefined): Caller | undefined {
     if (this.tokens.size === 0) return ANONYMOUS;
-    return key ? this.tokens.get(key) : undefined;
+    return key ? this.tokens.get(tokenDigest(key)) : undefined;
   }
 
   /** Every client named by the tokens, with its limit and the names of its tokens (never their keys). */

@@ -28,6 +28,12 @@ export interface AdminContext extends HandlerContext {
 
 const digest = (s: string) => createHash('sha256').update(s).digest();
 
+const ADMIN_HEADERS = {
+  'cache-control': 'no-store',
+  'content-security-policy': "default-src 'none'; frame-ancestors 'none'",
+  'x-content-type-options': 'nosniff',
+};
+
 /** Constant-time comparison of the presented token with the configured one (equal-length digests). */
 export function adminAuthorized(request: FastifyRequest, token: string | undefined): boolean {
   if (!token) return false;
@@ -208,6 +214,11 @@ export function registerAdminRoutes(app: FastifyInstance, ctx: AdminContext): vo
     admin.addHook('onRequest', async (request) => {
       if (!adminAuthorized(request, ctx.config().admin.token))
         throw new HttpError('unauthorized_admin', 'admin routes need `Authorization: Bearer <admin token>`');
+    });
+    // JSON for the dashboard and tools: never cached, never rendered as a page, never framed
+    admin.addHook('onSend', (_request, reply, payload, done) => {
+      reply.headers(ADMIN_HEADERS);
+      done(null, payload);
     });
     const channelOf = (id: string): GatewayChannel => {
       const channel = ctx.registry().get(id);
