@@ -23,7 +23,8 @@ export function simSection(
     `and \`slotgate-rollback\` (load_cache_enabled = false).`;
   return (
     `\n## Fleet simulator (fleetsim, ${o.grid} grid)${suffix}\n\n${params}\n\n${simTable(records)}\n\n` +
-    simDetailTable(records)
+    simDetailTable(records) +
+    footprintTable(records)
   );
 }
 
@@ -57,6 +58,44 @@ const simTable = (rows: readonly SimRecord[]): string =>
     ['oversell', ({ f }) => (f.oversell > 0 ? `**+${f.oversell}** (peak ${f.peak})` : `0 (peak ${f.peak})`)],
     ['Jain', (r) => fmt(r.f.jain, 3)],
   ]);
+
+/** A channel's own keys, and the load summary's per-instance fields. */
+const CHANNEL_KINDS = ['slots', 'fifo', 'peak', 'cooldown'];
+const bytesOf = (r: SimRecord, kinds: readonly string[]) =>
+  kinds.reduce((n, k) => n + (r.footprint?.[k]?.bytes ?? 0), 0);
+
+/** Redis memory of the run's keys at the end of its window (MEMORY USAGE; single node only). */
+function footprintTable(rows: readonly SimRecord[]): string {
+  const measured = rows.filter((r) => r.footprint);
+  if (measured.length === 0) return '';
+  const total = (r: SimRecord) => Object.values(r.footprint!).reduce((n, e) => n + e.bytes, 0);
+  return (
+    "\n\nRedis memory of the run's keys at the end of the window (`MEMORY USAGE` of each; per channel: its slots, " +
+    "queue, high-water mark and cooldown keys over C; per instance: the load summary's counts over N):\n\n" +
+    columns(measured, [
+      ...cellColumns,
+      ['contender', (r) => r.contender],
+      [
+        'keys',
+        (r) =>
+          fmt(
+            Object.values(r.footprint!).reduce((n, e) => n + e.keys, 0),
+            0,
+          ),
+      ],
+      ['KiB', (r) => fmt(total(r) / 1024, 0)],
+      ['bytes/channel', (r) => fmt(bytesOf(r, CHANNEL_KINDS) / r.cell.channels, 0)],
+      ['bytes/instance', (r) => fmt(bytesOf(r, ['loads:counts']) / r.cell.instances, 0)],
+      [
+        'by kind (keys: bytes)',
+        (r) =>
+          Object.entries(r.footprint!)
+            .map(([k, e]) => `${k} ${e.keys}: ${e.bytes}`)
+            .join(', '),
+      ],
+    ])
+  );
+}
 
 /** What the load generator and the load view did: a cell limited by the generating machine shows here. */
 const simDetailTable = (rows: readonly SimRecord[]): string =>

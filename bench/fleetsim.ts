@@ -10,7 +10,7 @@ import { jain, sortedWaits, type RequestRecord } from './fairness.js';
 import { highestOverlap, percentile } from './load.js';
 import { runOnWorkers, WorkerPool } from './pool.js';
 import { newNamespace, sum } from './records.js';
-import { commandDelta, perNodeDelta, type RedisUnderTest } from './redis.js';
+import { commandDelta, perNodeDelta, type Footprint, type RedisUnderTest } from './redis.js';
 import { channelsOf } from './scenarios.js';
 import type { Arrival } from './worker.js';
 
@@ -175,6 +175,8 @@ export interface SimRecord {
   cell: SimCell;
   f: SimFigures;
   serverCommands: Record<string, number>;
+  /** The run's keys at the end of its window (single node only). */
+  footprint?: Footprint | undefined;
 }
 
 export function simFigures(x: CellInput) {
@@ -248,7 +250,7 @@ async function runCell(
         hold: shape.hold,
       }).map((a) => ({ ...a, session })),
     ).sort((a, b) => a.at - b.at);
-  const { startAt, before, after, results } = await runOnWorkers(redis, pool, {
+  const { startAt, before, after, results, footprint } = await runOnWorkers(redis, pool, {
     namespace: newNamespace(`sim${cell.instances}x${cell.channels}`, contender),
     setups: engines.map((instances) => ({
       contender,
@@ -261,6 +263,7 @@ async function runCell(
     run: (w, at) => ({ mode: 'open', arrivals: arrivals(w), windowEndAt: at + durationMs }),
     windowMs: durationMs,
     timeoutMs: durationMs + cell.waitTimeoutMs + shape.hold.capMs + 60_000,
+    footprint: true,
   });
   const serverCommands = commandDelta(before, after);
   const nodeCpuMs = perNodeDelta(before, after)?.map((n) => n.cpuMs);
@@ -282,7 +285,7 @@ async function runCell(
     lagMaxMs: Math.max(0, ...results.map((r) => r.lagMaxMs)),
   });
   const label = loadContender(contender).label;
-  return { topology: redis.topology, contender, label, cell, f, serverCommands };
+  return { topology: redis.topology, contender, label, cell, f, serverCommands, footprint };
 }
 
 /** Every cell of the grid, both contenders, on `redis`; an oversell or a failed cell is a failure. */

@@ -3,7 +3,7 @@
  * and run would cost more than a short run. A failed run's workers are killed, so the next one starts clean.
  */
 import { askAll, forkChild, sleepUntil, wallNow, type Child } from './children.js';
-import type { RedisUnderTest, ServerSnapshot } from './redis.js';
+import type { Footprint, RedisUnderTest, ServerSnapshot } from './redis.js';
 import type { WorkerResult, WorkerRun, WorkerSetup } from './worker.js';
 
 export class WorkerPool {
@@ -34,6 +34,8 @@ export interface WorkersRun {
   before: ServerSnapshot;
   after: ServerSnapshot;
   results: WorkerResult[];
+  /** With `footprint`: the run's keys at the end of the window, read after its snapshot. */
+  footprint?: Footprint | undefined;
 }
 
 /**
@@ -49,6 +51,7 @@ export async function runOnWorkers(
     run: (i: number, startAt: number) => RunBody;
     windowMs?: number;
     timeoutMs: number;
+    footprint?: boolean;
   },
 ): Promise<WorkersRun> {
   const children = pool.take(o.setups.length);
@@ -76,11 +79,12 @@ export async function runOnWorkers(
       await sleepUntil(startAt + o.windowMs);
       after = await redis.snapshot();
     }
+    const footprint = o.footprint ? await redis.footprint?.(o.namespace) : undefined;
     const results = await running;
     after ??= await redis.snapshot();
     await askAll(children, () => ({ type: 'close' }), 'closed');
     ok = true;
-    return { startAt, before, after, results };
+    return { startAt, before, after, results, footprint };
   } finally {
     if (!ok) await pool.discard(children);
     await redis.cleanup(o.namespace);

@@ -27,12 +27,38 @@ export interface ServerSnapshot extends Omit<NodeSnapshot, 'node'> {
   perNode?: NodeSnapshot[];
 }
 
+/** The memory of a run's keys (MEMORY USAGE), by kind: the last part of a key's name (`slots`, `peak`, `loads:…`). */
+export type Footprint = Record<string, { keys: number; bytes: number }>;
+
+/** The kind a footprint counts a key under: a channel key's suffix, else its name after the namespace's `v1:`. */
+const kindOf = (key: string): string =>
+  /\}:(\w+)$/.exec(key)?.[1] ?? /:v1:([a-z]+(?::[a-z]+)?)/.exec(key)?.[1] ?? 'other';
+
+/** Every key of `namespace` on one node, with MEMORY USAGE (outside any measurement window). */
+export async function footprintOf(client: Redis, namespace: string): Promise<Footprint> {
+  const out: Footprint = {};
+  let cursor = '0';
+  do {
+    const [next, keys] = await client.scan(cursor, 'MATCH', `*${namespace}*`, 'COUNT', 1000);
+    cursor = next;
+    const bytes = await Promise.all(keys.map((k) => client.memory('USAGE', k)));
+    keys.forEach((k, i) => {
+      const entry = (out[kindOf(k)] ??= { keys: 0, bytes: 0 });
+      entry.keys++;
+      entry.bytes += Number(bytes[i] ?? 0);
+    });
+  } while (cursor !== '0');
+  return out;
+}
+
 export interface RedisUnderTest {
   /** A redis:// URL, or on a cluster `redis-cluster://host:port,…`: what benchClient connects to. */
   url: string;
   topology: 'single' | 'cluster';
   label: string;
   snapshot(): Promise<ServerSnapshot>;
+  /** The memory of a run's keys, on a single node (undefined on a cluster). */
+  footprint?(namespace: string): Promise<Footprint>;
   /** Deletes the keys a run left behind (outside any measurement window). */
   cleanup(namespace: string): Promise<void>;
   close(): Promise<void>;
@@ -78,6 +104,7 @@ export async function openRedis(url?: string): Promise<RedisUnderTest> {
       ? `private redis-server ${version} on 127.0.0.1 (same machine)`
       : `redis ${version} at ${new URL(url).hostname} (given URL; other clients' traffic would count too)`,
     snapshot: async () => ({ ...(await nodeSnapshot(admin, url)), at: performance.now() }),
+    footprint: (namespace) => footprintOf(admin, namespace),
     cleanup: (namespace) => (own ? admin.flushall().then(() => {}) : deleteNamespace(admin, namespace)),
     async close() {
       admin.disconnect();
