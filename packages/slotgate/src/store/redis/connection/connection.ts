@@ -126,12 +126,7 @@ export interface Subscriber {
 
 /** A pub/sub connection of its own, which waits through an outage and resubscribes. */
 export function subscriberOf(client: Redis | Cluster): Subscriber {
-  // it sends no admitting command: a SUBSCRIBE in flight at a drop is resent, so its promise settles
-  const waitThrough: RedisOptions = {
-    enableOfflineQueue: true,
-    maxRetriesPerRequest: null,
-    autoResendUnfulfilledCommands: true,
-  };
+  const waitThrough: RedisOptions = { enableOfflineQueue: true, maxRetriesPerRequest: null };
   if (isCluster(client)) {
     return new NodeSubscriber(client, {
       ...client.options.redisOptions,
