@@ -1,7 +1,6 @@
 /** The store's connection descriptions: addresses, and exactly one way to reach Redis. No server is contacted. */
 import { describe, expect, it } from 'vitest';
-import type { Cluster, Redis } from 'ioredis';
-import { createClient, parseAddress } from '../../packages/slotgate/src/store/redis/connection/connection.js';
+import { parseAddress } from '../../packages/slotgate/src/store/redis/connection/connection.js';
 import { RedisStore } from '../../packages/slotgate/src/store/redis/redis-store.js';
 
 describe('parseAddress', () => {
@@ -62,19 +61,5 @@ describe('RedisStore connection options', () => {
           sentinel: { sentinels: ['127.0.0.1:1'] } as unknown as { sentinels: string[]; name: string },
         }),
     ).toThrow('Expected `sentinel.name`');
-  });
-});
-
-describe('resending', () => {
-  it('no client the store makes resends a command that was in flight when its connection dropped', () => {
-    // (they would reach Redis before the epoch check: test/integration/resend-race.test.ts)
-    const quiet = { redisOptions: { lazyConnect: true } };
-    const single = createClient({ url: 'redis://127.0.0.1:1', ...quiet }) as Redis;
-    const sentinel = createClient({ sentinel: { sentinels: ['127.0.0.1:2'], name: 'm' }, ...quiet }) as Redis;
-    const cluster = createClient({ cluster: { nodes: ['127.0.0.1:3'] }, ...quiet }) as Cluster;
-    expect(single.options.autoResendUnfulfilledCommands).toBe(false);
-    expect(sentinel.options.autoResendUnfulfilledCommands).toBe(false);
-    expect(cluster.options.redisOptions?.autoResendUnfulfilledCommands).toBe(false);
-    for (const c of [single, sentinel, cluster]) c.disconnect();
   });
 });

@@ -37,16 +37,10 @@ export function isCluster(client: Redis | Cluster): client is Cluster {
   return (client as { isCluster?: boolean }).isCluster === true;
 }
 
-/**
- * ioredis options that make a Redis outage fail fast instead of queueing commands forever. A command in flight when
- * the connection drops is not resent on the next one: ioredis would send it before the store has checked the epoch
- * (it emits 'ready' first), so an acquire could run on a Redis that lost the holders' leases (docs/redis.md, "Failure
- * bounds"). Its call fails by the store's time-out instead, as any unanswered call does.
- */
+/** ioredis options that make a Redis outage fail fast instead of queueing commands forever. */
 export function defaultRedisOptions(): RedisOptions {
   return {
     enableAutoPipelining: true,
-    autoResendUnfulfilledCommands: false,
     maxRetriesPerRequest: 1,
     retryStrategy: (times) => Math.min(50 * 2 ** Math.min(times, 6), 2000),
     connectTimeout: 2000,
