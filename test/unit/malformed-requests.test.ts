@@ -9,6 +9,8 @@ import { Writable } from 'node:stream';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseConfig } from '../../packages/gateway/src/config.js';
+import { COUNT_TOKENS_PATH } from '../../packages/gateway/src/proxy/mock.js';
+import { CLIENT_ROUTES } from '../../packages/gateway/src/routes/client.js';
 import { createGateway, type Gateway } from '../../packages/gateway/src/server.js';
 
 const ADMIN = 'adm-fuzz-S3CRET-7f2c';
@@ -18,14 +20,10 @@ const SECRETS = [ADMIN, CLIENT, KEY];
 const RUNS = Number(process.env.SLOTGATE_FUZZ_RUNS ?? 10_000);
 const SEED = Number(process.env.SLOTGATE_FUZZ_SEED ?? Date.now() % 2 ** 31);
 
+/** The gateway's own list of model routes, and the rest of what it serves. */
 const ROUTES = [
-  '/v1/chat/completions',
-  '/v1/completions',
-  '/v1/embeddings',
-  '/v1/images/generations',
-  '/v1/responses',
-  '/v1/messages',
-  '/v1/messages/count_tokens',
+  ...CLIENT_ROUTES,
+  COUNT_TOKENS_PATH,
   '/v1/models',
   '/v1/models/m',
   '/chat/completions',
