@@ -77,7 +77,7 @@ async function startSlotgate(spec: Extract<NodeSpec, { role: 'slotgate' }>) {
 async function startGateway(spec: Extract<NodeSpec, { role: 'gateway' }>) {
   const config = parseConfig(
     {
-      server: { host: '127.0.0.1', port: 0, log_level: 'silent', shutdown_timeout_ms: 2000 },
+      server: { host: '127.0.0.1', port: 0, log_level: 'silent', drain_timeout_ms: 2000 },
       redis: { url: spec.redisUrl, prefix: spec.namespace },
       channels: spec.channels.map((id) => ({
         id,

@@ -58,7 +58,7 @@ export async function startFleet(opts: FleetOptions): Promise<Fleet> {
   try {
     for (const [i, url] of opts.redisUrls.entries()) {
       const config = {
-        server: { log_level: 'info', shutdown_timeout_ms: 0 }, // info: the listening line
+        server: { log_level: 'info', drain_timeout_ms: 0 }, // info: the listening line
         redis: { url, prefix: opts.prefix, timeout_ms: opts.redisTimeoutMs, ...opts.redis },
         ...(opts.adminToken !== undefined ? { admin: { token: opts.adminToken } } : {}),
         tokens: [{ key: CLIENT_TOKEN, name: 'chaos' }],

@@ -80,7 +80,7 @@ export interface ConfigDoc {
 export function configDoc(doc: ConfigDoc): Record<string, unknown> {
   const { channels, settings, redis, prefix, ...rest } = doc;
   return {
-    server: { host: '127.0.0.1', port: 0, log_level: 'trace', shutdown_timeout_ms: 2000 },
+    server: { host: '127.0.0.1', port: 0, log_level: 'trace', drain_timeout_ms: 2000 },
     ...(redis === false
       ? {}
       : { redis: { url: redis ?? redisUrl(), prefix: prefix ?? uniquePrefix('gw'), timeout_ms: 500 } }),

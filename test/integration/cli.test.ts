@@ -172,7 +172,7 @@ describe('slotgate command line', { timeout: 60_000 }, () => {
       const dir = await tempDir();
       cleanups.push(() => dir.remove());
       const configPath = await writeConfig(dir.dir, 'slow.yaml', {
-        server: { host: '127.0.0.1', shutdown_timeout_ms: 60_000 },
+        server: { host: '127.0.0.1', drain_timeout_ms: 60_000 },
         tokens: [{ key: 'sk-test', name: 'test', group: 'default' }],
         channels: [
           { id: 'slow', type: 'mock', models: ['m'], max_concurrency: 1, mock: { latency_ms: 60_000 } },

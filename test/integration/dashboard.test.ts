@@ -100,7 +100,7 @@ async function startGateway(
 ): Promise<{ gw: Gateway; base: string }> {
   const config = parseConfig(
     {
-      server: { host: '127.0.0.1', port: 0, shutdown_timeout_ms: 1000 },
+      server: { host: '127.0.0.1', port: 0, drain_timeout_ms: 1000 },
       ...(url === 'memory' ? {} : { redis: { url, prefix, timeout_ms: 300 } }),
       admin: { token: SECRETS.admin },
       tokens: [{ key: SECRETS.client, name: 'dashboard-test', client: 'dash-team', max_concurrency: 8 }],

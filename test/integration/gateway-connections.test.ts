@@ -81,7 +81,7 @@ async function gatewayWith(up: FakeUpstream): Promise<TestGateway> {
         host: '127.0.0.1',
         port: 0,
         log_level: 'trace',
-        shutdown_timeout_ms: 2000,
+        drain_timeout_ms: 2000,
         headers_timeout_ms: HEADERS_MS,
         request_timeout_ms: REQUEST_MS,
         keep_alive_timeout_ms: KEEP_ALIVE_MS,

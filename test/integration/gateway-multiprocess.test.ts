@@ -5,7 +5,6 @@
  * SIGKILLed when its test ends, passed or failed. The concurrency test runs on one node and on a 3-master cluster
  * (the config file's `redis.cluster`).
  */
-import { connect } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Redis } from 'ioredis';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
@@ -16,6 +15,7 @@ import {
   logLines,
   spawnGateway,
   tempDir,
+  tryConnect,
   writeConfig,
   type GwProcess,
 } from '../helpers/gw-gateway.js';
@@ -394,19 +394,6 @@ describe('graceful shutdown', () => {
     upstream = undefined;
   });
 
-  /** 'refused' when nothing listens on the port any more, 'accepted' while something does. */
-  const tryConnect = (port: number) =>
-    new Promise<string>((resolve) => {
-      const socket = connect(port, '127.0.0.1');
-      socket.once('connect', () => {
-        socket.destroy();
-        resolve('accepted');
-      });
-      socket.once('error', (err: NodeJS.ErrnoException) =>
-        resolve(err.code === 'ECONNREFUSED' ? 'refused' : `error ${err.code}`),
-      );
-    });
-
   it('SIGTERM lets a streaming request finish, refuses new connections, exits 0 and releases the lease', async () => {
     const prefix = newPrefix('gw-shutdown');
     const CHUNKS = 30;
@@ -428,8 +415,8 @@ describe('graceful shutdown', () => {
           max_concurrency: 1,
         },
       ],
-      // The forced close after shutdown_timeout_ms must play no part: the graceful path alone has to end the process.
-      server: { shutdown_timeout_ms: 600_000 },
+      // The forced close after drain_timeout_ms must play no part: the graceful path alone has to end the process.
+      server: { drain_timeout_ms: 600_000 },
       settings: { lease_ttl_ms: 120_000 },
     };
     const path = await writeConfig(dir.dir, `${prefix}.yaml`, config);

@@ -63,7 +63,7 @@ async function startGateway(): Promise<{ gw: Gateway; prefix: string }> {
   const prefix = uniquePrefix('metrics');
   const config = parseConfig(
     {
-      server: { host: '127.0.0.1', port: 0, shutdown_timeout_ms: 2000 },
+      server: { host: '127.0.0.1', port: 0, drain_timeout_ms: 2000 },
       redis: { url: redisUrl(), prefix },
       admin: { token: SECRETS.admin },
       tokens: [{ key: SECRETS.client, name: 'metrics-test' }],

@@ -79,6 +79,23 @@ describe('parseConfig', () => {
       expect.stringMatching(/^server\.keep_alive_timeout_ms: .*got "long"$/),
     ]);
   });
+
+  it('the drain: no delay and 30 s by default; shutdown_timeout_ms, its old name, still read with a warning', () => {
+    const defaults = parseConfig({}, 'defaults.yaml');
+    expect(defaults.server).toMatchObject({ drain_delay_ms: 0, drain_timeout_ms: 30_000 });
+    expect(defaults.server).not.toHaveProperty('shutdown_timeout_ms');
+    expect(defaults.warnings).toEqual([]);
+    const old = parseConfig({ server: { shutdown_timeout_ms: 5000 } }, 'old.yaml');
+    expect(old.server.drain_timeout_ms).toBe(5000);
+    expect(old.warnings).toEqual([
+      expect.stringContaining('server.shutdown_timeout_ms is now server.drain_timeout_ms'),
+    ]);
+    const both = parseConfig({ server: { shutdown_timeout_ms: 5000, drain_timeout_ms: 7000 } }, 'both.yaml');
+    expect(both.server.drain_timeout_ms).toBe(7000);
+    expect(problems({ server: { drain_delay_ms: -1 } })).toEqual([
+      expect.stringMatching(/^server\.drain_delay_ms: .*got -1$/),
+    ]);
+  });
 });
 
 describe('parseConfig: redis.cluster and redis.sentinel', () => {

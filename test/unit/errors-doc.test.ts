@@ -82,6 +82,7 @@ describe('docs/errors.md', () => {
       'channel_capacity_exhausted',
       'client_concurrency_exceeded',
       'lease_lost',
+      'shutting_down',
     ]);
   });
 

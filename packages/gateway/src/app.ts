@@ -9,6 +9,7 @@ import Fastify, {
   type FastifyReply,
   type FastifyRequest,
 } from 'fastify';
+import { Drain, shuttingDown } from './drain.js';
 import { HttpError, echo, errorBody, toHttpError } from './http-errors.js';
 import { clientErrorHandler, requestId, requestIdHeaders, timeoutOptions } from './http-options.js';
 import { logAccess, loggerOptions, noteError } from './logging.js';
@@ -29,6 +30,8 @@ export interface AppDeps extends Omit<AdminContext, 'metrics'> {
   /** pino logger options, or false for none. @default from config.server.log_level and log_format */
   logger?: boolean | Record<string, unknown>;
   onResult?: (result: ProxyResult) => void;
+  /** The shutdown's drain (server.ts starts it). @default one never started */
+  drain?: Drain;
 }
 
 /** Apps shutting down through closeApp: each of their connections closes as soon as its last response has ended. */
@@ -99,6 +102,8 @@ export function buildApp(deps: AppDeps): FastifyInstance {
     requestIdHeader: false,
     genReqId: requestId,
     forceCloseConnections: 'idle',
+    // the drain answers requests that come during a close itself, in slotgate's error shape
+    return503OnClosing: false,
     routerOptions: { maxParamLength: MAX_PARAM_LENGTH },
     frameworkErrors: (err, request, reply) => answerError(err, request, reply),
     clientErrorHandler: clientErrorHandler(() => app.log),
@@ -117,6 +122,8 @@ export function buildApp(deps: AppDeps): FastifyInstance {
       done();
     });
   }
+  const drain = deps.drain ?? new Drain();
+  app.addHook('onRequest', (_request, _reply, done) => done(drain.closing ? shuttingDown() : undefined));
 
   // (callback hooks: an async hook costs a promise and a microtask on every request)
   app.addHook('onSend', (request, reply, payload, done) => {
@@ -148,13 +155,16 @@ export function buildApp(deps: AppDeps): FastifyInstance {
   const traffic = deps.metrics.traffic;
   registerClientRoutes(app, {
     ...deps,
+    drain,
     metrics: traffic,
     onResult: (result) => {
       traffic.countResponse(result.source, result.status);
       deps.onResult?.(result);
     },
   });
-  registerOpenRoutes(app, deps.ready, deps.metrics);
+  const ready: ReadinessCheck = async () =>
+    drain.draining ? { ready: false, reason: 'shutting down: draining its requests' } : deps.ready();
+  registerOpenRoutes(app, ready, deps.metrics);
   registerAdminRoutes(app, { ...deps, metrics: traffic });
   return app;
 }

@@ -7,27 +7,36 @@ import { channelSchema, checkChannels, checkTokens, secret, tokenSchema } from '
 import { redisSchema } from './config-redis.js';
 import type { GatewaySettingsUpdate } from './settings.js';
 
-const serverSchema = z.strictObject({
-  host: z.string().min(1).default('127.0.0.1'),
-  port: z.int().min(0).max(65535).default(8080),
-  /** Larger request bodies get 413. */
-  body_limit_bytes: z
-    .int()
-    .min(1024)
-    .max(1024 ** 3)
-    .default(10 * 1024 * 1024),
-  /** On SIGTERM, how long in-flight requests may take to finish. */
-  shutdown_timeout_ms: z.int().min(0).max(600_000).default(30_000),
-  /** Until a request's headers have all arrived (a new connection's first request: from the connect). */
-  headers_timeout_ms: z.int().min(100).max(600_000).default(10_000),
-  /** Until a whole request, body included, has arrived; its response may then take as long as it needs. */
-  request_timeout_ms: z.int().min(100).max(3_600_000).default(60_000),
-  /** How long a keep-alive connection may stay idle between two requests. */
-  keep_alive_timeout_ms: z.int().min(100).max(3_600_000).default(72_000),
-  log_level: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
-  /** JSON lines, pino-pretty's readable lines, or (auto) pretty only when stdout is a terminal. */
-  log_format: z.enum(['auto', 'json', 'pretty']).default('auto'),
-});
+const serverSchema = z
+  .strictObject({
+    host: z.string().min(1).default('127.0.0.1'),
+    port: z.int().min(0).max(65535).default(8080),
+    /** Larger request bodies get 413. */
+    body_limit_bytes: z
+      .int()
+      .min(1024)
+      .max(1024 ** 3)
+      .default(10 * 1024 * 1024),
+    /** On SIGTERM, how long /readyz fails while the listener still serves (a load balancer takes the instance out). */
+    drain_delay_ms: z.int().min(0).max(600_000).default(0),
+    /** Then how long in-flight requests may take to finish before they are cut off. */
+    drain_timeout_ms: z.int().min(0).max(600_000).optional(),
+    /** drain_timeout_ms under its earlier name: still read, with a warning. */
+    shutdown_timeout_ms: z.int().min(0).max(600_000).optional(),
+    /** Until a request's headers have all arrived (a new connection's first request: from the connect). */
+    headers_timeout_ms: z.int().min(100).max(600_000).default(10_000),
+    /** Until a whole request, body included, has arrived; its response may then take as long as it needs. */
+    request_timeout_ms: z.int().min(100).max(3_600_000).default(60_000),
+    /** How long a keep-alive connection may stay idle between two requests. */
+    keep_alive_timeout_ms: z.int().min(100).max(3_600_000).default(72_000),
+    log_level: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+    /** JSON lines, pino-pretty's readable lines, or (auto) pretty only when stdout is a terminal. */
+    log_format: z.enum(['auto', 'json', 'pretty']).default('auto'),
+  })
+  .transform(({ shutdown_timeout_ms, ...server }) => ({
+    ...server,
+    drain_timeout_ms: server.drain_timeout_ms ?? shutdown_timeout_ms ?? 30_000,
+  }));
 
 const retrySchema = z.strictObject({
   /** Upstream 429 bodies matching these (case-insensitive) are quota/balance errors: no cooldown. */

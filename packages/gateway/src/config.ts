@@ -132,6 +132,8 @@ export function parseConfig(
   const settings = parseSettings(config.settings, issues);
   if (issues.length) throw new ConfigError(source, issues);
   const warnings = gatewaySettings.warnings(config.settings).map((w) => `settings: ${w}`);
+  if (valueAt(input, ['server', 'shutdown_timeout_ms']) !== undefined)
+    warnings.push('server.shutdown_timeout_ms is now server.drain_timeout_ms: read as it; rename it');
   return deepFreeze({ ...config, settings, source, warnings });
 }
 

@@ -97,6 +97,11 @@ const ERRORS = {
     status: 504,
     meaning: 'the upstream did not send its response headers within timeouts.first_byte_ms',
   },
+  shutting_down: {
+    status: 503,
+    meaning:
+      'this instance is shutting down: a request still waiting for a slot when its drain delay ended, or one that arrived after, is answered so that its client retries on another instance. Retry-After: 1, x-should-retry: true.',
+  },
   not_ready: {
     status: 503,
     meaning:

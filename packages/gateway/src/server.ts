@@ -4,8 +4,10 @@
  */
 import type { FastifyInstance } from 'fastify';
 import type { Admission, SlotStore } from 'slotgate';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { buildApp, closeApp, type AppDeps } from './app.js';
 import type { ConfigError } from './config.js';
+import { Drain } from './drain.js';
 import type { GatewayConfig } from './config-schema.js';
 import { watchConfig } from './reload.js';
 import { GatewayRuntime } from './runtime.js';
@@ -31,13 +33,18 @@ export interface Gateway {
   /** Re-reads the config file; on error keeps the old configuration and returns the error. */
   reload(): Promise<ConfigError | undefined>;
   listen(): Promise<string>;
-  /** Graceful: stop accepting, let in-flight requests finish up to shutdown_timeout_ms, release every lease. */
+  /**
+   * Graceful: /readyz fails at once; after server.drain_delay_ms stop accepting and answer waiting requests 503; let
+   * in-flight requests finish up to server.drain_timeout_ms; release every lease.
+   */
   close(): Promise<void>;
 }
 
 export async function createGateway(options: GatewayOptions): Promise<Gateway> {
   const runtime = new GatewayRuntime({ config: options.config, store: options.store });
+  const drain = new Drain();
   const app = buildApp({
+    drain,
     admission: runtime.admission,
     registry: () => runtime.registry,
     config: () => runtime.config,
@@ -66,7 +73,17 @@ export async function createGateway(options: GatewayOptions): Promise<Gateway> {
 
   const shutdown = async () => {
     reloader?.close();
-    await runtime.close(() => closeApp(app, runtime.config.server.shutdown_timeout_ms));
+    drain.begin();
+    // the values in force when the shutdown begins count
+    const { drain_delay_ms, drain_timeout_ms } = runtime.config.server;
+    if (drain_delay_ms > 0) {
+      app.log.info({ drain_delay_ms }, '/readyz fails now; still serving until the drain delay ends');
+      await sleep(drain_delay_ms);
+    }
+    await runtime.close(() => {
+      drain.close();
+      return closeApp(app, drain_timeout_ms);
+    });
   };
   let closing: Promise<void> | undefined;
   return {

@@ -134,7 +134,8 @@ export async function serve(opts: ServeOptions, env: NodeJS.ProcessEnv = process
 export const EXIT_INTERRUPTED = 130;
 
 /**
- * SIGTERM or SIGINT: drain (finish in-flight requests up to shutdown_timeout_ms, release every lease), exit 0; a second
+ * SIGTERM or SIGINT: drain (Gateway.close: /readyz fails, waiting requests are answered, in-flight ones finish up to
+ * server.drain_timeout_ms, every lease goes back), exit 0; a second
  * one exits at once with EXIT_INTERRUPTED, the leases left to expire. SIGHUP reloads the config file.
  */
 function stopOnSignals(gateway: Gateway): void {
@@ -149,8 +150,9 @@ function stopOnSignals(gateway: Gateway): void {
       process.exit(EXIT_INTERRUPTED);
     }
     stopping = true;
+    const { server } = gateway.config;
     log.info(
-      { signal, shutdown_timeout_ms: gateway.config.server.shutdown_timeout_ms },
+      { signal, drain_delay_ms: server.drain_delay_ms, drain_timeout_ms: server.drain_timeout_ms },
       `shutting down: finishing in-flight requests (send ${signal} again to stop at once)`,
     );
     gateway.close().then(

@@ -1,6 +1,7 @@
 /** The admit and release steps: a ticket for one attempt, held as a slot that goes back exactly once. */
 import { CapacityError, NoChannelError, type Ticket } from 'slotgate';
 import type { GatewayChannel } from '../channels.js';
+import { shuttingDown } from '../drain.js';
 import { logsAt } from '../logging.js';
 import type { ProxiedRequest } from './request.js';
 
@@ -20,11 +21,12 @@ export async function admit(req: ProxiedRequest): Promise<Slot | 'give up'> {
   const { ctx, chain, request, access } = req;
   const first = chain.attempts === 0;
   let ticket: Ticket<GatewayChannel>;
+  const wait = ctx.drain.wait(req.stop.signal);
   try {
     ticket = await ctx.admission.acquire({
       candidates: first ? req.candidates : req.inForce(),
       resolve: req.inForce,
-      signal: req.stop.signal,
+      signal: wait.signal,
       exclude: chain.tried,
       client: req.caller.client,
       // a reload may change the client's limit while the request waits for one of its slots
@@ -33,9 +35,12 @@ export async function admit(req: ProxiedRequest): Promise<Slot | 'give up'> {
       ...(first ? { arrivedMsAgo: req.reply.elapsedTime } : {}),
     });
   } catch (err) {
+    if (wait.refused()) throw shuttingDown();
     request.log.debug({ err: (err as Error).message, attempt: chain.attempts + 1 }, 'admission refused');
     if (chain.last && (err instanceof CapacityError || err instanceof NoChannelError)) return 'give up';
     throw err;
+  } finally {
+    wait.done();
   }
   const channel = ticket.channel;
   chain.admitted(channel.id, ticket.waitedMs);

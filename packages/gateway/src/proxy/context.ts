@@ -2,6 +2,7 @@
 import type { Admission } from 'slotgate';
 import type { ChannelRegistry } from '../channels.js';
 import type { GatewayConfig } from '../config-schema.js';
+import type { Drain } from '../drain.js';
 import type { UpstreamMetrics } from '../metrics/traffic.js';
 import type { GatewaySettings } from '../settings.js';
 import type { UpstreamClient } from '../upstream.js';
@@ -16,6 +17,8 @@ export interface HandlerContext {
 
 export interface ProxyContext extends HandlerContext {
   upstream: UpstreamClient;
+  /** Ends the waits for a slot when a shutdown's drain delay is over. */
+  drain: Drain;
   metrics: UpstreamMetrics;
   onResult?: (result: ProxyResult) => void;
 }
