@@ -1,4 +1,7 @@
 /** The config file schema: every problem in one report, secrets never echoed. */
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { ConfigError, parseConfig, parseDocument } from '../../packages/gateway/src/config.js';
 import { redisConnection } from '../../packages/gateway/src/config-redis.js';
@@ -100,6 +103,52 @@ describe('parseConfig', () => {
 
 describe('parseConfig: redis.cluster and redis.sentinel', () => {
   const PW = 'pw-S3CRET-cluster-41';
+
+  it('redis.tls: files read, env: PEMs taken as they are, the same options for url, cluster and sentinel', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'slotgate-config-tls-'));
+    try {
+      const ca = join(dir, 'ca.pem');
+      writeFileSync(ca, '-----BEGIN CERTIFICATE-----\nCA\n');
+      const env = {
+        CLIENT_KEY: '-----BEGIN PRIVATE KEY-----\nKEY\n',
+        CLIENT_CERT: '-----BEGIN CERTIFICATE-----\nC\n',
+      };
+      const tls = { ca, cert: 'env:CLIENT_CERT', key: 'env:CLIENT_KEY', servername: 'redis.internal' };
+      const expected = {
+        ca: '-----BEGIN CERTIFICATE-----\nCA\n',
+        cert: env.CLIENT_CERT,
+        key: env.CLIENT_KEY,
+        servername: 'redis.internal',
+        rejectUnauthorized: true,
+      };
+      const connection = (redis: Record<string, unknown>) =>
+        redisConnection(parseConfig({ redis: { ...redis, tls } }, 'tls.yaml', env).redis!);
+      expect(
+        connection({ url: 'redis://10.0.0.5:6380', username: 'gw', password: 'env:CLIENT_KEY' }),
+      ).toEqual({
+        url: 'redis://10.0.0.5:6380',
+        redisOptions: { username: 'gw', password: env.CLIENT_KEY, tls: expected },
+      });
+      expect(connection({ cluster: { nodes: ['10.0.0.1:7000'] } }).cluster?.tls).toEqual(expected);
+      expect(
+        connection({ sentinel: { sentinels: ['10.0.0.1:26379'], master_name: 'm' } }).sentinel?.tls,
+      ).toEqual(expected);
+
+      expect(problems({ redis: { url: 'redis://h:1', tls: { ca: join(dir, 'missing.pem') } } })).toEqual([
+        expect.stringMatching(/^redis\.tls\.ca: cannot read the file .*missing\.pem.*: ENOENT$/),
+      ]);
+      expect(problems({ redis: { url: 'redis://h:1', tls: { cert: ca } } })).toEqual([
+        expect.stringContaining('expected both cert and key'),
+      ]);
+      const misplaced = problems({ redis: { cluster: { nodes: ['h:1'] }, password: PW } });
+      expect(misplaced).toEqual([
+        expect.stringContaining('redis.username and redis.password go with redis.url'),
+      ]);
+      expect(misplaced.join()).not.toContain(PW);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
 
   it('a cluster: nodes, NAT map and env: secrets, mapped to the store options', () => {
     const config = parseConfig(

@@ -2,6 +2,7 @@
  * The `redis` section of the config file: exactly one of one node (`url`), a Redis Cluster or a Sentinel-managed
  * primary, plus what applies to all three; and the RedisStore connection options it makes, for the gateway and doctor.
  */
+import type { ConnectionOptions as TlsOptions } from 'node:tls';
 import { z } from 'zod';
 import { parseAddress, type RedisStoreOptions } from 'slotgate';
 
@@ -98,11 +99,36 @@ const sentinelSchema = z.strictObject({
   tls: z.boolean().optional(),
 });
 
+/**
+ * TLS to Redis, for url, cluster and sentinel alike. `ca`, `cert` and `key` are each a PEM file's path or `env:NAME`
+ * (the PEM itself), read when the config loads (config.ts).
+ */
+const tlsSchema = z
+  .strictObject({
+    ca: secret.optional(),
+    cert: secret.optional(),
+    key: secret.optional(),
+    /** The name the server's certificate must carry, when the address is not it (an IP, a tunnel). */
+    servername: z.string().min(1).optional(),
+    /** false accepts any certificate: a test setup only. */
+    reject_unauthorized: z.boolean().default(true),
+  })
+  .refine((tls) => (tls.cert === undefined) === (tls.key === undefined), {
+    message: 'expected both cert and key (a client certificate) or neither',
+    params: { got: 'one of them' },
+  });
+
+export type RedisTlsConfig = z.infer<typeof tlsSchema>;
+
 const CONNECTIONS = ['url', 'cluster', 'sentinel'] as const;
 
 export const redisSchema = z
   .strictObject({
     url: secret.optional(),
+    /** With url: its user and password, instead of in the URL (so the password can be env:). */
+    username: secret.optional(),
+    password: secret.optional(),
+    tls: tlsSchema.optional(),
     cluster: clusterSchema.optional(),
     sentinel: sentinelSchema.optional(),
     prefix: z
@@ -119,6 +145,14 @@ export const redisSchema = z
   })
   .superRefine((redis, ctx) => {
     const given = CONNECTIONS.filter((k) => redis[k] !== undefined);
+    if (given.length === 1 && given[0] !== 'url' && (redis.username ?? redis.password) !== undefined) {
+      ctx.addIssue({
+        code: 'custom',
+        path: [redis.username !== undefined ? 'username' : 'password'],
+        message: `expected redis.${given[0]}.username and .password: redis.username and redis.password go with redis.url`,
+        params: { got: 'a value (not shown)' },
+      });
+    }
     if (given.length === 1) return;
     ctx.addIssue({
       code: 'custom',
@@ -131,7 +165,13 @@ export const redisSchema = z
 export type RedisConfig = z.infer<typeof redisSchema>;
 
 /** The connection part of RedisStoreOptions: exactly one of url, cluster and sentinel. */
-export type RedisConnection = Pick<RedisStoreOptions, 'url' | 'cluster' | 'sentinel'>;
+export type RedisConnection = Pick<RedisStoreOptions, 'url' | 'cluster' | 'sentinel' | 'redisOptions'>;
+
+/** Node's TLS options for a section's `tls`, its files already read (config.ts). */
+function tlsOptions(tls: RedisTlsConfig): TlsOptions {
+  const { ca, cert, key, servername, reject_unauthorized } = tls;
+  return { ...defined({ ca, cert, key, servername }), rejectUnauthorized: reject_unauthorized };
+}
 
 /** `fields` without its undefined ones: a key given as undefined would override the client's default. */
 function defined<T extends object>(fields: T): Partial<T> {
@@ -141,6 +181,7 @@ function defined<T extends object>(fields: T): Partial<T> {
 /** The library's connection options for a validated section (the schema guarantees exactly one). */
 export function redisConnection(redis: RedisConfig): RedisConnection {
   const { cluster, sentinel } = redis;
+  const tls = redis.tls && tlsOptions(redis.tls);
   if (cluster) {
     const { nat_map, max_redirections, slots_refresh_timeout_ms } = cluster;
     const options = defined({
@@ -153,7 +194,7 @@ export function redisConnection(redis: RedisConfig): RedisConnection {
     return {
       cluster: {
         nodes: cluster.nodes,
-        ...defined({ natMap, username, password, tls: cluster.tls || undefined }),
+        ...defined({ natMap, username, password, tls: tls ?? (cluster.tls || undefined) }),
         ...(Object.keys(options).length > 0 && { options }),
       },
     };
@@ -169,12 +210,13 @@ export function redisConnection(redis: RedisConfig): RedisConnection {
           password,
           sentinelUsername: sentinel_username,
           sentinelPassword: sentinel_password,
-          tls: sentinel.tls || undefined,
+          tls: tls ?? (sentinel.tls || undefined),
         }),
       },
     };
   }
-  return { url: redis.url! };
+  const redisOptions = defined({ username: redis.username, password: redis.password, tls });
+  return { url: redis.url!, ...(Object.keys(redisOptions).length > 0 && { redisOptions }) };
 }
 
 /** The Redis a section names, for a log line or a message: never a password. */

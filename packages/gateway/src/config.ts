@@ -3,6 +3,7 @@
  * environment, then frozen. Every error names the path, what was expected and the value received; secrets and what
  * may hold them are never echoed, since the messages reach logs and /admin/status.
  */
+import { readFileSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { parse as parseYaml } from 'yaml';
 import { SettingsError } from 'slotgate';
@@ -54,7 +55,7 @@ function show(value: unknown, path: string): string {
 
 /** The fields that may be written `env:NAME`. */
 const SECRET_FIELD =
-  /^(redis\.(url|(cluster|sentinel)\.(sentinel_)?(username|password))|admin\.token|tokens\[\d+\]\.key|channels\[\d+\]\.(key|headers\..+))$/;
+  /^(redis\.(url|username|password|tls\.(ca|cert|key)|(cluster|sentinel)\.(sentinel_)?(username|password))|admin\.token|tokens\[\d+\]\.key|channels\[\d+\]\.(key|headers\..+))$/;
 
 /** Replaces `env:NAME` in every secret field: a missing variable is a config error, and so is a bad Redis URL. */
 function resolveSecrets(config: RawConfig, env: NodeJS.ProcessEnv, issues: string[]): void {
@@ -79,6 +80,23 @@ function resolveSecrets(config: RawConfig, env: NodeJS.ProcessEnv, issues: strin
     }
   };
   walk(config, '');
+}
+
+/** redis.tls's `ca`, `cert` and `key`: a PEM from `env:` stays; any other value is a file's path, read here. */
+function readTlsFiles(config: RawConfig, issues: string[]): void {
+  const tls = config.redis?.tls;
+  if (!tls) return;
+  for (const field of ['ca', 'cert', 'key'] as const) {
+    const value = tls[field];
+    if (value === undefined || value.startsWith('-----BEGIN') || value.startsWith('env:')) continue;
+    try {
+      tls[field] = readFileSync(value, 'utf8');
+    } catch (err) {
+      issues.push(
+        `redis.tls.${field}: cannot read the file ${JSON.stringify(value)}: ${(err as NodeJS.ErrnoException).code ?? String(err)}`,
+      );
+    }
+  }
 }
 
 /** The settings section, checked by the settings table; its problems join `issues`. */
@@ -129,6 +147,7 @@ export function parseConfig(
   }
   const config = result.data;
   resolveSecrets(config, env, issues);
+  readTlsFiles(config, issues);
   const settings = parseSettings(config.settings, issues);
   if (issues.length) throw new ConfigError(source, issues);
   const warnings = gatewaySettings.warnings(config.settings).map((w) => `settings: ${w}`);

@@ -77,7 +77,7 @@ function doctorClient(c: RedisConnection) {
     ...(c.sentinel && {
       sentinel: { ...c.sentinel, options: { ...c.sentinel.options, sentinelRetryStrategy: () => null } },
     }),
-    redisOptions: FAIL_FAST,
+    redisOptions: { ...c.redisOptions, ...FAIL_FAST },
   });
   let last: Error | undefined;
   client.on('error', (err: Error) => (last = err)); // the failed command's message names no cause: this does
@@ -102,6 +102,7 @@ export async function doctor(opts: DoctorOptions, env: NodeJS.ProcessEnv = proce
   try {
     const report = await checkLeftovers(client, redis.prefix, opts.fix === true);
     console.log(opts.json ? JSON.stringify(report, null, 2) : formatReport(report, opts.fix === true, maxes));
+    if (report.denied?.length) return 1;
     return report.findings.length > 0 && !opts.fix ? 1 : 0;
   } catch (err) {
     const cause = lastError();

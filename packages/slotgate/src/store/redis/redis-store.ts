@@ -112,7 +112,8 @@ export class RedisStore implements SlotStore {
     const deadlines = (this.deadlines = deadlinesFor(client, clock, options.timeoutMs ?? 1000));
     defineScripts(client);
     const graceMs = options.restartGraceMs ?? 3000;
-    this.epoch = new Epoch({ client, key: keys.epoch(), clock, deadlines, count, graceMs });
+    const probeChannel = keys.grants();
+    this.epoch = new Epoch({ client, key: keys.epoch(), probeChannel, clock, deadlines, count, graceMs });
     const { hints, members } = this;
     this.messages = new GrantMessages({ client, keys, hints, members });
     this.queues = new RedisQueues({ client, keys, deadlines, count, clock, claimMs, hints, members });
@@ -311,8 +312,12 @@ export class RedisStore implements SlotStore {
     return new RedisSharedSettings({ client, keys, count, clock }, options);
   }
 
+  /** Unhealthy also while the Redis user may not run what the scripts need (checked again here until it may). */
   async health(): Promise<StoreHealth> {
     const health = await nodes.ping(this.client, this.clock, HEALTH_TIMEOUT_MS);
+    if (health.healthy && this.epoch.denied !== undefined) await this.epoch.ensure().catch(() => {});
+    if (health.healthy && this.epoch.denied !== undefined)
+      return { ...health, healthy: false, error: this.epoch.denied };
     if (health.healthy || this.socketError === undefined || health.error === this.socketError) return health;
     return { ...health, error: this.socketError };
   }

@@ -172,9 +172,15 @@ export const SETTINGS_SCRIPTS = {
   restore: new Script('restoreSettings-2', Number),
 } as const;
 
+/** The probe of what the Redis user may run (fencing/access.ts): the one script that reads no clock. */
+export const ACCESS_SCRIPT = new Script('probeAccess-1', (reply) =>
+  Array.isArray(reply) ? reply.map(String) : [],
+);
+
 /** Before any command goes out: an auto-pipeline made before a script was registered would fail its calls. */
 export function defineScripts(client: Client): void {
-  for (const script of [...Object.values(SCRIPTS), ...Object.values(SETTINGS_SCRIPTS)]) script.define(client);
+  for (const script of [...Object.values(SCRIPTS), ...Object.values(SETTINGS_SCRIPTS), ACCESS_SCRIPT])
+    script.define(client);
 }
 
 const ACQUIRE_CODES: Record<number, AcquireReply> = { 0: 'full', 1: 'acquired', 2: 'cooling', 3: 'queued' };

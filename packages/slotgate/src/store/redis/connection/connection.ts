@@ -1,5 +1,6 @@
 /** The store's Redis client, from a URL, a Cluster or a Sentinel set: it fails fast and auto-pipelines. */
 import { Cluster, Redis } from 'ioredis';
+import type { ConnectionOptions as TlsOptions } from 'node:tls';
 import type { ClusterOptions, NatMap, RedisOptions, SentinelAddress } from 'ioredis';
 import { NodeSubscriber } from './node-subscriber.js';
 
@@ -11,7 +12,8 @@ export interface ClusterConnection {
   /** Of every node. */
   password?: string;
   username?: string;
-  tls?: boolean;
+  /** TLS to every node: true, or Node's TLS options (a private CA, a client certificate, the server name). */
+  tls?: boolean | TlsOptions;
   /** Further ioredis ClusterOptions (they win over the store's defaults). */
   options?: ClusterOptions;
 }
@@ -27,8 +29,8 @@ export interface SentinelConnection {
   /** Of the sentinels themselves. */
   sentinelPassword?: string;
   sentinelUsername?: string;
-  /** TLS to the data nodes and the sentinels. */
-  tls?: boolean;
+  /** TLS to the data nodes and the sentinels: true, or Node's TLS options. */
+  tls?: boolean | TlsOptions;
   /** Further ioredis options (they win over the store's defaults). */
   options?: RedisOptions;
 }
@@ -46,6 +48,8 @@ export function defaultRedisOptions(): RedisOptions {
     connectTimeout: 2000,
   };
 }
+
+const tlsOf = (tls: true | TlsOptions): TlsOptions => (tls === true ? {} : tls);
 
 /** `host:port` (IPv6 in brackets) or an object; a host with `@` or `/` is refused: a URL belongs in `url`. */
 export function parseAddress(address: string | { host: string; port: number }): {
@@ -72,7 +76,7 @@ export function clusterClient(c: ClusterConnection, redisOptions: RedisOptions =
       ...nodeOptions,
       ...(c.password !== undefined && { password: c.password }),
       ...(c.username !== undefined && { username: c.username }),
-      ...(c.tls && { tls: {} }),
+      ...(c.tls && { tls: tlsOf(c.tls) }),
     },
     scaleReads: 'master',
     maxRedirections: 16,
@@ -103,7 +107,7 @@ function sentinelClient(s: SentinelConnection, redisOptions: RedisOptions = {}):
     ...(s.username !== undefined && { username: s.username }),
     ...(s.sentinelPassword !== undefined && { sentinelPassword: s.sentinelPassword }),
     ...(s.sentinelUsername !== undefined && { sentinelUsername: s.sentinelUsername }),
-    ...(s.tls && { tls: {}, enableTLSForSentinelMode: true }),
+    ...(s.tls && { tls: tlsOf(s.tls), sentinelTLS: tlsOf(s.tls), enableTLSForSentinelMode: true }),
     // a connection left on a demoted primary goes to the new one
     failoverDetector: true,
     ...s.options,

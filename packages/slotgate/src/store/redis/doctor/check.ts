@@ -9,6 +9,8 @@ import { KeyBuilder, SCHEMA_VERSION } from '../keys.js';
 import { isCluster } from '../connection/connection.js';
 import { memberLifetime } from '../queues/members.js';
 import { SCRIPTS } from '../scripts.js';
+import { deniedCommands } from '../fencing/access.js';
+import { epochKeys } from '../fencing/cluster-epochs.js';
 import { fixFindings } from './fix.js';
 import { heartbeatAges, redisNow } from './heartbeats.js';
 import { anySilent, silentOwners } from './owners.js';
@@ -43,6 +45,39 @@ function nodesOf(client: Redis | Cluster): (Redis | Cluster)[] {
   if (masters.length === 0)
     throw new Error('the Redis Cluster client knows no master node (is it connected?)');
   return masters;
+}
+
+/** What the user may not run of what a gateway needs (fencing/access.ts), and SCAN, which the doctor needs. */
+async function deniedToDoctor(client: Redis | Cluster, keys: KeyBuilder): Promise<string[]> {
+  const denied = await deniedCommands(
+    client,
+    isCluster(client) ? await epochKeys(client, keys.epoch()) : [keys.epoch()],
+    keys.grants(),
+  );
+  const scan = await Promise.all(
+    nodesOf(client).map((node) =>
+      node.scan('0', 'COUNT', 1).then(
+        () => true,
+        (err: Error) => !/NOPERM/.test(err.message),
+      ),
+    ),
+  );
+  return scan.every(Boolean) ? denied : [...denied, 'scan'];
+}
+
+function emptyReport(prefix: string, nodes: number): DoctorReport {
+  return {
+    prefix,
+    nodes,
+    scanned: 0,
+    findings: [],
+    lateOwners: [],
+    otherVersions: [],
+    olderQueues: [],
+    otherPrefixes: [],
+    peaks: [],
+    fixed: 0,
+  };
 }
 
 /** `maxCalls` bounds the SCAN calls per node. */
@@ -88,6 +123,8 @@ export async function checkLeftovers(
 ): Promise<DoctorReport> {
   const keys = new KeyBuilder(prefix);
   // first: a command waits for a Cluster client to be ready, and its list of masters with it
+  const denied = await deniedToDoctor(client, keys);
+  if (denied.length) return { ...emptyReport(prefix, nodesOf(client).length), denied };
   const now = await redisNow(client);
   const nodes = nodesOf(client);
   const all = await scanAll(nodes, `${globEscape(prefix)}:*`);

@@ -1,4 +1,5 @@
 import { describeResource } from '../../../core/client.js';
+import { deniedMessage } from '../fencing/access.js';
 
 export type FindingKind =
   'expired_members' | 'no_expiry' | 'cooldown_without_ttl' | 'wrong_type' | 'unknown_key' | 'dead_owner';
@@ -75,6 +76,8 @@ export interface DoctorReport {
   peaks: Peak[];
   /** Only when no key was under the prefix: the slotgate prefixes a bounded scan saw. */
   prefixesSeen?: string[];
+  /** What the Redis user may not run (an ACL rule too narrow): nothing else was checked. */
+  denied?: string[];
   fixed: number;
 }
 
@@ -123,6 +126,10 @@ export function formatReport(
 ): string {
   const nodes = `${report.nodes} node${report.nodes === 1 ? '' : 's'}`;
   const lines = [`slotgate doctor: prefix "${report.prefix}", ${report.scanned} key(s) scanned on ${nodes}`];
+  if (report.denied?.length) {
+    lines.push(`  ACCESS ${deniedMessage(report.denied)}; nothing else checked`);
+    return lines.join('\n');
+  }
   const late = report.lateOwners;
   if (late.length) lines.push(lateVerdict(late, report.findings.length));
   else if (report.findings.length === 0) lines.push('clean: no leftover keys');

@@ -11,6 +11,7 @@ import type { Clock } from '../../../core/clock.js';
 import { StoreUnavailableError } from '../../../core/errors.js';
 import { randomInstanceId } from '../../../core/ids.js';
 import type { Purpose, RestartListener } from '../../store.js';
+import { deniedCommands, deniedMessage } from './access.js';
 import { epochKeys } from './cluster-epochs.js';
 import { isCluster } from '../connection/connection.js';
 import type { Deadlines } from '../connection/deadlines.js';
@@ -20,6 +21,8 @@ import { SCRIPTS } from '../scripts.js';
 export interface EpochDeps {
   client: Redis | Cluster;
   key: string;
+  /** A pub/sub channel under the prefix that no instance listens on (the access probe publishes to it). */
+  probeChannel: string;
   clock: Clock;
   deadlines: Deadlines;
   count: (purpose: Purpose, n: number) => void;
@@ -38,6 +41,8 @@ export class Epoch {
   private checking: Promise<void> | undefined;
   private readonly listeners = new Set<RestartListener>();
   restarts = 0;
+  /** What the Redis user may not run that the scripts need, as the last check found; undefined once one passed. */
+  denied: string | undefined;
 
   private readonly reconnectListeners = new Set<() => void>();
   private readonly onClose = (): void => this.invalidate();
@@ -160,20 +165,23 @@ export class Epoch {
     const losses = this.losses;
     const cluster = isCluster(client);
     const keys = cluster ? await epochKeys(client, key) : [key];
-    count('acquire', keys.length);
+    count('acquire', 2 * keys.length);
+    // each master's probe, then its check: a master that does not answer holds up no other's epoch
     const replies = await this.named(() =>
       deadlines.run('acquire', () =>
         Promise.all(
-          keys.map((k) =>
-            SCRIPTS.checkEpoch.call(
+          keys.map(async (k) => {
+            await this.probeAccess(k);
+            return SCRIPTS.checkEpoch.call(
               client,
               [k],
               [randomInstanceId(), this.known.has(k) ? 'restart' : 'start', cluster ? '1' : '0'],
-            ),
-          ),
+            );
+          }),
         ),
       ),
     );
+    this.denied = undefined;
     if (cluster) await this.startGraces(keys, replies);
     let changed = false;
     let first = true;
@@ -193,6 +201,17 @@ export class Epoch {
       if (wait > 0) await clock.sleep(Math.min(wait, graceMs));
     }
     this.verified = losses === this.losses;
+  }
+
+  /**
+   * An ACL rule too narrow fails the check, naming what is missing, before any admitting script runs into it (each
+   * would fail on its own, deep in an acquire).
+   */
+  private async probeAccess(key: string): Promise<void> {
+    const denied = await deniedCommands(this.deps.client, [key], this.deps.probeChannel);
+    if (denied.length === 0) return;
+    this.denied = deniedMessage(denied);
+    throw new Error(this.denied);
   }
 
   /** A MOVED answer to a single node's check means a Cluster node: the failure says so instead. */
