@@ -321,6 +321,6 @@ describe('Redis outages', () => {
     expect(after.eval!.calls - (before.eval?.calls ?? 0)).toBe(1);
     expect(after.zadd!.calls - (before.zadd?.calls ?? 0)).toBe(1);
     expect(await admin.zcard(store.keys.slots('n'))).toBe(3);
-    expect(store.commands.acquire).toBe(3 + 1); // and the epoch check of the new connection: one checkEpoch call
+    expect(store.commands.acquire).toBe(3 + 2); // and the check of the new connection: probeAccess and checkEpoch
   });
 });

@@ -116,7 +116,8 @@ export class RedisStore implements SlotStore {
     this.epoch = new Epoch({ client, key: keys.epoch(), probeChannel, clock, deadlines, count, graceMs });
     const { hints, members } = this;
     this.messages = new GrantMessages({ client, keys, hints, members });
-    this.queues = new RedisQueues({ client, keys, deadlines, count, clock, claimMs, hints, members });
+    const inFlight = (operation: string) => this.epoch.inFlight(operation);
+    this.queues = new RedisQueues({ client, keys, deadlines, count, clock, claimMs, hints, members, inFlight });
     const release: ReleaseDeps = {
       keys,
       clock,
@@ -193,7 +194,9 @@ export class RedisStore implements SlotStore {
     }
     return this.epoch.admitting('acquire', () => {
       const stamp = this.hints.stamp();
+      const check = this.epoch.inFlight('acquire');
       return this.turns.acquire({ targets, opts }).then((replies) => {
+        check();
         this.hints.noteAcquire(targets, replies, stamp);
         return replies;
       });

@@ -142,6 +142,20 @@ export class Epoch {
     });
   }
 
+  /**
+   * Taken before an acquire or a registration is sent; its check throws if a connection dropped meanwhile, whatever
+   * the command answered: ioredis sends a command in flight again on the next connection before any epoch check, so
+   * it may have run on a Redis restarted empty before the holders restored their leases. The caller then gives back
+   * what it took (docs/redis.md, "Uncertain operations") before anything reaches an upstream.
+   */
+  inFlight(operation: string): () => void {
+    const losses = this.losses;
+    return () => {
+      if (this.losses === losses) return;
+      const why = 'the connection dropped while it was in flight (it may have run on a Redis not yet checked)';
+      throw new StoreUnavailableError(operation, `${operation} failed: ${why}`);
+    };
+  }
   invalidate(): void {
     this.verified = false;
     this.losses++;

@@ -25,6 +25,8 @@ export interface QueueDeps {
   claimMs: number;
   hints: QueueHints;
   members: Members;
+  /** Taken before a registration is sent; throws if a connection dropped meanwhile (fencing/epoch.ts). */
+  inFlight: (operation: string) => () => void;
 }
 
 export class RedisQueues {
@@ -85,8 +87,10 @@ export class RedisQueues {
   ): Promise<EnqueueReply> {
     const { hints, members, deadlines } = this.deps;
     const stamp = hints.stamp();
+    const check = this.deps.inFlight('wait_register');
     try {
       const reply = await deadlines.run('wait_register', send);
+      check();
       if (reply !== 'queued') members.forget(w.channelId, w.token);
       if (reply === 'granted') hints.clear(w.channelId, stamp);
       else hints.mark(w.channelId);
