@@ -181,13 +181,15 @@ describe('malformed requests', () => {
     );
     // still serving, and it logged, but no secret
     expect((await gw.app.inject({ method: 'GET', url: '/livez' })).statusCode).toBe(200);
+    // a generated admin call (the admin token is among the generated ones) may have cooled the channel down
+    await gw.admission.clearCooldown('m');
     const chat = await gw.app.inject({
       method: 'POST',
       url: '/v1/chat/completions',
       headers: { authorization: `Bearer ${CLIENT}`, 'content-type': 'application/json' },
       payload: JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'hi' }] }),
     });
-    expect(chat.statusCode).toBe(200);
+    expect(chat.statusCode, chat.body).toBe(200);
     expect(logLines.length).toBeGreaterThan(RUNS / 2);
     for (const line of logLines)
       for (const secret of SECRETS) expect(line.includes(secret), line).toBe(false);
