@@ -26,15 +26,17 @@ describe('admission model on one Redis node', () => {
 
   it('under crashes, dropped connections, short pauses and empty restarts, the bounds hold', async () => {
     const mix = { ...CALLS, sleep: 2, crash: 2, drop: 2, pause: 1, restart: 1 };
-    const arbitrary = schedules({ mix, maxOps: 20, exactQueues: false });
-    await checkSchedules('one node, faults', arbitrary, share(0.3), (s) =>
+    const arbitrary = schedules({ mix, maxOps: 15, exactQueues: false });
+    await checkSchedules('one node, faults', arbitrary, share(0.2), (s) =>
       checkUnderFaults(s, target(), server),
     );
   }, 600_000);
 
   it('under pauses past the lease TTL, the bounds hold', async () => {
-    const mix = { ...CALLS, crash: 1, pause: 1 };
-    const arbitrary = schedules({ mix, maxOps: 10, exactQueues: false, longPauseMs: 6_000 });
+    const mix = { ...CALLS, crash: 2, pause: 4 };
+    const arbitrary = schedules({ mix, maxOps: 10, exactQueues: false, longPauseMs: 6_000 }).filter((s) =>
+      s.ops.some((op) => op.kind === 'pause'),
+    );
     await checkSchedules('one node, long pauses', arbitrary, share(0.01, 2), (s) =>
       checkUnderFaults(s, target(), server),
     );

@@ -104,6 +104,10 @@ export class RedisBackend implements Backend {
     await (this.admin as Redis).client('PAUSE', String(ms), 'ALL');
   }
 
+  async queuedMaxes(channelId: string): Promise<number[]> {
+    return (await this.members(this.keys.queue(channelId))).map(([member]) => Number(member.split('|')[0]));
+  }
+
   async members(key: string): Promise<[string, number][]> {
     const flat = await this.admin.zrange(key, 0, -1, 'WITHSCORES');
     const out: [string, number][] = [];

@@ -5,8 +5,8 @@
  * - A lowered max applies to every admission after the reload; slots admitted before keep going (docs/api.md,
  *   `configChanged`). So an admission during the reload's own step may still count under the old max, and the store
  *   may hold up to the highest max under which any live lease or registration was made.
- * - An empty restart: an instance that restores its leases later than `restart_grace_ms` after the new epoch's
- *   creation leaves them uncounted meanwhile: up to its leases on the channel, for at most `lease_ttl_ms`. An admitting
+ * - An empty restart: an instance that reconnects later than `restart_grace_ms` after the new epoch's creation
+ *   leaves its leases uncounted meanwhile: up to its leases on the channel, for at most `lease_ttl_ms`. An admitting
  *   command in flight at the restart may be resent by ioredis before the epoch check: one slot per such call, until
  *   that many requests on the channel have ended.
  * - Redis paused past the lease TTL: a lease is fenced by its holder before it expires in Redis; only an event-loop
@@ -22,7 +22,7 @@ export interface Holder {
   readonly holding: boolean;
 }
 
-interface Restart {
+export interface Restart {
   at: number;
   /** Epoch creation + grace: when the others may admit again. Unknown until read. */
   graceEnd?: number;
@@ -109,8 +109,8 @@ export class Bounds {
       excess += Math.max(0, resend.calls - resend.ended);
       if (r.graceEnd === undefined || now > r.at + this.leaseTtlMs) continue;
       for (const [inst, held] of r.held) {
-        const restored = inst.events.find((e) => e.type === 'leases_restored' && e.at >= r.at)?.at;
-        if ((restored ?? now) <= r.graceEnd) continue;
+        const back = inst.reconnects.find((at) => at >= r.at);
+        if ((back ?? now) <= r.graceEnd) continue;
         excess += held.filter((h) => h.ch === ch && h.holding && holders.includes(h)).length;
       }
     }

@@ -5,8 +5,8 @@
  */
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { RedisServer } from '../helpers/redis-server.js';
-import { until } from '../helpers/until.js';
 import type { RedisBackend } from './backends.js';
+import type { Restart } from './bounds.js';
 import { deadOwnerProblems, type DeadOwner } from './leftovers.js';
 import type { Runner } from './runner.js';
 import type { Op } from './schedule.js';
@@ -21,6 +21,7 @@ export interface FaultLimits {
 
 export class Faults {
   readonly dead: DeadOwner[] = [];
+  private readonly restarts: Restart[] = [];
 
   constructor(
     readonly redis: RedisBackend,
@@ -70,12 +71,20 @@ export class Faults {
   private async restart(runner: Runner): Promise<void> {
     const held = new Map(runner.live.map((inst) => [inst, runner.held().filter((r) => r.inst === inst)]));
     const inFlight = (ch: string) => runner.live.reduce((n, inst) => n + inst.calls.of(ch), 0);
-    const restart = runner.bounds.noteRestart(held, inFlight);
+    this.restarts.push(runner.bounds.noteRestart(held, inFlight));
     await this.server!.restart();
-    if (runner.live.length === 0) return;
-    // the grace runs from the new epoch's creation, by the first instance back
-    const createdAt = await until(() => this.redis.epochCreatedAt(), 'the new epoch', { timeoutMs: 15_000 });
-    restart.graceEnd = createdAt + this.limits.restartGraceMs;
+    await this.readGrace();
+  }
+
+  /**
+   * The grace of the last restart runs from the new epoch's creation, by the first instance that checks the epoch
+   * (one with leases at once, an idle one at its next admitting command): until then nobody admits.
+   */
+  async readGrace(): Promise<void> {
+    const restart = this.restarts.at(-1);
+    if (!restart || restart.graceEnd !== undefined) return;
+    const createdAt = await this.redis.epochCreatedAt();
+    if (createdAt !== undefined) restart.graceEnd = createdAt + this.limits.restartGraceMs;
   }
 
   /** What crashed instances still hold past their bound. */

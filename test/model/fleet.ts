@@ -20,6 +20,11 @@ export interface Backend {
   closeStore(store: SlotStore): Promise<void>;
   /** Read-only loads for the checks, never through an instance. */
   readonly observer: SlotStore;
+  /**
+   * The max each registration in the channel's queue waits under, where the store shows it (Redis): a reload has
+   * reached the store once every waiter moved to the new max.
+   */
+  queuedMaxes?(channelId: string): Promise<number[]>;
 }
 
 /** How long a dead instance's clock jumps ahead: past every lease, registration and retry deadline. */
@@ -104,6 +109,8 @@ export class Instance {
   readonly clock = new MortalClock();
   readonly calls = new InFlightCalls();
   readonly events: (LeaseEvent & { at: number })[] = [];
+  /** When its store's connection came back, each time. */
+  readonly reconnects: number[] = [];
   private readonly store: SlotStore;
   dead = false;
 
@@ -114,6 +121,7 @@ export class Instance {
     settings: InstanceSettings,
   ) {
     this.store = backend.store(id);
+    this.store.onReconnect(() => this.reconnects.push(Date.now()));
     this.admission = createAdmission({
       store: this.calls.wrap(this.store),
       instanceId: id,

@@ -29,8 +29,6 @@ export interface Request extends Holder {
   ticket?: Ticket<Candidate>;
   /** Settles when the acquire has. */
   settled?: Promise<void>;
-  /** Set once its release was confirmed (or given up): it then holds nothing in the store. */
-  releaseDone?: boolean;
   endedAt?: number;
 }
 
@@ -243,7 +241,6 @@ export class Runner {
   async release(r: Request): Promise<void> {
     this.end(r);
     await r.ticket!.release();
-    r.releaseDone = true;
   }
 
   /** The oldest start among the requests that may still have a lease or a registration in the store. */
@@ -256,13 +253,15 @@ export class Runner {
         (r.state === 'pending' ||
           r.state === 'held' ||
           (r.state === 'dead' && now < r.liveUntil!) ||
-          (r.state === 'ended' && !r.releaseDone && now < r.endedAt! + ttl)),
+          // a release may land after it resolved (or be retried): its lease counts until it would have expired
+          (r.state === 'ended' && now < r.endedAt! + ttl)),
     );
     return Math.min(Date.now(), ...live.map((r) => r.startedAt));
   }
 
   /** The store's live leases against the bound, on every channel. */
   async checkStore(): Promise<Map<string, { active: number; waiting: number }>> {
+    await this.options.faults?.readGrace();
     const loads = await this.options.backend.observer.readLoads(this.channels);
     for (const ch of this.channels) {
       const bound = this.bounds.store(ch, this.oldestLive(ch), this.requests);
@@ -278,11 +277,13 @@ export class Runner {
     const matches = async () => {
       const loads = await this.checkStore();
       if (exact) {
-        const agree = (ch: string) => {
+        for (const ch of this.channels) {
           const { active, waiting } = loads.get(ch)!;
-          return active === this.held(ch).length && waiting === this.pending(ch).length;
-        };
-        return this.channels.every(agree);
+          if (active !== this.held(ch).length || waiting !== this.pending(ch).length) return false;
+          const maxes = (await backend.queuedMaxes?.(ch)) ?? [];
+          if (maxes.some((max) => max !== this.bounds.maxOf(ch))) return false; // a reload still on its way
+        }
+        return true;
       }
       // faults: every grant in the store to a live instance delivered, every waiter registered (the leases and
       // registrations of dead instances may linger)

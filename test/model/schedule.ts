@@ -83,7 +83,7 @@ export interface OpMix {
 export interface ScheduleShape {
   mix: OpMix;
   maxOps: number;
-  /** Every pause lasts this long (past the lease TTL) when set; else 100–1500 ms. */
+  /** Every pause lasts this long (past the lease TTL) when set; else 100–800 ms. */
   longPauseMs?: number;
   /**
    * Outcomes are compared with the model: a small queue bound (so `queue_full` happens) then comes with exact loads,
@@ -111,14 +111,14 @@ function opArbitrary(shape: ScheduleShape): fc.Arbitrary<Op> {
     },
   ];
   const faults: [number | undefined, fc.Arbitrary<Op>][] = [
-    [mix.sleep, fc.record({ kind: fc.constant('sleep' as const), ms: fc.integer({ min: 50, max: 2500 }) })],
+    [mix.sleep, fc.record({ kind: fc.constant('sleep' as const), ms: fc.integer({ min: 50, max: 1000 }) })],
     [mix.crash, fc.record({ kind: fc.constant('crash' as const), inst })],
     [mix.drop, fc.record({ kind: fc.constant('drop' as const), inst })],
     [
       mix.pause,
       fc.record({
         kind: fc.constant('pause' as const),
-        ms: shape.longPauseMs ? fc.constant(shape.longPauseMs) : fc.integer({ min: 100, max: 1500 }),
+        ms: shape.longPauseMs ? fc.constant(shape.longPauseMs) : fc.integer({ min: 100, max: 800 }),
       }),
     ],
     [mix.restart, fc.constant({ kind: 'restart' as const })],
