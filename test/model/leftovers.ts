@@ -22,6 +22,9 @@ export interface LeftoverLimits {
   dead: readonly DeadOwner[];
   /** No slots or queue key at all (a run without faults, where every lease and waiter left). */
   strict: boolean;
+  /** The tokens of every ticket the run released. */
+  released: ReadonlySet<string>;
+  claimMs: number;
 }
 
 const PEAK_KEY_MS = 120_000;

@@ -99,6 +99,10 @@ async function runOn(
   return runner.trace;
 }
 
+/** The tokens of every ticket the run admitted (all released by its end). */
+const released = (runner: Runner) =>
+  new Set(runner.requests.flatMap((r) => (r.ticket?.token ? [r.ticket.token] : [])));
+
 export function formatTrace(trace: readonly string[][]): string {
   return trace
     .map(([op, ...events], i) => `  ${String(i).padStart(2)}. ${op}: ${events.join(', ') || '-'}`)
@@ -112,7 +116,7 @@ export async function compareWithModel(schedule: Schedule, target: StoreTarget):
   try {
     const limits = { leaseTtlMs: LEASE_TTL_MS, lifetimeMs: WAIT_TIMEOUT_MS.exact + REGISTRATION_MARGIN_MS };
     const real = await runOn(redis, schedule, true, () =>
-      leftoverProblems(redis, { ...limits, dead: [], strict: true }),
+      leftoverProblems(redis, { ...limits, dead: [], strict: true, released: new Set(), claimMs: CLAIM_MS }),
     );
     const differ = real.findIndex((step, i) => step.join() !== model[i]!.join());
     if (differ >= 0) {
@@ -143,7 +147,12 @@ export async function checkUnderFaults(
       false,
       async (runner) => [
         ...(await faults.deadOwnerProblems(runner.channels)),
-        ...(await leftoverProblems(redis, { ...limits, dead: faults.dead, strict: false })),
+        ...(await leftoverProblems(redis, {
+          ...limits,
+          dead: faults.dead,
+          strict: false,
+          released: released(runner),
+        })),
       ],
       faults,
     );
