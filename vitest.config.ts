@@ -3,7 +3,7 @@ import { defineConfig } from 'vitest/config';
 /**
  * Two projects, both run by `npm test`: `unit` (core logic, MemoryStore, the gateway through inject, on manual
  * clocks; no Redis, no child processes) and `integration` (real redis-server processes, gateway processes, the
- * benchmark harness). `slotgate` and `slotgate-gateway` resolve to their sources, so no build is needed.
+ * benchmark harness, the randomized model tests of test/model). `slotgate` and `slotgate-gateway` resolve to their sources, so no build is needed.
  */
 const conditions = ['slotgate-source'];
 
@@ -28,6 +28,7 @@ export default defineConfig({
             'test/integration/**/*.test.ts',
             'test/contract/redis-store.test.ts',
             'test/contract/redis-cluster-store.test.ts',
+            'test/model/**/*.test.ts',
           ],
           globalSetup: ['test/helpers/global-setup.ts'],
         },

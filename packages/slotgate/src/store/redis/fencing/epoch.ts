@@ -169,9 +169,19 @@ export class Epoch {
   /** Resolves once the epoch is verified (restored and the grace waited out after a restart). Coalesced. */
   ensure(): Promise<void> {
     if (this.verified) return Promise.resolve();
-    return (this.checking ??= this.check().finally(() => {
+    return (this.checking ??= this.verify().finally(() => {
       this.checking = undefined;
     }));
+  }
+
+  /**
+   * Checks until a check verifies. One that spanned a lost connection says nothing of the Redis there now (it may
+   * have restarted empty again, during the grace): a caller that joined it, the admitting command or the reconnect
+   * that would restore the leases, must not go on without another check.
+   */
+  private async verify(): Promise<void> {
+    do await this.check();
+    while (!this.verified && !this.detached);
   }
 
   private async check(): Promise<void> {
