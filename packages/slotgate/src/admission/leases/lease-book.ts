@@ -45,6 +45,8 @@ interface LeaseBookOptions {
   fencingEnabled: () => boolean;
   /** Asked for a lease past its deadline, with the local slots on its channel: true keeps it local. */
   keepAsLocal: (lease: Lease, localOnChannel: number) => boolean;
+  /** A lease lost: its token still goes from the store (lease-manager.ts). */
+  onLost: (lease: Lease) => void;
 }
 
 export class LeaseBook {
@@ -122,6 +124,7 @@ export class LeaseBook {
 
   lose(lease: Lease, reason: LeaseLostReason): void {
     this.forget(lease);
+    this.opts.onLost(lease);
     this.opts.emit({ type: 'lease_lost', channelId: lease.channelId, token: lease.token, reason });
     if (this.opts.fencingEnabled())
       this.fences.get(lease)?.abort(new LeaseLostError(lease.channelId, reason));
