@@ -117,7 +117,17 @@ export class RedisStore implements SlotStore {
     const { hints, members } = this;
     this.messages = new GrantMessages({ client, keys, hints, members });
     const inFlight = (operation: string) => this.epoch.inFlight(operation);
-    this.queues = new RedisQueues({ client, keys, deadlines, count, clock, claimMs, hints, members, inFlight });
+    this.queues = new RedisQueues({
+      client,
+      keys,
+      deadlines,
+      count,
+      clock,
+      claimMs,
+      hints,
+      members,
+      inFlight,
+    });
     const release: ReleaseDeps = {
       keys,
       clock,

@@ -122,9 +122,17 @@ export interface Subscriber {
   disconnect(): void;
 }
 
-/** A pub/sub connection of its own, which waits through an outage and resubscribes. */
+/**
+ * A pub/sub connection of its own, which waits through an outage. Its user subscribes again on each 'ready': ioredis's
+ * own resubscription handles no rejection, so a connection closed right after a reconnect (a shutdown, a Cluster
+ * node replaced) made it an unhandled rejection, which ends a Node process (found by the model tests).
+ */
 export function subscriberOf(client: Redis | Cluster): Subscriber {
-  const waitThrough: RedisOptions = { enableOfflineQueue: true, maxRetriesPerRequest: null };
+  const waitThrough: RedisOptions = {
+    enableOfflineQueue: true,
+    maxRetriesPerRequest: null,
+    autoResubscribe: false,
+  };
   if (isCluster(client)) {
     return new NodeSubscriber(client, {
       ...client.options.redisOptions,

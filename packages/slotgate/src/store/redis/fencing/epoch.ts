@@ -152,7 +152,8 @@ export class Epoch {
     const losses = this.losses;
     return () => {
       if (this.losses === losses) return;
-      const why = 'the connection dropped while it was in flight (it may have run on a Redis not yet checked)';
+      const why =
+        'the connection dropped while it was in flight (it may have run on a Redis not yet checked)';
       throw new StoreUnavailableError(operation, `${operation} failed: ${why}`);
     };
   }

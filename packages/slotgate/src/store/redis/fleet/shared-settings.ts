@@ -87,9 +87,16 @@ export class RedisSharedSettings<T extends object> implements SharedSettings<T> 
     const subscriber = subscriberOf(this.deps.client);
     subscriber.on('error', (err: Error) => this.opts.onError?.(err));
     subscriber.on('message', () => void this.refresh());
+    const subscribe = () =>
+      subscriber.subscribe(this.deps.keys.settingsChannel()).catch((err: Error) => {
+        if (!this.closed) this.opts.onError?.(err);
+      });
     // messages sent during a gap are lost, and a restarted Redis may have lost the overrides
-    subscriber.on('ready', () => void this.refresh());
-    subscriber.subscribe(this.deps.keys.settingsChannel()).catch((err: Error) => this.opts.onError?.(err));
+    subscriber.on('ready', () => {
+      void subscribe();
+      void this.refresh();
+    });
+    void subscribe();
     this.subscriber = subscriber;
     this.scheduleReread();
   }
