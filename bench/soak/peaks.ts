@@ -3,7 +3,7 @@
  * under the old one drain: from the reload's start until both gateways run the new config and the upstream has no
  * more than the new max in flight, the bound is the higher of the two ("transition"); otherwise it is the max.
  */
-import type { FakeUpstream } from '../../test/helpers/fake-upstream.js';
+import type { FakeUpstream, Handler, ReceivedRequest } from '../../test/helpers/fake-upstream.js';
 
 export interface ChannelPeaks {
   /** Highest in flight while one max was in force, and the highest such max. */
@@ -14,12 +14,19 @@ export interface ChannelPeaks {
   transitionBound: number;
 }
 
-/** One interval in which the upstream had more in flight than the bound in force. */
+/**
+ * An arrival that put the upstream over the bound in force. It is `explained` when at least as many of the calls in
+ * flight with it as it went over were later closed early by the gateway (a client abort, a fenced slot): calls whose
+ * slot was already given back but whose close had not reached the upstream yet (docs/redis.md, failure bounds: "a
+ * client goes away, or a slot is fenced, mid-call"). `lagMs`: from the arrival until the last of those closes came.
+ */
 export interface Excess {
   atS: number;
   channel: string;
-  peak: number;
+  inFlight: number;
   bound: number;
+  explained: boolean;
+  lagMs?: number;
 }
 
 export class Peaks {
@@ -28,6 +35,9 @@ export class Peaks {
   private readonly max = new Map<string, number>();
   /** The bound of a channel in transition. */
   private readonly draining = new Map<string, number>();
+  /** Per channel, the calls that reached its handler and are not over. */
+  private readonly live = new Map<string, Set<ReceivedRequest>>();
+  private readonly checks = new Set<Promise<void>>();
 
   constructor(
     private readonly upstream: FakeUpstream,
@@ -39,6 +49,19 @@ export class Peaks {
       this.byChannel[id] = { steady: 0, steadyMax: max, transition: 0, transitionBound: 0 };
       upstream.record(id);
     }
+  }
+
+  /** `handler`, checking first whether each arrival puts its channel over the bound in force. */
+  watch(handler: Handler): Handler {
+    return (request) => {
+      this.arrive(request);
+      return typeof handler === 'function' ? handler(request) : handler;
+    };
+  }
+
+  /** Resolves once every excess seen so far has been explained or not (every call in flight with it has ended). */
+  async checked(): Promise<void> {
+    await Promise.all(this.checks);
   }
 
   /** Closes the interval since the last fold on every channel: its peak goes to the phase in force. */
@@ -85,7 +108,35 @@ export class Peaks {
       p.transition = Math.max(p.transition, peak);
       p.transitionBound = Math.max(p.transitionBound, bound);
     }
-    if (peak > bound) this.excess.push({ atS: this.clock(), channel: id, peak, bound });
     return peak;
+  }
+
+  private arrive(request: ReceivedRequest): void {
+    const { channel } = request;
+    let live = this.live.get(channel);
+    if (!live) this.live.set(channel, (live = new Set()));
+    live.add(request);
+    void request.done.then(() => live.delete(request));
+    const bound = this.draining.get(channel) ?? this.max.get(channel)!;
+    const others = [...live].filter((r) => r !== request && r.endedAt === undefined);
+    const over = others.length + 1 - bound;
+    if (over <= 0) return;
+    const at = performance.now();
+    const excess: Excess = {
+      atS: this.clock(),
+      channel,
+      inFlight: others.length + 1,
+      bound,
+      explained: false,
+    };
+    this.excess.push(excess);
+    const check = Promise.all(others.map((r) => r.done)).then(() => {
+      const lags = others.filter((r) => r.aborted).map((r) => r.endedAt! - at);
+      if (lags.length < over) return;
+      excess.explained = true;
+      excess.lagMs = lags.sort((a, b) => a - b)[over - 1];
+    });
+    this.checks.add(check);
+    void check.finally(() => this.checks.delete(check));
   }
 }

@@ -15,6 +15,7 @@ import {
   WAIT_TIMEOUT_MS,
 } from './config.js';
 import type { Fault } from './faults.js';
+import type { Excess } from './peaks.js';
 import type { SoakResult } from './run.js';
 import { METRICS, slopePerMinute, warmupS } from './series.js';
 import { soakSvg } from './svg.js';
@@ -87,12 +88,28 @@ export function seriesTable(r: SoakResult): string {
   );
 }
 
+/** An arrival over the bound, as the table shows one not explained by a call closed early. */
+const excessText = (e: Excess) => `${fmt(e.atS, 0)} s: ${e.inFlight}/${e.bound}`;
+
 export function peakTable(r: SoakResult): string {
-  const rows = CHANNELS.map((c) => ({ id: c.id, max: c.max, ...r.peaks[c.id]! }));
-  const over = (id: string) => r.excess.filter((e) => e.channel === id);
+  const rows = CHANNELS.map((c) => {
+    const over = r.excess.filter((e) => e.channel === c.id);
+    const lags = over.flatMap((e) => (e.explained ? [e.lagMs!] : []));
+    return {
+      id: c.id,
+      max: c.max,
+      ...r.peaks[c.id]!,
+      over,
+      lags,
+      unexplained: over.filter((e) => !e.explained),
+    };
+  });
   return (
-    'The upstream counts its own requests in flight. "Transition": from a reload until both gateways run the new ' +
-    'file and the slots taken under a higher old max have drained; the bound there is the higher of the two.\n\n' +
+    'The upstream counts its own calls in flight. "Transition": from a reload until both gateways run the new ' +
+    'file and the slots taken under a higher old max have drained; the bound there is the higher of the two. ' +
+    '"Arrivals over the bound": calls that reached the upstream while it had the bound in flight already; ' +
+    '"explained" when enough of those were calls the gateway closed early (a client abort, a fenced slot) and ' +
+    'whose close had not reached the upstream yet (docs/redis.md, failure bounds), with the longest such lag.\n\n' +
     columns(rows, [
       ['channel', (x) => x.id],
       ['max', (x) => x.max.join(' ↔ ')],
@@ -101,14 +118,14 @@ export function peakTable(r: SoakResult): string {
         'peak in transitions',
         (x) => (x.transitionBound ? `${x.transition} (bound ${x.transitionBound})` : '–'),
       ],
+      ['arrivals over the bound', (x) => fmt(x.over.length, 0)],
       [
-        'seconds over the bound',
-        (x) =>
-          over(x.id).length
-            ? `**${over(x.id)
-                .map((e) => `${fmt(e.atS, 0)} s: ${e.peak}/${e.bound}`)
-                .join(', ')}**`
-            : '0',
+        'explained, longest lag',
+        (x) => (x.lags.length ? `${x.lags.length}, ${fmt(Math.max(...x.lags), 0)} ms` : '–'),
+      ],
+      [
+        'not explained',
+        (x) => (x.unexplained.length ? `**${x.unexplained.map(excessText).join(', ')}**` : '0'),
       ],
     ])
   );

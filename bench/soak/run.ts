@@ -44,14 +44,14 @@ function warningsOf(output: string): SoakResult['gatewayWarnings'][number] {
 export async function runSoak(options: SoakOptions, progress: (line: string) => void = () => {}) {
   const startedAt = new Date().toISOString();
   const redis = await RedisServer.start();
-  const upstream = await FakeUpstream.start({ keepRequests: false, reply: chatAnswer(UPSTREAM) });
-  for (const c of CHANNELS) if (c.long) upstream.on(c.id, chatAnswer(LONG_UPSTREAM));
+  const upstream = await FakeUpstream.start({ keepRequests: false });
   const dir = await tempDir();
   const gateways: GwProcess[] = [];
   let t0 = performance.now();
   const clock = () => (performance.now() - t0) / 1000;
   try {
     const peaks = new Peaks(upstream, Object.fromEntries(CHANNELS.map((c) => [c.id, maxAt(c, 0)])), clock);
+    for (const c of CHANNELS) upstream.on(c.id, peaks.watch(chatAnswer(c.long ? LONG_UPSTREAM : UPSTREAM)));
     const configPath = `${dir.dir}/slotgate.yaml`;
     const faults = new FaultRunner({
       redis,
@@ -104,6 +104,7 @@ export async function runSoak(options: SoakOptions, progress: (line: string) => 
     await sampler.stop();
     if (failure) throw failure;
     peaks.fold();
+    await peaks.checked();
     return {
       options,
       startedAt,

@@ -1,8 +1,8 @@
 /**
  * Once a second: each gateway's process figures from its own /metrics (prom-client's default metrics, so the
  * gateway runs unchanged), Redis's DBSIZE and used_memory, and the upstream's peak per channel in that second. A
- * source that does not answer within the second (Redis paused or down, a gateway stalled) leaves a gap, not a stall:
- * every tick starts on time.
+ * source that does not answer in time (Redis paused or down, a gateway stalled) leaves a gap, not a stall: every tick
+ * starts on time, whatever the ticks before it still wait for.
  */
 import { Redis } from 'ioredis';
 import { request } from 'undici';
@@ -27,7 +27,10 @@ export interface Sample {
   peaks: Record<string, number>;
 }
 
-const SCRAPE_TIMEOUT_MS = 950;
+/** A gateway's /metrics waits for its store's PING (up to `redis.timeout_ms`, 1 s) while Redis is down or paused. */
+const SCRAPE_TIMEOUT_MS = 3000;
+/** Redis's own figures: a Redis that does not answer within the second leaves a gap. */
+const REDIS_TIMEOUT_MS = 950;
 
 /** A gateway's figures from its /metrics. */
 export async function scrape(gateway: string, timeoutMs = SCRAPE_TIMEOUT_MS): Promise<GatewaySample> {
@@ -56,7 +59,7 @@ export class Sampler {
   ) {
     // fails fast while Redis is down or paused, and reconnects after a restart
     this.redis = new Redis(redisUrl, {
-      commandTimeout: SCRAPE_TIMEOUT_MS,
+      commandTimeout: REDIS_TIMEOUT_MS,
       maxRetriesPerRequest: 0,
       enableOfflineQueue: false,
     });

@@ -9,13 +9,16 @@ import { METRICS } from './series.js';
 
 const W = 460;
 const H = 170;
-const M = { left: 56, right: 12, top: 24, bottom: 26 };
+const M = { left: 56, right: 24, top: 24, bottom: 26 };
 const COLORS: Record<string, string> = { 'gateway 1': '#1f77b4', 'gateway 2': '#ff7f0e', redis: '#2ca02c' };
 const FAULT_STYLE: Record<Fault['kind'], string> = {
   reload: 'stroke="#888" stroke-dasharray="3,3"',
   restart: 'stroke="#d62728" stroke-width="1.5"',
   pause: 'fill="#ff7f0e" fill-opacity="0.2"',
 };
+
+/** Seconds between two samples above which they are not joined. */
+const GAP_S = 2.5;
 
 const esc = (s: string) => s.replace(/&/g, '&amp;').replace(/</g, '&lt;');
 /** Minutes from 2 minutes up, seconds below. */
@@ -40,12 +43,14 @@ function panel(
       ? `<rect x="${x(f.atS)}" y="${M.top}" width="${Math.max(1, x(f.endS) - x(f.atS))}" height="${ph}" ${FAULT_STYLE.pause}/>`
       : `<line x1="${x(f.atS)}" x2="${x(f.atS)}" y1="${M.top}" y2="${M.top + ph}" ${FAULT_STYLE[f.kind]}/>`,
   );
-  const paths = lines.map(
-    (l) =>
-      `<polyline fill="none" stroke="${COLORS[l.label] ?? '#000'}" stroke-width="1.2" points="${l.points
-        .map(([t, v]) => `${x(t).toFixed(1)},${y(v).toFixed(1)}`)
-        .join(' ')}"/>`,
-  );
+  // a gap in the samples (a source that did not answer) breaks the line
+  const paths = lines.map((l) => {
+    const d = l.points.map(
+      ([t, v], i) =>
+        `${i > 0 && t - l.points[i - 1]![0] <= GAP_S ? 'L' : 'M'}${x(t).toFixed(1)},${y(v).toFixed(1)}`,
+    );
+    return `<path fill="none" stroke="${COLORS[l.label] ?? '#000'}" stroke-width="1.2" d="${d.join(' ')}"/>`;
+  });
   const ticks = [0, 0.25, 0.5, 0.75, 1].map(
     (f) =>
       `<text x="${x(f * spanS)}" y="${H - 8}" text-anchor="middle">${timeLabel(f * spanS, spanS)}</text>`,
