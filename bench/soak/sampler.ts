@@ -6,7 +6,7 @@
  */
 import { Redis } from 'ioredis';
 import { request } from 'undici';
-import { parsePrometheusText, valueOf } from '../../test/helpers/prom-text.js';
+import { parsePrometheusText, select, valueOf } from '../../test/helpers/prom-text.js';
 import type { Peaks } from './peaks.js';
 
 export interface GatewaySample {
@@ -14,6 +14,8 @@ export interface GatewaySample {
   heapUsedBytes: number;
   eventLoopP99S: number;
   activeHandles: number;
+  /** nodejs_active_handles by type (Socket, Timeout, …): what a growing handle count is made of. */
+  handlesByType: Record<string, number>;
   configVersion: number;
 }
 
@@ -41,6 +43,9 @@ export async function scrape(gateway: string, timeoutMs = SCRAPE_TIMEOUT_MS): Pr
     heapUsedBytes: valueOf(exp, 'nodejs_heap_size_used_bytes'),
     eventLoopP99S: valueOf(exp, 'nodejs_eventloop_lag_p99_seconds'),
     activeHandles: valueOf(exp, 'nodejs_active_handles_total'),
+    handlesByType: Object.fromEntries(
+      select(exp, 'nodejs_active_handles').map((x) => [x.labels.type ?? '?', x.value]),
+    ),
     configVersion: valueOf(exp, 'slotgate_config_version'),
   };
 }

@@ -21,6 +21,12 @@ const FAULT_STYLE: Record<Fault['kind'], string> = {
 const GAP_S = 2.5;
 
 const esc = (s: string) => s.replace(/&/g, '&amp;').replace(/</g, '&lt;');
+/** Round tick steps in seconds: at most 6 ticks on the axis. */
+const STEPS_S = [5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600];
+const timeTicks = (spanS: number): number[] => {
+  const step = STEPS_S.find((s) => spanS / s <= 6) ?? Math.ceil(spanS / 6);
+  return Array.from({ length: Math.floor(spanS / step) + 1 }, (_, k) => k * step);
+};
 /** Minutes from 2 minutes up, seconds below. */
 const timeLabel = (s: number, spanS: number) => (spanS >= 120 ? `${fmt(s / 60, 1)} min` : `${fmt(s, 0)} s`);
 
@@ -51,9 +57,8 @@ function panel(
     );
     return `<path fill="none" stroke="${COLORS[l.label] ?? '#000'}" stroke-width="1.2" d="${d.join(' ')}"/>`;
   });
-  const ticks = [0, 0.25, 0.5, 0.75, 1].map(
-    (f) =>
-      `<text x="${x(f * spanS)}" y="${H - 8}" text-anchor="middle">${timeLabel(f * spanS, spanS)}</text>`,
+  const ticks = timeTicks(spanS).map(
+    (t) => `<text x="${x(t)}" y="${H - 8}" text-anchor="middle">${timeLabel(t, spanS)}</text>`,
   );
   return [
     `<text x="${M.left}" y="16" font-weight="bold">${esc(title)}</text>`,
