@@ -6,9 +6,8 @@
 import type { FakeUpstream, Handler, ReceivedRequest } from '../../test/helpers/fake-upstream.js';
 
 export interface ChannelPeaks {
-  /** Highest in flight while one max was in force, and the highest such max. */
+  /** Highest in flight while one max was in force. */
   steady: number;
-  steadyMax: number;
   /** Highest in flight during reload transitions, and the highest bound of those. */
   transition: number;
   transitionBound: number;
@@ -46,7 +45,7 @@ export class Peaks {
   ) {
     for (const [id, max] of Object.entries(initial)) {
       this.max.set(id, max);
-      this.byChannel[id] = { steady: 0, steadyMax: max, transition: 0, transitionBound: 0 };
+      this.byChannel[id] = { steady: 0, transition: 0, transitionBound: 0 };
       upstream.record(id);
     }
   }
@@ -100,13 +99,10 @@ export class Peaks {
     record.max = record.current; // the next interval starts from what is in flight now
     const p = this.byChannel[id]!;
     const transit = this.draining.get(id);
-    const bound = transit ?? this.max.get(id)!;
-    if (transit === undefined) {
-      p.steady = Math.max(p.steady, peak);
-      p.steadyMax = Math.max(p.steadyMax, bound);
-    } else {
+    if (transit === undefined) p.steady = Math.max(p.steady, peak);
+    else {
       p.transition = Math.max(p.transition, peak);
-      p.transitionBound = Math.max(p.transitionBound, bound);
+      p.transitionBound = Math.max(p.transitionBound, transit);
     }
     return peak;
   }

@@ -2,6 +2,7 @@
  * One soak: a private redis-server, a counting upstream, two `slotgate serve` processes on one config file, the
  * clients, the faults and the sampler, for `durationS`; then everything is stopped and the figures returned.
  */
+import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Redis } from 'ioredis';
 import { FakeUpstream, chatAnswer } from '../../test/helpers/fake-upstream.js';
@@ -41,7 +42,10 @@ function warningsOf(output: string): SoakResult['gatewayWarnings'][number] {
   return out;
 }
 
-export async function runSoak(options: SoakOptions, progress: (line: string) => void = () => {}) {
+export async function runSoak(
+  options: SoakOptions,
+  progress: (line: string) => void = () => {},
+): Promise<SoakResult> {
   const startedAt = new Date().toISOString();
   const redis = await RedisServer.start();
   const upstream = await FakeUpstream.start({ keepRequests: false });
@@ -52,7 +56,7 @@ export async function runSoak(options: SoakOptions, progress: (line: string) => 
   try {
     const peaks = new Peaks(upstream, Object.fromEntries(CHANNELS.map((c) => [c.id, maxAt(c, 0)])), clock);
     for (const c of CHANNELS) upstream.on(c.id, peaks.watch(chatAnswer(c.long ? LONG_UPSTREAM : UPSTREAM)));
-    const configPath = `${dir.dir}/slotgate.yaml`;
+    const configPath = join(dir.dir, 'slotgate.yaml');
     const faults = new FaultRunner({
       redis,
       gateways,
@@ -116,7 +120,7 @@ export async function runSoak(options: SoakOptions, progress: (line: string) => 
       peaks: peaks.byChannel,
       excess: peaks.excess,
       gatewayWarnings: gateways.map((g) => warningsOf(g.output())),
-    } satisfies SoakResult;
+    };
   } finally {
     await Promise.all(gateways.map((g) => g.kill()));
     await upstream.close();
