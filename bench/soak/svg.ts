@@ -1,6 +1,6 @@
 /**
  * The soak's series as one SVG: a small panel per metric (METRICS), two per row, on a shared time axis with every
- * fault marked (a reload a dashed line, a Redis restart a red line, a pause an orange band over its length).
+ * fault marked (a reload a dashed line, a Redis restart a red line, a pause an orange band over its length, outlined so a long run's few pixels still show).
  */
 import { fmt } from '../format.js';
 import type { Fault } from './faults.js';
@@ -14,7 +14,7 @@ const COLORS: Record<string, string> = { 'gateway 1': '#1f77b4', 'gateway 2': '#
 const FAULT_STYLE: Record<Fault['kind'], string> = {
   reload: 'stroke="#888" stroke-dasharray="3,3"',
   restart: 'stroke="#d62728" stroke-width="1.5"',
-  pause: 'fill="#ff7f0e" fill-opacity="0.2"',
+  pause: 'fill="#ff7f0e" fill-opacity="0.3" stroke="#ff7f0e"',
 };
 
 /** Seconds between two samples above which they are not joined. */
