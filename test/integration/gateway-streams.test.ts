@@ -9,6 +9,7 @@ import type { RedisStore } from '../../packages/slotgate/src/store/redis/redis-s
 import { FakeUpstream, gate, sseData } from '../helpers/fake-upstream.js';
 import {
   CLIENT,
+  LOG_LINES,
   SECRETS,
   call,
   chat,
@@ -301,6 +302,28 @@ describe('gateway streams on Redis', () => {
     // released, not merely gone from Redis: this gateway holds no lease and renews nothing
     expect(gw.gateway.admission.stats().liveLeases).toBe(0);
     expect(up.requests('alpha')).toHaveLength(1);
+  });
+
+  it('a client that leaves after the upstream headers, before its first chunk, is no gateway error', async () => {
+    const up = await upstream();
+    const hold = gate();
+    cleanups.push(() => hold.open());
+    // the headers go out at once; the first chunk waits for the gate (a model thinking before its first token)
+    up.on('alpha', { sse: [() => hold.promise, ...chunks(2)] });
+    const gw = await gateway(configDoc({ channels: [openai(up, 'alpha', { max_concurrency: 1 })] }));
+    const errorsBefore = LOG_LINES.filter((l) => l.includes('"level":50')).length;
+
+    const client = streamingCall(`${gw.url}/v1/chat/completions`, chat('gpt-x', { stream: true }));
+    expect(await eventually(() => up.requests('alpha').length === 1)).toBe(true);
+    client.destroy();
+    const held = up.requests('alpha')[0]!;
+    await within(held.done, 5000, 'upstream request closed');
+    await expect.poll(async () => (await redisLoad(gw, 'alpha')).active).toBe(0);
+
+    // no 'internal error' line, and the gateway counts no 5xx of its own
+    expect(LOG_LINES.filter((l) => l.includes('"level":50')).slice(errorsBefore)).toEqual([]);
+    const metrics = await (await fetch(`${gw.url}/metrics`)).text();
+    expect(metrics).not.toMatch(/slotgate_responses_total\{[^}]*source="gateway"[^}]*code="5/);
   });
 
   it('a disconnect mid-stream on a bounded mock channel frees the slot too', async () => {

@@ -80,6 +80,12 @@ export function buildApp(deps: AppDeps): FastifyInstance {
   const bodyLimit = config.server.body_limit_bytes;
 
   const answerError = (err: FastifyError, request: FastifyRequest, reply: FastifyReply) => {
+    // The client left before the first byte of a streamed answer (Fastify writes the headers with it): the body was
+    // ended for it, nobody is there to answer, and it is no gateway error.
+    if (err.code === 'ERR_STREAM_PREMATURE_CLOSE' && reply.raw.destroyed) {
+      request.log.debug('the client left before the first byte of its answer');
+      return;
+    }
     const shape = shapeOf(request.url);
     const httpError = fastifyHttpError(err, bodyLimit) ?? toHttpError(err);
     if (httpError.code === 'internal_error') request.log.error({ err }, 'internal error');
