@@ -350,6 +350,8 @@ export class RedisStore implements SlotStore {
   }
 
   async close(): Promise<void> {
+    // a waiter that left just before holds no grant past the close (else it would wait out its claim deadline)
+    await this.queues.leavesSent();
     this.epoch.detach();
     this.deadlines.close();
     if (!this.owned) return;

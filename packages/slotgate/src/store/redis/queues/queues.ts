@@ -31,6 +31,8 @@ export interface QueueDeps {
 
 export class RedisQueues {
   private readonly batch: EnqueueBatch;
+  /** Leaves on their way: a close waits for them, so a grant a leaving waiter holds goes back at once. */
+  private readonly leaving = new Set<Promise<unknown>>();
 
   constructor(private readonly deps: QueueDeps) {
     this.batch = new EnqueueBatch(deps.client, deps.clock, () => deps.count('wait', 1));
@@ -134,7 +136,7 @@ export class RedisQueues {
   ): Promise<boolean> {
     const { client, count, deadlines, keys } = this.deps;
     count('wait', 1);
-    return deadlines.run('wait_unregister', async () => {
+    const left = deadlines.run('wait_unregister', async () => {
       if (queued) {
         if ((await client.zrem(keys.queue(channelId), member)) === 1) return false;
         count('wait', 1);
@@ -144,5 +146,14 @@ export class RedisQueues {
         ...this.grantArgs(channelId, leaseTtlMs),
       ]);
     });
+    this.leaving.add(left);
+    const done = () => void this.leaving.delete(left);
+    left.then(done, done);
+    return left;
+  }
+
+  /** Settles once every leave sent so far has (each is bounded by the store's time-out). */
+  async leavesSent(): Promise<void> {
+    await Promise.allSettled([...this.leaving]);
   }
 }
