@@ -24,6 +24,7 @@ import {
   type WaiterRef,
   type WaiterState,
 } from '../store.js';
+import * as cooldowns from './cooldowns.js';
 import { createClient, type ClusterConnection, type SentinelConnection } from './connection/connection.js';
 import { deadlinesFor } from './connection/cluster-deadlines.js';
 import type { Deadlines } from './connection/deadlines.js';
@@ -116,18 +117,8 @@ export class RedisStore implements SlotStore {
     this.epoch = new Epoch({ client, key: keys.epoch(), probeChannel, clock, deadlines, count, graceMs });
     const { hints, members } = this;
     this.messages = new GrantMessages({ client, keys, hints, members });
-    const inFlight = (operation: string) => this.epoch.inFlight(operation);
-    this.queues = new RedisQueues({
-      client,
-      keys,
-      deadlines,
-      count,
-      clock,
-      claimMs,
-      hints,
-      members,
-      inFlight,
-    });
+    const queueDeps = { client, keys, deadlines, count, clock, claimMs, hints, members };
+    this.queues = new RedisQueues({ ...queueDeps, inFlight: (operation) => this.epoch.inFlight(operation) });
     const release: ReleaseDeps = {
       keys,
       clock,
@@ -196,12 +187,9 @@ export class RedisStore implements SlotStore {
 
   acquireFirst(targets: readonly AcquireTarget[], opts: AcquireOptions): Promise<AcquireReply[]> {
     if (targets.length === 0) return Promise.resolve([]);
-    if (targets.length > this.maxChannelsPerAcquire) {
-      const most = this.maxChannelsPerAcquire;
-      return Promise.reject(
-        new RangeError(`acquireFirst takes at most ${most} channels per call on this store`),
-      );
-    }
+    const most = this.maxChannelsPerAcquire;
+    if (targets.length > most)
+      return Promise.reject(new RangeError(`acquireFirst takes at most ${most} channels per call here`));
     return this.epoch.admitting('acquire', () => {
       const stamp = this.hints.stamp();
       const check = this.epoch.inFlight('acquire');
@@ -294,25 +282,20 @@ export class RedisStore implements SlotStore {
     return readHolders(this.direct, channelIds);
   }
 
-  async setCooldown(channelId: string, ms: number, reason: string): Promise<void> {
-    const px = Math.max(1, Math.round(ms));
-    await this.run('cooldown', 1, () => this.client.set(this.keys.cooldown(channelId), reason, 'PX', px));
-    // for the summary's readers; the acquire script checks the cooldown key alone
-    await this.summary.noteCooldown(channelId, px);
+  setCooldown(channelId: string, ms: number, reason: string): Promise<void> {
+    return cooldowns.setCooldown(this.cooldownDeps, channelId, ms, reason);
   }
 
-  async clearCooldown(channelId: string): Promise<void> {
-    await this.run('cooldown', 1, () => this.client.del(this.keys.cooldown(channelId)));
-    await this.summary.clearCooldown(channelId);
+  clearCooldown(channelId: string): Promise<void> {
+    return cooldowns.clearCooldown(this.cooldownDeps, channelId);
   }
 
-  /** The cooldown's reason and remaining time (-1: no expiry); null when the channel does not cool. */
-  async readCooldown(channelId: string): Promise<{ reason: string; remainingMs: number } | null> {
-    const key = this.keys.cooldown(channelId);
-    const [reason, pttl] = await this.run('cooldown', 2, () =>
-      Promise.all([this.client.get(key), this.client.pttl(key)]),
-    );
-    return reason === null || pttl === -2 ? null : { reason, remainingMs: pttl };
+  readCooldown(channelId: string): Promise<{ reason: string; remainingMs: number } | null> {
+    return cooldowns.readCooldown(this.cooldownDeps, channelId);
+  }
+
+  private get cooldownDeps(): cooldowns.CooldownDeps {
+    return { client: this.client, keys: this.keys, summary: this.summary, run: this.run };
   }
 
   get presence(): Presence {
@@ -328,9 +311,8 @@ export class RedisStore implements SlotStore {
   /** Unhealthy also while the Redis user may not run what the scripts need (checked again here until it may). */
   async health(): Promise<StoreHealth> {
     const health = await nodes.ping(this.client, this.clock, HEALTH_TIMEOUT_MS);
-    if (health.healthy && this.epoch.denied !== undefined) await this.epoch.ensure().catch(() => {});
-    if (health.healthy && this.epoch.denied !== undefined)
-      return { ...health, healthy: false, error: this.epoch.denied };
+    const denied = health.healthy ? await this.epoch.deniedNow() : undefined;
+    if (denied) return { ...health, healthy: false, error: denied };
     if (health.healthy || this.socketError === undefined || health.error === this.socketError) return health;
     return { ...health, error: this.socketError };
   }

@@ -42,7 +42,13 @@ export class Epoch {
   private readonly listeners = new Set<RestartListener>();
   restarts = 0;
   /** What the Redis user may not run that the scripts need, as the last check found; undefined once one passed. */
-  denied: string | undefined;
+  private denied: string | undefined;
+
+  /** `denied`, checked again first while it is set (so a fixed rule shows at once). */
+  async deniedNow(): Promise<string | undefined> {
+    if (this.denied !== undefined) await this.ensure().catch(() => {});
+    return this.denied;
+  }
 
   private readonly reconnectListeners = new Set<() => void>();
   private readonly onClose = (): void => this.invalidate();
