@@ -411,3 +411,28 @@ function loseGrants(store: MemoryStore) {
     });
   return control;
 }
+
+describe('two changes in a row', () => {
+  // The second change can come while the waiter is between its check of the configuration and its nap (in the
+  // awaits of following the first): its wake-up then finds no nap to cut short. Found by the model tests (max 2 → 1
+  // → 2, then a release: the waiter stayed under max 1 until its next safety poll). Every gap in microtasks is tried.
+  it('max 2 → 1 → 2: the waiter follows both, and a release grants it at once', async () => {
+    for (let gap = 0; gap <= 30; gap++) {
+      const { clock, store, admission } = setup({ ...LONG_WAIT, safety_poll_ms: 20_000 }, zero);
+      const cfg = config({ id: 'm', maxConcurrency: 2 });
+      const held = await hold(admission, cfg.channels[0]!, 2);
+      const waiter = track(clock, admission.acquire({ candidates: cfg.channels, resolve: cfg.resolve }));
+      await flush();
+      cfg.set({ id: 'm', maxConcurrency: 1 });
+      admission.configChanged();
+      for (let i = 0; i < gap; i++) await Promise.resolve();
+      cfg.set({ id: 'm', maxConcurrency: 2 });
+      admission.configChanged();
+      await elapse(clock, 10);
+      await held[0]!.release();
+      await elapse(clock, 10);
+      expect(waiter.at, `gap ${gap}: ${JSON.stringify(await load(store, 'm'))}`).toBeDefined();
+      await closeEngines();
+    }
+  });
+});
