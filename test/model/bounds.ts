@@ -7,8 +7,9 @@
  *   may hold up to the highest max under which any live lease or registration was made.
  * - An empty restart: an instance that reconnects later than `restart_grace_ms` after the new epoch's creation
  *   leaves its leases uncounted meanwhile: up to its leases on the channel, for at most `lease_ttl_ms`. An admitting
- *   command in flight at the restart may be resent by ioredis before the epoch check: one slot per such call, until
- *   that many requests on the channel have ended.
+ *   command in flight at the restart may be resent by ioredis before the epoch check: the store fails it and gives
+ *   its slot back, so none reaches the upstream, but the store may count one slot per such call until that many
+ *   requests on the channel have ended.
  * - Redis paused past the lease TTL: a lease is fenced by its holder before it expires in Redis; only an event-loop
  *   stall longer than the fence margin delays that abort (the runner checks this with the lag it measured).
  */
@@ -73,7 +74,7 @@ export class Bounds {
 
   /** In flight at the upstream, as seen right after an admission. */
   upstream(ch: string, holders: readonly Holder[]): number {
-    return Math.max(...this.stepMaxes.get(ch)!) + this.excess(ch, holders);
+    return Math.max(...this.stepMaxes.get(ch)!) + this.excess(ch, holders, false);
   }
 
   /** Live leases in the store, where `since` is when the oldest live lease or registration on the channel began. */
@@ -84,7 +85,7 @@ export class Bounds {
       const until = spans[i + 1]?.from ?? Infinity;
       if (until > since) highest = Math.max(highest, span.max);
     });
-    return highest + this.excess(ch, holders);
+    return highest + this.excess(ch, holders, true);
   }
 
   noteRestart(held: Map<Instance, Holder[]>, inFlight: (ch: string) => number): Restart {
@@ -100,13 +101,13 @@ export class Bounds {
     for (const r of this.restarts) r.resent.get(ch)!.ended++;
   }
 
-  /** The documented excess over the max on this channel right now. */
-  excess(ch: string, holders: readonly Holder[]): number {
+  /** The documented excess over the max on this channel right now; `resent`: the store's, which counts resent calls. */
+  excess(ch: string, holders: readonly Holder[], resent: boolean): number {
     const now = Date.now();
     let excess = 0;
     for (const r of this.restarts) {
       const resend = r.resent.get(ch)!;
-      excess += Math.max(0, resend.calls - resend.ended);
+      if (resent) excess += Math.max(0, resend.calls - resend.ended);
       if (r.graceEnd === undefined || now > r.at + this.leaseTtlMs) continue;
       for (const [inst, held] of r.held) {
         const back = inst.reconnects.find((at) => at >= r.at);
