@@ -67,7 +67,7 @@ export const maxAt = (channel: SoakChannel, version: number): number =>
 /** The config file of reload number `version`, for gateways on `redisUrl` before an upstream at `channelUrl(id)`. */
 export function configDoc(version: number, redisUrl: string, channelUrl: (id: string) => string) {
   return {
-    server: { host: '127.0.0.1', port: 0, log_format: 'json', shutdown_timeout_ms: 2000 },
+    server: { host: '127.0.0.1', port: 0, log_format: 'json', drain_timeout_ms: 2000 },
     redis: { url: redisUrl, prefix: 'soak' },
     tokens: [{ key: CLIENT_TOKEN, name: 'soak' }],
     channels: CHANNELS.map((c) => ({
