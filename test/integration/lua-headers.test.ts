@@ -10,10 +10,19 @@ import { Redis } from 'ioredis';
 import { admissionSettings } from '../../packages/slotgate/src/core/settings.js';
 import { fixFindings } from '../../packages/slotgate/src/store/redis/doctor/fix.js';
 import { RedisStore } from '../../packages/slotgate/src/store/redis/redis-store.js';
-import { SCRIPTS, SETTINGS_SCRIPTS, Script } from '../../packages/slotgate/src/store/redis/scripts.js';
+import {
+  ACCESS_SCRIPT,
+  SCRIPTS,
+  SETTINGS_SCRIPTS,
+  Script,
+} from '../../packages/slotgate/src/store/redis/scripts.js';
 import { redisUrl, uniquePrefix } from '../helpers/redis.js';
 
-const ALL = [...Object.values(SCRIPTS), ...Object.values(SETTINGS_SCRIPTS)] as Script<unknown>[];
+const ALL = [
+  ...Object.values(SCRIPTS),
+  ...Object.values(SETTINGS_SCRIPTS),
+  ACCESS_SCRIPT,
+] as Script<unknown>[];
 const FILES = [...new Set(ALL.map((s) => s.file))];
 
 interface Shape {
