@@ -52,6 +52,7 @@ function slowStore(late: readonly Late[]) {
           return () => (state.restart = undefined);
         };
       }
+      if (prop !== 'renew' && !late.includes(prop as Late)) return fn.bind(target);
       return async (...args: unknown[]) => {
         if (state.down && prop === 'renew') throw new Error('redis down');
         const reply = fn.apply(target, args);

@@ -72,10 +72,7 @@ export class LeaseManager {
       keepAsLocal: options.keepAsLocal ?? (() => false),
       // A renewal sent before the loss (a pause, a stall) may still run and extend the token for a lease TTL with
       // nobody holding it: the removal, sent behind it on the same connection, takes it out again.
-      onLost: (lease) =>
-        void Promise.resolve()
-          .then(() => store.release(lease, lease.ttlMs).done)
-          .catch(() => {}),
+      onLost: (lease) => void store.release(lease, lease.ttlMs).done.catch(() => {}),
     });
     this.renewal = new Renewal({ store, clock, book: this.book, ttl: this.ttl, emit, fencing, onStore });
   }

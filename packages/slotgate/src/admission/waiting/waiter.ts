@@ -190,7 +190,7 @@ export class Waiter<C extends Candidate> {
         continue;
       }
       // a change or a grant that came during the awaits above found no nap to cut short: go round again, or it would
-      // wait for the next safety poll (found by the model tests: two reloads in a row)
+      // wait for the next safety poll
       if (this.engine.configVersion() !== this.seen || this.box.granted.length > 0) continue;
       const nap = (napping = new AbortController());
       const onAbort = () => nap.abort(this.signal?.reason);

@@ -125,7 +125,7 @@ export interface Subscriber {
 /**
  * A pub/sub connection of its own, which waits through an outage. Its user subscribes again on each 'ready': ioredis's
  * own resubscription handles no rejection, so a connection closed right after a reconnect (a shutdown, a Cluster
- * node replaced) made it an unhandled rejection, which ends a Node process (found by the model tests).
+ * node replaced) made it an unhandled rejection, which ends a Node process.
  */
 export function subscriberOf(client: Redis | Cluster): Subscriber {
   const waitThrough: RedisOptions = {

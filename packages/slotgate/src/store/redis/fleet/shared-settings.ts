@@ -91,12 +91,12 @@ export class RedisSharedSettings<T extends object> implements SharedSettings<T> 
       subscriber.subscribe(this.deps.keys.settingsChannel()).catch((err: Error) => {
         if (!this.closed) this.opts.onError?.(err);
       });
-    // messages sent during a gap are lost, and a restarted Redis may have lost the overrides
+    // subscribed on every 'ready', the first included; messages sent during a gap are lost, and a restarted Redis may
+    // have lost the overrides
     subscriber.on('ready', () => {
       void subscribe();
       void this.refresh();
     });
-    void subscribe();
     this.subscriber = subscriber;
     this.scheduleReread();
   }
