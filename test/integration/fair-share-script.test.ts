@@ -72,8 +72,8 @@ async function channel(holders: (string | Holder)[], waiters: [string, number][]
 async function release(holder: string): Promise<string[]> {
   const reply = await SCRIPTS.releaseSlot.call(
     client,
-    [keys.slots(ID), keys.queue(ID), keys.peak(ID)],
-    [holder, 5_000, LEASE_TTL_MS, keys.grants(), ID, RELEASER],
+    [keys.slots(ID), keys.queue(ID), keys.peak(ID), keys.limit(ID)],
+    [holder, 5_000, LEASE_TTL_MS, keys.grants(), ID, '', RELEASER, ''],
   );
   expect(reply.removed).toBe(true);
   return reply.local;

@@ -220,11 +220,11 @@ describe('Redis outages', () => {
     // release of the slot, which grants it to the registration. The store's removal follows at its time-out.
     const failed = store.enqueue(waiter('g', 'frozen:w'), wait).catch((e: unknown) => e);
     await Promise.resolve(); // the store sends a registration when the job that asked for it ends
-    const queueKeys = [keys.slots('g'), keys.queue('g'), keys.peak('g')];
-    const args = (first: string) => [first, 5_000, 60_000, keys.grants(), 'g'];
+    const queueKeys = [keys.slots('g'), keys.queue('g'), keys.peak('g'), keys.limit('g')];
+    const args = (first: string) => [first, 5_000, 60_000, keys.grants(), 'g', ''];
     const next = SCRIPTS.enqueueWaiter.call(cc.client, queueKeys, [...args('1|60000|next:w'), 5, 1]);
     const released = SCRIPTS.releaseSlot
-      .call(cc.client, queueKeys, [...args('h:1'), '', 0])
+      .call(cc.client, queueKeys, [...args('h:1'), '', ''])
       .then((r) => r.removed);
     const error = await failed;
     expect(error).toBeInstanceOf(StoreUnavailableError);

@@ -91,8 +91,8 @@ async function acquireMany(
     targets.forEach((t, i) => {
       if (!index.has(t.id)) {
         index.set(t.id, index.size + 1);
-        k.push(keys.slots(t.id), keys.cooldown(t.id), keys.queue(t.id), keys.peak(t.id));
-        channelArgs.push(t.max, t.id);
+        k.push(keys.slots(t.id), keys.cooldown(t.id), keys.queue(t.id), keys.peak(t.id), keys.limit(t.id));
+        channelArgs.push(t.max, t.id, '');
       }
       requestArgs.push(i === targets.length - 1 ? -index.get(t.id)! : index.get(t.id)!);
     });
@@ -143,13 +143,15 @@ interface QueueOptions {
 const member = (token: string, max: number, live = LIVE_MS) => `${max}|${live}|${token}`;
 /** The lifetime a member names. */
 const liveOfMember = (m: string) => Number(m.split('|')[1]);
-const queueKeys = (id: string) => [keys.slots(id), keys.queue(id), keys.peak(id)];
+const queueKeys = (id: string) => [keys.slots(id), keys.queue(id), keys.peak(id), keys.limit(id)];
+/** The member or token first, then the grant arguments (no adaptive floor). */
 const queueArgs = (id: string, first: string, o: Omit<QueueOptions, 'liveMs'>) => [
   first,
   o.claimMs ?? CLAIM_MS,
   o.leaseTtlMs ?? LEASE_TTL_MS,
   keys.grants(),
   id,
+  '',
 ];
 
 /** Registers a waiter under the member `max|liveMs|token`. */
@@ -168,7 +170,7 @@ function enqueue(
 
 /** releaseSlot as another instance's release (none of the waiters is the releaser's): whether the slot was held. */
 async function releaseSlot(id: string, token: string, o: Omit<QueueOptions, 'liveMs'> = {}) {
-  const reply = await SCRIPTS.releaseSlot.call(client, queueKeys(id), [...queueArgs(id, token, o), '']);
+  const reply = await SCRIPTS.releaseSlot.call(client, queueKeys(id), [...queueArgs(id, token, o), '', '']);
   expect(reply.local).toEqual([]);
   return reply.removed;
 }
@@ -740,9 +742,10 @@ describe('grants: a freed slot goes to the oldest live waiter', () => {
     const reply = await SCRIPTS.releaseSlot.call(client, queueKeys('own'), [
       ...queueArgs('own', 'gw:1', {}),
       'gw',
+      '',
     ]);
     const after = await redisNow();
-    expect(reply).toEqual({ removed: true, waiting: true, local: ['gw:2'] }); // other:1 waits
+    expect(reply).toEqual({ removed: true, waiting: true, limit: undefined, local: ['gw:2'] }); // other:1 waits
     const score = Number(await client.zscore(keys.slots('own'), 'gw:2'));
     expect(score).toBeGreaterThanOrEqual(before + LEASE_TTL_MS); // a full lease: no claim needed
     expect(score).toBeLessThanOrEqual(after + LEASE_TTL_MS);
@@ -750,8 +753,9 @@ describe('grants: a freed slot goes to the oldest live waiter', () => {
     const next = await SCRIPTS.releaseSlot.call(client, queueKeys('own'), [
       ...queueArgs('own', 'gw:2', {}),
       'gw',
+      '',
     ]);
-    expect(next).toEqual({ removed: true, waiting: false, local: [] }); // no live waiter left
+    expect(next).toEqual({ removed: true, waiting: false, limit: undefined, local: [] }); // no live waiter left
     expect(Number(await client.zscore(keys.slots('own'), 'other:1'))).toBeLessThanOrEqual(
       (await redisNow()) + CLAIM_MS,
     );

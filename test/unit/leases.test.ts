@@ -62,7 +62,7 @@ function stub(overrides: Overrides): SlotStore {
     acquireFirst: overrides.acquireFirst ?? ((t, o) => inner.acquireFirst(t, o)),
     release: release
       ? (l) => ({ done: release(l), withdrawable: false, withdraw: () => false })
-      : (l, ttl) => inner.release(l, ttl),
+      : (l, ttl, limit) => inner.release(l, ttl, limit),
     renew: overrides.renew ?? ((l, ttl) => inner.renew(l, ttl)),
     reclaim: overrides.reclaim ?? ((l, ttl, restore) => inner.reclaim(l, ttl, restore)),
     onRestart: () => () => {},
@@ -77,6 +77,8 @@ function stub(overrides: Overrides): SlotStore {
     exchangeLoads: (e) => inner.exchangeLoads(e),
     readPeaks: (ids) => inner.readPeaks(ids),
     readHolders: (ids) => inner.readHolders(ids),
+    readLimits: (ids) => inner.readLimits(ids),
+    limitOf: (id) => inner.limitOf(id),
     setCooldown: (...a) => inner.setCooldown(...a),
     clearCooldown: (id) => inner.clearCooldown(id),
     health: () => inner.health(),

@@ -16,6 +16,16 @@ export { OUTCOMES, type AdmissionStats, type ChannelStats, type Outcome } from '
 export type { LoadViewCounters } from './admission/loads/load-view.js';
 export type { LeaseEvent } from './admission/leases/lease-manager.js';
 export type { Candidate } from './core/channel.js';
+export {
+  ADAPTIVE_DEFAULTS,
+  effectiveLimit,
+  nextLimit,
+  type AdaptiveOptions,
+  type LimitLaw,
+  type LimitState,
+  type UpstreamSignal,
+} from './core/adaptive.js';
+export type { ChannelLimit } from './admission/limits/adaptive.js';
 export { clientIdOf, isClientResource, type Client } from './core/client.js';
 export type { Clock, Timer } from './core/clock.js';
 export type { Random } from './core/order.js';

@@ -34,6 +34,7 @@ import type {
   Ticket,
 } from './types.js';
 import { Inbox } from './waiting/inbox.js';
+import { lawOf, limitsOf, plannedMax, type ChannelLimit } from './limits/adaptive.js';
 import { LocalShare } from './leases/local-share.js';
 
 export function createAdmission(options: AdmissionOptions): Admission {
@@ -146,6 +147,7 @@ export class AdmissionEngine implements Admission {
       handoff,
       tickets,
       settings,
+      maxOf: (c) => plannedMax(c, this.current, store),
       configVersion: () => this.configVersion,
       resolve: (request) =>
         this.candidateSets.prepare(
@@ -303,6 +305,16 @@ export class AdmissionEngine implements Admission {
 
   readHolders(channels: readonly Candidate[]): Promise<Map<string, Map<string, number>>> {
     return views.readHolders(this.engine, this.instanceId, channels);
+  }
+
+  limits(channels: readonly Candidate[]): Map<string, ChannelLimit> {
+    return limitsOf(channels, this.current, (id) => this.engine.store.limitOf(id));
+  }
+
+  async readLimits(channels: readonly Candidate[]): Promise<Map<string, ChannelLimit>> {
+    const adaptive = channels.filter((c) => lawOf(c, this.current));
+    const stored = await this.engine.store.readLimits(adaptive.map((c) => c.id));
+    return limitsOf(adaptive, this.current, (id) => stored.get(id));
   }
 
   readClients(clients: readonly Client[]): Promise<Map<string, ChannelLoad>> {

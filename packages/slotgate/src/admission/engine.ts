@@ -14,6 +14,7 @@ import type { StatsRecorder } from './stats.js';
 import type { Tickets } from './leases/tickets.js';
 import type { Inbox } from './waiting/inbox.js';
 import type { AcquireRequest } from './types.js';
+import { enforcedFloor } from './limits/adaptive.js';
 
 export interface Engine {
   readonly store: SlotStore;
@@ -28,6 +29,8 @@ export interface Engine {
   readonly tickets: Tickets;
   /** The settings in force (read once per pass: a change applies to the next pass). */
   settings(): Settings;
+  /** The max a pass plans a bounded channel with: its adaptive limit when enforced (limits/adaptive.ts). */
+  maxOf(c: Candidate): number;
   /** How many times the candidate sets changed: a waiter that saw fewer resolves its set again. */
   configVersion(): number;
   /** The request's candidate set in force now, prepared. */
@@ -70,7 +73,11 @@ export async function tryAcquire(
   settings: Settings,
   share: string,
 ) {
-  const targets = batch.map((c) => ({ channelId: c.id, max: c.maxConcurrency! }));
+  const targets = batch.map((c) => ({
+    channelId: c.id,
+    max: c.maxConcurrency!,
+    floor: enforcedFloor(c, settings),
+  }));
   engine.recorder.acquireCalls++;
   const outcome = await engine.leases.acquireFirst(targets, settings.cooldown_enabled, share);
   engine.recorder.acquireAttempts += outcome.replies.length;

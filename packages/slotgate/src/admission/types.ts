@@ -1,4 +1,5 @@
 /** The admission engine's public types. */
+import type { UpstreamSignal } from '../core/adaptive.js';
 import type { Candidate } from '../core/channel.js';
 import type { Client } from '../core/client.js';
 import type { Clock } from '../core/clock.js';
@@ -8,6 +9,7 @@ import type { LeaseEvent } from './leases/lease-manager.js';
 import type { ChannelLoad, SlotStore } from '../store/store.js';
 import type { ChannelPeak } from '../store/peak.js';
 import type { StoreFailureMode } from './leases/local-share.js';
+import type { ChannelLimit } from './limits/adaptive.js';
 import type { AdmissionStats, Outcome } from './stats.js';
 
 export interface AdmissionOptions {
@@ -90,8 +92,11 @@ export interface Ticket<C extends Candidate> {
    * may hold it, so end the work the ticket guards, then release it. Never fires for an unlimited channel.
    */
   readonly lost: AbortSignal;
-  /** Gives the slot back (idempotent); `handoff: false` when the guarded work may still be running out of sight. */
-  release(options?: { handoff?: boolean }): Promise<void>;
+  /**
+   * Gives the slot back (idempotent); `handoff: false` when the guarded work may still be running out of sight.
+   * `upstream`: what the upstream said of the request, for the channel's adaptive limit (ignored without one).
+   */
+  release(options?: { handoff?: boolean; upstream?: UpstreamSignal }): Promise<void>;
 }
 
 export interface Admission {
@@ -119,6 +124,13 @@ export interface Admission {
   readPeaks(channels: readonly Candidate[]): Promise<Map<string, ChannelPeak>>;
   /** Who holds each channel's slots: instance id → slots held, from the store. Throws StoreUnavailableError. */
   readHolders(channels: readonly Candidate[]): Promise<Map<string, Map<string, number>>>;
+  /**
+   * Each adaptive channel's limit as this instance last learned it (from its releases' reports), the max until it
+   * learns one; channels without an adaptive limit (or with the `adaptive_enabled` switch off) are left out.
+   */
+  limits(channels: readonly Candidate[]): Map<string, ChannelLimit>;
+  /** The same, read from the store now (admin views). Throws StoreUnavailableError. */
+  readLimits(channels: readonly Candidate[]): Promise<Map<string, ChannelLimit>>;
   /** Limited clients' slots, from the store: client id → active and waiting. Throws StoreUnavailableError. */
   readClients(clients: readonly Client[]): Promise<Map<string, ChannelLoad>>;
   stats(): AdmissionStats;

@@ -1,3 +1,5 @@
+import type { AdaptiveOptions } from './adaptive.js';
+
 /** A candidate channel as the admission pass sees it (the gateway's channels carry more fields). */
 export interface Candidate {
   id: string;
@@ -11,6 +13,11 @@ export interface Candidate {
   maxWaiting?: number;
   /** false removes the channel from every candidate set. @default true */
   enabled?: boolean;
+  /**
+   * A limit learned from the upstream's answers, shared by the fleet, between `minConcurrency` and `maxConcurrency`
+   * (docs/admission.md, "Adaptive limits"): report what the upstream said with `ticket.release({ upstream })`.
+   */
+  adaptive?: AdaptiveOptions;
 }
 
 export const isBounded = (c: Candidate): boolean => (c.maxConcurrency ?? 0) > 0;
@@ -51,5 +58,23 @@ export function validateCandidate(c: Candidate, internal = false): void {
   }
   if (c.weight !== undefined && !isFiniteNumber(c.weight)) {
     throw bad(`weight of ${c.id}`, 'a finite number (≤ 0 = last resort)', c.weight);
+  }
+  if (c.adaptive !== undefined) validateAdaptive(c.id, c.adaptive, bad);
+}
+
+function validateAdaptive(id: string, a: AdaptiveOptions, bad: (f: string, e: string, g: unknown) => TypeError): void {
+  if (typeof a !== 'object' || a === null) throw bad(`adaptive of ${id}`, 'an object', a);
+  for (const key of ['enabled', 'enforce'] as const) {
+    if (a[key] !== undefined && typeof a[key] !== 'boolean') throw bad(`adaptive.${key} of ${id}`, 'a boolean', a[key]);
+  }
+  if (a.minConcurrency !== undefined && !isInt(a.minConcurrency, 1)) {
+    throw bad(`adaptive.minConcurrency of ${id}`, 'an integer ≥ 1', a.minConcurrency);
+  }
+  if (a.probeAfter !== undefined && !isInt(a.probeAfter, 1)) {
+    throw bad(`adaptive.probeAfter of ${id}`, 'an integer ≥ 1', a.probeAfter);
+  }
+  const t = a.latencyTolerance;
+  if (t !== undefined && !(isFiniteNumber(t) && (t === 0 || (t >= 1 && t <= 100)))) {
+    throw bad(`adaptive.latencyTolerance of ${id}`, 'a number in 1–100, or 0 to ignore latency', t);
   }
 }

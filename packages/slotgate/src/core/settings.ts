@@ -41,6 +41,10 @@ export const boolSetting = (def: boolean, doc: string): BoolSetting => ({ type: 
 /** The admission engine's settings. */
 export const ADMISSION_SETTINGS = {
   load_cache_enabled: boolSetting(true, 'rollback switch: false reads Redis directly for every selection'),
+  adaptive_enabled: boolSetting(
+    true,
+    "rollback switch: false turns every channel's adaptive limit off (its max applies, nothing is reported)",
+  ),
   load_cache_ttl_ms: intSetting(200, 1, 5000, 'load snapshot TTL'),
   max_acquire_attempts: intSetting(8, 1, 100, 'acquire budget per admission pass'),
   slot_handoff_enabled: boolSetting(

@@ -1,4 +1,5 @@
 /** The slot store, the only place slot ownership is decided: RedisStore (shared) and MemoryStore (one process). */
+import type { LimitLaw, UpstreamSignal } from '../core/adaptive.js';
 import type { Presence, SharedSettings, SharedSettingsOptions } from './fleet.js';
 import type { ChannelPeak } from './peak.js';
 
@@ -28,6 +29,8 @@ export interface AcquireTarget {
   channelId: string;
   /** The channel's max concurrency, > 0. */
   max: number;
+  /** Given when the channel's adaptive limit is enforced: it admits up to that limit, never below this floor. */
+  floor?: number;
 }
 
 export interface AcquireOptions {
@@ -56,6 +59,16 @@ export interface WaiterRef {
   channelId: string;
   token: string;
   max: number;
+  /** As AcquireTarget's: the grants its calls make are made under the channel's adaptive limit. */
+  floor?: number;
+}
+
+/** A release of an adaptive channel's slot (core/adaptive.ts). */
+export interface LimitRelease {
+  /** As AcquireTarget's, for the grant of the freed slot. */
+  floor?: number;
+  /** What the upstream said of the request the slot served; none: nothing to report. */
+  report?: { signal: UpstreamSignal; law: LimitLaw; heldMs: number };
 }
 
 export interface EnqueueOptions {
@@ -153,8 +166,11 @@ export interface SlotStore {
 
   /** Tries the targets in order in one atomic call; one reply per target tried, the last 'acquired' on success. */
   acquireFirst(targets: readonly AcquireTarget[], opts: AcquireOptions): Promise<AcquireReply[]>;
-  /** Gives the slot back, to the oldest waiter when one waits. Idempotent; may be withdrawn until sent (handoff). */
-  release(lease: LeaseRef, leaseTtlMs: number): PendingRelease;
+  /**
+   * Gives the slot back, to the oldest waiter when one waits, and reports to the channel's adaptive limit. Idempotent;
+   * may be withdrawn until sent (handoff).
+   */
+  release(lease: LeaseRef, leaseTtlMs: number, limit?: LimitRelease): PendingRelease;
   /** Extends every lease to now + leaseTtlMs; returns the leases that were missing (lost). Batches of ≤ 50. */
   renew(leases: readonly LeaseRef[], leaseTtlMs: number): Promise<LeaseRef[]>;
   /**
@@ -188,6 +204,10 @@ export interface SlotStore {
   readPeaks(channelIds: readonly string[]): Promise<Map<string, ChannelPeak>>;
   /** Per channel, instance id → live slots held. */
   readHolders(channelIds: readonly string[]): Promise<Map<string, Map<string, number>>>;
+  /** Per channel, its stored adaptive limit (as learned, before its floor and max apply); none: absent. */
+  readLimits(channelIds: readonly string[]): Promise<Map<string, number>>;
+  /** The channel's adaptive limit as this store last learned it (a release's report), whole; undefined when none. */
+  limitOf(channelId: string): number | undefined;
 
   setCooldown(channelId: string, ms: number, reason: string): Promise<void>;
   clearCooldown(channelId: string): Promise<void>;

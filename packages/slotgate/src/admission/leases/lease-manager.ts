@@ -2,7 +2,7 @@
 import { systemClock, within, type Clock } from '../../core/clock.js';
 import { StoreUnavailableError } from '../../core/errors.js';
 import { randomInstanceId, tokenOf } from '../../core/ids.js';
-import type { AcquireReply, AcquireTarget, LeaseRef, SlotStore } from '../../store/store.js';
+import type { AcquireReply, AcquireTarget, LeaseRef, LimitRelease, SlotStore } from '../../store/store.js';
 import { fenceMarginMs, LeaseBook, type Lease, type LeaseEvent } from './lease-book.js';
 import { retryRelease } from './release-retry.js';
 import { RENEW_BUDGET_MS, Renewal } from './renewal.js';
@@ -200,14 +200,17 @@ export class LeaseManager {
     return lease;
   }
 
-  /** Releases a live lease: it stops renewing at once, and its removal is retried, detached. Undefined if not live. */
-  release(lease: LeaseRef): LeaseRelease | undefined {
+  /**
+   * Releases a live lease: it stops renewing at once, and its removal is retried, detached (a retry reports nothing to
+   * the adaptive limit: the first try may have). Undefined if not live.
+   */
+  release(lease: LeaseRef, limit?: LimitRelease): LeaseRelease | undefined {
     const tracked = this.book.get(lease.token);
     if (!tracked) return undefined;
     this.book.forget(tracked);
     // a local slot was never in the store
     if (tracked.local) return { done: Promise.resolve(), withdrawable: false, withdraw: () => false };
-    const first = this.store.release(tracked, tracked.ttlMs);
+    const first = this.store.release(tracked, tracked.ttlMs, limit);
     const settled = () => void this.releasing.delete(done);
     const done: Promise<void> = first.done.then(settled, (err: unknown) =>
       retryRelease(this.clock, this.store, tracked, err as Error, this.emit).then(settled),

@@ -11,6 +11,7 @@ import type { Lease, LeaseManager } from './lease-manager.js';
 import type { Handoff } from './handoff.js';
 import type { LoadView } from '../loads/load-view.js';
 import type { Ticket } from '../types.js';
+import { limitRelease } from '../limits/adaptive.js';
 
 /** The `lost` signal of a ticket that holds no lease: never fires. */
 export const NEVER_LOST: AbortSignal = new AbortController().signal;
@@ -70,13 +71,20 @@ export class Tickets {
       lost: lease.lost,
       release: (options) => {
         if (released) return released;
-        holds.record(channel.id, clock.now() - since);
-        const removal = leases.release(lease);
+        const heldMs = clock.now() - since;
+        holds.record(channel.id, heldMs);
+        const limit = limitRelease(channel, settings(), options?.upstream, heldMs);
+        const removal = leases.release(lease, limit);
         // counted out now: the removal goes out with this turn's commands, ahead of any later load read (a lost
         // lease was counted out when it was lost)
         if (removal) view.noteActive(channel.id, -1);
-        // never past a queue: with waiters anywhere, the slot goes to the oldest through the store
-        const handOff = options?.handoff !== false && settings().slot_handoff_enabled && !queued(channel.id);
+        // never past a queue: with waiters anywhere, the slot goes to the oldest through the store; and never with an
+        // overload to report, which must reach the channel's adaptive limit
+        const handOff =
+          options?.handoff !== false &&
+          settings().slot_handoff_enabled &&
+          !queued(channel.id) &&
+          options?.upstream?.kind !== 'overloaded';
         // a parked slot resolves at once, so the caller's next request in this turn can take it over; otherwise
         // once the store confirmed the removal
         if (removal && handOff && handoff.park(lease, removal)) released = Promise.resolve();

@@ -6,17 +6,21 @@ import type { ChannelLoad } from '../../store/store.js';
 
 export type Loads = ReadonlyMap<string, ChannelLoad>;
 
+/** A bounded channel's max as a pass plans with it (its adaptive limit, when enforced). */
+export type MaxOf = (c: Candidate) => number;
+const configuredMax: MaxOf = (c) => c.maxConcurrency!;
+
 /** (active + waiting) / max by the view; 0 for an unlimited channel or one the view does not know. */
-export function loadRate(c: Candidate, loads: Loads): number {
+export function loadRate(c: Candidate, loads: Loads, maxOf = configuredMax): number {
   if (!isBounded(c)) return 0;
   const load = loads.get(c.id);
-  return load ? (load.active + load.waiting) / c.maxConcurrency! : 0;
+  return load ? (load.active + load.waiting) / maxOf(c) : 0;
 }
 
 /** Whether the view shows a free slot on a bounded channel (an unknown channel counts as free). */
-export function hasRoom(c: Candidate, loads: Loads): boolean {
+export function hasRoom(c: Candidate, loads: Loads, maxOf = configuredMax): boolean {
   const load = loads.get(c.id);
-  return !load || load.active < c.maxConcurrency!;
+  return !load || load.active < maxOf(c);
 }
 
 /** A tier without its cooling channels, in LazyOrder's order. */
@@ -26,10 +30,11 @@ export function orderTier<C extends Candidate>(
   cooling: (c: C) => boolean,
   random: Random,
   spread = false,
+  maxOf = configuredMax,
 ): LazyOrder<C> {
   return new LazyOrder(
     tier.filter((c) => !cooling(c)),
-    (c) => loadRate(c, loads),
+    (c) => loadRate(c, loads, maxOf),
     random,
     spread,
   );
@@ -52,9 +57,10 @@ export function nextBatch<C extends Candidate>(
   order: LazyOrder<C>,
   room: number,
   loads: Loads,
+  maxOf = configuredMax,
 ): Batch<C> {
   const channels: C[] = [first];
-  let roomy = hasRoom(first, loads) ? 1 : 0;
+  let roomy = hasRoom(first, loads, maxOf) ? 1 : 0;
   let after: C | undefined;
   while (channels.length < room && roomy < 2) {
     const next = order.next();
@@ -63,9 +69,9 @@ export function nextBatch<C extends Candidate>(
       break;
     }
     channels.push(next);
-    if (hasRoom(next, loads)) roomy++;
+    if (hasRoom(next, loads, maxOf)) roomy++;
   }
-  return { channels, expected: channels.find((c) => hasRoom(c, loads)), after };
+  return { channels, expected: channels.find((c) => hasRoom(c, loads, maxOf)), after };
 }
 
 /** Queues one waiter tries before it gives up with queue_full. */

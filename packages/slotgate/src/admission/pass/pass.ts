@@ -150,7 +150,7 @@ export async function runPass<C extends Candidate>(
       waitPool.add(c);
       return false;
     });
-    let order = orderTier(open, loads, cooling, engine.random, spread);
+    let order = orderTier(open, loads, cooling, engine.random, spread, engine.maxOf);
     // every channel of the tier cooling by a cached snapshot: read it fresh once (a cooldown may have ended)
     if (order.size === 0 && settings.load_cache_enabled && !storeDown) {
       const tierBounded = open.filter(isBounded);
@@ -158,7 +158,7 @@ export async function runPass<C extends Candidate>(
         const fresh = await withAbort(engine, view.readFresh(tierBounded.map((c) => c.id)), signal);
         if (fresh) {
           for (const [id, load] of fresh) loads.set(id, load);
-          order = orderTier(open, loads, cooling, engine.random, spread);
+          order = orderTier(open, loads, cooling, engine.random, spread, engine.maxOf);
         }
       }
     }
@@ -171,7 +171,13 @@ export async function runPass<C extends Candidate>(
         c = order.next();
         continue;
       }
-      const batch = nextBatch(c, order, Math.min(budget, engine.store.maxChannelsPerAcquire), loads);
+      const batch = nextBatch(
+        c,
+        order,
+        Math.min(budget, engine.store.maxChannelsPerAcquire),
+        loads,
+        engine.maxOf,
+      );
       c = batch.after;
       if (batch.expected) view.reserve(batch.expected.id, 1);
       let outcome: { replies: AcquireReply[]; lease?: Lease };
@@ -201,8 +207,9 @@ export async function runPass<C extends Candidate>(
         if (reply === 'full' || reply === 'queued') {
           saturated.push(channel);
           waitPool.add(channel);
-          view.noteFull(channel.id, channel.maxConcurrency!);
-          loads.set(channel.id, { ...loads.get(channel.id)!, active: channel.maxConcurrency! });
+          const max = engine.maxOf(channel);
+          view.noteFull(channel.id, max);
+          loads.set(channel.id, { ...loads.get(channel.id)!, active: max });
         } else if (reply === 'cooling') {
           view.noteCooling(channel.id, settings.load_cache_ttl_ms);
         }

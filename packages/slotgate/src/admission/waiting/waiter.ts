@@ -14,6 +14,7 @@ import type { Engine, Attempt, Moved } from '../engine.js';
 import type { Lease } from '../leases/lease-book.js';
 import type { Prepared } from '../pass/candidates.js';
 import { maxWaitingOf, QUEUES_PER_WAITER } from '../pass/decide.js';
+import { enforcedFloor } from '../limits/adaptive.js';
 import type { Ticket } from '../types.js';
 import type { Mailbox } from './inbox.js';
 import { followConfig } from './reconfigure.js';
@@ -91,7 +92,8 @@ export class Waiter<C extends Candidate> {
   }
 
   refOf(p: Place<C>): WaiterRef {
-    return { channelId: p.channel.id, token: p.token, max: p.max };
+    const floor = enforcedFloor(p.channel, this.settings);
+    return { channelId: p.channel.id, token: p.token, max: p.max, ...(floor !== undefined && { floor }) };
   }
 
   optionsOf(c: C): EnqueueOptions {

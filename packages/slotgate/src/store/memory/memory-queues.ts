@@ -30,6 +30,8 @@ export class MemoryQueues {
   constructor(
     private readonly clock: Clock,
     private readonly slotsOf: (channelId: string) => ExpiringSet,
+    /** The channel's adaptive limit under `max`, never below `floor`. */
+    private readonly limitOf: (channelId: string, floor: number, max: number) => number,
     private readonly claimMs: number,
   ) {}
 
@@ -58,13 +60,17 @@ export class MemoryQueues {
     if (listener) queueMicrotask(() => message(listener));
   }
 
-  /** Grants free slots to the oldest waiters within the clients' fair share; `quiet` is told nothing. */
-  grantFree(channelId: string, quiet?: string): string[] {
+  /**
+   * Grants free slots to the oldest waiters within the clients' fair share; `quiet` is told nothing. With `floor`
+   * (the caller enforces the channel's adaptive limit), each waiter's max is capped by that limit.
+   */
+  grantFree(channelId: string, quiet?: string, floor?: number): string[] {
     const granted: string[] = [];
     const queue = this.live(channelId);
     if (queue.length === 0) return granted;
     const now = this.clock.now();
     const slots = this.slotsOf(channelId);
+    const maxOf = (w: Waiter) => (floor === undefined ? w.ref.max : this.limitOf(channelId, floor, w.ref.max));
     while (queue.length > 0) {
       const window = queue.slice(0, FAIR_WINDOW).map((w) => w.ref.token);
       let pick = 0;
@@ -73,9 +79,9 @@ export class MemoryQueues {
         pick = fairPick(window, heldByClient(live));
       }
       // a pick that its own max (changed by a reload) cannot serve leaves the choice to the oldest
-      if (pick > 0 && slots.full(queue[pick]!.ref.max, now)) pick = 0;
+      if (pick > 0 && slots.full(maxOf(queue[pick]!), now)) pick = 0;
       const head = queue[pick]!;
-      if (slots.full(head.ref.max, now)) break;
+      if (slots.full(maxOf(head), now)) break;
       queue.splice(pick, 1);
       slots.members.set(head.ref.token, now + this.claimMs);
       granted.push(head.ref.token);
@@ -124,7 +130,7 @@ export class MemoryQueues {
 
   /** `granted` when free slots reach `ref`; else, if it leads the queue, the channel's holders are told it formed. */
   private grantOrLead(ref: WaiterRef): EnqueueReply {
-    if (this.grantFree(ref.channelId, ref.token).includes(ref.token)) return 'granted';
+    if (this.grantFree(ref.channelId, ref.token, ref.floor).includes(ref.token)) return 'granted';
     if (this.live(ref.channelId)[0]?.ref.token === ref.token) {
       const told = new Set<string>();
       for (const holder of this.slotsOf(ref.channelId).members.keys()) {
@@ -138,7 +144,7 @@ export class MemoryQueues {
   }
 
   poll(ref: WaiterRef): WaiterState {
-    this.grantFree(ref.channelId, ref.token);
+    this.grantFree(ref.channelId, ref.token, ref.floor);
     if (this.slotsOf(ref.channelId).members.has(ref.token)) return 'granted';
     return this.live(ref.channelId).some((w) => w.ref.token === ref.token) ? 'queued' : 'gone';
   }
@@ -148,7 +154,7 @@ export class MemoryQueues {
     if (queue.length) this.queues.set(ref.channelId, queue);
     else this.queues.delete(ref.channelId);
     const returned = this.slotsOf(ref.channelId).remove(ref.token);
-    if (returned) this.grantFree(ref.channelId);
+    if (returned) this.grantFree(ref.channelId, undefined, ref.floor);
     return returned;
   }
 

@@ -1,4 +1,5 @@
 /** MemoryStore: RedisStore's semantics in one process; operations count as the Redis commands would. */
+import { effectiveLimit, nextLimit, type LimitState } from '../../core/adaptive.js';
 import { systemClock, type Clock } from '../../core/clock.js';
 import {
   BATCH_SIZE,
@@ -10,6 +11,7 @@ import {
   type EnqueueOptions,
   type EnqueueReply,
   type LeaseRef,
+  type LimitRelease,
   type LoadExchange,
   type Listening,
   type PendingRelease,
@@ -48,13 +50,20 @@ export class MemoryStore implements SlotStore {
   private readonly queues: MemoryQueues;
   private readonly cooldowns = new Map<string, Cooldown>();
   private readonly peaks = new Map<string, PeakMark>();
+  /** Adaptive limits (lua/includes/limit.lua's hash); they lapse as the Redis key would not: a test store is short-lived. */
+  private readonly limits = new Map<string, LimitState>();
   private readonly counts = emptyCounts();
   readonly presence: Presence;
 
   constructor(options: MemoryStoreOptions = {}) {
     this.clock = options.clock ?? systemClock;
     this.presence = new LocalPresence(this.clock);
-    this.queues = new MemoryQueues(this.clock, (id) => this.slotsOf(id), options.claimMs ?? 5000);
+    this.queues = new MemoryQueues(
+      this.clock,
+      (id) => this.slotsOf(id),
+      (id, floor, max) => effectiveLimit(this.limits.get(id)?.limit, floor, max),
+      options.claimMs ?? 5000,
+    );
   }
 
   async health(): Promise<StoreHealth> {
@@ -102,13 +111,17 @@ export class MemoryStore implements SlotStore {
         continue;
       }
       // a newcomer never takes a slot ahead of waiters
-      this.queues.grantFree(target.channelId);
+      this.queues.grantFree(target.channelId, undefined, target.floor);
       if (this.queues.hasQueue(target.channelId)) {
         replies.push('queued');
         continue;
       }
       const set = this.slotsOf(target.channelId);
-      if (!set.full(target.max, now)) {
+      const max =
+        target.floor === undefined
+          ? target.max
+          : effectiveLimit(this.limits.get(target.channelId)?.limit, target.floor, target.max);
+      if (!set.full(max, now)) {
         set.members.set(opts.token, now + opts.leaseTtlMs);
         replies.push('acquired');
         return replies;
@@ -118,13 +131,36 @@ export class MemoryStore implements SlotStore {
     return replies;
   }
 
-  release(lease: LeaseRef, _leaseTtlMs?: number): PendingRelease {
+  release(lease: LeaseRef, _leaseTtlMs?: number, limit?: LimitRelease): PendingRelease {
     this.counts.release++;
-    const set = this.slots.get(lease.channelId);
+    const { channelId } = lease;
+    const set = this.slots.get(channelId);
+    const inFlight = set?.members.size ?? 0;
     const removed = set?.remove(lease.token) ?? false;
-    this.queues.grantFree(lease.channelId);
-    if (set && set.members.size === 0) this.slots.delete(lease.channelId);
+    if (removed && limit?.report) {
+      const { signal, law, heldMs } = limit.report;
+      const now = this.clock.now();
+      const demand = this.queues.hasQueue(channelId);
+      this.limits.set(channelId, nextLimit(this.limits.get(channelId), { signal, law, heldMs, inFlight, demand, now }));
+    }
+    this.queues.grantFree(channelId, undefined, limit?.floor);
+    if (set && set.members.size === 0) this.slots.delete(channelId);
     return { done: Promise.resolve(removed), withdrawable: false, withdraw: () => false };
+  }
+
+  limitOf(channelId: string): number | undefined {
+    const state = this.limits.get(channelId);
+    return state && Math.floor(state.limit);
+  }
+
+  async readLimits(channelIds: readonly string[]): Promise<Map<string, number>> {
+    this.counts.load_read += channelIds.length;
+    const out = new Map<string, number>();
+    for (const id of channelIds) {
+      const state = this.limits.get(id);
+      if (state) out.set(id, state.limit);
+    }
+    return out;
   }
 
   async enqueue(waiter: WaiterRef, options: EnqueueOptions): Promise<EnqueueReply> {
@@ -246,6 +282,7 @@ export class MemoryStore implements SlotStore {
   async close(): Promise<void> {
     this.slots.clear();
     this.peaks.clear();
+    this.limits.clear();
     this.queues.clear();
     this.cooldowns.clear();
   }

@@ -21,6 +21,7 @@ interface ChannelKeys {
   queue: string;
   cooldown: string;
   peak: string;
+  limit: string;
 }
 
 /** A channel key's kind by its suffix; `:queue` and `:waiters` are `legacy_queue`. */
@@ -29,9 +30,10 @@ const CHANNEL_KINDS: Record<string, ChannelKind> = {
   fifo: 'queue',
   cooldown: 'cooldown',
   peak: 'peak',
+  limit: 'limit',
 };
 
-type ChannelKind = 'slots' | 'queue' | 'cooldown' | 'peak';
+type ChannelKind = 'slots' | 'queue' | 'cooldown' | 'peak' | 'limit';
 
 /** Channel key strings are cached: the acquire path asks for them on every call. */
 const CACHE_LIMIT = 10_000;
@@ -58,6 +60,7 @@ export class KeyBuilder {
         queue: `${tag}:fifo`,
         cooldown: `${tag}:cooldown`,
         peak: `${tag}:peak`,
+        limit: `${tag}:limit`,
       };
       if (this.cache.size >= CACHE_LIMIT) this.cache.clear();
       this.cache.set(id, keys);
@@ -80,6 +83,11 @@ export class KeyBuilder {
   /** The channel's high-water mark (lua/includes/peak.lua). */
   peak(id: string): string {
     return this.channel(id).peak;
+  }
+
+  /** The channel's adaptive limit (lua/includes/limit.lua). */
+  limit(id: string): string {
+    return this.channel(id).limit;
   }
 
   /** The pub/sub channel of one instance's grants (its prefix is passed to the scripts). */
@@ -148,7 +156,7 @@ export class KeyBuilder {
     if (key === this.instances()) return { kind: 'instances' };
     if (key === this.epoch() || key.startsWith(`${this.epoch()}:{`)) return { kind: 'epoch' };
     if (!key.startsWith(`${this.base}:{`)) return null;
-    const m = /^\{([^{}]*)\}:(slots|fifo|cooldown|peak|queue|waiters)$/.exec(key.slice(this.base.length + 1));
+    const m = /^\{([^{}]*)\}:(slots|fifo|cooldown|peak|limit|queue|waiters)$/.exec(key.slice(this.base.length + 1));
     if (!m) return null;
     return { channelId: decodeChannelId(m[1]!), kind: CHANNEL_KINDS[m[2]!] ?? 'legacy_queue' };
   }

@@ -12,6 +12,7 @@ import {
   type EnqueueOptions,
   type EnqueueReply,
   type LeaseRef,
+  type LimitRelease,
   type LoadExchange,
   type Listening,
   type PendingRelease,
@@ -33,7 +34,7 @@ import { Epoch } from './fencing/epoch.js';
 import { RedisPresence } from './fleet/presence.js';
 import { RedisSharedSettings } from './fleet/shared-settings.js';
 import { KeyBuilder } from './keys.js';
-import { readHolders, readLoads, readPeaks, type DirectReadDeps } from './loads/direct-reads.js';
+import { readHolders, readLimits, readLoads, readPeaks, type DirectReadDeps } from './loads/direct-reads.js';
 import { RedisLoadSummary } from './loads/load-summary.js';
 import { Members } from './queues/members.js';
 import { GrantMessages } from './queues/messages.js';
@@ -93,6 +94,8 @@ export class RedisStore implements SlotStore {
   private readonly turns: TurnQueue;
   private readonly summary: RedisLoadSummary;
   private readonly direct: DirectReadDeps;
+  /** Adaptive limits as the releases' replies said. */
+  private readonly limits = new Map<string, number>();
   private presenceImpl: RedisPresence | undefined;
   /** The connection's latest error since it was ready: a failed PING says less. */
   private socketError: string | undefined;
@@ -128,6 +131,7 @@ export class RedisStore implements SlotStore {
       messages: this.messages,
       giveBack: (channelId, token, ttl) =>
         void this.queues.leave({ channelId, token, max: 0 }, ttl).catch(() => {}),
+      learned: (channelId, limit) => void this.limits.set(channelId, limit),
     };
     this.turns = turnsOf({
       client,
@@ -201,8 +205,12 @@ export class RedisStore implements SlotStore {
     });
   }
 
-  release(lease: LeaseRef, leaseTtlMs: number): PendingRelease {
-    return this.turns.release({ channelId: lease.channelId, token: lease.token, ttlMs: leaseTtlMs });
+  release(lease: LeaseRef, leaseTtlMs: number, limit?: LimitRelease): PendingRelease {
+    return this.turns.release({ channelId: lease.channelId, token: lease.token, ttlMs: leaseTtlMs, limit });
+  }
+
+  limitOf(channelId: string): number | undefined {
+    return this.limits.get(channelId);
   }
 
   enqueue(waiter: WaiterRef, options: EnqueueOptions): Promise<EnqueueReply> {
@@ -280,6 +288,10 @@ export class RedisStore implements SlotStore {
 
   readHolders(channelIds: readonly string[]): Promise<Map<string, Map<string, number>>> {
     return readHolders(this.direct, channelIds);
+  }
+
+  readLimits(channelIds: readonly string[]): Promise<Map<string, number>> {
+    return readLimits(this.direct, channelIds);
   }
 
   setCooldown(channelId: string, ms: number, reason: string): Promise<void> {

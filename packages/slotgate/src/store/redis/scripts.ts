@@ -29,15 +29,16 @@ export function loadLua(file: string): string {
   });
 }
 
-/** releaseSlot's reply: `local` names the releasing instance's waiters granted. */
+/** releaseSlot's reply: `limit` the adaptive limit after its report; `local` the releasing instance's waiters granted. */
 export interface ReleaseSlotReply {
   removed: boolean;
   waiting: boolean;
+  limit: number | undefined;
   local: string[];
 }
 
 /**
- * A script with a fixed key count (`-3`) is registered with that `numberOfKeys`, so its first argument is its first
+ * A script with a fixed key count (`-4`) is registered with that `numberOfKeys`, so its first argument is its first
  * key: auto-pipelining on Cluster groups a call by its first argument's slot, and the slot of a key count would fail
  * it. For the same reason a `-n` script is also registered per key count it takes on Cluster (`clusterKeys`); on one
  * node only the `-n` command is (each command's body costs one EVAL per connection), with the count first.
@@ -126,10 +127,10 @@ const numbers = (reply: unknown): number[] => list(reply).map(Number);
 const enqueueReply = (reply: unknown): EnqueueReply => ENQUEUE_CODES[code(reply, ENQUEUE_CODES)]!;
 
 export const SCRIPTS = {
-  acquireSlots: new Script('acquireSlots-n', parseAcquireReply, [4]),
+  acquireSlots: new Script('acquireSlots-n', parseAcquireReply, [5]),
   renewLeases: new Script('renewLeases-n', numbers, [1]),
   reclaimLeases: new Script('reclaimLeases-n', numbers, [1]),
-  enqueueWaiter: new Script('enqueueWaiter-n', enqueueReply, [3]),
+  enqueueWaiter: new Script('enqueueWaiter-n', enqueueReply, [4]),
   /**
    * The same script with several registrations (single node only), an Error for one whose commands failed. It shares
    * enqueueWaiter's command names, so it declares the same Cluster key count (whichever is defined first registers).
@@ -140,15 +141,20 @@ export const SCRIPTS = {
       list(reply).map((r) =>
         typeof r === 'string' && r.startsWith('!') ? new Error(r.slice(1)) : enqueueReply(r),
       ),
-    [3],
+    [4],
   ),
-  releaseSlot: new Script('releaseSlot-3', (reply): ReleaseSlotReply => {
-    const [removed, waiting, ...local] = list(reply);
-    return { removed: Number(removed) === 1, waiting: Number(waiting) === 1, local: local.map(String) };
+  releaseSlot: new Script('releaseSlot-4', (reply): ReleaseSlotReply => {
+    const [removed, waiting, limit, ...local] = list(reply);
+    return {
+      removed: Number(removed) === 1,
+      waiting: Number(waiting) === 1,
+      limit: Number(limit) > 0 ? Number(limit) : undefined,
+      local: local.map(String),
+    };
   }),
-  pollWaiter: new Script('pollWaiter-3', (reply): WaiterState => WAITER_CODES[code(reply, WAITER_CODES)]!),
-  requeueWaiter: new Script('requeueWaiter-3', enqueueReply),
-  leaveQueue: new Script('leaveQueue-3', (reply) => Number(reply) === 1),
+  pollWaiter: new Script('pollWaiter-4', (reply): WaiterState => WAITER_CODES[code(reply, WAITER_CODES)]!),
+  requeueWaiter: new Script('requeueWaiter-4', enqueueReply),
+  leaveQueue: new Script('leaveQueue-4', (reply) => Number(reply) === 1),
   checkEpoch: new Script('checkEpoch-1', (reply): { value: string; now: number } => {
     const [value, now] = list(reply, 2);
     return { value: String(value), now: Number(now) };
@@ -162,7 +168,7 @@ export const SCRIPTS = {
   readHolders: new Script('readHolders-1', (reply) => (Array.isArray(reply) ? reply.map(String) : [])),
   exchangeLoads: new Script('exchangeLoads-3', parseSnapshotReply),
   fixLeftover: new Script('fixLeftover-1', Number),
-  releaseDeadOwner: new Script('releaseDeadOwner-3', Number),
+  releaseDeadOwner: new Script('releaseDeadOwner-4', Number),
 } as const;
 
 /** The settings scripts, on the two settings keys. */

@@ -22,6 +22,7 @@ const EXPECTED_TYPE = {
   legacy_queue: 'zset',
   cooldown: 'string',
   peak: 'hash',
+  limit: 'hash',
   settings: 'hash',
   instances: 'hash',
   epoch: 'string',
@@ -179,6 +180,10 @@ export async function checkLeftovers(
     if (shape.kind === 'peak') {
       if (pttl === -1) findings.push({ key, kind: 'no_expiry', detail: 'a peak key without an expiry' });
       marked.add(shape.channelId);
+      continue;
+    }
+    if (shape.kind === 'limit') {
+      if (pttl === -1) findings.push({ key, kind: 'no_expiry', detail: 'a limit key without an expiry' });
       continue;
     }
     const queue = shape.kind === 'queue';

@@ -34,8 +34,9 @@ async function releaseDead(client: Redis | Cluster, keys: KeyBuilder, f: Finding
   const pairs = f.members!.flatMap((m, i) => [m, f.scores![i]!]);
   return SCRIPTS.releaseDeadOwner.call(
     client,
-    [keys.slots(id), keys.queue(id), keys.peak(id)],
-    [CLAIM_MS, LEASE_TTL_MS, keys.grants(), id, ...pairs],
+    [keys.slots(id), keys.queue(id), keys.peak(id), keys.limit(id)],
+    // no floor: the doctor knows no channel's adaptive limit, so it grants under each waiter's own max
+    [CLAIM_MS, LEASE_TTL_MS, keys.grants(), id, '', ...pairs],
   );
 }
 

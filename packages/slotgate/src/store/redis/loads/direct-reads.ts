@@ -85,3 +85,16 @@ export async function readHolders(
   );
   return new Map(ids.map((id, i) => [id, countByInstance(tokens[i]!)]));
 }
+
+/** HGET of each channel's stored limit (auto-pipelined on Cluster); a channel without one is left out. */
+export async function readLimits(deps: DirectReadDeps, channelIds: readonly string[]): Promise<Map<string, number>> {
+  const ids = [...new Set(channelIds)];
+  const stored = await deps.run(ids.length, () =>
+    Promise.all(ids.map((id) => deps.client.hget(deps.keys.limit(id), 'l'))),
+  );
+  const out = new Map<string, number>();
+  ids.forEach((id, i) => {
+    if (stored[i] != null && Number.isFinite(Number(stored[i]))) out.set(id, Number(stored[i]));
+  });
+  return out;
+}

@@ -4,16 +4,18 @@
   (the store sends the registrations of one event-loop turn together): each does what a call of its own would, except
   that they share one reading of the Redis clock. On Cluster every call is one registration.
 
-  Per registration i (from 1), its keys at 3(i-1), its arguments at 7(i-1):
+  Per registration i (from 1), its keys at 4(i-1), its arguments at 8(i-1):
   KEYS[1]  slots key (sorted set: member = lease token, score = expiry ms on the Redis clock)
   KEYS[2]  queue key (sorted set: member = "<max>|<live>|<token>", score = arrival µs on the Redis clock; a
            registration lives <live> ms past its arrival, includes/queue.lua)
   KEYS[3]  peak key (hash: the channel's high-water mark, includes/peak.lua)
+  KEYS[4]  limit key (hash: the channel's adaptive limit, includes/limit.lua)
   ARGV[1]     the member "<max>|<live>|<token>": the max the waiter waits under, how long its registration lives
               past its arrival (its wait timeout plus a margin, at most 62 s), its token
-  ARGV[2..5]  claim deadline ms, lease TTL ms, grants channel prefix, channel id (as in releaseSlot-3.lua)
-  ARGV[6]     max waiting (>= 1)
-  ARGV[7]     how long before this call its request reached its instance, µs (at most 50 ms), so it stands in the
+  ARGV[2..6]  claim deadline ms, lease TTL ms, grants channel prefix, channel id, adaptive floor or '' (as in
+              releaseSlot-4.lua)
+  ARGV[7]     max waiting (>= 1)
+  ARGV[8]     how long before this call its request reached its instance, µs (at most 50 ms), so it stands in the
               queue as of then; "0" for now
 
   Returns, per registration (one number for a single one, else a list in the order given): 2 = granted at once (the
@@ -28,13 +30,14 @@
 ]]
 --- @include "redisNow"
 --- @include "peak"
+--- @include "limit"
 --- @include "queue"
 
 -- One registration: its keys after KEYS[k], its arguments after ARGV[a], `order` its place in the call (from 0).
 local function enqueue(k, a, order)
   local ch = channelOf(k, a + 2)
   local member = ARGV[a + 1]
-  local maxWaiting = tonumber(ARGV[a + 6])
+  local maxWaiting = tonumber(ARGV[a + 7])
   local _, _, liveMs = splitMember(member)
   -- one ZCOUNT of the arrivals within this registration's lifetime tells both the bound and whether a live waiter is
   -- ahead (exactly so when the registrations share one lifetime, one wait_timeout_ms)
@@ -46,7 +49,7 @@ local function enqueue(k, a, order)
   if not behind then
     dropExpiredWaiters(ch.queue)
   end
-  redis.call('ZADD', ch.queue, string.format('%d', redisNowUs() + order - (tonumber(ARGV[a + 7]) or 0)), member)
+  redis.call('ZADD', ch.queue, string.format('%d', redisNowUs() + order - (tonumber(ARGV[a + 8]) or 0)), member)
   extendQueue(ch.queue, liveMs)
   -- live waiters ahead: a slot that came free was granted to them when it did, unless its holder died; its lease,
   -- run out, is swept here (a waiter that times out before its first poll never sweeps) and the grant loop runs
@@ -66,14 +69,14 @@ local function enqueue(k, a, order)
   return 1
 end
 
-local n = #KEYS / 3
+local n = #KEYS / 4
 if n == 1 then
   return enqueue(0, 0, 0)
 end
 -- a registration whose commands fail answers "!<error>" alone; the others stand, as in calls of their own
 local replies = {}
 for i = 1, n do
-  local ok, reply = pcall(enqueue, 3 * (i - 1), 7 * (i - 1), i - 1)
+  local ok, reply = pcall(enqueue, 4 * (i - 1), 8 * (i - 1), i - 1)
   if ok then
     replies[i] = reply
   else

@@ -10,7 +10,7 @@ import { SCRIPTS } from '../scripts.js';
 
 const MAX_PER_CALL = 100;
 /** The arguments of one registration, its arrival lead (µs) last. */
-const ENQUEUE_ARGS = 7;
+const ENQUEUE_ARGS = 8;
 
 type Arg = string | number;
 

@@ -40,18 +40,18 @@ export class RedisQueues {
 
   private keysOf(channelId: string): string[] {
     const { keys } = this.deps;
-    return [keys.slots(channelId), keys.queue(channelId), keys.peak(channelId)];
+    return [keys.slots(channelId), keys.queue(channelId), keys.peak(channelId), keys.limit(channelId)];
   }
 
-  /** The grant arguments every queue script takes. */
-  private grantArgs(channelId: string, leaseTtlMs: number): (string | number)[] {
-    return [this.deps.claimMs, leaseTtlMs, this.deps.keys.grants(), channelId];
+  /** The grant arguments every queue script takes; `floor` when grants are made under an adaptive limit. */
+  private grantArgs(channelId: string, leaseTtlMs: number, floor: number | undefined): (string | number)[] {
+    return [this.deps.claimMs, leaseTtlMs, this.deps.keys.grants(), channelId, floor ?? ''];
   }
 
   enqueue(w: WaiterRef, options: EnqueueOptions): Promise<EnqueueReply> {
     const member = this.deps.members.remember(w, Math.min(MAX_REGISTRATION_LIVE_MS, options.ttlMs));
     const arrivedAt = preciseNow(this.deps.clock) - clampArrivalLead(options.arrivedMsAgo ?? 0);
-    const args = [member, ...this.grantArgs(w.channelId, options.leaseTtlMs), options.maxWaiting];
+    const args = [member, ...this.grantArgs(w.channelId, options.leaseTtlMs, w.floor), options.maxWaiting];
     return this.register(w, options, () => this.batch.send(this.keysOf(w.channelId), args, arrivedAt));
   }
 
@@ -63,7 +63,7 @@ export class RedisQueues {
     const args = [
       fromMember,
       member,
-      ...this.grantArgs(to.channelId, options.leaseTtlMs),
+      ...this.grantArgs(to.channelId, options.leaseTtlMs, to.floor),
       options.maxWaiting,
     ];
     try {
@@ -101,7 +101,7 @@ export class RedisQueues {
       // The script may still run, and the caller, told it failed, will never leave: a detached removal undoes it
       // (a grant passes on); the registration's expiry is the backstop.
       this.leave(w, options.leaseTtlMs).catch(() => {});
-      if (fromMember) this.leaveMember(w.channelId, fromMember, options.leaseTtlMs).catch(() => {});
+      if (fromMember) this.leaveMember(w, fromMember, options.leaseTtlMs).catch(() => {});
       throw err;
     }
   }
@@ -109,7 +109,7 @@ export class RedisQueues {
   async poll(w: WaiterRef, leaseTtlMs: number): Promise<WaiterState> {
     const { members, client, count, deadlines } = this.deps;
     count('wait', 1);
-    const args = [members.of(w), ...this.grantArgs(w.channelId, leaseTtlMs)];
+    const args = [members.of(w), ...this.grantArgs(w.channelId, leaseTtlMs, w.floor)];
     const state = await deadlines.run('wait_poll', () =>
       SCRIPTS.pollWaiter.call(client, this.keysOf(w.channelId), args),
     );
@@ -120,7 +120,7 @@ export class RedisQueues {
   leave(w: WaiterRef, leaseTtlMs: number): Promise<boolean> {
     const member = this.deps.members.of(w);
     this.deps.members.forget(w.channelId, w.token);
-    return this.leaveMember(w.channelId, member, leaseTtlMs, w.max > 0);
+    return this.leaveMember(w, member, leaseTtlMs, w.max > 0);
   }
 
   /**
@@ -129,12 +129,13 @@ export class RedisQueues {
    * `queued` false (a grant's give-back names no queued member): the script alone.
    */
   private leaveMember(
-    channelId: string,
+    w: Pick<WaiterRef, 'channelId' | 'floor'>,
     member: string,
     leaseTtlMs: number,
     queued = true,
   ): Promise<boolean> {
     const { client, count, deadlines, keys } = this.deps;
+    const { channelId } = w;
     count('wait', 1);
     const left = deadlines.run('wait_unregister', async () => {
       if (queued) {
@@ -143,7 +144,7 @@ export class RedisQueues {
       }
       return SCRIPTS.leaveQueue.call(client, this.keysOf(channelId), [
         member,
-        ...this.grantArgs(channelId, leaseTtlMs),
+        ...this.grantArgs(channelId, leaseTtlMs, w.floor),
       ]);
     });
     this.leaving.add(left);

@@ -34,8 +34,8 @@ export function acquireCall(
       if (c === undefined) {
         index.set(t.channelId, (c = index.size + 1));
         const id = t.channelId;
-        callKeys.push(keys.slots(id), keys.cooldown(id), keys.queue(id), keys.peak(id));
-        channelArgs.push(t.max, t.channelId);
+        callKeys.push(keys.slots(id), keys.cooldown(id), keys.queue(id), keys.peak(id), keys.limit(id));
+        channelArgs.push(t.max, t.channelId, t.floor ?? '');
       }
       requestArgs.push(i === targets.length - 1 ? -c : c);
     });

@@ -3,7 +3,7 @@
  * can be withdrawn until then (slot handoff), at most once per token and turn, so a caller that gives a slot back and
  * takes it again in a loop still yields to the event loop.
  */
-import type { AcquireReply, LeaseRef, PendingRelease } from '../../store.js';
+import type { AcquireReply, LeaseRef, LimitRelease, PendingRelease } from '../../store.js';
 import type { AcquireRequest } from './acquire-call.js';
 
 export interface Queued<Req, Res> {
@@ -14,6 +14,7 @@ export interface Queued<Req, Res> {
 
 export interface ReleaseRequest extends LeaseRef {
   ttlMs: number;
+  limit?: LimitRelease;
 }
 
 export type QueuedRelease = Queued<ReleaseRequest, boolean>;

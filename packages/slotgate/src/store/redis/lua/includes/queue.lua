@@ -1,6 +1,6 @@
 -- The wait queue of one channel: one sorted set, member = "<max>|<live>|<token>", score = arrival on the Redis clock in
 -- µs (FIFO, within the fair share between clients). A registration lives <live> ms past its arrival: its waiter's
--- wait timeout plus a margin, at most MAX_LIVE_MS. Needs redisNow and peak.
+-- wait timeout plus a margin, at most MAX_LIVE_MS. Needs redisNow, peak and limit.
 
 -- The longest a registration lives (store/redis/queues/members.ts, MAX_REGISTRATION_LIVE_MS).
 local MAX_LIVE_MS = 62000
@@ -85,30 +85,37 @@ local function sweepSlots(slotsKey, peakKey)
   return swept
 end
 
--- Takes `token`'s slot out; returns 1 when it held one. The count before goes to the channel's high-water mark.
+-- Takes `token`'s slot out; returns 1 when it held one, and then the slots in use before (they go to the channel's
+-- high-water mark).
 local function removeSlot(slotsKey, peakKey, token)
   local removed = redis.call('ZREM', slotsKey, token)
   if removed == 1 then
-    notePeak(peakKey, redis.call('ZCARD', slotsKey) + 1)
+    local before = redis.call('ZCARD', slotsKey) + 1
+    notePeak(peakKey, before)
+    return removed, before
   end
-  return removed
+  return removed, nil
 end
 
--- The channel a queue script works on: its slots, queue and peak keys at KEYS[k + 1..k + 3], and the grant parameters
--- at ARGV[first..first + 3] (claim deadline ms, lease TTL ms, grants channel prefix, channel id).
+-- The channel a queue script works on: its slots, queue, peak and limit keys at KEYS[k + 1..k + 4], and the grant
+-- parameters at ARGV[first..first + 4] (claim deadline ms, lease TTL ms, grants channel prefix, channel id, and the
+-- floor of its adaptive limit, or '' when no adaptive limit applies).
 local function channelOf(k, first)
   return {
     slots = KEYS[k + 1],
     queue = KEYS[k + 2],
     peak = KEYS[k + 3],
+    limit = KEYS[k + 4],
     claimMs = tonumber(ARGV[first]),
     leaseTtl = tonumber(ARGV[first + 1]),
     notify = ARGV[first + 2],
     id = ARGV[first + 3],
+    floor = tonumber(ARGV[first + 4]),
   }
 end
 
--- Grants the channel's free slots to its live waiters: the oldest first, within the fair share between clients.
+-- Grants the channel's free slots to its live waiters: the oldest first, within the fair share between clients, each
+-- under its own max or the channel's adaptive limit when lower (includes/limit.lua, read once).
 -- Among the oldest FAIR_WINDOW waiters, when they belong to more than one client, a slot goes to the waiter whose
 -- client holds the fewest live slots relative to its weight (oldest first among equals); with one client's waiters
 -- only, to the oldest. A pick that cannot be served under its own max leaves the choice to the oldest, and a waiter
@@ -118,6 +125,7 @@ end
 -- (the caller answers it directly). Expired leases are swept once, when they would keep a waiter out. Returns the
 -- members granted and the oldest live member left waiting (nil when none).
 local function grantFree(ch, quiet, localInstance)
+  local cap, capRead = ch.cap, ch.cap ~= nil or not ch.floor
   local granted = {}
   local live, swept, extended, pruned = nil, false, false, false
   local grantedMax = nil -- the lowest max granted under in this call
@@ -189,6 +197,12 @@ local function grantFree(ch, quiet, localInstance)
     end
     local head = window[pick]
     local token, max = splitMember(head)
+    if not capRead then
+      cap, capRead = limitCap(ch.limit, ch.floor), true
+    end
+    if cap and cap < max then
+      max = cap
+    end
     -- not right after a grant under this max or a lower one: the freed slot it took filled the channel
     if live >= max and not swept and not (grantedMax and grantedMax <= max) then
       swept = true
@@ -198,6 +212,9 @@ local function grantFree(ch, quiet, localInstance)
       pick = first
       head = window[pick]
       token, max = splitMember(head)
+      if cap and cap < max then
+        max = cap
+      end
     end
     if ranOut(head, arrivals[pick]) then
       redis.call('ZREM', ch.queue, head)

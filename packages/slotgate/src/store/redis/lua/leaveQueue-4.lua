@@ -4,9 +4,10 @@
   takes its member out of the queue in the same script, so a member still there was granted nothing) and calls this
   only when that ZREM found nothing.
 
-  KEYS[1..3]  slots, queue and peak keys (see enqueueWaiter-n.lua)
+  KEYS[1..4]  slots, queue, peak and limit keys (see enqueueWaiter-n.lua)
   ARGV[1]     the member "<max>|<live>|<token>"
-  ARGV[2..5]  claim deadline ms, lease TTL ms, grants channel prefix, channel id (as in releaseSlot-3.lua)
+  ARGV[2..6]  claim deadline ms, lease TTL ms, grants channel prefix, channel id, adaptive floor or '' (as in
+              releaseSlot-4.lua)
 
   Returns 1 when a grant was given back, 0 otherwise.
   Cost: ZREM of the member; when it was no longer queued, ZREM of the token's slot, and when it held one, ZCARD, TIME,
@@ -14,6 +15,7 @@
 ]]
 --- @include "redisNow"
 --- @include "peak"
+--- @include "limit"
 --- @include "queue"
 local member = ARGV[1]
 local token = splitMember(member)

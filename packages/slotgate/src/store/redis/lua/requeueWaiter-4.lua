@@ -9,11 +9,12 @@
   Then the free slots are granted to the oldest waiters, each under its own max, `to` included (no message for it).
   A grant made to `from` is gone for good.
 
-  KEYS[1..3]  slots, queue and peak keys (see enqueueWaiter-n.lua)
+  KEYS[1..4]  slots, queue, peak and limit keys (see enqueueWaiter-n.lua)
   ARGV[1]     the member "<max>|<live>|<token>" of `from`
   ARGV[2]     the member of `to` (its lifetime is `from`'s: the same wait)
-  ARGV[3..6]  claim deadline ms, lease TTL ms, grants channel prefix, channel id (as in releaseSlot-3.lua)
-  ARGV[7]     max waiting (>= 1), for a waiter the queue lost
+  ARGV[3..7]  claim deadline ms, lease TTL ms, grants channel prefix, channel id, adaptive floor or '' (as in
+              releaseSlot-4.lua)
+  ARGV[8]     max waiting (>= 1), for a waiter the queue lost
 
   Returns 2 = `to` holds a slot at once (claim it), 1 = queued, 0 = queue full (the queue had lost `from`). When `to`
   is left at the head, every instance holding a slot of the channel is told, as when a queue forms.
@@ -22,6 +23,7 @@
 ]]
 --- @include "redisNow"
 --- @include "peak"
+--- @include "limit"
 --- @include "queue"
 local ch = channelOf(0, 3)
 local from, to = ARGV[1], ARGV[2]
@@ -50,7 +52,7 @@ if arrival then
 elseif removeSlot(ch.slots, ch.peak, (splitMember(from))) == 1 then
   arrival = atHead()
 else
-  if redis.call('ZCOUNT', ch.queue, '(' .. deadCutoff(liveMs), '+inf') >= tonumber(ARGV[7]) then
+  if redis.call('ZCOUNT', ch.queue, '(' .. deadCutoff(liveMs), '+inf') >= tonumber(ARGV[8]) then
     return 0
   end
   arrival = redisNowUs()
