@@ -646,6 +646,76 @@ export function runStoreContract(
     });
   });
 
+  describe(`adaptive limits: ${name}`, () => {
+    let f: StoreFixture;
+    let store: SlotStore;
+    beforeEach(async () => {
+      f = await make();
+      store = f.store;
+    });
+    afterEach(() => f.close());
+
+    const law = { floor: 1, ceiling: 4, probeAfter: 30, tolerance: 2 };
+    const adaptive = (channelId: string): AcquireTarget[] => [{ channelId, max: 4, floor: 1 }];
+    const over = { signal: { kind: 'overloaded' as const }, law, heldMs: 10 };
+    /** Fills the channel with `n` slots under its adaptive limit. */
+    async function take(channelId: string, n: number, from = 0): Promise<string[]> {
+      const tokens = Array.from({ length: n }, (_, i) => `ad:${from + i}`);
+      for (const t of tokens)
+        expect(await store.acquireFirst(adaptive(channelId), opts(t))).toEqual(['acquired']);
+      return tokens;
+    }
+
+    it('an overload lowers the limit, and the acquire admits under it; without a floor the max applies', async () => {
+      expect(store.limitOf('ad')).toBeUndefined();
+      const [first] = await take('ad', 4);
+      // refused with 4 in flight: 3
+      expect(
+        await store.release({ channelId: 'ad', token: first! }, 60_000, { floor: 1, report: over }).done,
+      ).toBe(true);
+      expect(store.limitOf('ad')).toBe(3);
+      expect((await store.readLimits(['ad', 'other'])).get('ad')).toBe(3);
+      expect((await store.readLimits(['ad', 'other'])).has('other')).toBe(false);
+      expect(await store.acquireFirst(adaptive('ad'), opts('ad:x'))).toEqual(['full']);
+      // a caller that does not enforce the limit admits up to the max
+      expect(await store.acquireFirst(one('ad', 4), opts('ad:y'))).toEqual(['acquired']);
+    });
+
+    it('grants follow the limit too: a waiter is granted only below it', async () => {
+      const tokens = await take('gr', 4);
+      const waiter = { channelId: 'gr', token: 'gw:1', max: 4, floor: 1 };
+      expect(await store.enqueue(waiter, queueOpts(5))).toBe('queued');
+      // 4 in flight, one refused: the limit is 3, and the 3 left fill it: nothing to grant
+      await store.release({ channelId: 'gr', token: tokens[0]! }, 60_000, { floor: 1, report: over }).done;
+      expect(await store.pollWaiter(waiter, 60_000)).toBe('queued');
+      // one more back, with nothing to report: a slot under the limit, granted
+      await store.release({ channelId: 'gr', token: tokens[1]! }, 60_000, { floor: 1 }).done;
+      expect(await store.pollWaiter(waiter, 60_000)).toBe('granted');
+    });
+
+    it('a report of a slot not held changes nothing', async () => {
+      const [t] = await take('nh', 1);
+      await store.release({ channelId: 'nh', token: t! }, 60_000).done;
+      await store.release({ channelId: 'nh', token: t! }, 60_000, { floor: 1, report: over }).done;
+      expect((await store.readLimits(['nh'])).has('nh')).toBe(false);
+    });
+
+    it('successes at full use with requests waiting raise it again, never past the max', async () => {
+      const tokens = await take('up', 4);
+      await store.release({ channelId: 'up', token: tokens[0]! }, 60_000, { floor: 1, report: over }).done;
+      expect(store.limitOf('up')).toBe(3);
+      const ok = { signal: { kind: 'ok' as const }, law: { ...law, probeAfter: 1 }, heldMs: 10 };
+      const waiter = { channelId: 'up', token: 'uw:1', max: 4, floor: 1 };
+      expect(await store.enqueue(waiter, queueOpts(5))).toBe('queued');
+      // 3 in flight at a limit of 3 with a waiter: +1/3 each, and the level that failed is tried after one success
+      for (const t of tokens.slice(1)) {
+        await store.release({ channelId: 'up', token: t }, 60_000, { floor: 1, report: ok }).done;
+      }
+      expect(store.limitOf('up')).toBe(3);
+      expect((await store.readLimits(['up'])).get('up')).toBeGreaterThan(3);
+    });
+  });
+
   // a store without a summary: the load view reads readLoads instead (covered above)
   if (!loadSummary) return;
   describe(`load summary: ${name}`, () => {

@@ -7,7 +7,12 @@ import { readFileSync } from 'node:fs';
 import fc from 'fast-check';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { nextLimit, type LimitLaw, type LimitState, type UpstreamSignal } from '../../packages/slotgate/src/core/adaptive.js';
+import {
+  nextLimit,
+  type LimitLaw,
+  type LimitState,
+  type UpstreamSignal,
+} from '../../packages/slotgate/src/core/adaptive.js';
 import { reportArg } from '../../packages/slotgate/src/store/redis/queues/release-call.js';
 import { redisUrl, uniquePrefix } from '../helpers/redis.js';
 

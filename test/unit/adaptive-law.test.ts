@@ -71,10 +71,14 @@ describe('the adaptive limit', () => {
   });
 
   it('never goes below its floor', () => {
-    const floored = run([{ signal: OVER, inFlight: 1, at: 1000 }], run([{ signal: OVER, inFlight: 5, at: 0 }]), {
-      ...law,
-      floor: 3,
-    });
+    const floored = run(
+      [{ signal: OVER, inFlight: 1, at: 1000 }],
+      run([{ signal: OVER, inFlight: 5, at: 0 }]),
+      {
+        ...law,
+        floor: 3,
+      },
+    );
     expect(floored.limit).toBe(3);
   });
 
@@ -115,43 +119,72 @@ describe('the adaptive limit', () => {
     const base = run([{ signal: { kind: 'ok', firstByteMs: 200 }, inFlight: 1, at: 1000, demand: false }]);
     expect(base.least).toBe(200);
     // 8 in flight answering in 600 ms where 200 ms is usual: it serves about 8 × 200 ÷ 600 at once
-    const slowed = run([{ signal: { kind: 'ok', firstByteMs: 600 }, inFlight: 8, at: 2000, heldMs: 600 }], base);
+    const slowed = run(
+      [{ signal: { kind: 'ok', firstByteMs: 600 }, inFlight: 8, at: 2000, heldMs: 600 }],
+      base,
+    );
     expect(slowed.limit).toBeCloseTo(8, 3); // a quarter of 32: the window's bound
-    const next = run([{ signal: { kind: 'ok', firstByteMs: 600 }, inFlight: 8, at: 3000, heldMs: 600 }], slowed);
+    const next = run(
+      [{ signal: { kind: 'ok', firstByteMs: 600 }, inFlight: 8, at: 3000, heldMs: 600 }],
+      slowed,
+    );
     expect(next.limit).toBeCloseTo(8 * (200 / 600), 3);
     // within tolerance: no change
-    expect(run([{ signal: { kind: 'ok', firstByteMs: 390 }, inFlight: 8, at: 4000, demand: false }], base).limit).toBe(
-      32,
-    );
+    expect(
+      run([{ signal: { kind: 'ok', firstByteMs: 390 }, inFlight: 8, at: 4000, demand: false }], base).limit,
+    ).toBe(32);
   });
 
   it('a slow answer of a request begun before the latency last lowered the limit says nothing new', () => {
     const base = run([{ signal: { kind: 'ok', firstByteMs: 200 }, inFlight: 1, at: 1000, demand: false }]);
-    const slowed = run([{ signal: { kind: 'ok', firstByteMs: 900 }, inFlight: 8, at: 2000, heldMs: 900 }], base);
+    const slowed = run(
+      [{ signal: { kind: 'ok', firstByteMs: 900 }, inFlight: 8, at: 2000, heldMs: 900 }],
+      base,
+    );
     expect(slowed.slowedAt).toBe(2000);
     // begun at 1500, before 2000: ignored
-    const stale = run([{ signal: { kind: 'ok', firstByteMs: 900 }, inFlight: 2, at: 2400, heldMs: 900 }], slowed);
+    const stale = run(
+      [{ signal: { kind: 'ok', firstByteMs: 900 }, inFlight: 2, at: 2400, heldMs: 900 }],
+      slowed,
+    );
     expect(stale.limit).toBe(slowed.limit);
     // begun after it: counts
-    const fresh = run([{ signal: { kind: 'ok', firstByteMs: 900 }, inFlight: 8, at: 3100, heldMs: 900 }], slowed);
+    const fresh = run(
+      [{ signal: { kind: 'ok', firstByteMs: 900 }, inFlight: 8, at: 3100, heldMs: 900 }],
+      slowed,
+    );
     expect(fresh.limit).toBeLessThan(slowed.limit);
   });
 
   it('the least first byte is kept over two buckets of 30 s, so a lasting slowdown becomes the new normal', () => {
     const base = run([{ signal: { kind: 'ok', firstByteMs: 200 }, inFlight: 1, at: 1000, demand: false }]);
-    const later = run([{ signal: { kind: 'ok', firstByteMs: 500 }, inFlight: 1, at: 31_000, demand: false }], base);
+    const later = run(
+      [{ signal: { kind: 'ok', firstByteMs: 500 }, inFlight: 1, at: 31_000, demand: false }],
+      base,
+    );
     expect(later).toMatchObject({ least: 500, leastBefore: 200 });
-    const after = run([{ signal: { kind: 'ok', firstByteMs: 500 }, inFlight: 1, at: 61_000, demand: false }], later);
+    const after = run(
+      [{ signal: { kind: 'ok', firstByteMs: 500 }, inFlight: 1, at: 61_000, demand: false }],
+      later,
+    );
     expect(after).toMatchObject({ least: 500, leastBefore: 500 });
-    const gone = run([{ signal: { kind: 'ok', firstByteMs: 700 }, inFlight: 1, at: 125_000, demand: false }], after);
+    const gone = run(
+      [{ signal: { kind: 'ok', firstByteMs: 700 }, inFlight: 1, at: 125_000, demand: false }],
+      after,
+    );
     expect(gone).toMatchObject({ least: 700, leastBefore: undefined });
   });
 
   it('with latency off (tolerance 0) a slow answer changes nothing', () => {
     const off = { ...law, tolerance: 0 };
-    const base = run([{ signal: { kind: 'ok', firstByteMs: 100 }, inFlight: 1, at: 0, demand: false }], undefined, off);
+    const base = run(
+      [{ signal: { kind: 'ok', firstByteMs: 100 }, inFlight: 1, at: 0, demand: false }],
+      undefined,
+      off,
+    );
     expect(
-      run([{ signal: { kind: 'ok', firstByteMs: 5000 }, inFlight: 8, at: 1000, heldMs: 5000 }], base, off).limit,
+      run([{ signal: { kind: 'ok', firstByteMs: 5000 }, inFlight: 8, at: 1000, heldMs: 5000 }], base, off)
+        .limit,
     ).toBe(32);
   });
 });

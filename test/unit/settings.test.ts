@@ -21,6 +21,7 @@ import { elapse, flush, track } from './manual-time.js';
 /** The settings reference (docs/configuration.md), copied: key → [default, min, max] (booleans: [default]). */
 const SPEC_TABLE = {
   load_cache_enabled: [true],
+  adaptive_enabled: [true],
   load_cache_ttl_ms: [200, 1, 5000],
   max_acquire_attempts: [8, 1, 100],
   slot_handoff_enabled: [true],

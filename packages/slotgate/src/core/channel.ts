@@ -62,10 +62,15 @@ export function validateCandidate(c: Candidate, internal = false): void {
   if (c.adaptive !== undefined) validateAdaptive(c.id, c.adaptive, bad);
 }
 
-function validateAdaptive(id: string, a: AdaptiveOptions, bad: (f: string, e: string, g: unknown) => TypeError): void {
+function validateAdaptive(
+  id: string,
+  a: AdaptiveOptions,
+  bad: (f: string, e: string, g: unknown) => TypeError,
+): void {
   if (typeof a !== 'object' || a === null) throw bad(`adaptive of ${id}`, 'an object', a);
   for (const key of ['enabled', 'enforce'] as const) {
-    if (a[key] !== undefined && typeof a[key] !== 'boolean') throw bad(`adaptive.${key} of ${id}`, 'a boolean', a[key]);
+    if (a[key] !== undefined && typeof a[key] !== 'boolean')
+      throw bad(`adaptive.${key} of ${id}`, 'a boolean', a[key]);
   }
   if (a.minConcurrency !== undefined && !isInt(a.minConcurrency, 1)) {
     throw bad(`adaptive.minConcurrency of ${id}`, 'an integer ≥ 1', a.minConcurrency);

@@ -31,7 +31,9 @@ export function enforcedFloor(c: Candidate, settings: Settings): number | undefi
 /** The max the pass plans with: the adaptive limit as this instance last learned it when enforced, else the max. */
 export function plannedMax(c: Candidate, settings: Settings, store: SlotStore): number {
   const floor = enforcedFloor(c, settings);
-  return floor === undefined ? c.maxConcurrency! : effectiveLimit(store.limitOf(c.id), floor, c.maxConcurrency!);
+  return floor === undefined
+    ? c.maxConcurrency!
+    : effectiveLimit(store.limitOf(c.id), floor, c.maxConcurrency!);
 }
 
 /** An adaptive channel's limit: `limit` between `floor` and `max`, applied when `enforced`. */

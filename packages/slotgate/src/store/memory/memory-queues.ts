@@ -70,7 +70,8 @@ export class MemoryQueues {
     if (queue.length === 0) return granted;
     const now = this.clock.now();
     const slots = this.slotsOf(channelId);
-    const maxOf = (w: Waiter) => (floor === undefined ? w.ref.max : this.limitOf(channelId, floor, w.ref.max));
+    const maxOf = (w: Waiter) =>
+      floor === undefined ? w.ref.max : this.limitOf(channelId, floor, w.ref.max);
     while (queue.length > 0) {
       const window = queue.slice(0, FAIR_WINDOW).map((w) => w.ref.token);
       let pick = 0;

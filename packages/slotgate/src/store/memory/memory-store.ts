@@ -141,7 +141,10 @@ export class MemoryStore implements SlotStore {
       const { signal, law, heldMs } = limit.report;
       const now = this.clock.now();
       const demand = this.queues.hasQueue(channelId);
-      this.limits.set(channelId, nextLimit(this.limits.get(channelId), { signal, law, heldMs, inFlight, demand, now }));
+      this.limits.set(
+        channelId,
+        nextLimit(this.limits.get(channelId), { signal, law, heldMs, inFlight, demand, now }),
+      );
     }
     this.queues.grantFree(channelId, undefined, limit?.floor);
     if (set && set.members.size === 0) this.slots.delete(channelId);

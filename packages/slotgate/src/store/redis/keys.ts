@@ -156,7 +156,9 @@ export class KeyBuilder {
     if (key === this.instances()) return { kind: 'instances' };
     if (key === this.epoch() || key.startsWith(`${this.epoch()}:{`)) return { kind: 'epoch' };
     if (!key.startsWith(`${this.base}:{`)) return null;
-    const m = /^\{([^{}]*)\}:(slots|fifo|cooldown|peak|limit|queue|waiters)$/.exec(key.slice(this.base.length + 1));
+    const m = /^\{([^{}]*)\}:(slots|fifo|cooldown|peak|limit|queue|waiters)$/.exec(
+      key.slice(this.base.length + 1),
+    );
     if (!m) return null;
     return { channelId: decodeChannelId(m[1]!), kind: CHANNEL_KINDS[m[2]!] ?? 'legacy_queue' };
   }

@@ -43,8 +43,8 @@ import { RedisQueues } from './queues/queues.js';
 import { releaseCall, type ReleaseDeps } from './queues/release-call.js';
 import { SCRIPTS, defineScripts } from './scripts.js';
 import { acquireCall } from './slots/acquire-call.js';
-import { runLeaseBatch } from './slots/lease-batches.js';
-import { batchesOf, turnsOf } from './slots/topology.js';
+import { runLeaseBatches, type LeaseBatchDeps } from './slots/lease-batches.js';
+import { turnsOf } from './slots/topology.js';
 import type { TurnQueue } from './slots/turn.js';
 
 export interface RedisStoreOptions {
@@ -94,6 +94,7 @@ export class RedisStore implements SlotStore {
   private readonly turns: TurnQueue;
   private readonly summary: RedisLoadSummary;
   private readonly direct: DirectReadDeps;
+  private readonly leaseDeps: LeaseBatchDeps;
   /** Adaptive limits as the releases' replies said. */
   private readonly limits = new Map<string, number>();
   private presenceImpl: RedisPresence | undefined;
@@ -149,6 +150,7 @@ export class RedisStore implements SlotStore {
       run,
       scriptBuildPairs: options.loadSummaryScriptBuildPairs,
     });
+    this.leaseDeps = { client, keys, run };
     this.direct = {
       client,
       keys,
@@ -238,35 +240,14 @@ export class RedisStore implements SlotStore {
   }
 
   renew(leases: readonly LeaseRef[], leaseTtlMs: number): Promise<LeaseRef[]> {
-    return this.leaseBatches(leases, (batch) =>
-      runLeaseBatch(this.client, this.keys, SCRIPTS.renewLeases, [leaseTtlMs], batch),
-    );
+    return runLeaseBatches(this.leaseDeps, SCRIPTS.renewLeases, [leaseTtlMs], leases);
   }
 
   reclaim(leases: readonly ReclaimRef[], leaseTtlMs: number, restore: boolean): Promise<LeaseRef[]> {
-    const send = () =>
-      this.leaseBatches(leases, (batch) =>
-        runLeaseBatch(
-          this.client,
-          this.keys,
-          SCRIPTS.reclaimLeases,
-          [leaseTtlMs, restore ? 1 : 0],
-          batch,
-          (l) => [l.max],
-        ),
-      );
+    const head = [leaseTtlMs, restore ? 1 : 0];
+    const send = () => runLeaseBatches(this.leaseDeps, SCRIPTS.reclaimLeases, head, leases, (l) => [l.max]);
     // the epoch check itself runs the restore; a reclaim admits, so it waits for the check
     return restore ? send() : this.epoch.admitting('renew', send);
-  }
-
-  /** The leases not held, one `renew` command per batch. */
-  private async leaseBatches<L extends LeaseRef>(
-    leases: readonly L[],
-    send: (batch: readonly L[]) => Promise<L[]>,
-  ): Promise<L[]> {
-    if (leases.length === 0) return [];
-    const batches = batchesOf(this.client, leases);
-    return (await this.run('renew', batches.length, () => Promise.all(batches.map(send)))).flat();
   }
 
   async readLoads(channelIds: readonly string[]): Promise<Map<string, ChannelLoad>> {

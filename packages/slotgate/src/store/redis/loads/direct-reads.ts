@@ -87,7 +87,10 @@ export async function readHolders(
 }
 
 /** HGET of each channel's stored limit (auto-pipelined on Cluster); a channel without one is left out. */
-export async function readLimits(deps: DirectReadDeps, channelIds: readonly string[]): Promise<Map<string, number>> {
+export async function readLimits(
+  deps: DirectReadDeps,
+  channelIds: readonly string[],
+): Promise<Map<string, number>> {
   const ids = [...new Set(channelIds)];
   const stored = await deps.run(ids.length, () =>
     Promise.all(ids.map((id) => deps.client.hget(deps.keys.limit(id), 'l'))),

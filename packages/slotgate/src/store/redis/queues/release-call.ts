@@ -32,7 +32,9 @@ export function reportArg(limit: LimitRelease | undefined): string {
   if (!report) return '';
   const { signal, law, heldMs } = report;
   const firstByte =
-    signal.kind === 'ok' && signal.firstByteMs !== undefined ? Math.max(0, Math.round(signal.firstByteMs)) : '';
+    signal.kind === 'ok' && signal.firstByteMs !== undefined
+      ? Math.max(0, Math.round(signal.firstByteMs))
+      : '';
   const kind = signal.kind === 'overloaded' ? 'over' : 'ok';
   return `${kind}|${law.ceiling}|${law.floor}|${law.probeAfter}|${law.tolerance}|${firstByte}|${Math.max(0, Math.round(heldMs))}`;
 }

@@ -1,12 +1,33 @@
-/** One call of renewLeases or reclaimLeases for a batch; returns the leases not held. */
+/** renewLeases or reclaimLeases over leases in batches (one channel each on Cluster); returns the leases not held. */
 import type { Cluster, Redis } from 'ioredis';
-import type { LeaseRef } from '../../store.js';
+import type { LeaseRef, Purpose } from '../../store.js';
 import type { KeyBuilder } from '../keys.js';
 import type { Script } from '../scripts.js';
+import { batchesOf } from './topology.js';
 
 type Arg = string | number;
 
-export async function runLeaseBatch<L extends LeaseRef>(
+export interface LeaseBatchDeps {
+  client: Redis | Cluster;
+  keys: KeyBuilder;
+  run: <T>(purpose: Purpose, n: number, work: () => Promise<T>) => Promise<T>;
+}
+
+/** One `renew` command per batch. */
+export async function runLeaseBatches<L extends LeaseRef>(
+  deps: LeaseBatchDeps,
+  script: Script<number[]>,
+  head: readonly Arg[],
+  leases: readonly L[],
+  extra: (lease: L) => readonly Arg[] = () => [],
+): Promise<L[]> {
+  if (leases.length === 0) return [];
+  const batches = batchesOf(deps.client, leases);
+  const send = (batch: readonly L[]) => runLeaseBatch(deps.client, deps.keys, script, head, batch, extra);
+  return (await deps.run('renew', batches.length, () => Promise.all(batches.map(send)))).flat();
+}
+
+async function runLeaseBatch<L extends LeaseRef>(
   client: Redis | Cluster,
   keys: KeyBuilder,
   script: Script<number[]>,
