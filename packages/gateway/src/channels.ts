@@ -3,7 +3,7 @@
  * whole on every config reload and swapped in one assignment, so a request sees one consistent version.
  */
 import { createHash } from 'node:crypto';
-import type { Candidate, Client } from 'slotgate';
+import type { AdaptiveOptions, Candidate, Client } from 'slotgate';
 import type { ChannelConfig, TokenConfig } from './config-schema.js';
 import type { ApiShape } from './http-errors.js';
 
@@ -47,6 +47,14 @@ const ANONYMOUS: Caller = {
   client: { id: 'anonymous', maxConcurrency: 0, weight: 1 },
 };
 
+const adaptiveOf = (a: NonNullable<ChannelConfig['adaptive']>): AdaptiveOptions => ({
+  enabled: a.enabled,
+  minConcurrency: a.min_concurrency,
+  enforce: a.enforce,
+  probeAfter: a.probe_after,
+  latencyTolerance: a.latency_tolerance,
+});
+
 const indexKey = (shape: ApiShape, group: string, model: string) => `${shape}\u0000${group}\u0000${model}`;
 
 export class ChannelRegistry {
@@ -65,6 +73,7 @@ export class ChannelRegistry {
       weight: config.weight,
       enabled: config.enabled,
       ...(config.max_waiting !== undefined ? { maxWaiting: config.max_waiting } : {}),
+      ...(config.adaptive && { adaptive: adaptiveOf(config.adaptive) }),
       config,
     }));
     for (const channel of this.channels) {

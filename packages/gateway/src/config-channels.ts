@@ -21,6 +21,19 @@ export const mockSchema = z.strictObject({
   reply: z.string().default('Hello from slotgate! This answer was streamed by a mock channel.'),
 });
 
+/** A channel's adaptive limit (docs/admission.md, "Adaptive limits"); its max_concurrency stays the ceiling. */
+export const adaptiveSchema = z.strictObject({
+  enabled: z.boolean().default(true),
+  min_concurrency: z.int().min(1).default(1),
+  /** false: learned and shown, not applied (observe before enforcing). */
+  enforce: z.boolean().default(true),
+  probe_after: z.int().min(1).max(10_000).default(30),
+  /** 0 ignores latency. */
+  latency_tolerance: z.union([z.literal(0), z.number().min(1).max(100)]).default(2),
+  /** A 429 whose Retry-After is longer than this still cools the channel down. */
+  retry_after_cooldown_s: z.int().min(0).max(3600).default(10),
+});
+
 export const channelSchema = z.strictObject({
   id: z
     .string()
@@ -43,6 +56,7 @@ export const channelSchema = z.strictObject({
   headers: z.record(z.string(), z.string()).default({}),
   anthropic_version: z.string().default('2023-06-01'),
   mock: mockSchema.optional(),
+  adaptive: adaptiveSchema.optional(),
 });
 
 export const tokenSchema = z.strictObject({
@@ -65,6 +79,10 @@ export function checkChannels(channels: z.infer<typeof channelSchema>[], issue: 
   channels.forEach((c, i) => {
     if (ids.has(c.id)) issue(['channels', i, 'id'], `duplicate channel id "${c.id}"`);
     ids.add(c.id);
+    if (c.adaptive?.enabled && c.max_concurrency === 0)
+      issue(['channels', i, 'adaptive'], 'needs max_concurrency > 0: the limit adapts below it');
+    else if (c.adaptive?.enabled && c.adaptive.min_concurrency > c.max_concurrency)
+      issue(['channels', i, 'adaptive', 'min_concurrency'], `above max_concurrency (${c.max_concurrency})`);
     if (c.type === 'mock') return;
     if (!c.base_url) issue(['channels', i, 'base_url'], `required for a ${c.type} channel`);
     if (!c.key) issue(['channels', i, 'key'], `required for a ${c.type} channel`);

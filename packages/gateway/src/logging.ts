@@ -22,6 +22,8 @@ export interface AccessRecord {
   waitMs: number;
   /** The status of the upstream answer passed on, or of the last one seen. */
   upstreamStatus?: number;
+  /** The channel's adaptive limit when the request waited while it was below the channel's max. */
+  adaptiveLimit?: number;
   /** Upstream calls made (0 when the request was refused before any). */
   attempts: number;
   /** slotgate's own error code when it answered itself (e.g. `channel_capacity_exhausted`). */
@@ -61,6 +63,7 @@ function accessSummary(log: Record<string, unknown>): string {
   if ('model' in log) {
     parts.push(`${String(log.model ?? '-')} → ${String(log.channel ?? '-')}`);
     if (Number(log.wait_ms) > 0) parts.push(`wait ${String(log.wait_ms)} ms`);
+    if (typeof log.adaptive_limit === 'number') parts.push(`adaptive limit ${log.adaptive_limit}`);
     if (Number(log.retries) > 0) parts.push(`retries ${String(log.retries)}`);
     if (typeof log.upstream_status === 'number' && log.upstream_status !== log.status)
       parts.push(`upstream ${String(log.upstream_status)}`);
@@ -159,6 +162,7 @@ export function logAccess(request: FastifyRequest, reply: FastifyReply): void {
     line.channel = a?.channel ?? null;
     line.wait_ms = Math.round(a?.waitMs ?? 0);
     line.upstream_status = a?.upstreamStatus ?? null;
+    if (a?.adaptiveLimit !== undefined) line.adaptive_limit = a.adaptiveLimit;
     line.retries = Math.max(0, (a?.attempts ?? 0) - 1);
   }
   line.duration_ms = Math.round(reply.elapsedTime);

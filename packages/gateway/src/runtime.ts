@@ -133,6 +133,7 @@ export class GatewayRuntime {
     settings_source: this.settings.source(),
     instances: await this.presence.list(),
     live_leases: this.admission.stats().liveLeases,
+    adaptive_limits: await this.adaptiveLimits(),
     store_failure_mode: this.config.redis?.store_failure_mode ?? 'fail_closed',
     ...(this.config.redis?.store_failure_mode === 'local_share' ? { instances_seen: this.fleet.seen } : {}),
   });
@@ -151,6 +152,19 @@ export class GatewayRuntime {
       await this.upstream.close().catch(() => {});
       if (this.ownsStore) await this.store.close();
     }
+  }
+
+  /** Each adaptive channel's limit from the store; as this instance last learned it when the store fails. */
+  private async adaptiveLimits(): Promise<Record<string, unknown>[]> {
+    const { channels } = this.current.registry;
+    const limits = await this.admission.readLimits(channels).catch(() => this.admission.limits(channels));
+    return [...limits].map(([channel, l]) => ({
+      channel,
+      limit: l.limit,
+      max_concurrency: l.max,
+      min_concurrency: l.floor,
+      enforced: l.enforced,
+    }));
   }
 
   private async redisHealth(): Promise<Record<string, unknown> | null> {

@@ -3,7 +3,7 @@
  * scrape costs no Redis command while its snapshot is fresh) and on this instance, against the configured limits.
  */
 import type { Registry } from 'prom-client';
-import type { Admission, ChannelLoad, ChannelPeak, ChannelStats } from 'slotgate';
+import type { Admission, ChannelLimit, ChannelLoad, ChannelPeak, ChannelStats } from 'slotgate';
 import type { ChannelRegistry } from '../channels.js';
 import { scrapedGauge, type Sample } from './scrape.js';
 import { sharedRead } from '../shared-read.js';
@@ -17,6 +17,8 @@ interface ChannelRow {
   id: string;
   maxConcurrency: number;
   local: number;
+  /** An adaptive channel's limit as this instance last learned it. */
+  limit: ChannelLimit | undefined;
   /** Undefined when the loads could not be read: the load-derived gauges then leave the channel out, not at 0. */
   load: ChannelLoad | undefined;
 }
@@ -26,10 +28,12 @@ async function readChannelRows(sources: LoadSources): Promise<ChannelRow[]> {
   const admission = sources.admission();
   const loads = await admission.viewLoads(channels).catch(() => undefined);
   const mine = admission.stats().channels;
+  const limits = admission.limits(channels);
   return channels.map((c) => ({
     id: c.id,
     maxConcurrency: c.maxConcurrency,
     local: mine[c.id]?.active ?? 0,
+    limit: limits.get(c.id),
     load: loads?.get(c.id),
   }));
 }
@@ -60,6 +64,16 @@ const PER_CHANNEL: Array<[string, string, (row: ChannelRow) => number | undefine
   ],
   ['slotgate_channel_max_concurrency', 'Configured max concurrency (0 = unlimited)', (r) => r.maxConcurrency],
   ['slotgate_channel_local_in_flight', 'Requests this instance has in flight on the channel', (r) => r.local],
+  [
+    'slotgate_channel_adaptive_limit',
+    "An adaptive channel's limit, shared by the fleet, as this instance last learned it (min_concurrency to max_concurrency)",
+    (r) => r.limit?.limit,
+  ],
+  [
+    'slotgate_channel_adaptive_enforced',
+    'Whether the adaptive limit admits (1) or is only observed (0, adaptive.enforce: false)',
+    (r) => (r.limit ? (r.limit.enforced ? 1 : 0) : undefined),
+  ],
 ];
 
 /** The limited clients of the configuration (names, never keys), this instance's counts: no Redis command. */

@@ -1,5 +1,5 @@
 /** The admit and release steps: a ticket for one attempt, held as a slot that goes back exactly once. */
-import { CapacityError, NoChannelError, type Ticket } from 'slotgate';
+import { CapacityError, NoChannelError, type Ticket, type UpstreamSignal } from 'slotgate';
 import type { GatewayChannel } from '../channels.js';
 import { shuttingDown } from '../drain.js';
 import { logsAt } from '../logging.js';
@@ -10,6 +10,8 @@ export interface Slot {
   channel: GatewayChannel;
   /** Whether the ticket holds a lease (a bounded channel's, or a limited client's): only such a ticket can be lost. */
   fenced: boolean;
+  /** What the upstream said, reported with the release to the channel's adaptive limit (set by the attempt). */
+  upstream: UpstreamSignal | undefined;
   release: () => void;
 }
 
@@ -45,6 +47,9 @@ export async function admit(req: ProxiedRequest): Promise<Slot | 'give up'> {
   const channel = ticket.channel;
   chain.admitted(channel.id, ticket.waitedMs);
   Object.assign(access, { waitMs: chain.waitedMs, channel: channel.id, attempts: chain.attempts });
+  // it waited while the channel's adaptive limit held it below its max
+  const limit = ticket.waitedMs > 0 ? ctx.admission.limits([channel]).get(channel.id) : undefined;
+  if (limit?.enforced && limit.limit < limit.max) access.adaptiveLimit = limit.limit;
   if (logsAt(request, 'debug')) {
     request.log.debug(
       { channel: channel.id, wait_ms: Math.round(ticket.waitedMs), attempt: chain.attempts },
@@ -59,13 +64,19 @@ function hold(req: ProxiedRequest, ticket: Ticket<GatewayChannel>): Slot {
   const fenced = ticket.token !== undefined || (req.caller.client.maxConcurrency ?? 0) > 0;
   if (fenced) ticket.lost.addEventListener('abort', req.onLost, { once: true });
   let released = false;
-  const release = () => {
-    if (released) return;
-    released = true;
-    if (fenced) ticket.lost.removeEventListener('abort', req.onLost);
-    // an upstream call aborted mid-flight may still run at the upstream for a moment: its slot goes back through
-    // Redis, not straight to this gateway's next request
-    void ticket.release({ handoff: !req.stop.signal.aborted });
+  const slot: Slot = {
+    ticket,
+    channel: ticket.channel,
+    fenced,
+    upstream: undefined,
+    release: () => {
+      if (released) return;
+      released = true;
+      if (fenced) ticket.lost.removeEventListener('abort', req.onLost);
+      // an upstream call aborted mid-flight may still run at the upstream for a moment: its slot goes back through
+      // Redis, not straight to this gateway's next request
+      void ticket.release({ handoff: !req.stop.signal.aborted, upstream: slot.upstream });
+    },
   };
-  return { ticket, channel: ticket.channel, fenced, release };
+  return slot;
 }

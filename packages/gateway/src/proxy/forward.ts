@@ -9,6 +9,7 @@ import { UpstreamConnectError, UpstreamTimeoutError, type UpstreamResponse } fro
 import { admit, type Slot } from './admit.js';
 import type { ProxyContext } from './context.js';
 import { DEFAULT_MOCK, mockRespond } from './mock.js';
+import { capacitySignal } from './rate-limit.js';
 import { openRequest, type ProxiedRequest } from './request.js';
 import { sendLast, streamBack } from './respond.js';
 
@@ -44,13 +45,20 @@ async function attempt(req: ProxiedRequest, slot: Slot, settings: GatewaySetting
   try {
     res = await callChannel(req, slot);
   } catch (err) {
+    // no answer in time, or none at all: the channel may be past what its upstream takes
+    if (err instanceof UpstreamConnectError || err instanceof UpstreamTimeoutError)
+      slot.upstream = { kind: 'overloaded' };
     if (failed(req, slot)) return 'gone';
     const message = unreachable(req, channel.id, err);
     return chain.unreachable(channel.id, message, settings) ? 'retry' : 'give up';
   }
   ctx.metrics.upstreamAnswered(channel.id, res.status, elapsed());
   req.access.upstreamStatus = res.status;
-  if (res.status < 400) return { res, elapsed };
+  const firstByteMs = elapsed() * 1000;
+  if (res.status < 400) {
+    slot.upstream = capacitySignal(res, firstByteMs, ctx.config().retry);
+    return { res, elapsed };
+  }
 
   let body: Buffer;
   try {
@@ -59,6 +67,7 @@ async function attempt(req: ProxiedRequest, slot: Slot, settings: GatewaySetting
     if (failed(req, slot)) return 'gone';
     throw err;
   }
+  slot.upstream = capacitySignal({ ...res, text: body.toString('utf8') }, firstByteMs, ctx.config().retry);
   slot.release();
   ctx.metrics.upstreamEnded(channel.id, elapsed());
   const answer = { channel: channel.id, status: res.status, headers: res.headers, body };

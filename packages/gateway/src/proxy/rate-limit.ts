@@ -2,6 +2,7 @@
  * Whether an upstream error answer starts a cooldown on its channel, and for how long. Pure functions of the answer,
  * the settings and the clock, so every header form is unit-tested without a server.
  */
+import type { UpstreamSignal } from 'slotgate';
 import type { GatewayConfig } from '../config-schema.js';
 import type { GatewaySettings } from '../settings.js';
 import type { UpstreamResponse } from '../upstream.js';
@@ -106,3 +107,30 @@ export function cooldownDecision(
     cause,
   };
 }
+
+/**
+ * What an upstream answer says of its channel's capacity, for an adaptive limit (docs/admission.md, "Adaptive
+ * limits"): a 429 (not about quota), a 529, or a 503 saying "overloaded" is an overload; so is a success whose
+ * `x-ratelimit-remaining-requests` or `anthropic-ratelimit-requests-remaining` is 0 (the next request would be
+ * refused). Any other success reports its time to first byte; any other error, nothing.
+ */
+export function capacitySignal(
+  answer: { status: number; headers: Headers; text?: string },
+  firstByteMs: number,
+  patterns: GatewayConfig['retry'],
+): UpstreamSignal | undefined {
+  const { status, headers, text = '' } = answer;
+  if (status < 400) {
+    for (const name of ['x-ratelimit-remaining-requests', 'anthropic-ratelimit-requests-remaining']) {
+      const v = headers[name];
+      const remaining = Array.isArray(v) ? v[0] : v;
+      if (remaining !== undefined && remaining.trim() !== '' && Number(remaining) === 0) return OVERLOADED;
+    }
+    return { kind: 'ok', firstByteMs };
+  }
+  if (status === 429) return matches(text, patterns.quota_patterns) ? undefined : OVERLOADED;
+  if (status === 529 || (status === 503 && /overload/i.test(text))) return OVERLOADED;
+  return undefined;
+}
+
+const OVERLOADED: UpstreamSignal = { kind: 'overloaded' };

@@ -10,7 +10,7 @@ import type { RetryReason } from '../metrics/traffic.js';
 import type { GatewaySettings } from '../settings.js';
 import type { UpstreamResponse } from '../upstream.js';
 import type { ProxyContext } from './context.js';
-import { cooldownDecision } from './rate-limit.js';
+import { cooldownDecision, cooldownFromHeaders } from './rate-limit.js';
 
 /** An upstream error answer, read whole so it can be inspected and passed on after the retries. */
 export interface BufferedAnswer {
@@ -77,13 +77,25 @@ export class RetryChain {
     return retry;
   }
 
+  /**
+   * An adaptive channel whose limit can still shrink takes a short Retry-After (or none) as the overload its release
+   * reported, not as a reason to stop using the channel: a cooldown stays for a limit at its floor, and for a
+   * Retry-After longer than `adaptive.retry_after_cooldown_s` (a rate window, not concurrency).
+   */
+  private adaptsInstead(channel: GatewayChannel, answer: BufferedAnswer): boolean {
+    const adaptive = channel.config.adaptive;
+    const limit = this.ctx.admission.limits([channel]).get(channel.id);
+    if (!adaptive || !limit?.enforced || limit.limit <= limit.floor) return false;
+    return (cooldownFromHeaders(answer.headers) ?? 0) <= adaptive.retry_after_cooldown_s;
+  }
+
   /** A cooldown that could not be stored is logged; the request goes on. */
   private async coolDown(channel: GatewayChannel, answer: BufferedAnswer, settings: GatewaySettings) {
     const text = answer.body.toString('utf8');
     const decision = cooldownDecision({ ...answer, text }, settings, this.patterns);
     if (decision.kind === 'quota')
       this.log.warn({ channel: channel.id }, 'upstream 429 says quota/balance is exhausted: no cooldown');
-    if (decision.kind !== 'cooldown') return;
+    if (decision.kind !== 'cooldown' || this.adaptsInstead(channel, answer)) return;
     const { seconds, reason } = decision;
     try {
       await this.ctx.admission.cooldown(channel, { ms: seconds * 1000, reason });

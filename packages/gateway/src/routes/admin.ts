@@ -68,6 +68,7 @@ export function publicChannel({ id, config: c }: GatewayChannel): Record<string,
     max_concurrency: c.max_concurrency,
     max_waiting: c.max_waiting ?? null,
     enabled: c.enabled,
+    adaptive: c.adaptive ?? null,
     has_key: Boolean(c.key),
   };
 }
@@ -157,6 +158,7 @@ async function channels(ctx: AdminContext, fresh: boolean): Promise<Record<strin
   const { channels } = ctx.registry();
   const loads = await (fresh ? ctx.admission.readLoads(channels) : ctx.admission.viewLoads(channels));
   const local = ctx.admission.stats().channels;
+  const limits = ctx.admission.limits(channels);
   return {
     channels: channels.map((c) => {
       const load = loads.get(c.id);
@@ -166,6 +168,7 @@ async function channels(ctx: AdminContext, fresh: boolean): Promise<Record<strin
         waiting: load?.waiting ?? 0,
         cooling: load?.coolingDown ?? false,
         cooldown_remaining_ms: load?.coolingDown ? load.cooldownRemainingMs : 0,
+        adaptive_limit: limits.get(c.id)?.limit ?? null,
         this_instance: thisInstance(local[c.id]),
       };
     }),
