@@ -13,11 +13,13 @@ const WAIT = { timeoutMs: 20_000, intervalMs: 50 };
 
 let fleet: AdaptiveFleet;
 beforeAll(async () => {
+  // latency ignored: the upstream's 429s alone move the limit (an instant refusal would otherwise make every
+  // served answer look slow)
   fleet = await AdaptiveFleet.start([
-    { id: 'drop', max_concurrency: 12, adaptive: {} },
-    { id: 'rise', max_concurrency: 12, adaptive: {} },
-    { id: 'floor', max_concurrency: 6, adaptive: { min_concurrency: 2 } },
-    { id: 'ceiling', max_concurrency: 4, adaptive: {} },
+    { id: 'drop', max_concurrency: 12, adaptive: { latency_tolerance: 0 } },
+    { id: 'rise', max_concurrency: 12, adaptive: { latency_tolerance: 0 } },
+    { id: 'floor', max_concurrency: 6, adaptive: { min_concurrency: 2, latency_tolerance: 0 } },
+    { id: 'ceiling', max_concurrency: 4, adaptive: { latency_tolerance: 0 } },
   ]);
 }, 40_000);
 
