@@ -101,6 +101,41 @@ describe('parseConfig', () => {
   });
 });
 
+describe("parseConfig: a channel's adaptive block", () => {
+  const mock = (extra: Record<string, unknown>) => ({
+    channels: [{ id: 'm', type: 'mock', models: ['x'], ...extra }],
+  });
+
+  it('fills the defaults and keeps max_concurrency as the ceiling', () => {
+    const config = parseConfig(mock({ max_concurrency: 8, adaptive: {} }), 'ok.yaml');
+    expect(config.channels[0]!.max_concurrency).toBe(8);
+    expect(config.channels[0]!.adaptive).toEqual({
+      enabled: true,
+      min_concurrency: 1,
+      enforce: true,
+      probe_after: 30,
+      latency_tolerance: 2,
+      retry_after_cooldown_s: 10,
+    });
+  });
+
+  it('needs max_concurrency > 0, and min_concurrency at most max_concurrency', () => {
+    const needsMax = /^channels\[0\]\.adaptive: needs max_concurrency > 0: the limit adapts below it\b/;
+    expect(problems(mock({ adaptive: {} }))).toEqual([expect.stringMatching(needsMax)]);
+    expect(problems(mock({ max_concurrency: 0, adaptive: { min_concurrency: 2 } }))).toEqual([
+      expect.stringMatching(needsMax),
+    ]);
+    expect(problems(mock({ max_concurrency: 4, adaptive: { min_concurrency: 5 } }))).toEqual([
+      expect.stringMatching(/^channels\[0\]\.adaptive\.min_concurrency: above max_concurrency \(4\)/),
+    ]);
+    // equal is a fixed limit, and a block turned off checks nothing
+    expect(() =>
+      parseConfig(mock({ max_concurrency: 4, adaptive: { min_concurrency: 4 } }), 'ok.yaml'),
+    ).not.toThrow();
+    expect(() => parseConfig(mock({ adaptive: { enabled: false } }), 'ok.yaml')).not.toThrow();
+  });
+});
+
 describe('parseConfig: redis.cluster and redis.sentinel', () => {
   const PW = 'pw-S3CRET-cluster-41';
 

@@ -1,11 +1,13 @@
 /**
  * How long an upstream's rate-limit answer cools its channel down: every header form the gateway reads, the 1–3600 s
  * bound, junk and repeated headers, which header wins when several are present, and when an error answer starts a
- * cooldown at all. `now` is fixed, so no case depends on the wall clock.
+ * cooldown at all; and what an answer reports to an adaptive limit (capacitySignal). `now` is fixed, so no case
+ * depends on the wall clock.
  */
 import { describe, expect, it } from 'vitest';
 import { parseConfig } from '../../packages/gateway/src/config.js';
 import {
+  capacitySignal,
   cooldownDecision,
   cooldownFromHeaders,
   parseDuration,
@@ -212,5 +214,61 @@ describe('cooldownDecision', () => {
   it('cooldown_enabled off: nothing starts a cooldown', () => {
     expect(decide(429, 'Rate limit reached', { cooldown_enabled: false })).toEqual({ kind: 'none' });
     expect(decide(429, 'insufficient_quota', { cooldown_enabled: false })).toEqual({ kind: 'none' });
+  });
+});
+
+describe('capacitySignal', () => {
+  const patterns = parseConfig({}, 'test').retry;
+  const signal = (status: number, text = '', headers: Record<string, string | string[]> = {}) =>
+    capacitySignal({ status, headers, text }, 120, patterns);
+  const OVERLOADED = { kind: 'overloaded' };
+
+  it('a success reports its time to first byte', () => {
+    expect(signal(200)).toEqual({ kind: 'ok', firstByteMs: 120 });
+    expect(signal(201, '', { 'x-ratelimit-remaining-requests': '5' })).toEqual({
+      kind: 'ok',
+      firstByteMs: 120,
+    });
+    expect(signal(200, '', { 'anthropic-ratelimit-requests-remaining': '1' })).toEqual({
+      kind: 'ok',
+      firstByteMs: 120,
+    });
+  });
+
+  it('a success with no request left (either header at 0) is an overload; an empty or junk header is not', () => {
+    expect(signal(200, '', { 'x-ratelimit-remaining-requests': '0' })).toEqual(OVERLOADED);
+    expect(signal(200, '', { 'anthropic-ratelimit-requests-remaining': '0' })).toEqual(OVERLOADED);
+    expect(signal(200, '', { 'x-ratelimit-remaining-requests': ['0', '7'] })).toEqual(OVERLOADED);
+    expect(signal(200, '', { 'x-ratelimit-remaining-requests': '' })).toEqual({
+      kind: 'ok',
+      firstByteMs: 120,
+    });
+    expect(signal(200, '', { 'x-ratelimit-remaining-requests': 'none' })).toEqual({
+      kind: 'ok',
+      firstByteMs: 120,
+    });
+    // tokens running out says nothing about how many requests it takes at once
+    expect(signal(200, '', { 'x-ratelimit-remaining-tokens': '0' })).toEqual({
+      kind: 'ok',
+      firstByteMs: 120,
+    });
+  });
+
+  it('a 429 is an overload, unless its body speaks of quota or balance', () => {
+    expect(signal(429, '{"error":{"message":"too many requests"}}')).toEqual(OVERLOADED);
+    expect(signal(429, '')).toEqual(OVERLOADED);
+    expect(signal(429, '{"error":{"code":"insufficient_quota"}}')).toBeUndefined();
+    expect(signal(429, 'Your credit BALANCE is too low')).toBeUndefined();
+  });
+
+  it('a 529 is an overload; a 503 only when its body says overloaded', () => {
+    expect(signal(529, '')).toEqual(OVERLOADED);
+    expect(signal(503, '{"type":"error","error":{"type":"overloaded_error"}}')).toEqual(OVERLOADED);
+    expect(signal(503, 'Server Overloaded')).toEqual(OVERLOADED);
+    expect(signal(503, 'service unavailable')).toBeUndefined();
+  });
+
+  it('any other error reports nothing', () => {
+    for (const status of [400, 401, 404, 500, 502, 504]) expect(signal(status, 'overloaded')).toBeUndefined();
   });
 });
