@@ -178,7 +178,8 @@ function configOf(redisUrl: string, upstream: FakeUpstream, channels: FleetChann
       models: [c.id],
       ...c,
     })),
-    // the upstream's 429 goes back to the client: each is one report, no retry on the same channel
-    settings: { retry_times: 0, wait_timeout_ms: 30_000 },
+    // the upstream's 429 goes back to the client: each is one report, no retry on the same channel. A waiter's safety
+    // poll never comes within a test: what admits a waiter is a grant or a reload's move
+    settings: { retry_times: 0, wait_timeout_ms: 30_000, safety_poll_ms: 60_000 },
   };
 }

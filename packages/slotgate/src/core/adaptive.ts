@@ -10,8 +10,8 @@
  *   `inFlight`: the limit falls to `inFlight - 1`. A time to first byte above `tolerance` × the least one seen lately
  *   says the upstream queues: the limit falls to `inFlight × least ÷ this one` (Little's law: what it serves at once).
  *   Each is a measure, not a factor: the refusals of one burst all measure the same burst, so N instances reporting it
- *   lower the limit as far as one would. Within a window of 500 ms the limit falls at most to half of where the window
- *   began, so late reports of an older burst cannot drive it down further.
+ *   lower the limit as far as one would. Within a window of 500 ms the limit falls at most to a quarter of where the
+ *   window began, so late reports of an older burst cannot drive it down further.
  * - a success while every slot was in use and requests were waiting raises the limit by 1 ÷ limit: one slot per
  *   round of requests at full use (additive increase). With nobody waiting it does not move. The level that last
  *   drew an overload is probed again only `probeMs` after it did, so at a steady capacity one request in every
@@ -34,7 +34,7 @@ export interface AdaptiveOptions {
 
 export const ADAPTIVE_DEFAULTS = { minConcurrency: 1, probeAfter: 30, latencyTolerance: 2 } as const;
 
-/** Within one window the limit falls at most to half of where the window began. */
+/** Within one window the limit falls at most to a quarter of where the window began. */
 export const LIMIT_WINDOW_MS = 500;
 /** The least time to first byte is kept per bucket of this length; the baseline is the least of two buckets. */
 export const LATENCY_BUCKET_MS = 30_000;

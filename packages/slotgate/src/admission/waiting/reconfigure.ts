@@ -1,6 +1,7 @@
 /**
  * A waiter following a configuration change: it leaves the queues of channels gone from its set, moves to a new max
- * in its place (under a new token: no grant made under the old max is claimed), and tries what the change opened.
+ * or adaptive limit in its place (under a new token: no grant made under the old one is claimed), and tries what the
+ * change opened.
  */
 import { isBounded, type Candidate } from '../../core/channel.js';
 import { NoChannelError } from '../../core/errors.js';
@@ -8,6 +9,7 @@ import { tryAcquire, type Moved } from '../engine.js';
 import type { Prepared } from '../pass/candidates.js';
 import { QUEUES_PER_WAITER, waitQueues } from '../pass/decide.js';
 import type { Ticket } from '../types.js';
+import { enforcedFloor } from '../limits/adaptive.js';
 import type { Place, Registration, Waiter } from './waiter.js';
 
 /** What a request whose candidate set became empty while it waited is told. */
@@ -27,9 +29,11 @@ export async function followConfig<C extends Candidate>(
   if (next === previous) return undefined;
   const moves: Registration<C>[] = [];
   let left = false;
+  // a channel whose adaptive limit was switched on or off (or its floor changed) counts as a new max
+  const floor = (c: C) => enforcedFloor(c, settings);
   for (const p of [...w.places]) {
     const now = next.tierOf.get(p.channel.id)?.channel;
-    if (now && now.maxConcurrency === p.max) p.channel = now;
+    if (now && now.maxConcurrency === p.max && floor(now) === floor(p.channel)) p.channel = now;
     else if (now) moves.push(move(w, p, now));
     else {
       left = true;
