@@ -108,6 +108,18 @@ export function uniquePrefix(name = 't'): string {
   return `${name}-${randomBytes(5).toString('hex')}`;
 }
 
+/** A unique prefix whose keys on the shared server (and those of `<prefix>:...` lookalikes) `cleanups` deletes. */
+export function prefixCleanedAfter(name: string, cleanups: Array<() => unknown>): string {
+  const prefix = uniquePrefix(name);
+  cleanups.push(async () => {
+    const redis = new Redis(redisUrl());
+    const keys = await redis.keys(`${prefix}:*`);
+    if (keys.length) await redis.del(...keys);
+    redis.disconnect();
+  });
+  return prefix;
+}
+
 export interface CountingClient {
   client: Redis;
   /** Command names sent since the last reset, lower case, in order (EVALSHA/EVAL for scripts). */

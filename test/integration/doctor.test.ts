@@ -21,7 +21,7 @@ import type { Finding, LateOwner } from '../../packages/slotgate/src/store/redis
 import { KeyBuilder } from '../../packages/slotgate/src/store/redis/keys.js';
 import { LeaseManager, type LeaseEvent } from '../../packages/slotgate/src/admission/leases/lease-manager.js';
 import { RedisStore } from '../../packages/slotgate/src/store/redis/redis-store.js';
-import { redisUrl, uniquePrefix } from '../helpers/redis.js';
+import { prefixCleanedAfter, redisUrl } from '../helpers/redis.js';
 import { useCleanups } from '../helpers/cleanups.js';
 import { runCli } from '../helpers/gw-gateway.js';
 
@@ -38,17 +38,7 @@ async function client(): Promise<Redis> {
   return redis;
 }
 
-/** A prefix whose keys (and those of `<prefix>:...` lookalikes) are deleted after the test. */
-function prefixForTest(name: string): string {
-  const prefix = uniquePrefix(name);
-  cleanups.push(async () => {
-    const redis = new Redis(redisUrl());
-    const keys = await redis.keys(`${prefix}:*`);
-    if (keys.length) await redis.del(...keys);
-    redis.disconnect();
-  });
-  return prefix;
-}
+const prefixForTest = (name: string) => prefixCleanedAfter(name, cleanups);
 
 interface KeyState {
   type: string;

@@ -16,12 +16,13 @@ afterEach(async () => {
   for (const gw of gateways.splice(0)) await gw.close();
 });
 
-async function gateway(clock: ManualClock): Promise<Gateway> {
+async function gateway(clock: ManualClock, extra: Record<string, unknown>[] = []): Promise<Gateway> {
   const config = parseConfig(
     {
       admin: { token: ADMIN },
       tokens: [{ key: CLIENT, name: 'history' }],
       channels: [
+        ...extra,
         { id: 'm', type: 'mock', models: ['m'], max_concurrency: 2, mock: { latency_ms: 0, chunks: 1 } },
         { id: 'free', type: 'mock', models: ['f'], mock: { latency_ms: 0, chunks: 1 } },
         {
@@ -105,6 +106,7 @@ describe('GET /admin/history', () => {
       max_concurrency: [2, 2, 2],
       active: [0, 0, 0],
       waiting: [0, 0, 0],
+      upstream_429_per_s: [0, 0, 0],
     });
     expect(JSON.stringify(body)).not.toMatch(/S3CRET/);
   });
@@ -117,6 +119,34 @@ describe('GET /admin/history', () => {
     await clock.advance(1000);
     const body = (await gw.app.inject({ method: 'GET', url: '/admin/history', headers: admin })).json();
     expect(body.admissions_per_s).toEqual([0, 4]);
+  });
+});
+
+describe('GET /admin/history of an adaptive channel', () => {
+  it('holds its limit and the upstream’s 429s on it; a plain channel has no limit', async () => {
+    const clock = new ManualClock();
+    // every answer a 429: the first reports an overload, and the limit falls to its floor (where a 429 cools the
+    // channel down: the requests after it get slotgate's own 429, not the upstream's)
+    const mock = { latency_ms: 0, chunks: 1, error_rate: 1, error_status: 429 };
+    const adaptive = { min_concurrency: 1 };
+    const gw = await gateway(clock, [
+      { id: 'ad', type: 'mock', models: ['a'], max_concurrency: 4, mock, adaptive },
+    ]);
+    await clock.advance(1000); // one point before any request: the max
+    expect(await chat(gw, 'a')).toBe(429);
+    await clock.advance(1000);
+    const body = (await gw.app.inject({ method: 'GET', url: '/admin/history', headers: admin })).json();
+    const [ad, m] = body.channels;
+    expect(ad).toEqual({
+      id: 'ad',
+      max_concurrency: [4, 4],
+      active: [0, 0],
+      waiting: [0, 0],
+      upstream_429_per_s: [0, 1],
+      adaptive_limit: [4, 1],
+    });
+    expect(m.id).toBe('m');
+    expect(m).not.toHaveProperty('adaptive_limit');
   });
 });
 

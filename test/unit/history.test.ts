@@ -46,6 +46,9 @@ function fakeReader(clock: ManualClock) {
     commands: 0,
     waits: [0, 0, 0, 0, 0],
     active: 0,
+    /** The adaptive channel `ad`: its limit (undefined: none) and the upstream 429s counted on it. */
+    limit: undefined as number | undefined,
+    upstream429s: 0,
   };
   const reads: number[] = [];
   const read = async (): Promise<Reading> => {
@@ -64,7 +67,17 @@ function fakeReader(clock: ManualClock) {
       },
       waits: snap([...state.waits]),
       commands: state.commands,
-      channels: [{ id: 'a', max: 4, active: state.active, waiting: 0 }],
+      channels: [
+        { id: 'a', max: 4, active: state.active, waiting: 0, upstream429s: 0 },
+        {
+          id: 'ad',
+          max: 8,
+          active: 0,
+          waiting: 0,
+          ...(state.limit !== undefined && { limit: state.limit }),
+          upstream429s: state.upstream429s,
+        },
+      ],
     };
   };
   return { state, reads, read };
@@ -125,12 +138,35 @@ describe('History', () => {
     });
     expect(body.wait_ms).toEqual({ p50: [10, null], p99: [100, null] });
     expect(body.commands_per_s).toEqual([8, 0]);
+    const none = [null, null];
     expect(body.channels).toEqual([
-      { id: 'a', max_concurrency: [4, 4], active: [3, 4], waiting: [0, 0] },
+      { id: 'a', max_concurrency: [4, 4], active: [3, 4], waiting: [0, 0], upstream_429_per_s: [0, 0] },
       // a channel of the configuration in force not sampled yet (a reload added it)
-      { id: 'added', max_concurrency: [null, null], active: [null, null], waiting: [null, null] },
+      { id: 'added', max_concurrency: none, active: none, waiting: none, upstream_429_per_s: none },
+      { id: 'ad', max_concurrency: [8, 8], active: [0, 0], waiting: [0, 0], upstream_429_per_s: [0, 0] },
     ]);
     expect(JSON.parse(JSON.stringify(body))).toEqual(body);
+  });
+
+  it('an adaptive channel has its limit and its upstream 429s per second; a plain channel no limit', async () => {
+    const clock = new ManualClock();
+    const reader = fakeReader(clock);
+    const history = new History(reader.read, { clock, intervalMs: 5000 });
+    await history.start();
+    await clock.advance(5000); // no limit learned yet
+    Object.assign(reader.state, { limit: 8, upstream429s: 10 });
+    await clock.advance(5000);
+    Object.assign(reader.state, { limit: 5, upstream429s: 15 });
+    await clock.advance(5000);
+    const [plain, adaptive] = history.toJSON(['a', 'ad']).channels;
+    expect(plain).not.toHaveProperty('adaptive_limit');
+    expect(plain!.upstream_429_per_s).toEqual([0, 0, 0]);
+    expect(adaptive).toMatchObject({
+      id: 'ad',
+      max_concurrency: [8, 8, 8],
+      adaptive_limit: [null, 8, 5],
+      upstream_429_per_s: [0, 2, 1],
+    });
   });
 
   it('a read still under way when the next is due skips that one; the next point spans the longer interval', async () => {
@@ -196,9 +232,43 @@ describe('History', () => {
       waitP99Ms: 1000,
     });
     expect(Object.fromEntries(point!.channels)).toEqual({
-      a: { max: 2, active: 2, waiting: 0 },
-      free: { max: 0, active: 1, waiting: 0 },
+      a: { max: 2, active: 2, waiting: 0, upstream429PerS: 0 },
+      free: { max: 0, active: 1, waiting: 0, upstream429PerS: 0 },
     });
+    history.stop();
+  });
+});
+
+describe('readAdmission of an adaptive channel', () => {
+  it('reads the limit as this instance last learned it, and the upstream 429s counted', async () => {
+    const { clock, admission } = setup();
+    const ad = { id: 'ad', maxConcurrency: 4, adaptive: {} };
+    const plain = { id: 'plain', maxConcurrency: 4 };
+    const counted = new Map([['ad', 3]]);
+    const read = () =>
+      readAdmission(
+        admission,
+        [ad, plain],
+        () => clock.now(),
+        (id) => counted.get(id) ?? 0,
+      );
+    const history = new History(read, { clock, intervalMs: 1000 });
+    await history.start();
+    const tickets = [];
+    for (let i = 0; i < 4; i++) tickets.push(await admission.acquire({ candidates: [ad] }));
+    // refused with 4 in flight: the limit falls to 3
+    await tickets[0]!.release({ upstream: { kind: 'overloaded' } });
+    counted.set('ad', 5);
+    await clock.advance(1000);
+    const [point] = history.points;
+    expect(point!.channels.get('ad')).toEqual({
+      max: 4,
+      active: 3,
+      waiting: 0,
+      limit: 3,
+      upstream429PerS: 2,
+    });
+    expect(point!.channels.get('plain')).toEqual({ max: 4, active: 0, waiting: 0, upstream429PerS: 0 });
     history.stop();
   });
 });

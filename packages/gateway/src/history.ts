@@ -1,7 +1,8 @@
 /**
  * The dashboard's history: what this instance saw over the last 15 minutes, in its memory only. Every interval one
- * sample reads the engine's cumulative counters and the channels' loads (through the load view) and appends the point
- * for the interval just ended to a ring: memory is bounded by points × channels whatever the traffic.
+ * sample reads the engine's cumulative counters, the channels' loads (through the load view), each adaptive channel's
+ * limit as this instance last learned it and the upstream 429s counted so far, and appends the point for the interval
+ * just ended to a ring: memory is bounded by points × channels whatever the traffic.
  */
 import type { Admission, Candidate, Clock, HistogramSnapshot, Outcome } from 'slotgate';
 
@@ -16,7 +17,14 @@ interface ChannelPoint {
   max: number;
   active: number;
   waiting: number;
+  /** The adaptive limit at the end of the interval; absent for a channel without one. */
+  limit?: number;
+  /** The upstream's 429 answers per second over the interval. */
+  upstream429PerS: number;
 }
+
+/** Upstream 429 answers counted since start, by channel (the proxy's metrics count them). */
+export type Upstream429s = (channelId: string) => number;
 
 /** What one sample reads: cumulative counters (since the engine started) and the channels' loads now. */
 export type Reading = Awaited<ReturnType<typeof readAdmission>>;
@@ -62,6 +70,7 @@ function pointBetween(before: Reading, after: Reading) {
   const rate = (read: (r: Reading) => number) => Math.max(0, read(after) - read(before)) / seconds;
   const rejectionsPerS = {} as Record<Rejection, number>;
   for (const reason of REJECTIONS) rejectionsPerS[reason] = rate((r) => r.outcomes[outcomeOf(reason)]);
+  const earlier = new Map(before.channels.map((c) => [c.id, c.upstream429s]));
   return {
     /** End of the interval (the clock's ms). */
     t: after.at,
@@ -71,13 +80,27 @@ function pointBetween(before: Reading, after: Reading) {
     waitP50Ms: windowQuantile(after.waits, before.waits, 0.5),
     waitP99Ms: windowQuantile(after.waits, before.waits, 0.99),
     commandsPerS: rate((r) => r.commands),
-    channels: new Map<string, ChannelPoint>(after.channels.map(({ id, ...load }) => [id, load])),
+    channels: new Map<string, ChannelPoint>(
+      after.channels.map(({ id, upstream429s, ...load }) => {
+        const since = upstream429s - (earlier.get(id) ?? upstream429s);
+        return [id, { ...load, upstream429PerS: Math.max(0, since) / seconds }];
+      }),
+    ),
   };
 }
 
-/** A reading of the engine's counters now and of the channels' loads through the load view. */
-export function readAdmission(admission: Admission, channels: readonly Candidate[], now: () => number) {
+/**
+ * A reading of the engine's counters now, of the channels' loads through the load view and of their adaptive limits
+ * (no store command).
+ */
+export function readAdmission(
+  admission: Admission,
+  channels: readonly Candidate[],
+  now: () => number,
+  upstream429s: Upstream429s = () => 0,
+) {
   const stats = admission.stats();
+  const limits = admission.limits(channels);
   const at = now();
   const commands = Object.values(stats.commands).reduce((a, b) => a + b, 0);
   return admission.viewLoads(channels).then((loads) => ({
@@ -87,12 +110,17 @@ export function readAdmission(admission: Admission, channels: readonly Candidate
     waits: stats.waitTimeMs,
     /** Store commands issued, every purpose. */
     commands,
-    channels: channels.map((c) => ({
-      id: c.id,
-      max: c.maxConcurrency ?? 0,
-      active: loads.get(c.id)?.active ?? 0,
-      waiting: loads.get(c.id)?.waiting ?? 0,
-    })),
+    channels: channels.map((c) => {
+      const limit = limits.get(c.id)?.limit;
+      return {
+        id: c.id,
+        max: c.maxConcurrency ?? 0,
+        active: loads.get(c.id)?.active ?? 0,
+        waiting: loads.get(c.id)?.waiting ?? 0,
+        ...(limit !== undefined && { limit }),
+        upstream429s: upstream429s(c.id),
+      };
+    }),
   }));
 }
 
@@ -179,11 +207,12 @@ export class History {
   toJSON(channelOrder: readonly string[] = []) {
     const points = this.ring;
     const ids = [...new Set([...channelOrder, ...points.flatMap((p) => [...p.channels.keys()])])];
-    const column = (id: string, read: (c: ChannelPoint) => number) =>
+    const column = (id: string, read: (c: ChannelPoint) => number | undefined) =>
       points.map((p) => {
         const c = p.channels.get(id);
-        return c ? read(c) : null;
+        return (c && read(c)) ?? null;
       });
+    const adaptive = (id: string) => points.some((p) => p.channels.get(id)?.limit !== undefined);
     const rejections = {} as Record<Rejection, number[]>;
     for (const reason of REJECTIONS) rejections[reason] = points.map((p) => round(p.rejectionsPerS[reason]));
     return {
@@ -194,12 +223,14 @@ export class History {
       rejections_per_s: rejections,
       wait_ms: { p50: points.map((p) => p.waitP50Ms), p99: points.map((p) => p.waitP99Ms) },
       commands_per_s: points.map((p) => round(p.commandsPerS)),
-      // null where the channel was not in the configuration
+      // null where the channel was not in the configuration (or, for the limit, had no adaptive limit)
       channels: ids.map((id) => ({
         id,
         max_concurrency: column(id, (c) => c.max),
         active: column(id, (c) => c.active),
         waiting: column(id, (c) => c.waiting),
+        upstream_429_per_s: column(id, (c) => round(c.upstream429PerS)),
+        ...(adaptive(id) && { adaptive_limit: column(id, (c) => c.limit) }),
       })),
     };
   }

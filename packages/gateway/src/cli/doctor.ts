@@ -1,6 +1,7 @@
 /**
  * `slotgate doctor`: checks a Redis for leftover keys; exit 1 when it finds some, 2 when it cannot run. Slots of
- * owners whose heartbeat is late are reported but, like the notes, are no finding (nothing to fix yet): exit 0.
+ * owners whose heartbeat is late are reported but, like the notes, are no finding (nothing to fix yet): exit 0. Given
+ * a config, it also prints each adaptive channel's stored limit.
  */
 import type { RedisOptions } from 'ioredis';
 import { checkLeftovers, createRedisClient, formatLeftoverReport as formatReport } from 'slotgate';
@@ -21,10 +22,12 @@ const NO_REDIS =
   'give --redis URL, --cluster host:port[,...], --sentinel host:port[,...] --master NAME or --config FILE ' +
   '(or set REDIS_URL, REDIS_CLUSTER_NODES or REDIS_SENTINELS)';
 
+type Document = { redis?: unknown; channels?: unknown; settings?: unknown };
+type AdaptiveChannel = NonNullable<NonNullable<Parameters<typeof checkLeftovers>[3]>['adaptive']>[number];
+
 /** A config file as written: the doctor needs no channel key, so their variables may be unset. */
-async function fileDocument(path: string): Promise<{ redis?: unknown; channels?: unknown } | undefined> {
-  return parseDocument(await readConfigText(path), path) as
-    { redis?: unknown; channels?: unknown } | undefined;
+async function fileDocument(path: string): Promise<Document | undefined> {
+  return parseDocument(await readConfigText(path), path) as Document | undefined;
 }
 
 const isObject = (v: unknown): v is Record<string, unknown> =>
@@ -43,6 +46,23 @@ function channelMaxes(doc: { channels?: unknown } | undefined): Map<string, numb
       maxes.set(c.id, c.max_concurrency);
   }
   return maxes;
+}
+
+/** The config's channels with an adaptive limit (`adaptive:` not disabled, and a max); none without a config. */
+function adaptiveChannels(doc: Document | undefined, maxes: ReadonlyMap<string, number>): AdaptiveChannel[] {
+  const out: AdaptiveChannel[] = [];
+  for (const c of Array.isArray(doc?.channels) ? doc.channels : []) {
+    const max = isObject(c) && typeof c.id === 'string' ? maxes.get(c.id) : undefined;
+    if (max === undefined || !isObject(c.adaptive) || c.adaptive.enabled === false) continue;
+    const { min_concurrency: min, enforce } = c.adaptive;
+    out.push({
+      id: c.id as string,
+      maxConcurrency: max,
+      ...(typeof min === 'number' && { minConcurrency: min }),
+      ...(enforce === false && { enforce: false }),
+    });
+  }
+  return out;
 }
 
 /** The validated `redis` section to check: the config file's, with what the flags and environment name instead. */
@@ -87,9 +107,13 @@ function doctorClient(c: RedisConnection) {
 export async function doctor(opts: DoctorOptions, env: NodeJS.ProcessEnv = process.env): Promise<number> {
   let redis: RedisConfig;
   let maxes: Map<string, number>;
+  let adaptive: AdaptiveChannel[];
+  let adaptiveEnabled: boolean;
   try {
     const doc = opts.config ? await fileDocument(opts.config) : undefined;
     maxes = channelMaxes(doc);
+    adaptive = adaptiveChannels(doc, maxes);
+    adaptiveEnabled = !(isObject(doc?.settings) && doc.settings.adaptive_enabled === false);
     redis = await redisSection(opts, env, doc);
   } catch (err) {
     if (!(err instanceof UsageError || err instanceof ConfigError)) throw err;
@@ -100,7 +124,10 @@ export async function doctor(opts: DoctorOptions, env: NodeJS.ProcessEnv = proce
   let connected = false;
   client.once('ready', () => (connected = true));
   try {
-    const report = await checkLeftovers(client, redis.prefix, opts.fix === true);
+    const report = await checkLeftovers(client, redis.prefix, opts.fix === true, {
+      adaptive,
+      adaptiveEnabled,
+    });
     console.log(opts.json ? JSON.stringify(report, null, 2) : formatReport(report, opts.fix === true, maxes));
     if (report.denied?.length) return 1;
     return report.findings.length > 0 && !opts.fix ? 1 : 0;

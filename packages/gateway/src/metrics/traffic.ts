@@ -72,6 +72,8 @@ export class TrafficMetrics implements UpstreamMetrics {
     labelNames: ['channel', 'reason'],
     registers: [this.registry],
   });
+  /** Upstream 429 answers by channel, for the dashboard's history (the status classes above lump them with 4xx). */
+  private readonly tooMany = new Map<string, number>();
 
   countResponse(source: 'gateway' | 'upstream', status: number): void {
     this.responses.inc({ source, code: String(status) });
@@ -79,7 +81,13 @@ export class TrafficMetrics implements UpstreamMetrics {
 
   upstreamAnswered(channel: string, status: number | 'error', ttfbSeconds?: number): void {
     this.upstreamResponses.inc({ channel, class: statusClass(status) });
+    if (status === 429) this.tooMany.set(channel, (this.tooMany.get(channel) ?? 0) + 1);
     if (ttfbSeconds !== undefined) this.upstreamTtfbSeconds.observe({ channel }, ttfbSeconds);
+  }
+
+  /** The channel's upstream 429 answers since start. */
+  upstream429s(channel: string): number {
+    return this.tooMany.get(channel) ?? 0;
   }
 
   upstreamEnded(channel: string, seconds: number): void {

@@ -9,7 +9,7 @@ import { SlotgateError, StoreUnavailableError, type ChannelStats } from 'slotgat
 import type { GatewayChannel } from '../channels.js';
 import { History, readAdmission, type HistoryOptions } from '../history.js';
 import { HttpError, echo } from '../http-errors.js';
-import type { UpstreamMetrics } from '../metrics/traffic.js';
+import type { TrafficMetrics, UpstreamMetrics } from '../metrics/traffic.js';
 import type { HandlerContext } from '../proxy/context.js';
 import { kindOf, parseJson, presentedToken } from '../proxy/request.js';
 import { gatewaySettings, type GatewaySettings, type GatewaySettingsUpdate } from '../settings.js';
@@ -20,8 +20,8 @@ export interface AdminContext extends HandlerContext {
   /** Where each setting in force comes from (default, config file, override) and the overrides' last change. */
   settingsSource?: () => Record<string, unknown>;
   status: () => Promise<Record<string, unknown>>;
-  /** Counts the cooldowns the admin API starts. */
-  metrics: Pick<UpstreamMetrics, 'cooldownStarted'>;
+  /** Counts the cooldowns the admin API starts; the history reads the upstream 429s counted. */
+  metrics: Pick<UpstreamMetrics, 'cooldownStarted'> & Partial<Pick<TrafficMetrics, 'upstream429s'>>;
   /** The sampling of GET /admin/history. @default every 5 s, 180 points */
   history?: HistoryOptions;
 }
@@ -207,7 +207,13 @@ function settingsSpec(): Record<string, unknown> {
 export function registerAdminRoutes(app: FastifyInstance, ctx: AdminContext): void {
   // sampled from the moment the app is ready until it closes, whether or not anyone looks
   const history: History = new History(
-    () => readAdmission(ctx.admission, ctx.registry().channels, () => history.now()),
+    () =>
+      readAdmission(
+        ctx.admission,
+        ctx.registry().channels,
+        () => history.now(),
+        (id) => ctx.metrics.upstream429s?.(id) ?? 0,
+      ),
     ctx.history,
   );
   app.addHook('onReady', async () => void history.start());

@@ -2,7 +2,7 @@
  * The leftover-key check: slotgate keys no live owner will clean up (expired members still stored, keys without an
  * expiry, wrong types, unknown shapes) and live leases of dead owners. Read-only unless asked to fix (fix.ts). Keys
  * of another schema version or prefix, an older release's queue keys, and live leases of owners whose heartbeat is
- * late but not yet dead (owners.ts), are only noted.
+ * late but not yet dead (owners.ts), are only noted. Given adaptive channels, it reads their stored limits (limits.ts).
  */
 import type { Cluster, Redis } from 'ioredis';
 import { KeyBuilder, SCHEMA_VERSION } from '../keys.js';
@@ -13,6 +13,7 @@ import { deniedCommands } from '../fencing/access.js';
 import { epochKeys } from '../fencing/cluster-epochs.js';
 import { fixFindings } from './fix.js';
 import { heartbeatAges, redisNow } from './heartbeats.js';
+import { readAdaptiveLimits, type AdaptiveChannel } from './limits.js';
 import { anySilent, silentOwners } from './owners.js';
 import type { DoctorReport, Finding, LateOwner, Peak } from './report.js';
 
@@ -117,10 +118,18 @@ async function pushUnknown(client: Redis | Cluster, findings: Finding[], key: st
     findings.push({ key, kind: 'unknown_key', detail: `not a key slotgate makes (a ${type})`, type });
 }
 
+export interface CheckOptions {
+  /** Adaptive channels (from a config): their stored limits join the report. */
+  adaptive?: readonly AdaptiveChannel[];
+  /** The config's `adaptive_enabled`; a settings override in the store wins. @default true */
+  adaptiveEnabled?: boolean;
+}
+
 export async function checkLeftovers(
   client: Redis | Cluster,
   prefix = 'slotgate',
   fix = false,
+  options: CheckOptions = {},
 ): Promise<DoctorReport> {
   const keys = new KeyBuilder(prefix);
   // first: a command waits for a Cluster client to be ready, and its list of masters with it
@@ -206,6 +215,9 @@ export async function checkLeftovers(
   }
 
   const peaks = await peaksOf(client, keys, marked);
+  const adaptive = options.adaptive?.length
+    ? await readAdaptiveLimits(client, prefix, options.adaptive, options.adaptiveEnabled)
+    : undefined;
   if (fix) fixed = await fixFindings(client, findings, prefix);
   return {
     prefix,
@@ -217,6 +229,7 @@ export async function checkLeftovers(
     olderQueues,
     otherPrefixes,
     peaks,
+    ...(adaptive && { adaptive }),
     ...(all.length === 0 && { prefixesSeen: await prefixesSeen(nodes) }),
     fixed,
   };

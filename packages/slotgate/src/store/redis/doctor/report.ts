@@ -1,5 +1,6 @@
 import { describeResource } from '../../../core/client.js';
 import { deniedMessage } from '../fencing/access.js';
+import { formatAdaptiveLimits, type AdaptiveReport } from './limits.js';
 
 export type FindingKind =
   'expired_members' | 'no_expiry' | 'cooldown_without_ttl' | 'wrong_type' | 'unknown_key' | 'dead_owner';
@@ -74,6 +75,8 @@ export interface DoctorReport {
   otherPrefixes: string[];
   /** The channels that held slots lately, with the most held at once (not a finding). */
   peaks: Peak[];
+  /** The stored limits of the adaptive channels the check was given (not a finding). */
+  adaptive?: AdaptiveReport;
   /** Only when no key was under the prefix: the slotgate prefixes a bounded scan saw. */
   prefixesSeen?: string[];
   /** What the Redis user may not run (an ACL rule too narrow): nothing else was checked. */
@@ -147,6 +150,7 @@ export function formatReport(
     );
   for (const o of late) lines.push(lateLine(o));
   if (report.peaks.length) lines.push(peakLine(report.peaks, maxes));
+  if (report.adaptive) lines.push(...formatAdaptiveLimits(report.adaptive));
   for (const key of report.otherVersions)
     lines.push(`  note: ${key} belongs to another schema version; left alone`);
   for (const key of report.olderQueues)
