@@ -5,9 +5,10 @@
 import { mkdir, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import { join } from 'node:path';
+import { ADAPTIVE_ID, runAdaptiveGrid, type AdaptiveOptions } from './adaptive/grid.js';
 import { variantsFor } from './clients.js';
 import { openCluster } from './cluster-redis.js';
-import { ALL_IDS, loadContender } from './contenders/index.js';
+import { ALL_IDS, KNOWN_IDS, loadContender } from './contenders/index.js';
 import { fleetSection } from './fleet-report.js';
 import { runFleet } from './fleet.js';
 import { simSection } from './fleetsim-report.js';
@@ -52,6 +53,8 @@ export interface BenchOptions {
   /** Seed nodes (host:port) of a cluster to measure instead of a private one. */
   clusterNodes?: readonly string[];
   fleetsim?: Partial<FleetSimOptions>;
+  /** The adaptive scenario (only when named in `only`): its grid and time scale. */
+  adaptive?: Pick<AdaptiveOptions, 'grid' | 'timeScale'>;
   /** Directory for the JSON file; none written when undefined. */
   outDir?: string;
   out?: (text: string) => void;
@@ -89,9 +92,13 @@ export async function runBench(options: BenchOptions = {}) {
   const topologies = options.topologies ?? ['single', 'cluster'];
   const none: Selection = { scenarios: [], sim: false };
   const all = [...SCENARIOS, ...FLEET_SCENARIOS].map((s) => s.id);
-  const single = topologies.includes('single') ? select(options.only ?? all) : none;
+  // the adaptive scenario brings its own Redis and gateways, on one node only
+  const isAdaptive = (id: string) => id.toLowerCase() === ADAPTIVE_ID;
+  const adaptive = options.only?.some(isAdaptive) ?? false;
+  const only = options.only?.filter((id) => !isAdaptive(id));
+  const single = topologies.includes('single') ? select(only ?? all) : none;
   const onCluster = topologies.includes('cluster')
-    ? select(options.clusterOnly ?? options.only ?? CLUSTER_DEFAULT_IDS)
+    ? select(options.clusterOnly ?? only ?? CLUSTER_DEFAULT_IDS)
     : none;
   // the gateway's HTTP runs stay on one node: its config names one Redis URL
   onCluster.scenarios = onCluster.scenarios.filter((s) => s.kind !== 'http');
@@ -186,7 +193,7 @@ export async function runBench(options: BenchOptions = {}) {
     own: readonly Contender[],
     suffix: string,
   ) => {
-    const byId = own.filter((c) => ALL_IDS.includes(c.id)); // the multi-process runs load contenders by id
+    const byId = own.filter((c) => KNOWN_IDS.includes(c.id)); // the multi-process runs load contenders by id
     const fleetOwn = options.contenders ? byId : byId.filter((c) => FLEET_DEFAULT_IDS.includes(c.id));
     const passMeta = { ...meta, redis: on.label };
     const pool = new WorkerPool();
@@ -241,6 +248,10 @@ export async function runBench(options: BenchOptions = {}) {
   };
 
   try {
+    if (adaptive) {
+      const done = await runAdaptiveGrid({ ...options.adaptive, outDir: options.outDir, out, progress });
+      failures.push(...done.failures);
+    }
     if (redis) await pass(redis, single, contenders, '');
     if (cluster && !oversell) {
       out(`\n# On a Redis Cluster\n\nThe same scenarios on ${cluster.label}.`);

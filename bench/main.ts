@@ -1,6 +1,7 @@
 /** `npm run bench` (bench.ts); `npm run bench -- --help` lists the options. */
 import { Command, InvalidArgumentError } from 'commander';
 import { CLUSTER_DEFAULT_IDS, runBench, type Topology } from './bench.js';
+import type { Grid as AdaptiveGrid } from './adaptive/config.js';
 import type { FleetSimGrid } from './fleetsim.js';
 
 const list = (value: string) =>
@@ -35,6 +36,7 @@ interface Flags {
   fleetsimGrid: FleetSimGrid;
   fleetsimDuration?: number;
   fleetsimWorkers: number;
+  adaptiveGrid: AdaptiveGrid;
   out: string;
 }
 
@@ -47,13 +49,14 @@ await new Command('bench')
     '--only <ids>',
     'scenarios, comma-separated (default: all but fleetsim): W1, W2, W3, W4, W1-75, scale, http (closed loop); ' +
       'open60, open200 (open loop at 60 % / 200 % of capacity, 1/2/4 instances), open200d (default queue bound), ' +
-      'open200w (10 channels, 4 instances), fair2, clients2; fleetsim (N engines × C channels)',
+      'open200w (10 channels, 4 instances), fair2, clients2; fleetsim (N engines × C channels); adaptive (gateways ' +
+      'before a hidden-capacity upstream, about 15 min)',
     list,
   )
   .option(
     '--contenders <ids>',
     'slotgate, slotgate-no-handoff, slotgate-rollback, redis-semaphore, bottleneck (default: all; fleet scenarios: ' +
-      'slotgate, slotgate-no-handoff, redis-semaphore)',
+      'slotgate, slotgate-no-handoff, redis-semaphore); slotgate-adaptive (adaptive limits on) only when named',
     list,
   )
   .option('-d, --duration <s>', 'seconds measured per W run', seconds, 10)
@@ -94,7 +97,13 @@ await new Command('bench')
     parse('an integer in 1–16', (v) => (/^([1-9]|1[0-6])$/.test(v) ? Number(v) : undefined)),
     2,
   )
-  .option('--out <dir>', 'directory for the JSON file', 'bench/results')
+  .option(
+    '--adaptive-grid <grid>',
+    'full (every contender on K = 8/3/12, slotgate adaptive on the other schedules; about 15 min) or quick (3 runs)',
+    oneOf<AdaptiveGrid>('full', 'quick'),
+    'full',
+  )
+  .option('--out <dir>', 'directory for the JSON file (and the adaptive SVGs)', 'bench/results')
   .action(async (o: Flags) => {
     try {
       const report = await runBench({
@@ -109,6 +118,7 @@ await new Command('bench')
         clusterOnly: o.clusterOnly,
         clusterNodes: o.clusterNodes ?? process.env.REDIS_CLUSTER_NODES?.split(','),
         fleetsim: { grid: o.fleetsimGrid, workers: o.fleetsimWorkers, durationS: o.fleetsimDuration },
+        adaptive: { grid: o.adaptiveGrid },
         outDir: o.out,
       });
       if (report.failures.length) process.exitCode = 1;

@@ -25,14 +25,22 @@ function clientOf(c: BenchClient): Client {
   return client;
 }
 
-function slotgate(cache: boolean, handoff = true): Contender {
+function slotgate(cache: boolean, handoff = true, adaptive = false): Contender {
   return {
-    id: !handoff ? 'slotgate-no-handoff' : cache ? 'slotgate' : 'slotgate-rollback',
-    label: !handoff
-      ? 'slotgate, slot_handoff_enabled=false'
-      : cache
-        ? 'slotgate (cache on, defaults)'
-        : 'slotgate rollback (load_cache_enabled=false)',
+    id: adaptive
+      ? 'slotgate-adaptive'
+      : !handoff
+        ? 'slotgate-no-handoff'
+        : cache
+          ? 'slotgate'
+          : 'slotgate-rollback',
+    label: adaptive
+      ? 'slotgate, adaptive limits on'
+      : !handoff
+        ? 'slotgate, slot_handoff_enabled=false'
+        : cache
+          ? 'slotgate (cache on, defaults)'
+          : 'slotgate rollback (load_cache_enabled=false)',
     behaviour:
       'one pass per request over the whole candidate set, ordered by the load view' +
       (cache ? ' (200 ms cache)' : ' read from Redis on every pass') +
@@ -43,6 +51,10 @@ function slotgate(cache: boolean, handoff = true): Contender {
       'max(32, 8 × max concurrency), up to 5 s) and is granted the next slot freed there, in arrival order across ' +
       'instances; ' +
       'a full queue or a wait time-out is the 429; ' +
+      (adaptive
+        ? 'every channel has an adaptive limit (`adaptive: {}`) and each release reports a success with its hold as ' +
+          'the time to first byte; '
+        : '') +
       "a request's client (clients scenario) is passed to acquire as `client` (a limited client takes one of its " +
       'own slots first: `client_*` 429s)',
     clients: true,
@@ -62,7 +74,10 @@ function slotgate(cache: boolean, handoff = true): Contender {
       });
       // Candidate objects are built once per channel, as a gateway's registry does.
       const candidates = new Map<string, Candidate>(
-        ctx.channels.map((c) => [c.id, { id: c.id, maxConcurrency: c.max }]),
+        ctx.channels.map((c) => [
+          c.id,
+          { id: c.id, maxConcurrency: c.max, ...(adaptive ? { adaptive: {} } : {}) },
+        ]),
       );
       const sets = new WeakMap<readonly BenchChannel[], Candidate[]>();
       return {
@@ -74,7 +89,14 @@ function slotgate(cache: boolean, handoff = true): Contender {
               candidates: list,
               ...(client && !client.unnamed ? { client: clientOf(client) } : {}),
             });
-            return { channel: ticket.channel.id, release: () => ticket.release() };
+            if (!adaptive) return { channel: ticket.channel.id, release: () => ticket.release() };
+            // the report rides on the release: the time held stands for the upstream's time to first byte
+            const admittedAt = performance.now();
+            return {
+              channel: ticket.channel.id,
+              release: () =>
+                ticket.release({ upstream: { kind: 'ok', firstByteMs: performance.now() - admittedAt } }),
+            };
           } catch (err) {
             if (err instanceof CapacityError) throw new Refused(err.reason);
             // the client's own limit, not the channel's: told apart in the reasons
@@ -106,3 +128,4 @@ function slotgate(cache: boolean, handoff = true): Contender {
 export const slotgateContender = slotgate(true);
 export const slotgateRollbackContender = slotgate(false);
 export const slotgateNoHandoffContender = slotgate(true, false);
+export const slotgateAdaptiveContender = slotgate(true, true, true);

@@ -20,10 +20,10 @@ const FAULT_STYLE: Record<Fault['kind'], string> = {
 /** Seconds between two samples above which they are not joined. */
 const GAP_S = 2.5;
 
-const esc = (s: string) => s.replace(/&/g, '&amp;').replace(/</g, '&lt;');
+export const esc = (s: string) => s.replace(/&/g, '&amp;').replace(/</g, '&lt;');
 /** Round tick steps in seconds: at most 6 ticks on the axis. */
 const STEPS_S = [5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600];
-const timeTicks = (spanS: number): number[] => {
+export const timeTicks = (spanS: number): number[] => {
   const step = STEPS_S.find((s) => spanS / s <= 6) ?? Math.ceil(spanS / 6);
   return Array.from({ length: Math.floor(spanS / step) + 1 }, (_, k) => k * step);
 };

@@ -17,6 +17,21 @@ export const steps =
   (ms) =>
     values[Math.min(values.length - 1, Math.floor(ms / everyMs))]!;
 
+/**
+ * K moves in a straight line between `points` ([ms, K] in time order), rounded down, and stays at the last point's K:
+ * a capacity that drifts rather than steps.
+ */
+export const drift =
+  (points: ReadonlyArray<readonly [ms: number, k: number]>): CapacitySchedule =>
+  (ms) => {
+    const next = points.findIndex(([at]) => at > ms);
+    if (next === -1) return points.at(-1)![1];
+    if (next === 0) return points[0]![1];
+    const [a, ka] = points[next - 1]!;
+    const [b, kb] = points[next]!;
+    return Math.floor(ka + ((kb - ka) * (ms - a)) / (b - a));
+  };
+
 export interface HiddenCapacityOptions {
   capacity: CapacitySchedule;
   /** How long a served request is held before its answer. @default 200 */
@@ -62,6 +77,24 @@ export class HiddenCapacity {
 
   capacityNow(): number {
     return this.options.capacity(this.elapsed());
+  }
+
+  /** Requests being served now (queued ones, in latency mode, not counted). */
+  servingNow(): number {
+    return this.serving;
+  }
+
+  /** Requests waiting for a place now (latency mode). */
+  queuedNow(): number {
+    return this.queue.length;
+  }
+
+  /** The mean of K over [fromMs, toMs), sampled every `stepMs`: a drifting K's capacity over a window. */
+  meanCapacity(fromMs: number, toMs: number, stepMs = 10): number {
+    let total = 0;
+    let n = 0;
+    for (let t = fromMs + stepMs / 2; t < toMs; t += stepMs, n++) total += this.options.capacity(t);
+    return n === 0 ? this.options.capacity(fromMs) : total / n;
   }
 
   /** The handler to install with `upstream.on(channel, …)`. */

@@ -7,9 +7,13 @@
  * contenders briefly and reports a row for each (no speed is asserted).
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { mkdtemp, readdir, readFile, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { runAdaptiveGrid } from '../../bench/adaptive/grid.js';
 import { runBench } from '../../bench/bench.js';
 import { openCluster } from '../../bench/cluster-redis.js';
-import { ALL_IDS, loadContender } from '../../bench/contenders/index.js';
+import { KNOWN_IDS, loadContender } from '../../bench/contenders/index.js';
 import { fleetInstanceTable, fleetTable } from '../../bench/fleet-report.js';
 import { runFleet } from '../../bench/fleet.js';
 import { highestOverlap } from '../../bench/load.js';
@@ -68,7 +72,7 @@ afterAll(async () => {
 });
 
 describe('bench harness', () => {
-  it.each(ALL_IDS)('measures %s on a tiny run without oversell', async (id) => {
+  it.each(KNOWN_IDS)('measures %s on a tiny run without oversell', async (id) => {
     const contender = loadContender(id);
     const r = await runInProcess(redis, contender, TINY, 1, { warmupMs: 100 });
     expect(r.admissions).toBeGreaterThan(20);
@@ -76,7 +80,8 @@ describe('bench harness', () => {
     expect(Math.max(...Object.values(r.highest))).toBeLessThanOrEqual(TINY.max);
     const serverCommands = Object.values(r.serverCommands).reduce((a, b) => a + b, 0);
     // with slot handoff a slotgate admission may cost no command at all
-    if (id === 'slotgate' || id === 'slotgate-rollback') expect(serverCommands).toBeGreaterThan(0);
+    if (['slotgate', 'slotgate-rollback', 'slotgate-adaptive'].includes(id))
+      expect(serverCommands).toBeGreaterThan(0);
     else expect(serverCommands).toBeGreaterThan(r.admissions);
     if (id.startsWith('slotgate')) {
       // slotgate coalesces the acquires and releases of one event-loop turn into one call each
@@ -269,4 +274,40 @@ describe('bench:proxy', () => {
     expect(report).toMatch(/\| × Fastify \+ undici \| added p50 ms \| CPU µs per request \|/);
     expect(report.split('\n').filter((l) => l.startsWith('| slotgate, bounded'))).toHaveLength(4);
   }, 120_000);
+});
+
+describe('bench adaptive', () => {
+  it('runs the quick grid six times faster: a row per phase, the targets column and an SVG per run', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'slotgate-adaptive-'));
+    const lines: string[] = [];
+    try {
+      const r = await runAdaptiveGrid({
+        grid: 'quick',
+        timeScale: 6,
+        outDir: dir,
+        out: (t) => lines.push(t),
+        progress: () => {},
+      });
+      expect(r.failures).toEqual([]);
+      expect(r.runs.map((run) => `${run.schedule} ${run.loop} ${run.contender} ×${run.instances}`)).toEqual([
+        'steps closed adaptive ×2',
+        'steps open per-instance ×2',
+        'latency closed static8 ×1',
+      ]);
+      const report = lines.join('\n');
+      expect(report).toMatch(/Open loop: Poisson arrivals at \d+\/s/);
+      for (const run of r.runs) {
+        expect(run.phases).toHaveLength(3);
+        expect(run.samples.length).toBeGreaterThan(0);
+        // a row per phase, then the run against the targets with its plot's name
+        expect(report).toContain(`| ${run.label} | ${run.instances} | 1 (8) |`);
+        expect(report).toMatch(new RegExp(`\\| (met|missed: [^|]+) \\| ${run.svg} \\|`));
+        const svg = await readFile(join(dir, run.svg!), 'utf8');
+        expect(svg).toMatch(/^<svg [^>]*>[\s\S]*<path [^>]*d="M[\d.]+,[\d.]+ L/);
+      }
+      expect((await readdir(dir)).filter((f) => f.endsWith('.json'))).toHaveLength(1);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  }, 180_000);
 });
