@@ -7,14 +7,15 @@
  */
 import { describe, expect, it, beforeEach, afterEach } from 'vitest';
 import { setTimeout as sleep } from 'node:timers/promises';
-import type {
-  LoadExchange,
-  LeaseRef,
-  AcquireTarget,
-  EnqueueOptions,
-  Listening,
-  SlotStore,
-  WaiterRef,
+import {
+  UNKNOWN_FLOOR,
+  type LoadExchange,
+  type LeaseRef,
+  type AcquireTarget,
+  type EnqueueOptions,
+  type Listening,
+  type SlotStore,
+  type WaiterRef,
 } from '../../packages/slotgate/src/store/store.js';
 
 export interface StoreFixture {
@@ -691,6 +692,28 @@ export function runStoreContract(
       // one more back, with nothing to report: a slot under the limit, granted
       await store.release({ channelId: 'gr', token: tokens[1]! }, 60_000, { floor: 1 }).done;
       expect(await store.pollWaiter(waiter, 60_000)).toBe('granted');
+    });
+
+    it('a grant passed on by a call that cannot tell the limit (a waiter gone) stays under the stored limit', async () => {
+      const tokens = await take('gone', 4);
+      await store.release({ channelId: 'gone', token: tokens[0]! }, 60_000, { floor: 1, report: over }).done;
+      expect(store.limitOf('gone')).toBe(3);
+      const waiters = ['gw:1', 'gw:2', 'gw:3'].map((token) => ({
+        channelId: 'gone',
+        token,
+        max: 4,
+        floor: 1,
+      }));
+      for (const waiter of waiters) expect(await store.enqueue(waiter, queueOpts(5))).toBe('queued');
+      // a slot back under the limit: granted to the oldest waiter, 3 held again
+      await store.release({ channelId: 'gone', token: tokens[1]! }, 60_000, { floor: 1 }).done;
+      expect(await store.pollWaiter(waiters[0]!, 60_000)).toBe('granted');
+      // its waiter is gone: the grant passes on, to one waiter only
+      const gone = { channelId: 'gone', token: 'gw:1', max: 0, floor: UNKNOWN_FLOOR };
+      expect(await store.leaveQueue(gone, 60_000)).toBe(true);
+      expect(await store.pollWaiter(waiters[1]!, 60_000)).toBe('granted');
+      expect(await store.pollWaiter(waiters[2]!, 60_000)).toBe('queued');
+      expect((await store.readLoads(['gone'])).get('gone')!.active).toBe(3);
     });
 
     it('a report of a slot not held changes nothing', async () => {

@@ -5,7 +5,7 @@ import { isLimited, validateClient, type Client } from '../core/client.js';
 import { CapacityError, ClientLimitError, NoChannelError, StoreUnavailableError } from '../core/errors.js';
 import { admissionSettings, type Settings } from '../core/settings.js';
 import { LeaseManager } from './leases/lease-manager.js';
-import type { ChannelLoad, Listening } from '../store/store.js';
+import { UNKNOWN_FLOOR, type ChannelLoad, type Listening } from '../store/store.js';
 import type { ChannelPeak } from '../store/peak.js';
 import { capacityError, retryHintOf } from './pass/capacity.js';
 import { HoldTimes } from '../core/retry-hint.js';
@@ -96,7 +96,8 @@ export class AdmissionEngine implements Admission {
     // a grant for a waiter that is gone passes on, unless its waiter already claimed it (found by a poll)
     const inbox = new Inbox((channelId, token) => {
       if (leases.holds(channelId, token)) return;
-      void store.leaveQueue({ channelId, token, max: 0 }, this.current.lease_ttl_ms).catch(() => {});
+      const gone = { channelId, token, max: 0, floor: UNKNOWN_FLOOR };
+      void store.leaveQueue(gone, this.current.lease_ttl_ms).catch(() => {});
     });
     const view = new LoadView({
       store,

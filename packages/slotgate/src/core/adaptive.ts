@@ -8,7 +8,8 @@
  * before it (this one included):
  * - an overload (a 429, an "overloaded" answer, a time-out or a refused connection) says the upstream took fewer than
  *   `inFlight`: the limit falls to `inFlight - 1`. A time to first byte above `tolerance` × the least one seen lately
- *   says the upstream queues: the limit falls to `inFlight × least ÷ this one` (Little's law: what it serves at once).
+ *   says the upstream queues: the limit falls toward `inFlight × least ÷ this one` (Little's law: what it serves at
+ *   once), by at most a fifth per round, since a stalled host slows first bytes too.
  *   Each is a measure, not a factor: the refusals of one burst all measure the same burst, so N instances reporting it
  *   lower the limit as far as one would. Within a window of 500 ms the limit falls at most to a quarter of where the
  *   window began, so late reports of an older burst cannot drive it down further.
@@ -36,6 +37,8 @@ export const ADAPTIVE_DEFAULTS = { minConcurrency: 1, probeAfter: 30, latencyTol
 
 /** Within one window the limit falls at most to a quarter of where the window began. */
 export const LIMIT_WINDOW_MS = 500;
+/** One slow first byte lowers the limit at most to this share of it: latency is a noisy signal (a stalled host). */
+export const LATENCY_STEP = 0.8;
 /** The least time to first byte is kept per bucket of this length; the baseline is the least of two buckets. */
 export const LATENCY_BUCKET_MS = 30_000;
 /** An adaptive channel's limit lives this long past its last report, then starts again at the channel's max. */
@@ -132,7 +135,7 @@ export function nextLimit(state: LimitState | undefined, report: LimitReport): L
     const ms = signal.firstByteMs;
     const slow = law.tolerance > 0 && baseline !== undefined && baseline > 0 && ms > law.tolerance * baseline;
     if (slow && now - heldMs >= s.slowedAt) {
-      measured = (inFlight * baseline) / ms;
+      measured = Math.max((inFlight * baseline) / ms, LATENCY_STEP * limit);
       s.slowedAt = now;
     }
     s.least = minOf(s.least, ms);

@@ -59,13 +59,19 @@ export interface WaiterRef {
   channelId: string;
   token: string;
   max: number;
-  /** As AcquireTarget's: the grants its calls make are made under the channel's adaptive limit. */
+  /** As AcquireTarget's: the grants its calls make are made under the channel's adaptive limit (or UNKNOWN_FLOOR). */
   floor?: number;
 }
 
+/**
+ * The floor of a call that cannot know the channel's adaptive limit (a grant passed on for a waiter that is gone, the
+ * clean-up of an uncertain acquire, a retried release): the stored limit, if any, caps what the call grants.
+ */
+export const UNKNOWN_FLOOR = -1;
+
 /** A release of an adaptive channel's slot (core/adaptive.ts). */
 export interface LimitRelease {
-  /** As AcquireTarget's, for the grant of the freed slot. */
+  /** As AcquireTarget's, for the grant of the freed slot; UNKNOWN_FLOOR when the caller cannot tell. */
   floor?: number;
   /** What the upstream said of the request the slot served; none: nothing to report. */
   report?: { signal: UpstreamSignal; law: LimitLaw; heldMs: number };

@@ -2,10 +2,20 @@
 import { systemClock, within, type Clock } from '../../core/clock.js';
 import { StoreUnavailableError } from '../../core/errors.js';
 import { randomInstanceId, tokenOf } from '../../core/ids.js';
-import type { AcquireReply, AcquireTarget, LeaseRef, LimitRelease, SlotStore } from '../../store/store.js';
+import {
+  UNKNOWN_FLOOR,
+  type AcquireReply,
+  type AcquireTarget,
+  type LeaseRef,
+  type LimitRelease,
+  type SlotStore,
+} from '../../store/store.js';
 import { fenceMarginMs, LeaseBook, type Lease, type LeaseEvent } from './lease-book.js';
 import { retryRelease } from './release-retry.js';
 import { RENEW_BUDGET_MS, Renewal } from './renewal.js';
+
+/** What a release that cannot know the channel's adaptive limit sends: the stored limit caps its grant. */
+const UNKNOWN: LimitRelease = { floor: UNKNOWN_FLOOR };
 
 export { fenceMarginMs, type Lease, type LeaseEvent } from './lease-book.js';
 
@@ -72,7 +82,7 @@ export class LeaseManager {
       keepAsLocal: options.keepAsLocal ?? (() => false),
       // A renewal sent before the loss (a pause, a stall) may still run and extend the token for a lease TTL with
       // nobody holding it: the removal, sent behind it on the same connection, takes it out again.
-      onLost: (lease) => void store.release(lease, lease.ttlMs).done.catch(() => {}),
+      onLost: (lease) => void store.release(lease, lease.ttlMs, UNKNOWN).done.catch(() => {}),
     });
     this.renewal = new Renewal({ store, clock, book: this.book, ttl: this.ttl, emit, fencing, onStore });
   }
@@ -140,7 +150,9 @@ export class LeaseManager {
   }
 
   private cleanUp(targets: readonly AcquireTarget[], token: string, ttlMs: number): void {
-    const removals = targets.map((t) => this.store.release({ channelId: t.channelId, token }, ttlMs).done);
+    const removals = targets.map(
+      (t) => this.store.release({ channelId: t.channelId, token }, ttlMs, UNKNOWN).done,
+    );
     const all = Promise.allSettled(removals).then((r) => r.every((x) => x.status === 'fulfilled'));
     void within(this.clock, all, CLEANUP_TIMEOUT_MS).then((cleaned) => {
       const channelIds = targets.map((t) => t.channelId);
@@ -202,9 +214,10 @@ export class LeaseManager {
 
   /**
    * Releases a live lease: it stops renewing at once, and its removal is retried, detached (a retry reports nothing to
-   * the adaptive limit: the first try may have). Undefined if not live.
+   * the adaptive limit: the first try may have). Without `limit` (a close), the stored limit caps the grant. Undefined
+   * if not live.
    */
-  release(lease: LeaseRef, limit?: LimitRelease): LeaseRelease | undefined {
+  release(lease: LeaseRef, limit: LimitRelease = UNKNOWN): LeaseRelease | undefined {
     const tracked = this.book.get(lease.token);
     if (!tracked) return undefined;
     this.book.forget(tracked);

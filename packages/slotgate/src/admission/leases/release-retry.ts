@@ -1,6 +1,6 @@
 /** A failed removal, retried with backoff until one is confirmed or the lease has expired anyway. */
 import type { Clock } from '../../core/clock.js';
-import type { SlotStore } from '../../store/store.js';
+import { UNKNOWN_FLOOR, type SlotStore } from '../../store/store.js';
 import type { Lease, LeaseEvent } from './lease-book.js';
 
 export async function retryRelease(
@@ -22,7 +22,7 @@ export async function retryRelease(
     await clock.sleep(delay);
     delay = Math.min(delay * 2, 2000);
     try {
-      await store.release(lease, lease.ttlMs).done;
+      await store.release(lease, lease.ttlMs, { floor: UNKNOWN_FLOOR }).done;
       return;
     } catch (err) {
       error = err as Error;

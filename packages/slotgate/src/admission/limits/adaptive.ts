@@ -64,15 +64,15 @@ export function limitsOf(
   return out;
 }
 
-/** What a release of the candidate's slot carries to its limit; undefined without one. */
+/** What a release of the candidate's slot carries to its limit: nothing (no floor, no report) without one. */
 export function limitRelease(
   c: Candidate,
   settings: Settings,
   signal: UpstreamSignal | undefined,
   heldMs: number,
-): LimitRelease | undefined {
+): LimitRelease {
   const law = lawOf(c, settings);
-  if (!law) return undefined;
+  if (!law) return {};
   const floor = c.adaptive?.enforce !== false ? floorOf(law) : undefined;
   return { floor, report: signal && { signal, law, heldMs } };
 }

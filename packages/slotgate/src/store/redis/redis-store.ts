@@ -22,6 +22,7 @@ import {
   type RestartListener,
   type SlotStore,
   type StoreHealth,
+  UNKNOWN_FLOOR,
   type WaiterRef,
   type WaiterState,
 } from '../store.js';
@@ -131,7 +132,7 @@ export class RedisStore implements SlotStore {
       members,
       messages: this.messages,
       giveBack: (channelId, token, ttl) =>
-        void this.queues.leave({ channelId, token, max: 0 }, ttl).catch(() => {}),
+        void this.queues.leave({ channelId, token, max: 0, floor: UNKNOWN_FLOOR }, ttl).catch(() => {}),
       learned: (channelId, limit) => void this.limits.set(channelId, limit),
     };
     this.turns = turnsOf({

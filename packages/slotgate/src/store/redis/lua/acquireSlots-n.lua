@@ -47,7 +47,7 @@ local function chOf(c)
     leaseTtl = ttl,
     notify = ARGV[5],
     id = ARGV[4 + 3 * c],
-    floor = tonumber(ARGV[5 + 3 * c]),
+    floor = limitFloor(ARGV[5 + 3 * c]),
   }
 end
 
@@ -55,7 +55,7 @@ end
 local function maxOf(c)
   if not maxes[c] then
     local max = tonumber(ARGV[3 + 3 * c])
-    local floor = tonumber(ARGV[5 + 3 * c])
+    local floor = limitFloor(ARGV[5 + 3 * c])
     local cap = floor and limitCap(KEYS[5 * c], floor)
     maxes[c] = cap and math.min(cap, max) or max
   end

@@ -4,10 +4,21 @@
 -- lowered it; mb = the latency bucket (ms ÷ LATENCY_BUCKET_MS), m = its least first-byte time, mp = the bucket
 -- before's; x = the minute its expiry was last pushed back. Needs redisNow.
 
--- core/adaptive.ts: LIMIT_WINDOW_MS, LATENCY_BUCKET_MS, LIMIT_KEY_TTL_MS.
+-- core/adaptive.ts: LIMIT_WINDOW_MS, LATENCY_BUCKET_MS, LIMIT_KEY_TTL_MS, LATENCY_STEP.
 local LIMIT_WINDOW_MS = 500
 local LATENCY_BUCKET_MS = 30000
 local LIMIT_KEY_TTL_MS = 3600000
+local LATENCY_STEP = 0.8
+
+-- A floor argument: nil when no adaptive limit applies (''), else the floor; -1 (a caller that cannot tell) reads as 1,
+-- so the stored limit caps its grants when there is one.
+local function limitFloor(arg)
+  local floor = tonumber(arg)
+  if floor == -1 then
+    return 1
+  end
+  return floor
+end
 
 -- The limit in force on a channel whose floor is `floor`: the whole part of the stored limit, at least the floor; nil
 -- when none is stored (the channel's max applies). Cost: HGET.
@@ -68,7 +79,7 @@ local function reportLimit(limitKey, report, inFlight, hasDemand)
   elseif firstByte and firstByte >= 0 then
     local slow = tolerance > 0 and baseline ~= nil and baseline > 0 and firstByte > tolerance * baseline
     if slow and now - held >= slowedAt then
-      measured = inFlight * baseline / firstByte
+      measured = math.max(inFlight * baseline / firstByte, LATENCY_STEP * limit)
       slowedAt = now
     end
     least = minOf(least, firstByte)

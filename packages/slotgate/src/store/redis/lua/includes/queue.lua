@@ -99,7 +99,8 @@ end
 
 -- The channel a queue script works on: its slots, queue, peak and limit keys at KEYS[k + 1..k + 4], and the grant
 -- parameters at ARGV[first..first + 4] (claim deadline ms, lease TTL ms, grants channel prefix, channel id, and the
--- floor of its adaptive limit, or '' when no adaptive limit applies).
+-- floor of its adaptive limit: '' when none applies, -1 when the caller cannot tell and the stored limit, if any,
+-- caps the grants).
 local function channelOf(k, first)
   return {
     slots = KEYS[k + 1],
@@ -110,7 +111,7 @@ local function channelOf(k, first)
     leaseTtl = tonumber(ARGV[first + 1]),
     notify = ARGV[first + 2],
     id = ARGV[first + 3],
-    floor = tonumber(ARGV[first + 4]),
+    floor = limitFloor(ARGV[first + 4]),
   }
 end
 
