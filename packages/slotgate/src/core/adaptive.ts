@@ -152,7 +152,7 @@ export function nextLimit(state: LimitState | undefined, report: LimitReport): L
     }
     s.successes = 0;
     limit = Math.min(limit, Math.max(floor, s.windowBase / 4, measured));
-  } else if (signal.kind === 'ok' && demand && inFlight >= Math.floor(limit)) {
+  } else if (signal.kind === 'ok' && limit < law.ceiling && demand && inFlight >= Math.floor(limit)) {
     s.successes++;
     if (s.failedLevel > 0 && inFlight >= s.failedLevel) s.failedLevel = 0;
     let next = limit + 1 / Math.floor(limit);

@@ -46,7 +46,8 @@ end
 
 -- Applies one report; returns the limit after it. `report` = "<ok|over>|<ceiling>|<floor>|<probe after>|<tolerance>|<first byte ms or ''>|<held ms>";
 -- `inFlight`: the slots in use just before this release, this one included; `hasDemand()`: whether requests wait.
--- Cost: HMGET, HSET (+ PEXPIRE in a new minute); EXISTS of the queue when it may raise the limit.
+-- Cost: HMGET; HSET of the fields that changed, if any (+ PEXPIRE in a new minute); EXISTS of the queue when it may
+-- raise the limit (below the ceiling, every slot in use).
 local function reportLimit(limitKey, report, inFlight, hasDemand)
   local kind, ceil, flo, probeAfter, tolerance, firstByte, held =
     string.match(report, '^(%a+)|(%d+)|(%d+)|(%d+)|([%d.]+)|(%d*)|(%d+)$')
@@ -95,7 +96,7 @@ local function reportLimit(limitKey, report, inFlight, hasDemand)
     end
     successes = 0
     limit = math.min(limit, math.max(floor, windowBase / 4, measured))
-  elseif kind == 'ok' and inFlight >= math.floor(limit) and hasDemand() then
+  elseif kind == 'ok' and limit < ceiling and inFlight >= math.floor(limit) and hasDemand() then
     successes = successes + 1
     if failed > 0 and inFlight >= failed then
       failed = 0
@@ -109,11 +110,21 @@ local function reportLimit(limitKey, report, inFlight, hasDemand)
   limit = round3(limit)
 
   local minute = math.floor(now / 60000)
-  redis.call('HSET', limitKey, 'l', string.format('%.3f', limit), 'w', string.format('%d', windowAt),
-    'wb', string.format('%.3f', windowBase), 'f', string.format('%d', failed), 'k', string.format('%d', successes),
-    'd', string.format('%d', slowedAt), 'mb', string.format('%d', bucket),
-    'm', least and string.format('%d', least) or '', 'mp', leastBefore and string.format('%d', leastBefore) or '',
-    'x', string.format('%d', minute))
+  -- in the order of the HMGET above; written only when one changed (a steady limit costs no write)
+  local values = { string.format('%.3f', limit), string.format('%d', windowAt), string.format('%.3f', windowBase),
+    string.format('%d', failed), string.format('%d', successes), string.format('%d', slowedAt),
+    string.format('%d', bucket), least and string.format('%d', least) or '',
+    leastBefore and string.format('%d', leastBefore) or '', string.format('%d', minute) }
+  local names = { 'l', 'w', 'wb', 'f', 'k', 'd', 'mb', 'm', 'mp', 'x' }
+  local fields = {}
+  for i = 1, #names do
+    if v[i] ~= values[i] then
+      fields[#fields + 1], fields[#fields + 2] = names[i], values[i]
+    end
+  end
+  if #fields > 0 then
+    redis.call('HSET', limitKey, unpack(fields))
+  end
   if tonumber(v[10]) ~= minute then
     redis.call('PEXPIRE', limitKey, LIMIT_KEY_TTL_MS)
   end
