@@ -3,7 +3,8 @@
  * answers it, so each report comes with a known number in flight: a 429 with a short Retry-After lowers the limit
  * instead of cooling the channel down while the limit is above its floor; at the floor, past
  * `retry_after_cooldown_s`, or with `enforce: false` it cools the channel down as on any channel. A request that
- * waited under a limit below the max names that limit in its access line.
+ * waited under a limit below the max names that limit in its access line. A refused connection and a first byte
+ * past its time-out are overloads too.
  */
 import { beforeEach, describe, expect, it } from 'vitest';
 import { FakeUpstream, gate, type Reply } from '../helpers/fake-upstream.js';
@@ -22,6 +23,7 @@ import {
   type TestGateway,
 } from '../helpers/gateway.js';
 import { useCleanups } from '../helpers/cleanups.js';
+import { freePort } from '../helpers/redis-server.js';
 
 const cleanups = useCleanups();
 expectNoSecretsLogged();
@@ -168,5 +170,41 @@ describe('the access line', () => {
     expect(access('adaptive-waited')!.wait_ms).toBeGreaterThan(0);
     expect(access('adaptive-held-1')).not.toHaveProperty('adaptive_limit');
     expect(access('adaptive-held-2')).not.toHaveProperty('adaptive_limit');
+  });
+});
+
+describe('no answer at all', () => {
+  /** A gateway whose adaptive channel (max 4) points at `baseUrl`, with `rest` of the config (time-outs). */
+  async function gatewayTo(baseUrl: string, rest: Record<string, unknown> = {}): Promise<TestGateway> {
+    const channel = {
+      id: 'a',
+      type: 'openai',
+      base_url: baseUrl,
+      key: SECRETS.channelKey,
+      models: ['gpt-x'],
+      max_concurrency: 4,
+      adaptive: {},
+    };
+    const gw = await startGateway(
+      configDoc({ channels: [channel], settings: { retry_times: 0, cooldown_enabled: false }, ...rest }),
+    );
+    cleanups.push(() => gw.close());
+    return gw;
+  }
+
+  it('a refused connection is reported as an overload: the limit falls', async () => {
+    const closed = await freePort(); // nothing listens there
+    const gw = await gatewayTo(`http://127.0.0.1:${closed}`);
+    expect((await channelA(gw)).adaptive_limit).toBe(4);
+    expect((await ask(gw)).status).toBe(502);
+    expect(await eventually(async () => ((await channelA(gw)).adaptive_limit ?? 4) < 4)).toBe(true);
+  });
+
+  it('a first byte past timeouts.first_byte_ms is reported as an overload: the limit falls', async () => {
+    const gw = await gatewayTo(up.url('a'), { timeouts: { first_byte_ms: 300 } });
+    const asked = ask(gw);
+    await arrived(1); // held at the upstream, never answered in time
+    expect((await asked).status).toBe(504);
+    expect(await eventually(async () => ((await channelA(gw)).adaptive_limit ?? 4) < 4)).toBe(true);
   });
 });

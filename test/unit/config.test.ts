@@ -114,7 +114,7 @@ describe("parseConfig: a channel's adaptive block", () => {
       min_concurrency: 1,
       enforce: true,
       probe_after: 30,
-      latency_tolerance: 2,
+      latency_tolerance: 0,
       retry_after_cooldown_s: 10,
     });
   });

@@ -28,8 +28,8 @@ export const adaptiveSchema = z.strictObject({
   /** false: learned and shown, not applied (observe before enforcing). */
   enforce: z.boolean().default(true),
   probe_after: z.int().min(1).max(10_000).default(30),
-  /** 0 ignores latency. */
-  latency_tolerance: z.union([z.literal(0), z.number().min(1).max(100)]).default(2),
+  /** 0 (the default) ignores latency: an LLM's first byte varies with its prompt. */
+  latency_tolerance: z.union([z.literal(0), z.number().min(1).max(100)]).default(0),
   /** A 429 whose Retry-After is longer than this still cools the channel down. */
   retry_after_cooldown_s: z.int().min(0).max(3600).default(10),
 });

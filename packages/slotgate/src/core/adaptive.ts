@@ -29,11 +29,14 @@ export interface AdaptiveOptions {
   enforce?: boolean;
   /** Successes between two tries of the level that last drew an overload: at a steady capacity one request in this many + 1 is refused. @default 30 */
   probeAfter?: number;
-  /** A time to first byte above this × the least one lately counts as queueing; 0 ignores latency. @default 2 */
+  /**
+   * A time to first byte above this × the least one lately counts as queueing; 0 ignores latency (an LLM's first byte
+   * varies with its prompt: turn it on, at 2–3, for an upstream whose first byte is steady). @default 0
+   */
   latencyTolerance?: number;
 }
 
-export const ADAPTIVE_DEFAULTS = { minConcurrency: 1, probeAfter: 30, latencyTolerance: 2 } as const;
+export const ADAPTIVE_DEFAULTS = { minConcurrency: 1, probeAfter: 30, latencyTolerance: 0 } as const;
 
 /** Within one window the limit falls at most to a quarter of where the window began. */
 export const LIMIT_WINDOW_MS = 500;
