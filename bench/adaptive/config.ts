@@ -136,7 +136,8 @@ export function runsOf(grid: Grid): RunSpec[] {
   runs.push(spec('steps', 'static32', 'closed', 2), spec('steps', 'static8', 'closed', 2));
   for (const n of [1, 2, 4]) runs.push(spec('steps', 'adaptive', 'open', n));
   runs.push(spec('steps', 'per-instance', 'open', 4), spec('steps', 'static32', 'open', 2));
-  if (grid === 'open') return [...runs.filter((r) => r.loop === 'open'), spec('drift', 'adaptive', 'open', 2)];
+  if (grid === 'open')
+    return [...runs.filter((r) => r.loop === 'open'), spec('drift', 'adaptive', 'open', 2)];
   for (const schedule of ['updown', 'drift', 'latency'])
     for (const n of [1, 2, 4]) runs.push(spec(schedule, 'adaptive', 'closed', n));
   runs.push(spec('drift', 'adaptive', 'open', 2));
