@@ -99,8 +99,8 @@ await new Command('bench')
   )
   .option(
     '--adaptive-grid <grid>',
-    'full (every contender on K = 8/3/12, slotgate adaptive on the other schedules; about 15 min), open (its open-loop runs) or quick (3 runs)',
-    oneOf<AdaptiveGrid>('full', 'open', 'quick'),
+    'full (every contender on K = 8/3/12, slotgate adaptive on the other schedules; about 15 min), open (its open-loop runs), steps (slotgate adaptive on K = 8/3/12, closed loop) or quick (3 runs)',
+    oneOf<AdaptiveGrid>('full', 'open', 'steps', 'quick'),
     'full',
   )
   .option('--out <dir>', 'directory for the JSON file (and the adaptive SVGs)', 'bench/results')

@@ -107,7 +107,7 @@ export interface RunSpec {
   instances: number;
 }
 
-export type Grid = 'full' | 'open' | 'quick';
+export type Grid = 'full' | 'open' | 'steps' | 'quick';
 
 const spec = (schedule: string, contender: string, loop: Loop, instances: number): RunSpec => ({
   schedule: SCHEDULES.find((s) => s.id === schedule)!,
@@ -121,7 +121,8 @@ const spec = (schedule: string, contender: string, loop: Loop, instances: number
  * per-instance limiter only where there is more than one instance: on one it is the shared one; the static maxes on
  * 2, the issue's fleet, since a shared static max admits the same on any number of instances), and all but static
  * max 8 in the open loop; slotgate adaptive alone on the other schedules, closed loop on 1, 2 and 4 instances, and
- * the drift in the open loop on 2. `open`: the open-loop runs of `full` alone. `quick`: three runs, for a smoke test.
+ * the drift in the open loop on 2. `open`: the open-loop runs of `full` alone. `steps`: slotgate adaptive on the
+ * issue's steps, closed loop, 1, 2 and 4 instances. `quick`: three runs, for a smoke test.
  */
 export function runsOf(grid: Grid): RunSpec[] {
   if (grid === 'quick')
@@ -132,6 +133,7 @@ export function runsOf(grid: Grid): RunSpec[] {
     ];
   const runs: RunSpec[] = [];
   for (const n of [1, 2, 4]) runs.push(spec('steps', 'adaptive', 'closed', n));
+  if (grid === 'steps') return runs;
   for (const n of [2, 4]) runs.push(spec('steps', 'per-instance', 'closed', n));
   runs.push(spec('steps', 'static32', 'closed', 2), spec('steps', 'static8', 'closed', 2));
   for (const n of [1, 2, 4]) runs.push(spec('steps', 'adaptive', 'open', n));
